@@ -1,0 +1,286 @@
+"""LlamaCppVulkanServer: llama.cpp's llama-server (Vulkan image) as a Deployment and a Service."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, NotRequired, TypedDict
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gguf_model_store import (
+    MODELS_MOUNT,
+    ModelVolume,
+    model_check_container,
+    model_volumes,
+    without_kind,
+)
+
+TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
+DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
+# Time granted for pulling the server image (about 2 GB) before the model load starts.
+IMAGE_PULL_ALLOWANCE_S = 600
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+CACHE_TYPES: tuple[str, ...] = CacheType.__args__
+
+
+class LlamaServerFlags(TypedDict):
+    """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
+
+    model_path: str
+    """`-m`: the first shard; llama.cpp finds `-0000N-of-0000M` beside it."""
+    alias: str
+    """`--alias`: the model id in `/v1/models`; LiteLLM routes by it."""
+    host: str
+    """`--host`: bind address (`0.0.0.0` so the Service reaches the pod)."""
+    port: int
+    """`--port`: listen port, also the containerPort."""
+    jinja: bool
+    """`--jinja`: use the chat template in the GGUF."""
+    gpu_layers: int
+    """`-ngl`: layers offloaded to the GPU."""
+    ctx_size: int
+    """`-c`: total KV-cache context, shared by all slots."""
+    parallel: int
+    """`-np`: parallel slots; each gets ctx_size / parallel tokens."""
+    cont_batching: bool
+    """`--cont-batching` (or `--no-cont-batching`)."""
+    cache_type_k: CacheType
+    """`--cache-type-k`: K cache type."""
+    cache_type_v: CacheType
+    """`--cache-type-v`: V cache type."""
+    temperature: float
+    """`--temp`: default sampling temperature."""
+    top_p: float
+    """`--top-p`: default nucleus-sampling threshold."""
+    threads: int
+    """`--threads`: CPU threads (sampling and CPU-resident layers)."""
+
+
+class HttpProbe(TypedDict):
+    """An HTTP GET probe."""
+
+    path: str
+    """Request path, e.g. `/health`."""
+    initial_delay_seconds: int
+    """Seconds after start (or after the startup probe succeeded) before the first probe."""
+    period_seconds: int
+    """Seconds between probes."""
+    failure_threshold: int
+    """Consecutive failures before the probe counts as failed."""
+    timeout_seconds: int
+    """Seconds one probe may take."""
+
+
+class ServerProbes(TypedDict):
+    """Startup, readiness and liveness probes of the server."""
+
+    startup: HttpProbe
+    """Covers the model load: liveness and readiness only start once it succeeded."""
+    readiness: HttpProbe
+    """When the pod receives traffic."""
+    liveness: HttpProbe
+    """When a hung server is restarted."""
+
+
+class LlamaCppVulkanServerArgs(TypedDict):
+    """Inputs of LlamaCppVulkanServer."""
+
+    namespace: str
+    """Namespace of the Deployment and Service."""
+    image: str
+    """Server image, pinned to a build (`server-vulkan-b11434`)."""
+    flags: LlamaServerFlags
+    """llama-server flags."""
+    model: ModelVolume
+    """The model volume and its init check."""
+    node_selector: dict[str, str]
+    """Node labels the pod must match (the GPU node)."""
+    resources: dict[str, dict[str, str]]
+    """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
+    probes: ServerProbes
+    """Startup, readiness and liveness probes."""
+    service_port: NotRequired[int]
+    """Port of the Service (default: the server port)."""
+    gpu_device_path: NotRequired[str]
+    """Host path of the DRM render nodes mounted for Vulkan (default `/dev/dri`)."""
+
+
+class LlamaCppVulkanServer(pulumi.ComponentResource):
+    """llama-server on one GPU node: a Recreate Deployment with a load-aware startup probe."""
+
+    service_name: pulumi.Output[str]
+    """Name of the Service."""
+    url: pulumi.Output[str]
+    """In-cluster base URL, e.g. `http://name.namespace.svc:8080`."""
+    alias: pulumi.Output[str]
+    """The model id the server reports."""
+
+    def __init__(
+        self, name: str, args: LlamaCppVulkanServerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        namespace = args["namespace"]
+        flags = args["flags"]
+        port = flags["port"]
+        service_port = args.get("service_port", port)
+        labels = server_labels(name)
+        deployment = server_deployment(name, namespace, labels, args)
+        deadline = deployment["spec"]["progressDeadlineSeconds"]
+        self.deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            **without_kind(deployment),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # pulumi-kubernetes waits 10 min by default; the load alone may take longer.
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=f"{deadline + 60}s", update=f"{deadline + 60}s"
+                ),
+            ),
+        )
+        self.service = k8s.core.v1.Service(
+            f"{name}-service",
+            **without_kind(server_service(name, namespace, labels, port, service_port)),
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.service_name = pulumi.Output.from_input(name)
+        self.url = pulumi.Output.from_input(service_url(name, namespace, service_port))
+        self.alias = pulumi.Output.from_input(flags["alias"])
+        self.register_outputs({"service_name": self.service_name, "url": self.url, "alias": self.alias})
+
+
+def service_url(service: str, namespace: str, port: int) -> str:
+    """In-cluster base URL of a Service."""
+    return f"http://{service}.{namespace}.svc:{port}"
+
+
+def server_labels(name: str) -> dict[str, str]:
+    """Labels of the server's objects; the first two are the selector."""
+    return {
+        "app.kubernetes.io/name": "llama-server",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": "llm-infra",
+    }
+
+
+def _number(value: float) -> str:
+    return repr(float(value))
+
+
+def llama_server_args(flags: LlamaServerFlags) -> list[str]:
+    """The llama-server argv (flags only: the image's entrypoint is llama-server)."""
+    argv = [
+        "-m", flags["model_path"],
+        "--alias", flags["alias"],
+        "--host", flags["host"],
+        "--port", str(flags["port"]),
+    ]  # fmt: skip
+    if flags["jinja"]:
+        argv.append("--jinja")
+    argv += ["-ngl", str(flags["gpu_layers"]), "-c", str(flags["ctx_size"])]
+    argv += ["-np", str(flags["parallel"])]
+    argv.append("--cont-batching" if flags["cont_batching"] else "--no-cont-batching")
+    argv += ["--cache-type-k", flags["cache_type_k"], "--cache-type-v", flags["cache_type_v"]]
+    argv += ["--temp", _number(flags["temperature"]), "--top-p", _number(flags["top_p"])]
+    argv += ["--threads", str(flags["threads"])]
+    return argv
+
+
+def http_probe(probe: HttpProbe, port: str | int) -> dict[str, Any]:
+    """A Kubernetes httpGet probe."""
+    return {
+        "httpGet": {"path": probe["path"], "port": port},
+        "initialDelaySeconds": probe["initial_delay_seconds"],
+        "periodSeconds": probe["period_seconds"],
+        "failureThreshold": probe["failure_threshold"],
+        "timeoutSeconds": probe["timeout_seconds"],
+    }
+
+
+def probe_window_seconds(probe: HttpProbe) -> int:
+    """Longest time a probe tolerates failures before it counts as failed."""
+    return probe["initial_delay_seconds"] + probe["period_seconds"] * probe["failure_threshold"]
+
+
+def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
+    """The llama-server container."""
+    flags = args["flags"]
+    probes = args["probes"]
+    return {
+        "name": "llama-server",
+        "image": args["image"],
+        "args": llama_server_args(flags),
+        "ports": [{"name": "http", "containerPort": flags["port"], "protocol": "TCP"}],
+        "resources": args["resources"],
+        "startupProbe": http_probe(probes["startup"], "http"),
+        "readinessProbe": http_probe(probes["readiness"], "http"),
+        "livenessProbe": http_probe(probes["liveness"], "http"),
+        # Vulkan needs the DRM render nodes; without a device plugin, privileged is the
+        # reliable way to reach them on k3s.
+        "securityContext": {"privileged": True},
+        "volumeMounts": [
+            {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
+            {"name": "dev-dri", "mountPath": "/dev/dri"},
+        ],
+    }
+
+
+def server_deployment(
+    name: str, namespace: str, labels: dict[str, str], args: LlamaCppVulkanServerArgs
+) -> dict[str, Any]:
+    """The Deployment: one replica, Recreate (one GPU), a deadline that covers pull and load."""
+    model = args["model"]
+    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+    deadline = IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
+    volumes = [
+        *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
+        {
+            "name": "dev-dri",
+            "hostPath": {"path": args.get("gpu_device_path", "/dev/dri"), "type": "Directory"},
+        },
+    ]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            # A rolling update would start a second pod that can never get the one GPU.
+            "strategy": {"type": "Recreate"},
+            "progressDeadlineSeconds": deadline,
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": args["node_selector"],
+                    "automountServiceAccountToken": False,
+                    "initContainers": [model_check_container(model["check_image"])],
+                    "containers": [server_container(args)],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def server_service(
+    name: str, namespace: str, labels: dict[str, str], target_port: int, port: int
+) -> dict[str, Any]:
+    """ClusterIP Service in front of the server."""
+    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            # The Deployment is already awaited until Ready; the Service need not wait again.
+            "annotations": {"pulumi.com/skipAwait": "true"},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }

@@ -1,0 +1,1 @@
+"""The llm-infra Pulumi program: typed stack config wired to the components."""

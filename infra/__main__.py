@@ -1,0 +1,5 @@
+"""Pulumi entry point (`main: infra/`)."""
+
+from infra.program import main
+
+main()

@@ -1,0 +1,98 @@
+"""The `llm-infra` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from components import fetcher
+from infra.config import ConfigError
+
+EXIT_CONFIG = 2
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The nearest directory upward with this project's Pulumi.yaml (else the installed tree)."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "Pulumi.yaml"
+        if candidate.is_file() and "name: llm-infra" in candidate.read_text():
+            return directory
+    return Path(__file__).resolve().parent.parent
+
+
+def resolve_stack(stack: str) -> tuple[str, Path]:
+    """A stack name (`stacks/Pulumi.NAME.yaml`) or a path to a stack file → (name, path)."""
+    path = Path(stack)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        name = path.name
+        if name.startswith("Pulumi."):
+            name = name[len("Pulumi.") :]
+        return name.rsplit(".", 1)[0], path
+    return stack, project_root() / "stacks" / f"Pulumi.{stack}.yaml"
+
+
+def _render(args: argparse.Namespace) -> int:
+    # Imported here: pulumi and the Kubernetes SDK take a while to import, and `fetch` needs neither.
+    from infra import program, render
+
+    name, path = resolve_stack(args.stack)
+    if not path.is_file():
+        print(f"llm-infra: no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)", file=sys.stderr)
+        return EXIT_CONFIG
+    config, secret_keys = render.stack_config(path)
+    try:
+        rendered = render.run_program(program.main, config, secret_keys, stack=name)
+    except ConfigError as exc:
+        print(f"llm-infra: invalid configuration in {path}:", file=sys.stderr)
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_CONFIG
+    out = Path(args.out) if args.out else Path("rendered") / name
+    written = render.write(rendered, out)
+    print(
+        f"rendered stack {name}: {len(rendered.resources)} resources, "
+        f"{len(rendered.manifests)} Kubernetes objects → {out}/"
+    )
+    for path_written in written:
+        print(f"  {path_written}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `llm-infra`."""
+    parser = argparse.ArgumentParser(
+        prog="llm-infra", description="Deploy large LLM servers on AMD hardware with Pulumi."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    render_cmd = sub.add_parser(
+        "render", help="write what a stack would create (no cluster, no Pulumi CLI, no account)"
+    )
+    render_cmd.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+    render_cmd.add_argument("--out", help="output directory (default: rendered/STACK)")
+    render_cmd.set_defaults(func=_render)
+    for name, help_text in (
+        ("fetch", "download a locked model into a directory (resumable, atomic)"),
+        ("check-model", "check that a directory holds the complete locked model"),
+    ):
+        cmd = sub.add_parser(name, help=help_text, add_help=False)
+        cmd.set_defaults(func=None, fetcher_action="fetch" if name == "fetch" else "check")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `llm-infra` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.func is None:
+        return fetcher.main([args.fetcher_action, *rest])
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

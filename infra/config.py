@@ -1,0 +1,338 @@
+"""Typed stack configuration: the only module that reads `pulumi.Config`.
+
+A stack file sets keys in the `llm-infra` namespace (`llm-infra:server`, `llm-infra:model`, ...);
+each is validated here, before any resource exists, into a `StackConfig`. Problems are reported
+one per line as `path.to.key: what is wrong (what is allowed)`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+import pulumi
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from components.images import parse_image
+from components.llamacpp_vulkan_server import CACHE_TYPES, DEFAULT_IMAGE, CacheType
+
+NAMESPACE = "llm-infra"
+SECRET_KEYS = ("hfToken",)
+SECRET_PLACEHOLDER = "[secret]"
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")]
+_QUANTITY = re.compile(r"^(?P<num>[0-9]+(\.[0-9]+)?)(?P<unit>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_UNITS = {
+    None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}  # fmt: skip
+Quantity = Annotated[str, Field(pattern=_QUANTITY.pattern)]
+_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def quantity_value(quantity: str) -> float:
+    """A Kubernetes quantity as a number (cores or bytes)."""
+    match = _QUANTITY.match(quantity)
+    if match is None:
+        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
+    return float(match["num"]) * _UNITS[match["unit"]]
+
+
+class ConfigError(pulumi.RunError):
+    """Invalid stack configuration: one problem per line, each naming its key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid stack configuration:\n" + "\n".join(problems))
+        self.problems = problems
+
+
+class Strict(BaseModel):
+    """Base of every config model: camelCase keys, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class KubernetesSettings(Strict):
+    """Where the Kubernetes objects go."""
+
+    namespace: DnsLabel = "default"
+    create_namespace: bool = False
+    context: str | None = None
+
+
+class ModelSettings(Strict):
+    """The model: a Hugging Face repo and the GGUF files of one quant."""
+
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*$")]
+    revision: Annotated[str, Field(min_length=1)] = "main"
+    files: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    architecture: Annotated[str, Field(min_length=1)]
+    layers: Annotated[int, Field(ge=1)]
+
+    @property
+    def file_names(self) -> list[str]:
+        """File names on the volume (repo folders dropped)."""
+        return [path.rsplit("/", 1)[-1] for path in self.files]
+
+
+class StoreSettings(Strict):
+    """The model volume and the fetch Job."""
+
+    name: DnsLabel = "models"
+    size: Quantity
+    storage_class: Annotated[str, Field(min_length=1)] = "local-path"
+    fetch_image: str = "python:3.12.8-slim-bookworm"
+    allow_floating_image: bool = False
+    retired_patterns: list[Annotated[str, Field(min_length=1)]] = []
+    parallel_downloads: Annotated[int, Field(ge=1, le=16)] = 3
+    fetch_timeout_hours: Annotated[float, Field(gt=0, le=168)] = 12
+    hf_endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")] | None = None
+
+    @field_validator("fetch_image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        parse_image(value)
+        return value
+
+
+class ProbeSettings(Strict):
+    """An HTTP GET probe."""
+
+    path: Annotated[str, Field(pattern=r"^/\S*$")] = "/health"
+    initial_delay_seconds: Annotated[int, Field(ge=0)]
+    period_seconds: Annotated[int, Field(ge=1)]
+    failure_threshold: Annotated[int, Field(ge=1)]
+    timeout_seconds: Annotated[int, Field(ge=1)] = 5
+
+    @property
+    def window_seconds(self) -> int:
+        """How long the probe tolerates failures."""
+        return self.initial_delay_seconds + self.period_seconds * self.failure_threshold
+
+
+class ProbesSettings(Strict):
+    """Probes of the server. The startup probe covers the model load (see `minLoadSeconds`)."""
+
+    startup: ProbeSettings = ProbeSettings(
+        initial_delay_seconds=30, period_seconds=10, failure_threshold=177
+    )
+    readiness: ProbeSettings = ProbeSettings(
+        initial_delay_seconds=30, period_seconds=10, failure_threshold=6
+    )
+    liveness: ProbeSettings = ProbeSettings(
+        initial_delay_seconds=0, period_seconds=30, failure_threshold=5
+    )
+
+
+class ComputeResources(Strict):
+    """cpu and memory quantities."""
+
+    cpu: Quantity
+    memory: Quantity
+
+
+class ResourceSettings(Strict):
+    """Container requests and limits."""
+
+    requests: ComputeResources
+    limits: ComputeResources
+
+
+class ServerSettings(Strict):
+    """llama-server and its Deployment."""
+
+    name: DnsLabel | None = None
+    alias: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+    image: str = DEFAULT_IMAGE
+    allow_floating_image: bool = False
+    host: Annotated[str, Field(min_length=1)] = "0.0.0.0"
+    port: Port = 8080
+    service_port: Port | None = None
+    jinja: bool = True
+    gpu_layers: Annotated[int, Field(ge=0)]
+    context_size: Annotated[int, Field(ge=1)]
+    min_slot_context: Annotated[int, Field(ge=1)] = 65536
+    parallel: Annotated[int, Field(ge=1)] = 1
+    cont_batching: bool = True
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
+    temperature: Annotated[float, Field(ge=0)]
+    top_p: Annotated[float, Field(gt=0, le=1)]
+    threads: Annotated[int, Field(ge=1)]
+    node_selector: dict[str, str] = {}
+    resources: ResourceSettings
+    probes: ProbesSettings = ProbesSettings()
+    min_load_seconds: Annotated[int, Field(ge=0)] = 300
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        parse_image(value)
+        return value
+
+    @property
+    def resource_name(self) -> str:
+        """Name of the Deployment and Service."""
+        return self.name or self.alias
+
+
+class StrixHaloStack(Strict):
+    """A llama.cpp Vulkan server on a Kubernetes (k3s) node, with its model volume."""
+
+    target: Literal["kubernetes"]
+    kubernetes: KubernetesSettings = KubernetesSettings()
+    model: ModelSettings
+    store: StoreSettings
+    server: ServerSettings
+
+
+StackConfig = StrixHaloStack
+TARGETS: dict[str, type[StrixHaloStack]] = {"kubernetes": StrixHaloStack}
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    key = ""
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
+
+
+def _problems(error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors():
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "is required"
+        elif "input" in item and not isinstance(item["input"], dict | list):
+            message = f"{item['input']!r}: {message}"
+        problems.append(f"{_key(item['loc'])}: {message}")
+    return problems
+
+
+def _shard_problems(model: ModelSettings) -> list[str]:
+    names = model.file_names
+    parsed = [_SHARD.match(n) for n in names]
+    if len(names) == 1 and parsed[0] is None:
+        return [] if names[0].endswith(".gguf") else [f"model.files[0]: {names[0]!r} is not a .gguf"]
+    problems = []
+    for i, (name, match) in enumerate(zip(names, parsed, strict=True)):
+        if match is None:
+            problems.append(f"model.files[{i}]: {name!r} is not a split shard <prefix>-NNNNN-of-MMMMM.gguf")
+    if problems:
+        return problems
+    shards = [(m["prefix"], int(m["no"]), int(m["count"])) for m in parsed if m is not None]
+    if len({(p, c) for p, _, c in shards}) != 1:
+        return ["model.files: the shards must share one prefix and one shard count"]
+    count = shards[0][2]
+    numbers = [no for _, no, _ in shards]
+    missing = sorted(set(range(1, count + 1)) - set(numbers))
+    if missing:
+        absent = ", ".join(f"-{n:05d}-of-{count:05d}" for n in missing)
+        problems.append(f"model.files: incomplete shard set, {absent} absent")
+    if len(set(numbers)) != len(numbers) or len(numbers) != count and not missing:
+        problems.append(f"model.files: expected each of the {count} shards exactly once")
+    if numbers[0] != 1:
+        problems.append("model.files[0]: the first shard (-00001-of-...) must come first (it is -m)")
+    if len(set(names)) != len(names):
+        problems.append("model.files: two files have the same name")
+    return problems
+
+
+def cross_checks(stack: StrixHaloStack) -> list[str]:
+    """Rules that involve more than one key."""
+    server, model = stack.server, stack.model
+    problems = _shard_problems(model)
+    if server.gpu_layers > model.layers:
+        problems.append(
+            f"server.gpuLayers: {server.gpu_layers} is more than the model's {model.layers} layers "
+            f"(allowed 0-{model.layers})"
+        )
+    if server.context_size < server.min_slot_context:
+        problems.append(
+            f"server.contextSize: {server.context_size} is below the required "
+            f"{server.min_slot_context} tokens (server.minSlotContext)"
+        )
+    elif server.context_size // server.parallel < server.min_slot_context:
+        per_slot = server.context_size // server.parallel
+        problems.append(
+            f"server.parallel: {server.parallel} slots leave {per_slot} tokens per slot, below the "
+            f"required {server.min_slot_context} (raise server.contextSize to "
+            f"{server.min_slot_context * server.parallel} or lower server.parallel)"
+        )
+    if model.architecture == "deepseek4" and server.cache_type_k != server.cache_type_v:
+        problems.append(
+            f"server.cacheTypeV: {server.cache_type_v!r} differs from server.cacheTypeK "
+            f"{server.cache_type_k!r}; deepseek4 needs equal K and V cache types "
+            f"(allowed: {', '.join(CACHE_TYPES)})"
+        )
+    for key, image, allowed in (
+        ("server.image", server.image, server.allow_floating_image),
+        ("store.fetchImage", stack.store.fetch_image, stack.store.allow_floating_image),
+    ):
+        if not allowed and not parse_image(image).pinned:
+            flag = key.rsplit(".", 1)[0] + ".allowFloatingImage"
+            problems.append(
+                f"{key}: {image!r} is a floating tag (pin a build tag such as server-vulkan-b11434, "
+                f"a full version, or a digest; or set {flag}: true)"
+            )
+    startup = server.probes.startup
+    if startup.window_seconds < server.min_load_seconds:
+        problems.append(
+            f"server.probes.startup: allows {startup.window_seconds}s to load, less than "
+            f"server.minLoadSeconds {server.min_load_seconds}s (raise failureThreshold)"
+        )
+    for resource in ("cpu", "memory"):
+        request = getattr(server.resources.requests, resource)
+        limit = getattr(server.resources.limits, resource)
+        if quantity_value(request) > quantity_value(limit):
+            problems.append(
+                f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
+            )
+    return problems
+
+
+def parse_stack(values: Mapping[str, Any]) -> StackConfig:
+    """Validate the `llm-infra` config values (keys without namespace) into a StackConfig."""
+    target = values.get("target")
+    if target not in TARGETS:
+        allowed = ", ".join(TARGETS)
+        got = "missing" if target is None else f"{target!r} is not a known target"
+        raise ConfigError([f"target: {got} (allowed: {allowed})"])
+    try:
+        stack = TARGETS[target].model_validate(dict(values))
+    except ValidationError as exc:
+        raise ConfigError(_problems(exc)) from None
+    problems = cross_checks(stack)
+    if problems:
+        raise ConfigError(problems)
+    return stack
+
+
+def _namespace_values() -> dict[str, Any]:
+    """Every config value in the `llm-infra` namespace, objects decoded."""
+    raw = {**pulumi.runtime.config.get_config_env(), **pulumi.runtime.config.CONFIG.get()}
+    values: dict[str, Any] = {}
+    for full_key, value in raw.items():
+        namespace, _, key = full_key.partition(":")
+        if namespace != NAMESPACE or key in SECRET_KEYS:
+            continue
+        try:
+            values[key] = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            values[key] = value
+    return values
+
+
+def load_stack_config() -> tuple[StackConfig, pulumi.Output[str] | None]:
+    """Read and validate the stack's config; secrets come back as Outputs, never in the model."""
+    config = pulumi.Config(NAMESPACE)
+    stack = parse_stack(_namespace_values())
+    return stack, config.get_secret("hfToken")

@@ -1,0 +1,130 @@
+"""Target `kubernetes`: a GGUF model store and a llama.cpp Vulkan server on a k3s node."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.gguf_model_store import MODELS_MOUNT
+from components import (
+    GgufModelStore,
+    GgufModelStoreArgs,
+    HttpProbe,
+    LlamaCppVulkanServer,
+    LlamaCppVulkanServerArgs,
+    ModelFile,
+    ModelVolume,
+)
+from infra.config import ProbeSettings, StrixHaloStack
+
+
+def deploy(stack: StrixHaloStack, hf_token: pulumi.Output[str] | None) -> None:
+    """Create the stack's resources and export its outputs."""
+    settings = stack.kubernetes
+    provider = k8s.Provider("kubernetes", context=settings.context)
+    opts = pulumi.ResourceOptions(provider=provider)
+    depends: list[pulumi.Resource] = []
+    if settings.create_namespace:
+        namespace = k8s.core.v1.Namespace(
+            "namespace",
+            metadata={"name": settings.namespace, "labels": {"app.kubernetes.io/managed-by": "llm-infra"}},
+            opts=opts,
+        )
+        depends.append(namespace)
+    store = GgufModelStore(
+        stack.store.name,
+        store_args(stack, hf_token),
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
+    )
+    server = LlamaCppVulkanServer(
+        stack.server.resource_name,
+        server_args(stack, store.model_volume),
+        # Waiting on the store waits on its fetch Job: the server starts on a complete model.
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store]),
+    )
+    pulumi.export("url", server.url)
+    pulumi.export("alias", server.alias)
+    pulumi.export("modelPath", store.model_path)
+    pulumi.export("lockDigest", store.lock_digest)
+    pulumi.export("litellmModel", server.url.apply(lambda url: litellm_entry(stack.server.alias, url)))
+
+
+def litellm_entry(alias: str, url: str) -> dict[str, Any]:
+    """The LiteLLM `model_list` entry that routes the alias to this server."""
+    return {
+        "model_name": alias,
+        "litellm_params": {"model": f"openai/{alias}", "api_base": f"{url}/v1"},
+    }
+
+
+def _probe(probe: ProbeSettings) -> HttpProbe:
+    return {
+        "path": probe.path,
+        "initial_delay_seconds": probe.initial_delay_seconds,
+        "period_seconds": probe.period_seconds,
+        "failure_threshold": probe.failure_threshold,
+        "timeout_seconds": probe.timeout_seconds,
+    }
+
+
+def store_args(stack: StrixHaloStack, hf_token: pulumi.Input[str] | None) -> GgufModelStoreArgs:
+    """GgufModelStore inputs from the stack config."""
+    model, store = stack.model, stack.store
+    files: list[ModelFile] = [
+        {"path": path, "name": name}
+        for path, name in zip(model.files, model.file_names, strict=True)
+    ]
+    return {
+        "namespace": stack.kubernetes.namespace,
+        "repo": model.repo,
+        "revision": model.revision,
+        "files": files,
+        "volume_size": store.size,
+        "storage_class": store.storage_class,
+        "node_selector": dict(stack.server.node_selector),
+        "fetch_image": store.fetch_image,
+        "retired_patterns": list(store.retired_patterns),
+        "parallel_downloads": store.parallel_downloads,
+        "fetch_timeout_seconds": int(store.fetch_timeout_hours * 3600),
+        "hf_endpoint": store.hf_endpoint,
+        "hf_token": hf_token,
+    }
+
+
+def server_args(stack: StrixHaloStack, model: ModelVolume) -> LlamaCppVulkanServerArgs:
+    """LlamaCppVulkanServer inputs from the stack config."""
+    server = stack.server
+    return {
+        "namespace": stack.kubernetes.namespace,
+        "image": server.image,
+        "flags": {
+            "model_path": f"{MODELS_MOUNT}/{stack.model.file_names[0]}",
+            "alias": server.alias,
+            "host": server.host,
+            "port": server.port,
+            "jinja": server.jinja,
+            "gpu_layers": server.gpu_layers,
+            "ctx_size": server.context_size,
+            "parallel": server.parallel,
+            "cont_batching": server.cont_batching,
+            "cache_type_k": server.cache_type_k,
+            "cache_type_v": server.cache_type_v,
+            "temperature": server.temperature,
+            "top_p": server.top_p,
+            "threads": server.threads,
+        },
+        "model": model,
+        "node_selector": dict(server.node_selector),
+        "resources": {
+            "requests": server.resources.requests.model_dump(),
+            "limits": server.resources.limits.model_dump(),
+        },
+        "probes": {
+            "startup": _probe(server.probes.startup),
+            "readiness": _probe(server.probes.readiness),
+            "liveness": _probe(server.probes.liveness),
+        },
+        "service_port": server.service_port or server.port,
+    }

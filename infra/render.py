@@ -1,0 +1,260 @@
+"""`llm-infra render`: run the real program under Pulumi mocks and write what it would create.
+
+Nothing here builds resources itself: the stack file becomes Pulumi config, `infra.program.main`
+runs inside a stack exactly as under `pulumi up`, and a recording monitor keeps every
+registration (inputs as Pulumi sends them) and the stack outputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import empty_pb2
+from pulumi.runtime import config as runtime_config
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.stack import run_in_stack
+
+from infra.config import NAMESPACE, SECRET_PLACEHOLDER
+
+STACK_TYPE = "pulumi:pulumi:Stack"
+# Apply order of Kubernetes kinds (as Helm installs them): what a kind needs comes first.
+KIND_ORDER = (
+    "Namespace", "NetworkPolicy", "ServiceAccount", "Secret", "ConfigMap",
+    "PersistentVolumeClaim", "Role", "RoleBinding", "Job", "Deployment", "Service",
+)  # fmt: skip
+
+
+@dataclass
+class Registration:
+    """One RegisterResource call as the engine saw it."""
+
+    type: str
+    name: str
+    urn: str
+    parent_urn: str
+    inputs: Any
+    options: dict[str, Any]
+
+
+@dataclass
+class Rendered:
+    """What a program registered: resources in registration order, and the stack outputs."""
+
+    resources: list[dict[str, Any]]
+    outputs: dict[str, Any]
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+
+
+def clean(value: Any) -> Any:
+    """Engine values made plain: secrets masked, whole floats as ints, dict keys sorted."""
+    if rpc.is_rpc_secret(value):
+        return SECRET_PLACEHOLDER
+    if isinstance(value, dict):
+        return {k: clean(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [clean(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """A mock monitor that also keeps each registration's options and the stack outputs."""
+
+    def __init__(self, mocks: pulumi.runtime.Mocks) -> None:
+        super().__init__(mocks)
+        self.registrations: list[Registration] = []
+        self.stack_outputs: dict[str, Any] = {}
+
+    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        response = super().RegisterResource(request)
+        if request.type != STACK_TYPE:
+            options: dict[str, Any] = {}
+            if request.protect:
+                options["protect"] = True
+            if request.deleteBeforeReplace:
+                options["deleteBeforeReplace"] = True
+            timeouts = {
+                k: getattr(request.customTimeouts, k)
+                for k in ("create", "update", "delete")
+                if getattr(request.customTimeouts, k)
+            }
+            if timeouts:
+                options["customTimeouts"] = timeouts
+            if request.dependencies:
+                options["dependsOn"] = list(request.dependencies)
+            if request.provider:
+                options["provider"] = request.provider.rsplit("::", 1)[0]
+            self.registrations.append(
+                Registration(
+                    type=request.type,
+                    name=request.name,
+                    urn=response.urn,
+                    parent_urn=request.parent,
+                    inputs=rpc.deserialize_properties(request.object),
+                    options=options,
+                )
+            )
+        return response
+
+    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+        if request.urn.endswith(f"::{STACK_TYPE}::" + request.urn.rsplit("::", 1)[-1]):
+            self.stack_outputs = rpc.deserialize_properties(request.outputs)
+        return super().RegisterResourceOutputs(request)
+
+
+class EchoMocks(pulumi.runtime.Mocks):
+    """Resources come back with their inputs as state and their name as id."""
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        return args.name, args.inputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
+        return {}
+
+
+def stack_config(path: Path, project: str = NAMESPACE) -> tuple[dict[str, str], list[str]]:
+    """Pulumi config (`ns:key` → string) and the secret keys, from a stack file."""
+    document = yaml.safe_load(path.read_text()) or {}
+    values: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in (document.get("config") or {}).items():
+        full_key = key if ":" in key else f"{project}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            # Encrypted with the stack's key, which render does not have: a secret is present.
+            values[full_key] = SECRET_PLACEHOLDER
+            secret_keys.append(full_key)
+        elif isinstance(value, str):
+            values[full_key] = value
+        else:
+            values[full_key] = json.dumps(value)
+    return values, secret_keys
+
+
+def run_program(
+    program: Callable[[], None],
+    config: dict[str, str],
+    secret_keys: list[str],
+    stack: str,
+    project: str = NAMESPACE,
+) -> Rendered:
+    """Run a Pulumi program under mocks with the given config; return what it registered."""
+    mocks = EchoMocks()
+    monitor = RecordingMonitor(mocks)
+    features = set(monitor.GetDeploymentInfo(empty_pb2.Empty()).supportedFeatures)
+    settings.configure(
+        pulumi_mocks.MockSettings(
+            monitor=monitor,
+            monitor_features=features,
+            engine=pulumi_mocks.MockEngine(None),
+            project=project,
+            stack=stack,
+            dry_run=False,
+            organization="organization",
+            callbacks=None,
+        )
+    )
+    settings.ROOT.set(None)
+    runtime_config.set_all_config(config, secret_keys)
+    loop = asyncio.new_event_loop()
+    try:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(run_in_stack(program))
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+    return _collect(monitor)
+
+
+def _collect(monitor: RecordingMonitor) -> Rendered:
+    names = {r.urn: r.name for r in monitor.registrations}
+    resources = []
+    for r in monitor.registrations:
+        options = dict(r.options)
+        if "dependsOn" in options:
+            options["dependsOn"] = [names.get(urn, urn) for urn in options["dependsOn"]]
+        if "provider" in options:
+            options["provider"] = names.get(options["provider"], options["provider"])
+        entry: dict[str, Any] = {
+            "type": r.type,
+            "name": r.name,
+            "parent": names.get(r.parent_urn),
+            "inputs": clean(r.inputs),
+        }
+        if options:
+            entry["options"] = options
+        resources.append(entry)
+    rendered = Rendered(resources=resources, outputs=clean(monitor.stack_outputs))
+    rendered.manifests = kubernetes_manifests(resources)
+    return rendered
+
+
+def _is_kubernetes_object(resource_type: str) -> bool:
+    return resource_type.startswith("kubernetes:") and not resource_type.startswith(
+        "pulumi:providers:"
+    )
+
+
+def kubernetes_manifests(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every Kubernetes object, in apply order (kind order, then registration order)."""
+    objects = [r["inputs"] for r in resources if _is_kubernetes_object(r["type"])]
+
+    def rank(obj: dict[str, Any]) -> int:
+        kind = obj.get("kind", "")
+        return KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
+
+    ordered = sorted(objects, key=rank)
+    return [_manifest_order(obj) for obj in ordered]
+
+
+def _manifest_order(obj: dict[str, Any]) -> dict[str, Any]:
+    head = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+    return {**head, **{k: v for k, v in obj.items() if k not in head}}
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings, so reviewers read scripts and sources as text."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
+    """Multi-document YAML of the manifests."""
+    return yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False, width=100)
+
+
+def write(rendered: Rendered, out: Path) -> list[Path]:
+    """Write the render contract files into out (replacing an earlier render there)."""
+    files = {
+        "resources.json": json.dumps(rendered.resources, indent=2) + "\n",
+        "outputs.json": json.dumps(rendered.outputs, indent=2, sort_keys=True) + "\n",
+    }
+    if rendered.manifests:
+        files["manifests.yaml"] = manifests_yaml(rendered.manifests)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in ("resources.json", "outputs.json", "manifests.yaml", "files", "commands"):
+        target = out / stale
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    written = []
+    for name, text in files.items():
+        (out / name).write_text(text)
+        written.append(out / name)
+    return written

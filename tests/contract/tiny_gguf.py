@@ -1,0 +1,180 @@
+"""A deterministic, loadable, very small llama-architecture model as a split GGUF set.
+
+The weights are random noise: the model is only good for exercising the loading and
+serving path of llama-server (split discovery, tokenizer, chat template, KV cache
+types), not for producing meaningful text.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass
+
+import gguf
+import numpy as np
+import numpy.typing as npt
+
+ARCH = "llama"
+SEED = 20240731
+
+N_LAYER = 2
+N_EMBD = 64
+N_HEAD = 2
+N_HEAD_KV = 2
+# Quantized KV caches (q8_0/q4_0) are stored in 32-element blocks, so the head size
+# must be a multiple of 32.
+HEAD_DIM = N_EMBD // N_HEAD
+N_FF = 128
+# Larger than any context the contract tests ask for, so llama.cpp does not warn
+# about exceeding the training context.
+CONTEXT_LENGTH = 131072
+RMS_EPS = 1e-5
+ROPE_FREQ_BASE = 10000.0
+
+BOS = "<s>"
+EOS = "</s>"
+UNK = "<unk>"
+
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}{{ eos_token }}\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class _Vocab:
+    tokens: list[str]
+    scores: list[float]
+    types: list[int]
+
+
+def _spm_vocab() -> _Vocab:
+    """SentencePiece-style vocab: specials, all 256 byte-fallback tokens, ASCII pieces.
+
+    The byte tokens make every input tokenizable (and llama.cpp looks up ``<0x0A>``
+    as the newline token when loading an SPM vocab).
+    """
+    tokens = [UNK, BOS, EOS]
+    types = [
+        int(gguf.TokenType.UNKNOWN),
+        int(gguf.TokenType.CONTROL),
+        int(gguf.TokenType.CONTROL),
+    ]
+    for byte in range(256):
+        tokens.append(f"<0x{byte:02X}>")
+        types.append(int(gguf.TokenType.BYTE))
+    pieces = ["\u2581"] + [chr(c) for c in range(0x21, 0x7F)]
+    pieces += ["\u2581" + chr(c) for c in range(ord("a"), ord("z") + 1)]
+    for piece in pieces:
+        tokens.append(piece)
+        types.append(int(gguf.TokenType.NORMAL))
+    scores = [0.0] * (len(tokens) - len(pieces)) + [-float(i) for i in range(len(pieces))]
+    return _Vocab(tokens=tokens, scores=scores, types=types)
+
+
+def _block_tensor_name(kind: gguf.MODEL_TENSOR, bid: int) -> str:
+    return gguf.TENSOR_NAMES[kind].format(bid=bid) + ".weight"
+
+
+def _tensors(n_vocab: int) -> list[tuple[str, npt.NDArray[np.float32]]]:
+    """Weights in llama.cpp's tensor naming; numpy shapes are GGUF ``ne`` reversed."""
+    rng = np.random.default_rng(SEED)
+
+    def dense(rows: int, cols: int) -> npt.NDArray[np.float32]:
+        return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
+
+    def ones(n: int) -> npt.NDArray[np.float32]:
+        return np.ones(n, dtype=np.float32)
+
+    names = gguf.TENSOR_NAMES
+    t = gguf.MODEL_TENSOR
+    out: list[tuple[str, npt.NDArray[np.float32]]] = [
+        (names[t.TOKEN_EMBD] + ".weight", dense(n_vocab, N_EMBD)),
+    ]
+    for bid in range(N_LAYER):
+        out += [
+            (_block_tensor_name(t.ATTN_NORM, bid), ones(N_EMBD)),
+            (_block_tensor_name(t.ATTN_Q, bid), dense(N_HEAD * HEAD_DIM, N_EMBD)),
+            (_block_tensor_name(t.ATTN_K, bid), dense(N_HEAD_KV * HEAD_DIM, N_EMBD)),
+            (_block_tensor_name(t.ATTN_V, bid), dense(N_HEAD_KV * HEAD_DIM, N_EMBD)),
+            (_block_tensor_name(t.ATTN_OUT, bid), dense(N_EMBD, N_HEAD * HEAD_DIM)),
+            (_block_tensor_name(t.FFN_NORM, bid), ones(N_EMBD)),
+            (_block_tensor_name(t.FFN_GATE, bid), dense(N_FF, N_EMBD)),
+            (_block_tensor_name(t.FFN_UP, bid), dense(N_FF, N_EMBD)),
+            (_block_tensor_name(t.FFN_DOWN, bid), dense(N_EMBD, N_FF)),
+        ]
+    out += [
+        (names[t.OUTPUT_NORM] + ".weight", ones(N_EMBD)),
+        (names[t.OUTPUT] + ".weight", dense(n_vocab, N_EMBD)),
+    ]
+    return out
+
+
+def _add_model_metadata(writer: gguf.GGUFWriter, vocab: _Vocab) -> None:
+    writer.add_name("tiny-llama-contract-test")
+    writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    writer.add_context_length(CONTEXT_LENGTH)
+    writer.add_embedding_length(N_EMBD)
+    writer.add_block_count(N_LAYER)
+    writer.add_feed_forward_length(N_FF)
+    writer.add_head_count(N_HEAD)
+    writer.add_head_count_kv(N_HEAD_KV)
+    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_rope_freq_base(ROPE_FREQ_BASE)
+    writer.add_layer_norm_rms_eps(RMS_EPS)
+    writer.add_vocab_size(len(vocab.tokens))
+
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(vocab.tokens)
+    writer.add_token_scores(vocab.scores)
+    writer.add_token_types(vocab.types)
+    writer.add_unk_token_id(vocab.tokens.index(UNK))
+    writer.add_bos_token_id(vocab.tokens.index(BOS))
+    writer.add_eos_token_id(vocab.tokens.index(EOS))
+    writer.add_add_bos_token(True)
+    writer.add_add_eos_token(False)
+    writer.add_chat_template(CHAT_TEMPLATE)
+
+
+def shard_names(prefix: str, shards: int) -> list[str]:
+    """File names llama.cpp derives from the first shard (``llama_split_path``)."""
+    return [f"{prefix}-{i:05d}-of-{shards:05d}.gguf" for i in range(1, shards + 1)]
+
+
+def write_tiny_split_model(
+    directory: pathlib.Path, prefix: str, shards: int = 3
+) -> list[pathlib.Path]:
+    """Write the model as ``{prefix}-0000i-of-0000N.gguf`` and return the paths in order.
+
+    The full metadata lives in the first shard (llama.cpp reads hyperparameters and
+    the tokenizer from it only); every shard carries the ``split.*`` keys and a
+    contiguous slice of the tensors.
+    """
+    vocab = _spm_vocab()
+    tensors = _tensors(len(vocab.tokens))
+    if not 1 <= shards <= len(tensors):
+        raise ValueError(f"shards must be between 1 and {len(tensors)}, got {shards}")
+
+    directory.mkdir(parents=True, exist_ok=True)
+    bounds = [i * len(tensors) // shards for i in range(shards + 1)]
+    paths = [directory / n for n in shard_names(prefix, shards)]
+    for index, path in enumerate(paths):
+        writer = gguf.GGUFWriter(path, ARCH)
+        try:
+            if index == 0:
+                _add_model_metadata(writer, vocab)
+            # llama.cpp reads split.no with gguf_get_val_u16, so the types matter.
+            writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_NO, index)
+            writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_COUNT, shards)
+            writer.add_int32(gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, len(tensors))
+            for name, data in tensors[bounds[index] : bounds[index + 1]]:
+                writer.add_tensor(name, data)
+            writer.write_header_to_file()
+            writer.write_kv_data_to_file()
+            writer.write_tensors_to_file()
+        finally:
+            writer.close()
+    return paths
