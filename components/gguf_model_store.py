@@ -95,14 +95,15 @@ class GgufModelStore(pulumi.ComponentResource):
         lock = model_lock(args["repo"], args["revision"], args["files"])
         digest = lock_digest(lock)
         names = store_names(name, content_digest(lock))
-        child = pulumi.ResourceOptions(parent=self)
+        inherited = inherited_dependencies(opts)
+        child = pulumi.ResourceOptions(parent=self, depends_on=inherited)
 
         self.pvc = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             **without_kind(
                 model_pvc(names["pvc"], namespace, labels, args["volume_size"], args["storage_class"])
             ),
-            opts=pulumi.ResourceOptions(parent=self, protect=True),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=inherited, protect=True),
         )
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-fetcher",
@@ -139,7 +140,7 @@ class GgufModelStore(pulumi.ComponentResource):
             **without_kind(job),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[self.pvc, self.config_map],
+                depends_on=[*inherited, self.pvc, self.config_map],
                 # The Job is awaited until Complete: give the provider the Job's own deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{timeout + 600}s", update=f"{timeout + 600}s"
@@ -165,6 +166,16 @@ class GgufModelStore(pulumi.ComponentResource):
                 "model_path": self.model_path,
             }
         )
+
+
+def inherited_dependencies(opts: pulumi.ResourceOptions | None) -> list[pulumi.Resource]:
+    """The component's own dependsOn, for its children: Pulumi does not pass it down."""
+    depends = opts.depends_on if opts else None
+    if depends is None:
+        return []
+    if isinstance(depends, pulumi.Resource):
+        return [depends]
+    return list(depends)  # type: ignore[arg-type]
 
 
 def without_kind(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pulumi_kubernetes as k8s
 from components.gguf_model_store import (
     MODELS_MOUNT,
     ModelVolume,
+    inherited_dependencies,
     model_check_container,
     model_volumes,
     without_kind,
@@ -131,6 +132,9 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             **without_kind(deployment),
             opts=pulumi.ResourceOptions(
                 parent=self,
+                # Children do not inherit dependsOn: the pod must wait for what the server waits
+                # for (the fetch Job), not start early and crash-loop on a missing model.
+                depends_on=inherited_dependencies(opts),
                 # pulumi-kubernetes waits 10 min by default; the load alone may take longer.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{deadline + 60}s", update=f"{deadline + 60}s"
@@ -140,7 +144,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             **without_kind(server_service(name, namespace, labels, port, service_port)),
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=inherited_dependencies(opts)),
         )
         self.service_name = pulumi.Output.from_input(name)
         self.url = pulumi.Output.from_input(service_url(name, namespace, service_port))

@@ -93,6 +93,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             if request.dependencies:
                 options["dependsOn"] = list(request.dependencies)
             if request.provider:
+                # A provider reference is `<urn>::<id>`.
                 options["provider"] = request.provider.rsplit("::", 1)[0]
             self.registrations.append(
                 Registration(
@@ -175,13 +176,41 @@ def run_program(
     return _collect(monitor)
 
 
+def dependency_order(registrations: list[Registration]) -> list[Registration]:
+    """Registrations with each after its parent, provider and dependsOn; ties broken by name.
+
+    The engine's own arrival order depends on when each resource's inputs resolve, so it is not
+    stable between runs; this order is, and it is an order in which Pulumi could create them.
+    """
+    by_urn = {r.urn: r for r in registrations}
+    needs: dict[str, set[str]] = {}
+    for r in registrations:
+        wanted = {r.parent_urn, r.options.get("provider", ""), *r.options.get("dependsOn", [])}
+        needs[r.urn] = {urn for urn in wanted if urn in by_urn}
+    ready = sorted((r.name, r.type, r.urn) for r in registrations if not needs[r.urn])
+    ordered: list[Registration] = []
+    while ready:
+        _, _, urn = ready.pop(0)
+        ordered.append(by_urn[urn])
+        for other, wanted in needs.items():
+            if urn in wanted:
+                wanted.discard(urn)
+                if not wanted:
+                    ready.append((by_urn[other].name, by_urn[other].type, other))
+        ready.sort()
+    if len(ordered) != len(registrations):
+        raise RuntimeError("resources depend on each other in a cycle")
+    return ordered
+
+
 def _collect(monitor: RecordingMonitor) -> Rendered:
     names = {r.urn: r.name for r in monitor.registrations}
     resources = []
-    for r in monitor.registrations:
+    for r in dependency_order(monitor.registrations):
         options = dict(r.options)
         if "dependsOn" in options:
-            options["dependsOn"] = [names.get(urn, urn) for urn in options["dependsOn"]]
+            # The engine's order of dependencies is a set's order: sort it for stable output.
+            options["dependsOn"] = sorted(names.get(urn, urn) for urn in options["dependsOn"])
         if "provider" in options:
             options["provider"] = names.get(options["provider"], options["provider"])
         entry: dict[str, Any] = {

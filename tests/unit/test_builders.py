@@ -1,0 +1,207 @@
+"""Pure builders: argv, container, probes, Deployment, Job, PVC — no Pulumi engine."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from components.fetcher import lock_digest
+from components.gguf_model_store import (
+    content_digest,
+    fetch_job,
+    fetcher_config_map,
+    model_lock,
+    model_pvc,
+    store_names,
+)
+from components.images import parse_image
+from components.llamacpp_vulkan_server import (
+    LlamaServerFlags,
+    llama_server_args,
+    probe_window_seconds,
+    server_deployment,
+    server_labels,
+    server_service,
+)
+from infra.config import parse_stack
+from infra.kubernetes_target import server_args, store_args
+
+SEED_ARGV = (
+    "-m /models/DeepSeek-V4-Flash-0731-UD-IQ1_M-00001-of-00003.gguf --alias deepseek-v4-flash-0731 "
+    "--host 0.0.0.0 --port 8080 --jinja -ngl 40 -c 65536 -np 1 --cont-batching --cache-type-k q8_0 "
+    "--cache-type-v q8_0 --temp 1.0 --top-p 0.95 --threads 8"
+).split()
+VOLUME = {"claim_name": "models", "fetcher_config_map": "models-fetcher-x", "check_image": "py:3.12.8"}
+
+
+@pytest.fixture
+def seed_server(strix_halo_values: dict[str, Any]) -> Any:
+    return server_args(parse_stack(strix_halo_values), VOLUME)  # type: ignore[arg-type]
+
+
+def test_seed_stack_renders_the_seed_argv(seed_server: Any) -> None:
+    assert llama_server_args(seed_server["flags"]) == SEED_ARGV
+
+
+def test_argv_follows_typed_fields(seed_server: Any) -> None:
+    flags: LlamaServerFlags = {
+        **seed_server["flags"],
+        "jinja": False,
+        "cont_batching": False,
+        "temperature": 0.6,
+        "top_p": 1,
+        "gpu_layers": 38,
+    }
+    argv = llama_server_args(flags)
+    assert "--jinja" not in argv
+    assert "--no-cont-batching" in argv and "--cont-batching" not in argv
+    assert argv[argv.index("--temp") + 1] == "0.6"
+    assert argv[argv.index("--top-p") + 1] == "1.0"
+    assert argv[argv.index("-ngl") + 1] == "38"
+
+
+def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
+    deployment = server_deployment("ds", "llm", server_labels("ds"), seed_server)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
+    assert container["args"] == SEED_ARGV
+    assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
+    assert container["resources"] == {
+        "requests": {"cpu": "1000m", "memory": "4Gi"},
+        "limits": {"cpu": "4000m", "memory": "20Gi"},
+    }
+    readiness = container["readinessProbe"]
+    assert readiness["httpGet"]["path"] == "/health"
+    assert (readiness["initialDelaySeconds"], readiness["periodSeconds"]) == (30, 10)
+    assert readiness["failureThreshold"] == 6
+    liveness = container["livenessProbe"]
+    assert (liveness["httpGet"]["path"], liveness["periodSeconds"]) == ("/health", 30)
+    assert liveness["failureThreshold"] == 5
+    assert container["securityContext"] == {"privileged": True}
+    dri = next(v for v in pod["volumes"] if v["name"] == "dev-dri")
+    assert dri["hostPath"]["path"] == "/dev/dri"
+    assert {"name": "dev-dri", "mountPath": "/dev/dri"} in container["volumeMounts"]
+
+
+def test_startup_probe_lets_the_load_run_before_liveness(seed_server: Any) -> None:
+    container = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    startup = container["startupProbe"]
+    window = startup["initialDelaySeconds"] + startup["periodSeconds"] * startup["failureThreshold"]
+    # Liveness only starts after startup succeeds: the seed's 300 s floor is covered and more.
+    assert window >= 300
+    assert window == probe_window_seconds(seed_server["probes"]["startup"])
+
+
+def test_deployment_is_recreate_with_a_deadline_covering_the_load(seed_server: Any) -> None:
+    spec = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]
+    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 1
+    assert spec["progressDeadlineSeconds"] > probe_window_seconds(seed_server["probes"]["startup"])
+
+
+def test_model_volume_is_read_only_and_checked_before_start(seed_server: Any) -> None:
+    pod = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]["template"]["spec"]
+    models = next(v for v in pod["volumes"] if v["name"] == "models")
+    assert models["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "models")
+    assert mount["readOnly"] is True
+    (check,) = pod["initContainers"]
+    assert check["command"][2] == "check"
+    assert all(m["readOnly"] for m in check["volumeMounts"])
+
+
+def test_service_targets_the_server_port() -> None:
+    service = server_service("ds", "llm", server_labels("ds"), 8080, 8080)
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
+    ]
+    assert set(service["spec"]["selector"].items()) <= set(server_labels("ds").items())
+
+
+def test_pvc_uses_local_path_and_requested_size() -> None:
+    pvc = model_pvc("models", "llm", {}, "120Gi", "local-path")
+    assert pvc["spec"]["storageClassName"] == "local-path"
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "120Gi"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+def test_job_runs_fetcher_on_the_server_node_with_token_from_secret(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    args = store_args(parse_stack(strix_halo_values), None)
+    job = fetch_job(
+        "models-fetch-1", "llm", {}, image=args["fetch_image"], claim_name="models",
+        config_map="cm", node_selector=args["node_selector"], retired=["Qwen3.6*.gguf"],
+        parallel=3, timeout_seconds=43200, hf_endpoint=None, token_secret="models-hf-token",
+    )  # fmt: skip
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
+    assert container["command"][:3] == ["python3", "/opt/llm-infra/fetcher.py", "fetch"]
+    assert container["command"][-2:] == ["--retire", "Qwen3.6*.gguf"]
+    assert not any("pip" in part for part in container["command"])
+    token = next(e for e in container["env"] if e["name"] == "HF_TOKEN")
+    assert token == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "models-hf-token", "key": "token"}},
+    }
+    assert job["spec"]["activeDeadlineSeconds"] == 43200
+    assert parse_image(container["image"]).pinned
+
+
+def test_job_without_token_has_no_token_env() -> None:
+    job = fetch_job(
+        "j", "llm", {}, image="python:3.12.8-slim", claim_name="models", config_map="cm",
+        node_selector={}, retired=[], parallel=1, timeout_seconds=60, hf_endpoint=None,
+        token_secret=None,
+    )  # fmt: skip
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env] == ["PYTHONUNBUFFERED"]
+
+
+def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
+    files = [{"path": "a/m-00001-of-00001.gguf", "name": "m-00001-of-00001.gguf"}]
+    old = model_lock("o/r", "main", files)  # type: ignore[arg-type]
+    new = model_lock("o/r", "abc123", files)  # type: ignore[arg-type]
+    assert lock_digest(old) != lock_digest(new)
+    old_names, new_names = store_names("models", content_digest(old)), store_names(
+        "models", content_digest(new)
+    )
+    assert old_names["job"] != new_names["job"]
+    assert old_names["config_map"] != new_names["config_map"]
+    assert old_names["pvc"] == new_names["pvc"] == "models"
+
+
+def test_config_map_carries_fetcher_and_lock() -> None:
+    lock = model_lock("o/r", "main", [{"path": "x.gguf", "name": "x.gguf"}])
+    config_map = fetcher_config_map("cm", "llm", {}, lock)
+    assert "def main(" in config_map["data"]["fetcher.py"]
+    assert '"repo": "o/r"' in config_map["data"]["lock.json"]
+    assert config_map["immutable"] is True
+
+
+@pytest.mark.parametrize(
+    ("reference", "pinned"),
+    [
+        ("ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434", True),
+        ("ghcr.io/ggml-org/llama.cpp:server-vulkan", False),
+        ("python:3.12.8-slim-bookworm", True),
+        ("python:3.12-slim", False),
+        ("python", False),
+        ("localhost:5000/img:latest", False),
+        ("vllm/vllm-openai-rocm@sha256:" + "a" * 64, True),
+    ],
+)
+def test_image_pinning(reference: str, pinned: bool) -> None:
+    assert parse_image(reference).pinned is pinned
+
+
+@pytest.mark.parametrize("reference", ["", "Upper/case:1.2.3", "x:bad tag", "x@sha256:12"])
+def test_malformed_image_references_raise(reference: str) -> None:
+    with pytest.raises(ValueError):
+        parse_image(reference)
