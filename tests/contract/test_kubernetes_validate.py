@@ -1,0 +1,44 @@
+"""Every rendered manifest passes `kubernetes-validate --strict` for Kubernetes 1.32."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from tests.component.test_render import render
+from tests.conftest import ROOT
+
+K8S_VERSION = "1.32.0"
+
+
+def kubernetes_validate(path: Path) -> subprocess.CompletedProcess[str]:
+    tool = shutil.which("kubernetes-validate")
+    assert tool, "kubernetes-validate is not installed (pip install -e '.[test]')"
+    return subprocess.run(
+        [tool, "--strict", "-k", K8S_VERSION, str(path)], capture_output=True, text=True, check=False
+    )
+
+
+def test_rendered_strix_halo_manifests_pass_strict_validation(tmp_path: Path) -> None:
+    out = tmp_path / "strix-halo"
+    assert render("strix-halo", out, cwd=ROOT).returncode == 0
+    result = kubernetes_validate(out / "manifests.yaml")
+    assert result.returncode == 0, result.stdout + result.stderr
+    documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
+    assert result.stdout.count("passed for resource") == len(documents) == 6
+
+
+def test_strict_validation_rejects_an_unknown_field(tmp_path: Path) -> None:
+    out = tmp_path / "strix-halo"
+    assert render("strix-halo", out, cwd=ROOT).returncode == 0
+    documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    deployment["spec"]["template"]["spec"]["containers"][0]["gpuLayers"] = 40
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(deployment))
+    result = kubernetes_validate(broken)
+    assert result.returncode != 0
+    assert "gpuLayers" in result.stdout + result.stderr

@@ -1,0 +1,128 @@
+"""A local HTTP server that speaks the part of the Hugging Face hub protocol the fetcher uses.
+
+`/{repo}/resolve/{revision}/{path}` with HEAD, GET and Range (206), `X-Repo-Commit`,
+`X-Linked-Size` and `X-Linked-Etag` headers and `X-Error-Code` on errors; optional bearer-token
+gating; and faults a test can inject: a connection dropped after N bytes, corrupted bytes, a
+fixed status for the next requests of a file. Loopback only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@dataclass
+class Hub:
+    """Repos, files and injected faults; `requests` records (method, path, Range) per request."""
+
+    repos: dict[str, dict[str, bytes]] = field(default_factory=dict)
+    token: str | None = None
+    drop_after: dict[str, int] = field(default_factory=dict)
+    corrupt_once: set[str] = field(default_factory=set)
+    status_once: dict[str, list[int]] = field(default_factory=dict)
+    requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    url: str = ""
+
+    def sha256(self, repo: str, path: str) -> str:
+        return hashlib.sha256(self.repos[repo][path]).hexdigest()
+
+
+def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+        def _error(self, status: int, code: str) -> None:
+            self.send_response(status)
+            self.send_header("X-Error-Code", code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def _serve(self, head: bool) -> None:
+            parsed = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
+            hub.requests.append((self.command, parsed, self.headers.get("Range")))
+            parts = parsed.lstrip("/").split("/")
+            if len(parts) < 5 or parts[2] != "resolve":
+                return self._error(404, "EntryNotFound")
+            repo, revision, path = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
+            if hub.token is not None and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                return self._error(401, "GatedRepo")
+            if repo not in hub.repos:
+                return self._error(404, "RepoNotFound")
+            if revision not in ("main", COMMIT):
+                return self._error(404, "RevisionNotFound")
+            if path not in hub.repos[repo]:
+                return self._error(404, "EntryNotFound")
+            forced = hub.status_once.get(path)
+            if forced:
+                return self._error(forced.pop(0), "Injected")
+            data = hub.repos[repo][path]
+            start = 0
+            status = 200
+            header = self.headers.get("Range")
+            if header and header.startswith("bytes="):
+                start = int(header[len("bytes=") :].split("-")[0])
+                if start >= len(data):
+                    self.send_response(416)
+                    self.send_header("Content-Range", f"bytes */{len(data)}")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return None
+                status = 206
+            body = data[start:]
+            if path in hub.corrupt_once and not head:
+                hub.corrupt_once.discard(path)
+                body = bytes([body[0] ^ 0xFF]) + body[1:]
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Repo-Commit", COMMIT)
+            self.send_header("X-Linked-Size", str(len(data)))
+            self.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
+            self.send_header("Accept-Ranges", "bytes")
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.end_headers()
+            if head:
+                return None
+            limit = hub.drop_after.pop(path, None)
+            if limit is not None:
+                self.wfile.write(body[:limit])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(2)
+                return None
+            self.wfile.write(body)
+            return None
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server method name)
+            self._serve(head=False)
+
+        def do_HEAD(self) -> None:  # noqa: N802 (http.server method name)
+            self._serve(head=True)
+
+    return Handler
+
+
+@contextmanager
+def running_hub(hub: Hub) -> Iterator[Hub]:
+    """Serve the hub on 127.0.0.1 on a free port for the duration of the block."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(hub))
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    hub.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield hub
+    finally:
+        server.shutdown()
+        server.server_close()
