@@ -95,7 +95,9 @@ def load_lock(path: Path) -> Lock:
     except (OSError, ValueError) as exc:
         raise FetchError(f"cannot read lock {path}: {exc}", EXIT_USAGE) from exc
     if document.get("version") != 1:
-        raise FetchError(f"lock {path}: unsupported version {document.get('version')!r}", EXIT_USAGE)
+        raise FetchError(
+            f"lock {path}: unsupported version {document.get('version')!r}", EXIT_USAGE
+        )
     files = []
     for entry in document.get("files", []):
         name = entry["name"]
@@ -188,9 +190,7 @@ def _download(lock: Lock, item: LockedFile, dest: Path, progress: Progress, retr
             time.sleep(delay)
 
 
-def _download_once(
-    url: str, item: LockedFile, final: Path, part: Path, progress: Progress
-) -> None:
+def _download_once(url: str, item: LockedFile, final: Path, part: Path, progress: Progress) -> None:
     offset = part.stat().st_size if part.exists() else 0
     if item.size is not None and offset > item.size:
         part.unlink()
@@ -296,8 +296,12 @@ def fetch(lock: Lock, dest: Path, parallel: int, retired: list[str], retries: in
                 log(f"{item.name}: already complete, skipped")
         known = [i for i in missing if i.size is not None]
         needed = sum(
-            i.size - ((dest / f".{i.name}.part").stat().st_size
-                      if (dest / f".{i.name}.part").exists() else 0)
+            i.size
+            - (
+                (dest / f".{i.name}.part").stat().st_size
+                if (dest / f".{i.name}.part").exists()
+                else 0
+            )
             for i in known
             if i.size is not None
         )
@@ -353,10 +357,19 @@ def main(argv: list[str] | None = None) -> int:
         cmd.add_argument("--dest", type=Path, required=True, help="directory for the files")
         if name == "fetch":
             cmd.add_argument("--parallel", type=int, default=3, help="files downloaded at once")
-            cmd.add_argument("--retire", action="append", default=[], metavar="GLOB",
-                             help="delete files matching GLOB (never files of the lock)")
-            cmd.add_argument("--retries", type=int, default=5,
-                             help="retries per file on connection errors and HTTP 5xx")
+            cmd.add_argument(
+                "--retire",
+                action="append",
+                default=[],
+                metavar="GLOB",
+                help="delete files matching GLOB (never files of the lock)",
+            )
+            cmd.add_argument(
+                "--retries",
+                type=int,
+                default=5,
+                help="retries per file on connection errors and HTTP 5xx",
+            )
     args = parser.parse_args(argv)
     try:
         lock = load_lock(args.lock)

@@ -101,7 +101,9 @@ class GgufModelStore(pulumi.ComponentResource):
         self.pvc = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
             **without_kind(
-                model_pvc(names["pvc"], namespace, labels, args["volume_size"], args["storage_class"])
+                model_pvc(
+                    names["pvc"], namespace, labels, args["volume_size"], args["storage_class"]
+                )
             ),
             opts=pulumi.ResourceOptions(parent=self, depends_on=inherited, protect=True),
         )
@@ -111,13 +113,14 @@ class GgufModelStore(pulumi.ComponentResource):
             opts=child,
         )
         token_secret = None
-        if args.get("hf_token") is not None:
+        hf_token = args.get("hf_token")
+        if hf_token is not None:
             token_secret = names["token_secret"]
             self.token_secret = k8s.core.v1.Secret(
                 f"{name}-hf-token",
                 metadata={"name": token_secret, "namespace": namespace, "labels": labels},
                 type="Opaque",
-                string_data={HF_TOKEN_KEY: pulumi.Output.secret(args["hf_token"])},
+                string_data={HF_TOKEN_KEY: pulumi.Output.secret(hf_token)},
                 opts=child,
             )
         timeout = args.get("fetch_timeout_seconds", 12 * 3600)
@@ -260,7 +263,10 @@ def model_pvc(
 def model_volumes(claim_name: str, config_map: str, read_only: bool) -> list[dict[str, Any]]:
     """Pod volumes for the models PVC and the fetcher ConfigMap."""
     return [
-        {"name": "models", "persistentVolumeClaim": {"claimName": claim_name, "readOnly": read_only}},
+        {
+            "name": "models",
+            "persistentVolumeClaim": {"claimName": claim_name, "readOnly": read_only},
+        },
         {"name": "fetcher", "configMap": {"name": config_map, "defaultMode": 0o444}},
     ]
 

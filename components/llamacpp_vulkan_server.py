@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -21,7 +21,7 @@ DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
-CACHE_TYPES: tuple[str, ...] = CacheType.__args__
+CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
 
 
 class LlamaServerFlags(TypedDict):
@@ -149,7 +149,9 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         self.service_name = pulumi.Output.from_input(name)
         self.url = pulumi.Output.from_input(service_url(name, namespace, service_port))
         self.alias = pulumi.Output.from_input(flags["alias"])
-        self.register_outputs({"service_name": self.service_name, "url": self.url, "alias": self.alias})
+        self.register_outputs(
+            {"service_name": self.service_name, "url": self.url, "alias": self.alias}
+        )
 
 
 def service_url(service: str, namespace: str, port: int) -> str:

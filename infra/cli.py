@@ -34,12 +34,14 @@ def resolve_stack(stack: str) -> tuple[str, Path]:
 
 
 def _render(args: argparse.Namespace) -> int:
-    # Imported here: pulumi and the Kubernetes SDK take a while to import, and `fetch` needs neither.
+    # Imported here: pulumi and its Kubernetes SDK are slow to import, and `fetch` needs neither.
     from infra import program, render
 
     name, path = resolve_stack(args.stack)
     if not path.is_file():
-        print(f"llm-infra: no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)", file=sys.stderr)
+        print(
+            f"llm-infra: no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)", file=sys.stderr
+        )
         return EXIT_CONFIG
     config, secret_keys = render.stack_config(path)
     try:

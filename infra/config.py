@@ -221,11 +221,15 @@ def _shard_problems(model: ModelSettings) -> list[str]:
     names = model.file_names
     parsed = [_SHARD.match(n) for n in names]
     if len(names) == 1 and parsed[0] is None:
-        return [] if names[0].endswith(".gguf") else [f"model.files[0]: {names[0]!r} is not a .gguf"]
+        return (
+            [] if names[0].endswith(".gguf") else [f"model.files[0]: {names[0]!r} is not a .gguf"]
+        )
     problems = []
     for i, (name, match) in enumerate(zip(names, parsed, strict=True)):
         if match is None:
-            problems.append(f"model.files[{i}]: {name!r} is not a split shard <prefix>-NNNNN-of-MMMMM.gguf")
+            problems.append(
+                f"model.files[{i}]: {name!r} is not a split shard <prefix>-NNNNN-of-MMMMM.gguf"
+            )
     if problems:
         return problems
     shards = [(m["prefix"], int(m["no"]), int(m["count"])) for m in parsed if m is not None]
@@ -237,10 +241,12 @@ def _shard_problems(model: ModelSettings) -> list[str]:
     if missing:
         absent = ", ".join(f"-{n:05d}-of-{count:05d}" for n in missing)
         problems.append(f"model.files: incomplete shard set, {absent} absent")
-    if len(set(numbers)) != len(numbers) or len(numbers) != count and not missing:
+    if len(set(numbers)) != len(numbers) or (len(numbers) != count and not missing):
         problems.append(f"model.files: expected each of the {count} shards exactly once")
     if numbers[0] != 1:
-        problems.append("model.files[0]: the first shard (-00001-of-...) must come first (it is -m)")
+        problems.append(
+            "model.files[0]: the first shard (-00001-of-...) must come first (it is -m)"
+        )
     if len(set(names)) != len(names):
         problems.append("model.files: two files have the same name")
     return problems
@@ -280,7 +286,8 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         if not allowed and not parse_image(image).pinned:
             flag = key.rsplit(".", 1)[0] + ".allowFloatingImage"
             problems.append(
-                f"{key}: {image!r} is a floating tag (pin a build tag such as server-vulkan-b11434, "
+                f"{key}: {image!r} is a floating tag (pin a build tag such as "
+                "server-vulkan-b11434, "
                 f"a full version, or a digest; or set {flag}: true)"
             )
     startup = server.probes.startup

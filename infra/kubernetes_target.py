@@ -7,7 +7,6 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.gguf_model_store import MODELS_MOUNT
 from components import (
     GgufModelStore,
     GgufModelStoreArgs,
@@ -17,6 +16,7 @@ from components import (
     ModelFile,
     ModelVolume,
 )
+from components.gguf_model_store import MODELS_MOUNT
 from infra.config import ProbeSettings, StrixHaloStack
 
 
@@ -29,7 +29,10 @@ def deploy(stack: StrixHaloStack, hf_token: pulumi.Output[str] | None) -> None:
     if settings.create_namespace:
         namespace = k8s.core.v1.Namespace(
             "namespace",
-            metadata={"name": settings.namespace, "labels": {"app.kubernetes.io/managed-by": "llm-infra"}},
+            metadata={
+                "name": settings.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "llm-infra"},
+            },
             opts=opts,
         )
         depends.append(namespace)
@@ -48,7 +51,9 @@ def deploy(stack: StrixHaloStack, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("alias", server.alias)
     pulumi.export("modelPath", store.model_path)
     pulumi.export("lockDigest", store.lock_digest)
-    pulumi.export("litellmModel", server.url.apply(lambda url: litellm_entry(stack.server.alias, url)))
+    pulumi.export(
+        "litellmModel", server.url.apply(lambda url: litellm_entry(stack.server.alias, url))
+    )
 
 
 def litellm_entry(alias: str, url: str) -> dict[str, Any]:

@@ -75,7 +75,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.registrations: list[Registration] = []
         self.stack_outputs: dict[str, Any] = {}
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
         if request.type != STACK_TYPE:
             options: dict[str, Any] = {}
@@ -107,7 +107,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             )
         return response
 
-    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def RegisterResourceOutputs(self, request: Any) -> Any:
         if request.urn.endswith(f"::{STACK_TYPE}::" + request.urn.rsplit("::", 1)[-1]):
             self.stack_outputs = rpc.deserialize_properties(request.outputs)
         return super().RegisterResourceOutputs(request)
@@ -119,8 +119,10 @@ class EchoMocks(pulumi.runtime.Mocks):
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         return args.name, args.inputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return {}, None
 
 
 def stack_config(path: Path, project: str = NAMESPACE) -> tuple[dict[str, str], list[str]]:
@@ -246,7 +248,7 @@ def kubernetes_manifests(resources: list[dict[str, Any]]) -> list[dict[str, Any]
 
 
 def _manifest_order(obj: dict[str, Any]) -> dict[str, Any]:
-    head = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
+    head: dict[str, Any] = {k: obj[k] for k in ("apiVersion", "kind", "metadata") if k in obj}
     return {**head, **{k: v for k, v in obj.items() if k not in head}}
 
 

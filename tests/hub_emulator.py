@@ -104,10 +104,10 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
             return None
 
-        def do_GET(self) -> None:  # noqa: N802 (http.server method name)
+        def do_GET(self) -> None:
             self._serve(head=False)
 
-        def do_HEAD(self) -> None:  # noqa: N802 (http.server method name)
+        def do_HEAD(self) -> None:
             self._serve(head=True)
 
     return Handler

@@ -1,4 +1,4 @@
-"""Components and the whole program under Pulumi mocks: what each registers, and with which options."""
+"""Components and the whole program under Pulumi mocks: what they register, with which options."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ def render_components(values: dict[str, Any], hf_token: str | None) -> Rendered:
         token = pulumi.Output.secret(hf_token) if hf_token else None
         store = GgufModelStore("models", store_args(stack, token))
         LlamaCppVulkanServer(
-            "ds", server_args(stack, store.model_volume), opts=pulumi.ResourceOptions(depends_on=[store])
+            "ds",
+            server_args(stack, store.model_volume),
+            opts=pulumi.ResourceOptions(depends_on=[store]),
         )
 
     return run_program(build, {}, [], stack="test")
@@ -35,7 +37,9 @@ def by_name(rendered: Rendered) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in rendered.resources}
 
 
-def test_store_registers_protected_pvc_config_map_and_job(strix_halo_values: dict[str, Any]) -> None:
+def test_store_registers_protected_pvc_config_map_and_job(
+    strix_halo_values: dict[str, Any],
+) -> None:
     resources = by_name(render_components(strix_halo_values, None))
     assert resources["models"]["type"] == "llm-infra:index:GgufModelStore"
     pvc = resources["models-pvc"]

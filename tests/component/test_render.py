@@ -14,10 +14,13 @@ from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
 CONTRACT_FILES = ("resources.json", "manifests.yaml", "outputs.json")
+STACK_FILE = ROOT / "stacks" / "Pulumi.strix-halo.yaml"
 UPDATE = os.environ.get("LLM_INFRA_UPDATE_GOLDEN") == "1"
 
 
-def render(stack: str, out: Path, cwd: Path = ROOT, seed: str = "0") -> subprocess.CompletedProcess[str]:
+def render(
+    stack: str, out: Path, cwd: Path = ROOT, seed: str = "0"
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
         cwd=cwd,
@@ -60,13 +63,20 @@ def test_render_is_byte_identical_across_runs(strix_halo_render: Path, tmp_path:
 def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_render: Path) -> None:
     documents = list(yaml.safe_load_all((strix_halo_render / "manifests.yaml").read_text()))
     kinds = [d["kind"] for d in documents]
-    assert kinds == ["Namespace", "ConfigMap", "PersistentVolumeClaim", "Job", "Deployment", "Service"]
+    assert kinds == [
+        "Namespace",
+        "ConfigMap",
+        "PersistentVolumeClaim",
+        "Job",
+        "Deployment",
+        "Service",
+    ]
     assert all(d["metadata"]["namespace"] == "llm" for d in documents[1:])
 
 
 def test_render_accepts_a_stack_file_path_and_defaults_out_dir(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(ROOT / "stacks" / "Pulumi.strix-halo.yaml")],
+        [sys.executable, "-m", "infra.cli", "render", str(STACK_FILE)],
         cwd=tmp_path, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
@@ -85,8 +95,16 @@ def _bad_stack(tmp_path: Path, old: str, new: str) -> Path:
 @pytest.mark.parametrize(
     ("old", "new", "line"),
     [
-        ("gpuLayers: 40", "gpuLayers: 44", "server.gpuLayers: 44 is more than the model's 43 layers"),
-        ("contextSize: 65536", "contextSize: 4096", "server.contextSize: 4096 is below the required"),
+        (
+            "gpuLayers: 40",
+            "gpuLayers: 44",
+            "server.gpuLayers: 44 is more than the model's 43 layers",
+        ),
+        (
+            "contextSize: 65536",
+            "contextSize: 4096",
+            "server.contextSize: 4096 is below the required",
+        ),
         ("cacheTypeV: q8_0", "cacheTypeV: q4_0", "server.cacheTypeV: 'q4_0' differs from"),
         ("threads: 8", "threads: 8\n    treads: 8", "server.treads: unknown key"),
     ],

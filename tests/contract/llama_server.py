@@ -154,7 +154,9 @@ def run_llama_server(
     binary = llama_server_binary()
     host = _flag_value(argv, "--host", "127.0.0.1")
     port = _flag_value(argv, "--port")
-    base_url = f"http://{host}:{port}"
+    # A server bound to every interface is still reached over loopback only.
+    client_host = "127.0.0.1" if host == "0.0.0.0" else host
+    base_url = f"http://{client_host}:{port}"
 
     with contextlib.ExitStack() as stack:
         if log_path is None:

@@ -18,7 +18,10 @@ def kubernetes_validate(path: Path) -> subprocess.CompletedProcess[str]:
     tool = shutil.which("kubernetes-validate")
     assert tool, "kubernetes-validate is not installed (pip install -e '.[test]')"
     return subprocess.run(
-        [tool, "--strict", "-k", K8S_VERSION, str(path)], capture_output=True, text=True, check=False
+        [tool, "--strict", "-k", K8S_VERSION, str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
 
 

@@ -56,7 +56,9 @@ def run_fetcher(hub: Hub, *args: str, token: str | None = None) -> subprocess.Co
     )  # fmt: skip
 
 
-def fetch(hub: Hub, lock: Path, dest: Path, *extra: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+def fetch(
+    hub: Hub, lock: Path, dest: Path, *extra: str, token: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return run_fetcher(hub, "fetch", "--lock", str(lock), "--dest", str(dest), *extra, token=token)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -27,12 +28,28 @@ from components.llamacpp_vulkan_server import (
 from infra.config import parse_stack
 from infra.kubernetes_target import server_args, store_args
 
-SEED_ARGV = (
-    "-m /models/DeepSeek-V4-Flash-0731-UD-IQ1_M-00001-of-00003.gguf --alias deepseek-v4-flash-0731 "
-    "--host 0.0.0.0 --port 8080 --jinja -ngl 40 -c 65536 -np 1 --cont-batching --cache-type-k q8_0 "
-    "--cache-type-v q8_0 --temp 1.0 --top-p 0.95 --threads 8"
-).split()
-VOLUME = {"claim_name": "models", "fetcher_config_map": "models-fetcher-x", "check_image": "py:3.12.8"}
+# The seed's Deployment args, flag by flag.
+SEED_ARGV = [
+    "-m", "/models/DeepSeek-V4-Flash-0731-UD-IQ1_M-00001-of-00003.gguf",
+    "--alias", "deepseek-v4-flash-0731",
+    "--host", "0.0.0.0",
+    "--port", "8080",
+    "--jinja",
+    "-ngl", "40",
+    "-c", "65536",
+    "-np", "1",
+    "--cont-batching",
+    "--cache-type-k", "q8_0",
+    "--cache-type-v", "q8_0",
+    "--temp", "1.0",
+    "--top-p", "0.95",
+    "--threads", "8",
+]  # fmt: skip
+VOLUME = {
+    "claim_name": "models",
+    "fetcher_config_map": "models-fetcher-x",
+    "check_image": "py:3.12.8",
+}
 
 
 @pytest.fixture
@@ -45,14 +62,12 @@ def test_seed_stack_renders_the_seed_argv(seed_server: Any) -> None:
 
 
 def test_argv_follows_typed_fields(seed_server: Any) -> None:
-    flags: LlamaServerFlags = {
-        **seed_server["flags"],
-        "jinja": False,
-        "cont_batching": False,
-        "temperature": 0.6,
-        "top_p": 1,
-        "gpu_layers": 38,
-    }
+    flags: LlamaServerFlags = copy.deepcopy(seed_server["flags"])
+    flags["jinja"] = False
+    flags["cont_batching"] = False
+    flags["temperature"] = 0.6
+    flags["top_p"] = 1
+    flags["gpu_layers"] = 38
     argv = llama_server_args(flags)
     assert "--jinja" not in argv
     assert "--no-cont-batching" in argv and "--cont-batching" not in argv
@@ -105,7 +120,9 @@ def test_deployment_is_recreate_with_a_deadline_covering_the_load(seed_server: A
 
 
 def test_model_volume_is_read_only_and_checked_before_start(seed_server: Any) -> None:
-    pod = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]["template"]["spec"]
+    pod = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]["template"][
+        "spec"
+    ]
     models = next(v for v in pod["volumes"] if v["name"] == "models")
     assert models["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "models")
@@ -169,8 +186,9 @@ def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
     old = model_lock("o/r", "main", files)  # type: ignore[arg-type]
     new = model_lock("o/r", "abc123", files)  # type: ignore[arg-type]
     assert lock_digest(old) != lock_digest(new)
-    old_names, new_names = store_names("models", content_digest(old)), store_names(
-        "models", content_digest(new)
+    old_names, new_names = (
+        store_names("models", content_digest(old)),
+        store_names("models", content_digest(new)),
     )
     assert old_names["job"] != new_names["job"]
     assert old_names["config_map"] != new_names["config_map"]

@@ -35,7 +35,11 @@ def test_seed_stack_holds_every_seed_value(strix_halo_values: dict[str, Any]) ->
         "/health", 30, 10,
     )  # fmt: skip
     assert readiness.failure_threshold == 6
-    assert (liveness.path, liveness.period_seconds, liveness.failure_threshold) == ("/health", 30, 5)
+    assert (liveness.path, liveness.period_seconds, liveness.failure_threshold) == (
+        "/health",
+        30,
+        5,
+    )
     assert server.probes.startup.window_seconds >= 300
     assert server.image == "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
     assert stack.store.retired_patterns == ["Qwen3.6*.gguf"]
