@@ -34,7 +34,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -178,11 +178,17 @@ def _download(lock: Lock, item: LockedFile, dest: Path, progress: Progress, retr
     final = dest / item.name
     part = dest / f".{item.name}.part"
     url = file_url(lock, item)
+    checksum_failures = 0
     for attempt in range(retries + 1):
         try:
             _download_once(url, item, final, part, progress)
             return
         except FetchError as exc:
+            if exc.exit_code == EXIT_CHECKSUM and checksum_failures == 0:
+                # The bad bytes are gone with the .part file: one fresh download, then give up.
+                checksum_failures += 1
+                log(f"{item.name}: {exc}; downloading it again")
+                continue
             if exc.exit_code != EXIT_NETWORK or attempt == retries:
                 raise
             delay = min(2**attempt, 60)
@@ -220,7 +226,8 @@ def _download_once(url: str, item: LockedFile, final: Path, part: Path, progress
                 with part.open(mode) as out:
                     while True:
                         try:
-                            block = response.read(CHUNK)
+                            # read1: whatever has arrived, so a killed fetcher leaves it on disk.
+                            block = response.read1(CHUNK)
                         except OSError as exc:
                             raise FetchError(f"{url}: {exc}", EXIT_NETWORK) from exc
                         if not block:
@@ -247,28 +254,91 @@ def _download_once(url: str, item: LockedFile, final: Path, part: Path, progress
             EXIT_CHECKSUM,
         )
     os.replace(part, final)
-    log(f"{item.name}: complete ({size} bytes)")
+    if item.sha256:
+        _write_record(final.parent, item, item.sha256)
+    log(f"{item.name}: complete ({size} bytes{', sha256 verified' if item.sha256 else ''})")
 
 
-def _is_complete(dest: Path, item: LockedFile) -> bool:
+def _record_path(dest: Path, item: LockedFile) -> Path:
+    return dest / STATE_DIR / "verified" / f"{item.name}.json"
+
+
+def _write_record(dest: Path, item: LockedFile, sha256: str) -> None:
+    stat = (dest / item.name).stat()
+    record = _record_path(dest, item)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    tmp = record.with_suffix(".tmp")
+    tmp.write_text(
+        json.dumps({"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": sha256})
+    )
+    os.replace(tmp, record)
+
+
+def _has_current_record(dest: Path, item: LockedFile) -> bool:
+    try:
+        record = json.loads(_record_path(dest, item).read_text())
+    except (OSError, ValueError):
+        return False
+    stat = (dest / item.name).stat()
+    return bool(
+        record.get("sha256") == item.sha256
+        and record.get("size") == stat.st_size
+        and record.get("mtime_ns") == stat.st_mtime_ns
+    )
+
+
+def sha256_of(path: Path) -> str:
+    """sha256 of a file, read once in large blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while block := handle.read(CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def is_complete(dest: Path, item: LockedFile) -> bool:
+    """True when the final file is this lock's file: size, and sha256 via a current record."""
     final = dest / item.name
     if not final.is_file():
         return False
-    return item.size is None or final.stat().st_size == item.size
+    if item.size is not None and final.stat().st_size != item.size:
+        log(f"{item.name}: size {final.stat().st_size} differs from the lock's {item.size}")
+        return False
+    if item.sha256 is None or _has_current_record(dest, item):
+        return True
+    # A file from an earlier tool or an older lock: hash it once, then trust the record.
+    log(f"{item.name}: verifying the existing file")
+    actual = sha256_of(final)
+    if actual != item.sha256:
+        log(f"{item.name}: sha256 {actual} differs from the lock's; downloading it again")
+        return False
+    _write_record(dest, item, actual)
+    return True
 
 
-def retire(dest: Path, lock: Lock, patterns: list[str]) -> list[str]:
-    """Delete files matching the retired patterns, never a file (or partial) of this lock."""
+def retired_files(dest: Path, lock: Lock, patterns: list[str]) -> list[Path]:
+    """Files matching the retired patterns, never a file (or partial) of this lock."""
     keep = {f.name for f in lock.files} | {f".{f.name}.part" for f in lock.files}
-    removed = []
-    for entry in sorted(dest.iterdir()):
-        if entry.name in keep or entry.name == STATE_DIR or not entry.is_file():
+    return [
+        entry
+        for entry in sorted(dest.iterdir())
+        if entry.name not in keep
+        and entry.name != STATE_DIR
+        and entry.is_file()
+        and any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in patterns)
+    ]
+
+
+def bytes_still_needed(dest: Path, missing: list[LockedFile]) -> int:
+    """Bytes left to download for the missing files whose size the lock knows."""
+    needed = 0
+    for item in missing:
+        if item.size is None:
             continue
-        if any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in patterns):
-            entry.unlink()
-            removed.append(entry.name)
-            log(f"retired {entry.name}")
-    return removed
+        part = dest / f".{item.name}.part"
+        have = part.stat().st_size if part.exists() else 0
+        needed += max(item.size - have, 0)
+    return needed
 
 
 @contextlib.contextmanager
@@ -285,33 +355,37 @@ def exclusive(dest: Path) -> Iterator[None]:
         yield
 
 
-def fetch(lock: Lock, dest: Path, parallel: int, retired: list[str], retries: int = 5) -> None:
+def fetch(
+    lock: Lock,
+    dest: Path,
+    parallel: int,
+    retired: list[str],
+    retries: int = 5,
+    free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
+) -> None:
     """Place every file of the lock in dest, then write the lock's completion marker."""
     dest.mkdir(parents=True, exist_ok=True)
     with exclusive(dest):
-        retire(dest, lock, retired)
-        missing = [item for item in lock.files if not _is_complete(dest, item)]
+        missing = [item for item in lock.files if not is_complete(dest, item)]
         for item in lock.files:
             if item not in missing:
                 log(f"{item.name}: already complete, skipped")
-        known = [i for i in missing if i.size is not None]
-        needed = sum(
-            i.size
-            - (
-                (dest / f".{i.name}.part").stat().st_size
-                if (dest / f".{i.name}.part").exists()
-                else 0
-            )
-            for i in known
-            if i.size is not None
-        )
-        free = shutil.disk_usage(dest).free
-        if needed > free:
+        needed = bytes_still_needed(dest, missing)
+        free = free_space(dest)
+        old = retired_files(dest, lock, retired)
+        reclaimable = sum(path.stat().st_size for path in old)
+        if needed > free + reclaimable:
+            # Nothing is deleted: the old model stays usable when the new one cannot fit anyway.
             raise FetchError(
-                f"disk full: {needed / 2**30:.1f} GiB still needed, {free / 2**30:.1f} GiB free "
-                f"in {dest}",
+                f"disk full: {needed / 2**30:.2f} GiB still needed, {free / 2**30:.2f} GiB free "
+                f"in {dest} and {reclaimable / 2**30:.2f} GiB in retired files; free "
+                f"{(needed - free - reclaimable) / 2**30:.2f} GiB or grow the volume",
                 EXIT_DISK,
             )
+        for path in old:
+            size = path.stat().st_size
+            path.unlink()
+            log(f"retired {path.name} ({size} bytes)")
         progress = Progress(needed)
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
             futures = [pool.submit(_download, lock, i, dest, progress, retries) for i in missing]

@@ -3,23 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from components import fetcher
-from infra.config import ConfigError
+from infra.config import ConfigError, lock_path_for, project_root
 
 EXIT_CONFIG = 2
-
-
-def project_root(start: Path | None = None) -> Path:
-    """The nearest directory upward with this project's Pulumi.yaml (else the installed tree)."""
-    here = (start or Path.cwd()).resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "Pulumi.yaml"
-        if candidate.is_file() and "name: llm-infra" in candidate.read_text():
-            return directory
-    return Path(__file__).resolve().parent.parent
 
 
 def resolve_stack(stack: str) -> tuple[str, Path]:
@@ -62,6 +56,62 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lock(args: argparse.Namespace) -> int:
+    from infra import lock, render
+    from infra.config import parse_stack
+
+    name, path = resolve_stack(args.stack)
+    if not path.is_file():
+        print(f"llm-infra: no stack file {path}", file=sys.stderr)
+        return EXIT_CONFIG
+    config, _ = render.stack_config(path)
+    values = {
+        key.split(":", 1)[1]: _decoded(value)
+        for key, value in config.items()
+        if key.startswith("llm-infra:") and key.split(":", 1)[1] not in ("hfToken", "lockFile")
+    }
+    try:
+        stack = parse_stack(values)
+        resolved = lock.resolve_lock(stack.model, token=hf_token(name), endpoint=args.endpoint)
+    except ConfigError as exc:
+        print(f"llm-infra: cannot lock {path}:", file=sys.stderr)
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EXIT_CONFIG
+    target = lock_path_for(path)
+    previous = lock.read_lock(target) if target.is_file() else None
+    lock.write_lock(target, resolved)
+    size = resolved.total_bytes / 2**30
+    change = "unchanged" if previous == resolved else ("updated" if previous else "created")
+    print(
+        f"locked {resolved.repo}@{resolved.revision} ({len(resolved.files)} files, "
+        f"{size:.2f} GiB) → {target} ({change})"
+    )
+    return 0
+
+
+def _decoded(value: str) -> object:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def hf_token(stack: str) -> str | None:
+    """The HF token from the environment, else from the stack's Pulumi secret config."""
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        return token
+    pulumi_cli = shutil.which("pulumi")
+    if pulumi_cli is None:
+        return None
+    result = subprocess.run(
+        [pulumi_cli, "config", "get", "hfToken", "--stack", stack],
+        capture_output=True, text=True, check=False, cwd=project_root(),
+    )  # fmt: skip
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of `llm-infra`."""
     parser = argparse.ArgumentParser(
@@ -74,6 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     render_cmd.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
     render_cmd.add_argument("--out", help="output directory (default: rendered/STACK)")
     render_cmd.set_defaults(func=_render)
+    lock_cmd = sub.add_parser(
+        "lock", help="resolve the stack's model to a commit, files, sizes and sha256 (lock file)"
+    )
+    lock_cmd.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+    lock_cmd.add_argument(
+        "--endpoint", default=os.environ.get("HF_ENDPOINT"), help="hub endpoint (HF_ENDPOINT)"
+    )
+    lock_cmd.set_defaults(func=_lock)
     for name, help_text in (
         ("fetch", "download a locked model into a directory (resumable, atomic)"),
         ("check-model", "check that a directory holds the complete locked model"),

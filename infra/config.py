@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pulumi
@@ -21,6 +22,8 @@ from components.llamacpp_vulkan_server import CACHE_TYPES, DEFAULT_IMAGE, CacheT
 
 NAMESPACE = "llm-infra"
 SECRET_KEYS = ("hfToken",)
+# Keys that locate things rather than describe the stack.
+LOCATION_KEYS = ("lockFile",)
 SECRET_PLACEHOLDER = "[secret]"
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -217,45 +220,48 @@ def _problems(error: ValidationError) -> list[str]:
     return problems
 
 
-def _shard_problems(model: ModelSettings) -> list[str]:
-    names = model.file_names
+def is_pattern(path: str) -> bool:
+    """True when a `model.files` entry is a glob pattern (resolved by `llm-infra lock`)."""
+    return any(char in path for char in "*?[")
+
+
+def shard_set_problems(names: list[str], key: str) -> list[str]:
+    """Problems of a GGUF file set: one file, or every shard of one split set, shard 1 first."""
     parsed = [_SHARD.match(n) for n in names]
     if len(names) == 1 and parsed[0] is None:
-        return (
-            [] if names[0].endswith(".gguf") else [f"model.files[0]: {names[0]!r} is not a .gguf"]
-        )
+        return [] if names[0].endswith(".gguf") else [f"{key}[0]: {names[0]!r} is not a .gguf"]
     problems = []
     for i, (name, match) in enumerate(zip(names, parsed, strict=True)):
         if match is None:
             problems.append(
-                f"model.files[{i}]: {name!r} is not a split shard <prefix>-NNNNN-of-MMMMM.gguf"
+                f"{key}[{i}]: {name!r} is not a split shard <prefix>-NNNNN-of-MMMMM.gguf"
             )
     if problems:
         return problems
     shards = [(m["prefix"], int(m["no"]), int(m["count"])) for m in parsed if m is not None]
     if len({(p, c) for p, _, c in shards}) != 1:
-        return ["model.files: the shards must share one prefix and one shard count"]
+        return [f"{key}: the shards must share one prefix and one shard count"]
     count = shards[0][2]
     numbers = [no for _, no, _ in shards]
     missing = sorted(set(range(1, count + 1)) - set(numbers))
     if missing:
         absent = ", ".join(f"-{n:05d}-of-{count:05d}" for n in missing)
-        problems.append(f"model.files: incomplete shard set, {absent} absent")
+        problems.append(f"{key}: incomplete shard set, {absent} absent")
     if len(set(numbers)) != len(numbers) or (len(numbers) != count and not missing):
-        problems.append(f"model.files: expected each of the {count} shards exactly once")
+        problems.append(f"{key}: expected each of the {count} shards exactly once")
     if numbers[0] != 1:
-        problems.append(
-            "model.files[0]: the first shard (-00001-of-...) must come first (it is -m)"
-        )
+        problems.append(f"{key}[0]: the first shard (-00001-of-...) must come first (it is -m)")
     if len(set(names)) != len(names):
-        problems.append("model.files: two files have the same name")
+        problems.append(f"{key}: two files have the same name")
     return problems
 
 
 def cross_checks(stack: StrixHaloStack) -> list[str]:
     """Rules that involve more than one key."""
     server, model = stack.server, stack.model
-    problems = _shard_problems(model)
+    problems = []
+    if not any(is_pattern(path) for path in model.files):
+        problems += shard_set_problems(model.file_names, key="model.files")
     if server.gpu_layers > model.layers:
         problems.append(
             f"server.gpuLayers: {server.gpu_layers} is more than the model's {model.layers} layers "
@@ -329,7 +335,7 @@ def _namespace_values() -> dict[str, Any]:
     values: dict[str, Any] = {}
     for full_key, value in raw.items():
         namespace, _, key = full_key.partition(":")
-        if namespace != NAMESPACE or key in SECRET_KEYS:
+        if namespace != NAMESPACE or key in SECRET_KEYS or key in LOCATION_KEYS:
             continue
         try:
             values[key] = json.loads(value) if isinstance(value, str) else value
@@ -338,8 +344,33 @@ def _namespace_values() -> dict[str, Any]:
     return values
 
 
-def load_stack_config() -> tuple[StackConfig, pulumi.Output[str] | None]:
-    """Read and validate the stack's config; secrets come back as Outputs, never in the model."""
+def project_root(start: Path | None = None) -> Path:
+    """The nearest directory upward with this project's Pulumi.yaml (else the installed tree)."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "Pulumi.yaml"
+        if candidate.is_file() and "name: llm-infra" in candidate.read_text():
+            return directory
+    return Path(__file__).resolve().parent.parent
+
+
+def lock_path_for(stack_file: Path) -> Path:
+    """Where a stack's lock lives: beside its stack file, `STACK.lock.json`."""
+    name = stack_file.name.removeprefix("Pulumi.").rsplit(".", 1)[0]
+    return stack_file.with_name(f"{name}.lock.json")
+
+
+def load_stack_config() -> tuple[StackConfig, Path, pulumi.Output[str] | None]:
+    """Read and validate the stack's config; secrets come back as Outputs, never in the model.
+
+    Returns the stack, the path of its lock file (which may not exist yet) and the HF token.
+    """
     config = pulumi.Config(NAMESPACE)
     stack = parse_stack(_namespace_values())
-    return stack, config.get_secret("hfToken")
+    lock_file = config.get("lockFile")
+    lock_path = (
+        Path(lock_file)
+        if lock_file
+        else project_root() / "stacks" / f"{pulumi.get_stack()}.lock.json"
+    )
+    return stack, lock_path, config.get_secret("hfToken")

@@ -18,9 +18,10 @@ from components import (
 )
 from components.gguf_model_store import MODELS_MOUNT
 from infra.config import ProbeSettings, StrixHaloStack
+from infra.lock import ModelSource
 
 
-def deploy(stack: StrixHaloStack, hf_token: pulumi.Output[str] | None) -> None:
+def deploy(stack: StrixHaloStack, source: ModelSource, hf_token: pulumi.Output[str] | None) -> None:
     """Create the stack's resources and export its outputs."""
     settings = stack.kubernetes
     provider = k8s.Provider("kubernetes", context=settings.context)
@@ -38,12 +39,12 @@ def deploy(stack: StrixHaloStack, hf_token: pulumi.Output[str] | None) -> None:
         depends.append(namespace)
     store = GgufModelStore(
         stack.store.name,
-        store_args(stack, hf_token),
+        store_args(stack, source, hf_token),
         opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
     )
     server = LlamaCppVulkanServer(
         stack.server.resource_name,
-        server_args(stack, store.model_volume),
+        server_args(stack, source, store.model_volume),
         # Waiting on the store waits on its fetch Job: the server starts on a complete model.
         opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store]),
     )
@@ -51,6 +52,7 @@ def deploy(stack: StrixHaloStack, hf_token: pulumi.Output[str] | None) -> None:
     pulumi.export("alias", server.alias)
     pulumi.export("modelPath", store.model_path)
     pulumi.export("lockDigest", store.lock_digest)
+    pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
     pulumi.export(
         "litellmModel", server.url.apply(lambda url: litellm_entry(stack.server.alias, url))
     )
@@ -74,17 +76,18 @@ def _probe(probe: ProbeSettings) -> HttpProbe:
     }
 
 
-def store_args(stack: StrixHaloStack, hf_token: pulumi.Input[str] | None) -> GgufModelStoreArgs:
-    """GgufModelStore inputs from the stack config."""
-    model, store = stack.model, stack.store
+def store_args(
+    stack: StrixHaloStack, source: ModelSource, hf_token: pulumi.Input[str] | None
+) -> GgufModelStoreArgs:
+    """GgufModelStore inputs from the stack config and the model lock."""
+    store = stack.store
     files: list[ModelFile] = [
-        {"path": path, "name": name}
-        for path, name in zip(model.files, model.file_names, strict=True)
+        {"path": f.path, "name": f.name, "size": f.size, "sha256": f.sha256} for f in source.files
     ]
     return {
         "namespace": stack.kubernetes.namespace,
-        "repo": model.repo,
-        "revision": model.revision,
+        "repo": stack.model.repo,
+        "revision": source.revision,
         "files": files,
         "volume_size": store.size,
         "storage_class": store.storage_class,
@@ -98,14 +101,16 @@ def store_args(stack: StrixHaloStack, hf_token: pulumi.Input[str] | None) -> Ggu
     }
 
 
-def server_args(stack: StrixHaloStack, model: ModelVolume) -> LlamaCppVulkanServerArgs:
-    """LlamaCppVulkanServer inputs from the stack config."""
+def server_args(
+    stack: StrixHaloStack, source: ModelSource, model: ModelVolume
+) -> LlamaCppVulkanServerArgs:
+    """LlamaCppVulkanServer inputs from the stack config and the model lock."""
     server = stack.server
     return {
         "namespace": stack.kubernetes.namespace,
         "image": server.image,
         "flags": {
-            "model_path": f"{MODELS_MOUNT}/{stack.model.file_names[0]}",
+            "model_path": f"{MODELS_MOUNT}/{source.files[0].name}",
             "alias": server.alias,
             "host": server.host,
             "port": server.port,

@@ -23,7 +23,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_in_stack
 
-from infra.config import NAMESPACE, SECRET_PLACEHOLDER
+from infra.config import NAMESPACE, SECRET_PLACEHOLDER, lock_path_for
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 # Apply order of Kubernetes kinds (as Helm installs them): what a kind needs comes first.
@@ -126,7 +126,10 @@ class EchoMocks(pulumi.runtime.Mocks):
 
 
 def stack_config(path: Path, project: str = NAMESPACE) -> tuple[dict[str, str], list[str]]:
-    """Pulumi config (`ns:key` → string) and the secret keys, from a stack file."""
+    """Pulumi config (`ns:key` → string) and the secret keys, from a stack file.
+
+    The lock file defaults to the one beside the stack file, wherever that file is.
+    """
     document = yaml.safe_load(path.read_text()) or {}
     values: dict[str, str] = {}
     secret_keys: list[str] = []
@@ -140,6 +143,7 @@ def stack_config(path: Path, project: str = NAMESPACE) -> tuple[dict[str, str], 
             values[full_key] = value
         else:
             values[full_key] = json.dumps(value)
+    values.setdefault(f"{project}:lockFile", str(lock_path_for(path)))
     return values, secret_keys
 
 
@@ -150,8 +154,13 @@ def run_program(
     stack: str,
     project: str = NAMESPACE,
     monitor: RecordingMonitor | None = None,
+    preview: bool = True,
 ) -> Rendered:
-    """Run a Pulumi program under mocks with the given config; return what it registered."""
+    """Run a Pulumi program under mocks with the given config; return what it registered.
+
+    `preview` is what `pulumi.runtime.is_dry_run()` tells the program: a render is a preview
+    by default; `preview=False` runs the program as `pulumi up` would.
+    """
     monitor = monitor or RecordingMonitor(EchoMocks())
     features = set(monitor.GetDeploymentInfo(empty_pb2.Empty()).supportedFeatures)
     settings.configure(
@@ -161,7 +170,7 @@ def run_program(
             engine=pulumi_mocks.MockEngine(None),
             project=project,
             stack=stack,
-            dry_run=False,
+            dry_run=preview,
             organization="organization",
             callbacks=None,
         )

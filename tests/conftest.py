@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from infra.config import StackConfig
+from infra.lock import ModelSource, model_source
+
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
 
@@ -23,3 +26,8 @@ def stack_values(stack: str) -> dict[str, Any]:
 def strix_halo_values() -> dict[str, Any]:
     """A fresh, mutable copy of the strix-halo stack's config values."""
     return copy.deepcopy(stack_values("strix-halo"))
+
+
+def unlocked_source(stack: StackConfig) -> ModelSource:
+    """The model as the config names it, without a lock (what a preview deploys)."""
+    return model_source(stack.model, ROOT / "stacks" / "no-such.lock.json", preview=True)

@@ -1,6 +1,8 @@
-"""A local HTTP server that speaks the part of the Hugging Face hub protocol the fetcher uses.
+"""A local HTTP server that speaks the part of the Hugging Face hub protocol llm-infra uses.
 
-`/{repo}/resolve/{revision}/{path}` with HEAD, GET and Range (206), `X-Repo-Commit`,
+`/api/models/{repo}/revision/{rev}` and `/api/models/{repo}/tree/{rev}?recursive=true` (as
+`huggingface_hub` calls them for `llm-infra lock`); `/{repo}/resolve/{revision}/{path}` with
+HEAD, GET and Range (206), `X-Repo-Commit`,
 `X-Linked-Size` and `X-Linked-Etag` headers and `X-Error-Code` on errors; optional bearer-token
 gating; and faults a test can inject: a connection dropped after N bytes, corrupted bytes, a
 fixed status for the next requests of a file. Loopback only.
@@ -9,7 +11,9 @@ fixed status for the next requests of a file. Loopback only.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,8 +31,11 @@ class Hub:
     token: str | None = None
     drop_after: dict[str, int] = field(default_factory=dict)
     corrupt_once: set[str] = field(default_factory=set)
+    corrupt_always: set[str] = field(default_factory=set)
     status_once: dict[str, list[int]] = field(default_factory=dict)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
+    bytes_sent: dict[str, int] = field(default_factory=dict)
+    throttle_bytes_per_s: float | None = None
     url: str = ""
 
     def sha256(self, repo: str, path: str) -> str:
@@ -48,10 +55,61 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
+        def _json(self, document: object) -> None:
+            body = json.dumps(document).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _api(self, parts: list[str]) -> None:
+            # api/models/{owner}/{name}/{revision|tree}/{rev}
+            if len(parts) < 6 or parts[4] not in ("revision", "tree"):
+                return self._error(404, "EntryNotFound")
+            repo, kind, revision = "/".join(parts[2:4]), parts[4], parts[5]
+            if hub.token is not None and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                return self._error(401, "GatedRepo")
+            if repo not in hub.repos:
+                return self._error(404, "RepoNotFound")
+            if revision not in ("main", COMMIT):
+                return self._error(404, "RevisionNotFound")
+            files = hub.repos[repo]
+            if kind == "revision":
+                siblings = [{"rfilename": path} for path in sorted(files)]
+                return self._json({"id": repo, "sha": COMMIT, "siblings": siblings})
+            entries: list[dict[str, object]] = []
+            for folder in sorted({p.rsplit("/", 1)[0] for p in files if "/" in p}):
+                entries.append({"type": "directory", "path": folder, "oid": "0" * 40, "size": 0})
+            for path in sorted(files):
+                data = files[path]
+                entry: dict[str, object] = {
+                    "type": "file",
+                    "path": path,
+                    "size": len(data),
+                    "oid": hashlib.sha1(data).hexdigest(),
+                }
+                if len(data) > 1024:
+                    sha = hashlib.sha256(data).hexdigest()
+                    entry["lfs"] = {"oid": sha, "size": len(data), "pointerSize": 134}
+                entries.append(entry)
+            return self._json(entries)
+
+        def _send_body(self, path: str, body: bytes) -> None:
+            step = 64 * 1024
+            for start in range(0, len(body), step):
+                chunk = body[start : start + step]
+                self.wfile.write(chunk)
+                hub.bytes_sent[path] = hub.bytes_sent.get(path, 0) + len(chunk)
+                if hub.throttle_bytes_per_s:
+                    time.sleep(len(chunk) / hub.throttle_bytes_per_s)
+
         def _serve(self, head: bool) -> None:
             parsed = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
             hub.requests.append((self.command, parsed, self.headers.get("Range")))
             parts = parsed.lstrip("/").split("/")
+            if parts[:2] == ["api", "models"]:
+                return self._api(parts)
             if len(parts) < 5 or parts[2] != "resolve":
                 return self._error(404, "EntryNotFound")
             repo, revision, path = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
@@ -83,6 +141,8 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             if path in hub.corrupt_once and not head:
                 hub.corrupt_once.discard(path)
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
+            if path in hub.corrupt_always and not head:
+                body = bytes([body[0] ^ 0xFF]) + body[1:]
             self.send_response(status)
             self.send_header("Content-Length", str(len(body)))
             self.send_header("X-Repo-Commit", COMMIT)
@@ -96,12 +156,15 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 return None
             limit = hub.drop_after.pop(path, None)
             if limit is not None:
-                self.wfile.write(body[:limit])
+                self._send_body(path, body[:limit])
                 self.wfile.flush()
                 self.close_connection = True
                 self.connection.shutdown(2)
                 return None
-            self.wfile.write(body)
+            try:
+                self._send_body(path, body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True
             return None
 
         def do_GET(self) -> None:

@@ -13,7 +13,7 @@ from infra import program
 from infra.config import ConfigError, parse_stack
 from infra.kubernetes_target import server_args, store_args
 from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program, stack_config
-from tests.conftest import STACKS
+from tests.conftest import STACKS, unlocked_source
 
 TOKEN = "hf_live_token_value_123"
 
@@ -23,10 +23,11 @@ def render_components(values: dict[str, Any], hf_token: str | None) -> Rendered:
 
     def build() -> None:
         token = pulumi.Output.secret(hf_token) if hf_token else None
-        store = GgufModelStore("models", store_args(stack, token))
+        source = unlocked_source(stack)
+        store = GgufModelStore("models", store_args(stack, source, token))
         LlamaCppVulkanServer(
             "ds",
-            server_args(stack, store.model_volume),
+            server_args(stack, source, store.model_volume),
             opts=pulumi.ResourceOptions(depends_on=[store]),
         )
 
@@ -89,8 +90,9 @@ def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str,
     seen: dict[str, Any] = {}
 
     def build() -> None:
-        store = GgufModelStore("models", store_args(stack, None))
-        server = LlamaCppVulkanServer("ds", server_args(stack, store.model_volume))
+        source = unlocked_source(stack)
+        store = GgufModelStore("models", store_args(stack, source, None))
+        server = LlamaCppVulkanServer("ds", server_args(stack, source, store.model_volume))
         pulumi.Output.all(server.url, server.alias, store.model_path, store.claim_name).apply(
             lambda values: seen.update(zip(("url", "alias", "path", "claim"), values, strict=True))
         )

@@ -7,11 +7,14 @@ import os
 import random
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from components.fetcher import FetchError, load_lock
+from components.fetcher import fetch as fetch_files
 from components.gguf_model_store import FETCHER_SOURCE, model_lock
 from tests.hub_emulator import Hub, running_hub
 
@@ -158,14 +161,27 @@ def test_gated_repo_without_token_is_an_auth_error_and_with_token_works(
     assert_complete(hub, dest)
 
 
-def test_checksum_mismatch_discards_the_file(hub: Hub, tmp_path: Path) -> None:
+def test_corrupt_bytes_are_detected_and_downloaded_again(hub: Hub, tmp_path: Path) -> None:
     lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
     hub.corrupt_once.add(PATHS[0])
+    result = fetch(hub, lock, dest, "--parallel", "1")
+    assert result.returncode == 0, result.stdout
+    assert "does not match the lock's" in result.stdout and "downloading it again" in result.stdout
+    assert_complete(hub, dest)
+    assert len([p for p, _ in file_gets(hub) if p.endswith(PATHS[0])]) == 2
+
+
+def test_persistent_corruption_fails_with_nothing_under_the_final_name(
+    hub: Hub, tmp_path: Path
+) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    hub.corrupt_always.add(PATHS[0])
     result = fetch(hub, lock, dest, "--parallel", "1")
     assert result.returncode == 6
     assert "does not match the lock" in result.stdout
     assert not (dest / NAMES[0]).exists()
     assert not (dest / f".{NAMES[0]}.part").exists()
+    assert check(hub, lock, dest).returncode == 1
 
 
 def test_not_enough_disk_fails_before_downloading(hub: Hub, tmp_path: Path) -> None:
@@ -193,4 +209,115 @@ def test_check_fails_without_marker_and_on_a_missing_shard(hub: Hub, tmp_path: P
 def test_lock_without_sizes_still_fetches_by_name(hub: Hub, tmp_path: Path) -> None:
     lock, dest = write_lock(tmp_path, hub, with_hashes=False), tmp_path / "models"
     assert fetch(hub, lock, dest).returncode == 0
+    assert_complete(hub, dest)
+
+
+def test_complete_set_is_verified_once_then_trusted_by_record(hub: Hub, tmp_path: Path) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    dest.mkdir()
+    for path, name in zip(PATHS, NAMES, strict=True):
+        # As an older tool left them: complete files, no verified-hash records.
+        (dest / name).write_bytes(hub.repos[REPO][path])
+    first = fetch(hub, lock, dest)
+    assert first.returncode == 0
+    assert first.stdout.count("verifying the existing file") == 3
+    assert file_gets(hub) == []
+    second = fetch(hub, lock, dest)
+    assert "verifying" not in second.stdout
+    assert second.stdout.count("already complete, skipped") == 3
+
+
+def test_a_wrong_file_under_a_final_name_is_replaced(hub: Hub, tmp_path: Path) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    dest.mkdir()
+    good = hub.repos[REPO][PATHS[1]]
+    (dest / NAMES[1]).write_bytes(bytes(len(good)))
+    result = fetch(hub, lock, dest)
+    assert result.returncode == 0
+    assert "differs from the lock's; downloading it again" in result.stdout
+    assert_complete(hub, dest)
+
+
+def test_kill_mid_download_then_rerun_transfers_only_what_was_missing(
+    hub: Hub, tmp_path: Path
+) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    total = sum(len(hub.repos[REPO][p]) for p in PATHS)
+    hub.throttle_bytes_per_s = 400_000
+    env = {**os.environ, "HF_ENDPOINT": hub.url}
+    command = [
+        sys.executable,
+        str(FETCHER_SOURCE),
+        "fetch",
+        "--lock",
+        str(lock),
+        "--dest",
+        str(dest),
+    ]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while sum(hub.bytes_sent.values()) < total // 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.kill()
+    process.wait()
+    on_disk = sum((dest / n).stat().st_size if (dest / n).exists() else 0 for n in NAMES) + sum(
+        p.stat().st_size for p in dest.glob(".*.part")
+    )
+    assert 0 < on_disk < total
+    hub.throttle_bytes_per_s = None
+    hub.bytes_sent.clear()
+    assert fetch(hub, lock, dest).returncode == 0
+    assert_complete(hub, dest)
+    second = sum(hub.bytes_sent.values())
+    # Resumed with Range: the second run moves what was missing, give or take one in-flight chunk.
+    assert abs(second - (total - on_disk)) <= 3 * 64 * 1024, (second, total - on_disk)
+
+
+def test_two_fetchers_at_once_do_not_corrupt_each_other(hub: Hub, tmp_path: Path) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    hub.throttle_bytes_per_s = 500_000
+    env = {**os.environ, "HF_ENDPOINT": hub.url}
+    command = [
+        sys.executable,
+        str(FETCHER_SOURCE),
+        "fetch",
+        "--lock",
+        str(lock),
+        "--dest",
+        str(dest),
+    ]
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not hub.bytes_sent and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    out_first, _ = first.communicate(timeout=60)
+    out_second, _ = second.communicate(timeout=60)
+    assert first.returncode == second.returncode == 0, out_first + out_second
+    assert "another fetcher holds this directory; waiting" in out_second
+    assert out_second.count("already complete, skipped") == 3
+    assert_complete(hub, dest)
+
+
+def test_retired_files_make_room_only_when_needed_and_never_when_still_short(
+    hub: Hub, tmp_path: Path
+) -> None:
+    lock = load_lock(write_lock(tmp_path, hub))
+    needed = sum(f.size or 0 for f in lock.files)
+    dest = tmp_path / "models"
+    dest.mkdir()
+    old = dest / "Qwen3.6-32B-Q4_K_M.gguf"
+    old.write_bytes(b"x" * 200_000)
+    os.environ["HF_ENDPOINT"] = hub.url
+    try:
+        with pytest.raises(FetchError) as short:
+            fetch_files(lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 300_000)
+        assert short.value.exit_code == 7
+        assert "GiB in retired files" in str(short.value)
+        assert old.exists(), "a retired model must stay while the new one cannot fit"
+        assert file_gets(hub) == []
+        fetch_files(lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 100_000)
+    finally:
+        del os.environ["HF_ENDPOINT"]
+    assert not old.exists()
     assert_complete(hub, dest)

@@ -27,6 +27,7 @@ from components.llamacpp_vulkan_server import (
 )
 from infra.config import parse_stack
 from infra.kubernetes_target import server_args, store_args
+from tests.conftest import unlocked_source
 
 # The seed's Deployment args, flag by flag.
 SEED_ARGV = [
@@ -54,7 +55,8 @@ VOLUME = {
 
 @pytest.fixture
 def seed_server(strix_halo_values: dict[str, Any]) -> Any:
-    return server_args(parse_stack(strix_halo_values), VOLUME)  # type: ignore[arg-type]
+    stack = parse_stack(strix_halo_values)
+    return server_args(stack, unlocked_source(stack), VOLUME)  # type: ignore[arg-type]
 
 
 def test_seed_stack_renders_the_seed_argv(seed_server: Any) -> None:
@@ -150,7 +152,8 @@ def test_pvc_uses_local_path_and_requested_size() -> None:
 def test_job_runs_fetcher_on_the_server_node_with_token_from_secret(
     strix_halo_values: dict[str, Any],
 ) -> None:
-    args = store_args(parse_stack(strix_halo_values), None)
+    stack = parse_stack(strix_halo_values)
+    args = store_args(stack, unlocked_source(stack), None)
     job = fetch_job(
         "models-fetch-1", "llm", {}, image=args["fetch_image"], claim_name="models",
         config_map="cm", node_selector=args["node_selector"], retired=["Qwen3.6*.gguf"],

@@ -1,0 +1,200 @@
+"""Model locks: a stack's model resolved to one commit, exact files, sizes and sha256.
+
+`llm-infra lock STACK` resolves `model.repo`, `model.revision` and the `model.files` patterns
+through `huggingface_hub` and writes `stacks/STACK.lock.json` (reviewed in pull requests).
+`render` and `pulumi up` then read only the lock, so a deploy never floats and a new upstream
+commit shows up as a diff of the lock. The HF token is used to resolve, never written.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from infra.config import ConfigError, ModelSettings, is_pattern, shard_set_problems
+
+LOCK_VERSION: Literal[1] = 1
+
+
+class LockedFile(BaseModel):
+    """One locked file: repo path, name on disk, size and sha256 (the LFS oid)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: str
+    name: str
+    size: int | None = Field(default=None, ge=0)
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
+class ModelLock(BaseModel):
+    """A lock file's content (the fetcher reads the same document)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Literal[1]
+    repo: str
+    revision: str = Field(pattern=r"^[0-9a-f]{40}$")
+    requested_revision: str
+    patterns: list[str]
+    files: list[LockedFile] = Field(min_length=1)
+    gguf: dict[str, Any] | None = None
+
+    def stale_problems(self, model: ModelSettings, path: Path) -> list[str]:
+        """Why this lock no longer describes the stack's model (empty when it does)."""
+        wanted = (model.repo, model.revision, list(model.files))
+        locked = (self.repo, self.requested_revision, self.patterns)
+        if wanted == locked:
+            return []
+        return [
+            f"model: the lock {path} was made for {self.repo}@{self.requested_revision} "
+            f"{self.patterns}, the stack asks for {model.repo}@{model.revision} "
+            f"{list(model.files)} (run: llm-infra lock STACK)"
+        ]
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all locked files."""
+        return sum(f.size or 0 for f in self.files)
+
+
+def read_lock(path: Path) -> ModelLock:
+    """Read and validate a lock file."""
+    try:
+        return ModelLock.model_validate_json(path.read_text())
+    except OSError as exc:
+        raise ConfigError([f"model: cannot read the lock {path}: {exc.strerror}"]) from None
+    except ValidationError as exc:
+        problems = [
+            f"{path}: {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+        ]
+        raise ConfigError(problems) from None
+
+
+def lock_document(lock: ModelLock) -> dict[str, Any]:
+    """The JSON document of a lock, keys in a stable order."""
+    return lock.model_dump(mode="json", exclude_none=True)
+
+
+def write_lock(path: Path, lock: ModelLock) -> None:
+    """Write a lock file atomically (a reviewer diffs it, so the format is stable)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(lock_document(lock), indent=2) + "\n")
+    tmp.replace(path)
+
+
+def resolve_lock(
+    model: ModelSettings, token: str | None = None, endpoint: str | None = None
+) -> ModelLock:
+    """Resolve the model through the hub to a lock; ConfigError with the key on every failure."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import (
+        GatedRepoError,
+        HfHubHTTPError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+    from huggingface_hub.hf_api import RepoFile
+
+    api = HfApi(endpoint=endpoint, token=token or False)
+    where = endpoint or "huggingface.co"
+    try:
+        info = api.model_info(model.repo, revision=model.revision)
+        commit = info.sha
+        if commit is None:
+            raise ConfigError([f"model.revision: {where} gave no commit for {model.revision!r}"])
+        tree = [
+            entry
+            for entry in api.list_repo_tree(model.repo, revision=commit, recursive=True)
+            if isinstance(entry, RepoFile)
+        ]
+    except GatedRepoError:
+        raise ConfigError(
+            [f"model.repo: {model.repo!r} is gated or private on {where}: set HF_TOKEN to a "
+             "token with access (or `pulumi config set --secret hfToken`)"]
+        ) from None  # fmt: skip
+    except RevisionNotFoundError:
+        raise ConfigError(
+            [f"model.revision: {model.revision!r} is not a branch, tag or commit of {model.repo}"]
+        ) from None
+    except RepositoryNotFoundError:
+        hint = "" if token else " (or it is private: set HF_TOKEN)"
+        raise ConfigError([f"model.repo: {model.repo!r} not found on {where}{hint}"]) from None
+    except HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        raise ConfigError(
+            [f"model.repo: {where} answered HTTP {status} for {model.repo}"]
+        ) from None
+    except OSError as exc:
+        raise ConfigError([f"model.repo: cannot reach {where}: {exc}"]) from None
+
+    problems: list[str] = []
+    selected: dict[str, RepoFile] = {}
+    for index, pattern in enumerate(model.files):
+        matches = [e for e in tree if fnmatch.fnmatchcase(e.path, pattern)]
+        if not matches:
+            problems.append(
+                f"model.files[{index}]: {pattern!r} matches no file of {model.repo}@{commit[:12]}"
+            )
+        for entry in matches:
+            selected[entry.path] = entry
+    if problems:
+        raise ConfigError(problems)
+    files = [
+        LockedFile(
+            path=entry.path,
+            name=entry.path.rsplit("/", 1)[-1],
+            size=entry.size,
+            sha256=entry.lfs.sha256 if entry.lfs is not None else None,
+        )
+        for entry in sorted(selected.values(), key=lambda e: e.path)
+    ]
+    problems = shard_set_problems([f.name for f in files], key="model.files")
+    if problems:
+        raise ConfigError(problems)
+    return ModelLock(
+        version=LOCK_VERSION,
+        repo=model.repo,
+        revision=commit,
+        requested_revision=model.revision,
+        patterns=list(model.files),
+        files=files,
+    )
+
+
+class ModelSource(BaseModel):
+    """What the program deploys: the locked files, or (preview only) the config's exact paths."""
+
+    model_config = ConfigDict(frozen=True)
+
+    revision: str
+    files: list[LockedFile]
+    locked: bool
+
+
+def model_source(model: ModelSettings, lock_path: Path, preview: bool) -> ModelSource:
+    """The files to deploy; `pulumi up` refuses an unlocked or stale model."""
+    if lock_path.is_file():
+        lock = read_lock(lock_path)
+        problems = lock.stale_problems(model, lock_path)
+        if problems:
+            raise ConfigError(problems)
+        return ModelSource(revision=lock.revision, files=list(lock.files), locked=True)
+    missing = f"model: no lock file {lock_path} (run: llm-infra lock STACK, and commit it)"
+    if not preview:
+        raise ConfigError([f"{missing}; `pulumi up` deploys only locked models"])
+    patterns = [path for path in model.files if is_pattern(path)]
+    if patterns:
+        raise ConfigError([f"{missing}; model.files has patterns {patterns} to resolve"])
+    return ModelSource(
+        revision=model.revision,
+        files=[
+            LockedFile(path=path, name=name)
+            for path, name in zip(model.files, model.file_names, strict=True)
+        ],
+        locked=False,
+    )
