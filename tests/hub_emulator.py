@@ -95,8 +95,8 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                 entries.append(entry)
             return self._json(entries)
 
-        def _send_body(self, path: str, body: bytes) -> None:
-            step = 64 * 1024
+        def _send_body(self, path: str, body: bytes | memoryview) -> None:
+            step = 64 * 1024 if hub.throttle_bytes_per_s else 1024 * 1024
             for start in range(0, len(body), step):
                 chunk = body[start : start + step]
                 self.wfile.write(chunk)
@@ -137,7 +137,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     self.end_headers()
                     return None
                 status = 206
-            body = data[start:]
+            body: bytes | memoryview = memoryview(data)[start:]
             if path in hub.corrupt_once and not head:
                 hub.corrupt_once.discard(path)
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
