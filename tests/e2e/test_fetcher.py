@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from components import fetcher
 from components.fetcher import FetchError, load_lock
 from components.fetcher import fetch as fetch_files
 from components.gguf_model_store import FETCHER_SOURCE, model_lock
@@ -321,3 +322,32 @@ def test_retired_files_make_room_only_when_needed_and_never_when_still_short(
         del os.environ["HF_ENDPOINT"]
     assert not old.exists()
     assert_complete(hub, dest)
+
+
+def test_server_errors_are_retried_with_backoff(hub: Hub, tmp_path: Path) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    hub.status_once[PATHS[0]] = [503]
+    result = fetch(hub, lock, dest, "--parallel", "1")
+    assert result.returncode == 0, result.stdout
+    assert "HTTP 503; retry 1/5 in 1s" in result.stdout
+    assert_complete(hub, dest)
+
+
+def test_not_found_is_not_retried(hub: Hub, tmp_path: Path) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    hub.status_once[PATHS[0]] = [404, 404]
+    result = fetch(hub, lock, dest, "--parallel", "1")
+    assert result.returncode == 5
+    assert "retry" not in result.stdout
+    assert hub.status_once[PATHS[0]] == [404]
+
+
+def test_progress_lines_give_percent_rate_and_eta(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = iter([100.0, 106.0])
+    monkeypatch.setattr(fetcher.time, "monotonic", lambda: next(clock))
+    progress = fetcher.Progress(total=100 * 2**20)
+    progress.add(30 * 2**20)
+    line = capsys.readouterr().out
+    assert " 30.0%" in line and "5.0 MiB/s" in line and "ETA     14s" in line
