@@ -346,7 +346,7 @@ def test_progress_lines_give_percent_rate_and_eta(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clock = iter([100.0, 106.0])
-    monkeypatch.setattr(fetcher.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
     progress = fetcher.Progress(total=100 * 2**20)
     progress.add(30 * 2**20)
     line = capsys.readouterr().out
