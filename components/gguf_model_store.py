@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import urllib.parse
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
@@ -11,12 +12,21 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.fetcher import lock_digest
+from components.network_policies import egress_policy
+from components.pod_security import (
+    SCRATCH_MOUNT,
+    restricted_container,
+    restricted_pod,
+    scratch_mount,
+    scratch_volume,
+)
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 MODELS_MOUNT = "/models"
 FETCHER_MOUNT = "/opt/llm-infra"
 FETCHER_SOURCE = Path(__file__).with_name("fetcher.py")
 HF_TOKEN_KEY = "token"
+DEFAULT_UID = 1000
 
 
 class ModelFile(TypedDict):
@@ -41,6 +51,8 @@ class ModelVolume(TypedDict):
     """ConfigMap with the fetcher and lock, for the server's init check."""
     check_image: str
     """Image that runs the init check (the store's fetch image)."""
+    run_as_user: int
+    """Non-root uid of the init check."""
 
 
 class GgufModelStoreArgs(TypedDict):
@@ -72,6 +84,10 @@ class GgufModelStoreArgs(TypedDict):
     """Hub endpoint (a mirror); default huggingface.co."""
     hf_token: NotRequired[pulumi.Input[str] | None]
     """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
+    network_policy: NotRequired[bool]
+    """Restrict the fetch pod to DNS and the hub's port (default True)."""
+    run_as_user: NotRequired[int]
+    """Non-root uid of the fetch and check containers (default 1000)."""
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -137,6 +153,7 @@ class GgufModelStore(pulumi.ComponentResource):
             timeout_seconds=timeout,
             hf_endpoint=args.get("hf_endpoint"),
             token_secret=token_secret,
+            run_as_user=args.get("run_as_user", DEFAULT_UID),
         )
         self.fetch_job = k8s.batch.v1.Job(
             f"{name}-fetch",
@@ -155,8 +172,23 @@ class GgufModelStore(pulumi.ComponentResource):
             "claim_name": names["pvc"],
             "fetcher_config_map": names["config_map"],
             "check_image": args["fetch_image"],
+            "run_as_user": args.get("run_as_user", DEFAULT_UID),
         }
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
+        if args.get("network_policy", True):
+            self.fetch_policy = k8s.networking.v1.NetworkPolicy(
+                f"{name}-fetch-egress",
+                **without_kind(
+                    egress_policy(
+                        f"{name}-fetch-egress",
+                        namespace,
+                        labels,
+                        fetch_pod_labels(name),
+                        [hub_port(args.get("hf_endpoint"))],
+                    )
+                ),
+                opts=child,
+            )
         self.claim_name = pulumi.Output.from_input(names["pvc"])
         self.fetcher_config_map = pulumi.Output.from_input(names["config_map"])
         self.lock_digest = pulumi.Output.from_input(digest)
@@ -198,6 +230,17 @@ def store_labels(name: str) -> dict[str, str]:
 def content_digest(lock: dict[str, Any]) -> str:
     """sha256 of what the Job runs (lock and fetcher): a change makes a new ConfigMap and Job."""
     return hashlib.sha256((lock_digest(lock) + FETCHER_SOURCE.read_text()).encode()).hexdigest()
+
+
+def fetch_pod_labels(name: str) -> dict[str, str]:
+    """Labels of the fetch pod (its NetworkPolicy selects them)."""
+    return {**store_labels(name), "app.kubernetes.io/component": "fetch"}
+
+
+def hub_port(endpoint: str | None) -> int:
+    """TCP port of the hub endpoint (443 for huggingface.co)."""
+    parsed = urllib.parse.urlsplit(endpoint or "https://huggingface.co")
+    return parsed.port or (80 if parsed.scheme == "http" else 443)
 
 
 def store_names(name: str, digest: str) -> dict[str, str]:
@@ -289,15 +332,17 @@ def _mounts(read_only: bool) -> list[dict[str, Any]]:
     return [
         {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": read_only},
         {"name": "fetcher", "mountPath": FETCHER_MOUNT, "readOnly": True},
+        scratch_mount(),
     ]
 
 
-def model_check_container(image: str) -> dict[str, Any]:
+def model_check_container(image: str, run_as_user: int = DEFAULT_UID) -> dict[str, Any]:
     """Init container that refuses to start the server on an incomplete shard set (no download)."""
     return {
         "name": "model-check",
         "image": image,
         "command": fetcher_command("check"),
+        "securityContext": restricted_container(run_as_user),
         "volumeMounts": _mounts(read_only=True),
         "resources": {
             "requests": {"cpu": "50m", "memory": "32Mi"},
@@ -320,12 +365,16 @@ def fetch_job(
     timeout_seconds: int,
     hf_endpoint: str | None,
     token_secret: str | None,
+    run_as_user: int = DEFAULT_UID,
 ) -> dict[str, Any]:
     """The fetch Job: resumable across pod restarts since partial files stay on the volume."""
     extra = ["--parallel", str(parallel)]
     for pattern in retired:
         extra += ["--retire", pattern]
-    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    env: list[dict[str, Any]] = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "HOME", "value": SCRATCH_MOUNT},
+    ]
     if hf_endpoint:
         env.append({"name": "HF_ENDPOINT", "value": hf_endpoint})
     if token_secret:
@@ -343,17 +392,24 @@ def fetch_job(
             "backoffLimit": 6,
             "activeDeadlineSeconds": timeout_seconds,
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": {**labels, "app.kubernetes.io/component": "fetch"}},
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "nodeSelector": node_selector,
                     "automountServiceAccountToken": False,
+                    # fsGroup makes a fresh volume writable for the non-root fetcher.
+                    "securityContext": {
+                        **restricted_pod(),
+                        "fsGroup": run_as_user,
+                        "fsGroupChangePolicy": "OnRootMismatch",
+                    },
                     "containers": [
                         {
                             "name": "fetch",
                             "image": image,
                             "command": fetcher_command("fetch", extra),
                             "env": env,
+                            "securityContext": restricted_container(run_as_user),
                             "volumeMounts": _mounts(read_only=False),
                             "resources": {
                                 "requests": {"cpu": "250m", "memory": "256Mi"},
@@ -361,7 +417,10 @@ def fetch_job(
                             },
                         }
                     ],
-                    "volumes": model_volumes(claim_name, config_map, read_only=False),
+                    "volumes": [
+                        *model_volumes(claim_name, config_map, read_only=False),
+                        scratch_volume(),
+                    ],
                 },
             },
         },

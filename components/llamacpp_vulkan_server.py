@@ -8,6 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.gguf_model_store import (
+    DEFAULT_UID,
     MODELS_MOUNT,
     ModelVolume,
     inherited_dependencies,
@@ -15,11 +16,22 @@ from components.gguf_model_store import (
     model_volumes,
     without_kind,
 )
+from components.network_policies import NetworkClient, ingress_policy
+from components.pod_security import (
+    SCRATCH_MOUNT,
+    GpuAccess,
+    gpu_container,
+    restricted_pod,
+    scratch_mount,
+    scratch_volume,
+)
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
+API_KEY_MOUNT = "/run/secrets/llama-server"
+API_KEY_FILE = "api-key"
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
 
@@ -103,7 +115,19 @@ class LlamaCppVulkanServerArgs(TypedDict):
     service_port: NotRequired[int]
     """Port of the Service (default: the server port)."""
     gpu_device_path: NotRequired[str]
-    """Host path of the DRM render nodes mounted for Vulkan (default `/dev/dri`)."""
+    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
+    gpu_access: NotRequired[GpuAccess]
+    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
+    gpu_resource: NotRequired[str]
+    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
+    run_as_user: NotRequired[int]
+    """Non-root uid in `device-plugin` mode (default 1000)."""
+    supplemental_groups: NotRequired[list[int]]
+    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
+    api_key: NotRequired[pulumi.Input[str] | None]
+    """API key clients must send; stored as a Secret and passed as `--api-key-file`."""
+    allowed_clients: NotRequired[list[NetworkClient] | None]
+    """Who may reach the server (a NetworkPolicy); None creates no policy."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):
@@ -125,6 +149,16 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         port = flags["port"]
         service_port = args.get("service_port", port)
         labels = server_labels(name)
+        inherited = inherited_dependencies(opts)
+        api_key = args.get("api_key")
+        if api_key is not None:
+            self.api_key_secret = k8s.core.v1.Secret(
+                f"{name}-api-key",
+                metadata={"name": f"{name}-api-key", "namespace": namespace, "labels": labels},
+                type="Opaque",
+                string_data={API_KEY_FILE: pulumi.Output.secret(api_key)},
+                opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
+            )
         deployment = server_deployment(name, namespace, labels, args)
         deadline = deployment["spec"]["progressDeadlineSeconds"]
         self.deployment = k8s.apps.v1.Deployment(
@@ -134,7 +168,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 parent=self,
                 # Children do not inherit dependsOn: the pod must wait for what the server waits
                 # for (the fetch Job), not start early and crash-loop on a missing model.
-                depends_on=inherited_dependencies(opts),
+                depends_on=[*inherited, *([self.api_key_secret] if api_key is not None else [])],
                 # pulumi-kubernetes waits 10 min by default; the load alone may take longer.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{deadline + 60}s", update=f"{deadline + 60}s"
@@ -144,8 +178,18 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             **without_kind(server_service(name, namespace, labels, port, service_port)),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=inherited_dependencies(opts)),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
         )
+        clients = args.get("allowed_clients")
+        if clients is not None:
+            policy = ingress_policy(
+                f"{name}-ingress", namespace, labels, selector_labels(labels), port, clients
+            )
+            self.network_policy = k8s.networking.v1.NetworkPolicy(
+                f"{name}-ingress",
+                **without_kind(policy),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
+            )
         self.service_name = pulumi.Output.from_input(name)
         self.url = pulumi.Output.from_input(service_url(name, namespace, service_port))
         self.alias = pulumi.Output.from_input(flags["alias"])
@@ -207,26 +251,47 @@ def probe_window_seconds(probe: HttpProbe) -> int:
     return probe["initial_delay_seconds"] + probe["period_seconds"] * probe["failure_threshold"]
 
 
+def selector_labels(labels: dict[str, str]) -> dict[str, str]:
+    """The labels that select the server's pods."""
+    return {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+
+
 def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The llama-server container."""
     flags = args["flags"]
     probes = args["probes"]
+    access = args.get("gpu_access", "privileged")
+    argv = llama_server_args(flags)
+    mounts = [
+        {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
+        scratch_mount(),
+    ]
+    if args.get("api_key") is not None:
+        argv += ["--api-key-file", f"{API_KEY_MOUNT}/{API_KEY_FILE}"]
+        mounts.append({"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True})
+    resources = {kind: dict(values) for kind, values in args["resources"].items()}
+    if access == "device-plugin":
+        gpu = args.get("gpu_resource", "amd.com/gpu")
+        resources.setdefault("limits", {})[gpu] = "1"
+        resources.setdefault("requests", {})[gpu] = "1"
+    else:
+        mounts.append({"name": "dev-dri", "mountPath": "/dev/dri"})
     return {
         "name": "llama-server",
         "image": args["image"],
-        "args": llama_server_args(flags),
+        "args": argv,
+        # Mesa's shader cache and HOME go to the scratch volume: the root filesystem is read-only.
+        "env": [
+            {"name": "HOME", "value": SCRATCH_MOUNT},
+            {"name": "MESA_SHADER_CACHE_DIR", "value": f"{SCRATCH_MOUNT}/mesa-shader-cache"},
+        ],
         "ports": [{"name": "http", "containerPort": flags["port"], "protocol": "TCP"}],
-        "resources": args["resources"],
+        "resources": resources,
         "startupProbe": http_probe(probes["startup"], "http"),
         "readinessProbe": http_probe(probes["readiness"], "http"),
         "livenessProbe": http_probe(probes["liveness"], "http"),
-        # Vulkan needs the DRM render nodes; without a device plugin, privileged is the
-        # reliable way to reach them on k3s.
-        "securityContext": {"privileged": True},
-        "volumeMounts": [
-            {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
-            {"name": "dev-dri", "mountPath": "/dev/dri"},
-        ],
+        "securityContext": gpu_container(access, args.get("run_as_user", DEFAULT_UID)),
+        "volumeMounts": mounts,
     }
 
 
@@ -235,15 +300,19 @@ def server_deployment(
 ) -> dict[str, Any]:
     """The Deployment: one replica, Recreate (one GPU), a deadline that covers pull and load."""
     model = args["model"]
-    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+    selector = selector_labels(labels)
     deadline = IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
     volumes = [
         *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
-        {
-            "name": "dev-dri",
-            "hostPath": {"path": args.get("gpu_device_path", "/dev/dri"), "type": "Directory"},
-        },
+        scratch_volume(),
     ]
+    if args.get("gpu_access", "privileged") == "privileged":
+        device = args.get("gpu_device_path", "/dev/dri")
+        volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
+    if args.get("api_key") is not None:
+        volumes.append(
+            {"name": "api-key", "secret": {"secretName": f"{name}-api-key", "defaultMode": 0o400}}
+        )
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -260,7 +329,11 @@ def server_deployment(
                 "spec": {
                     "nodeSelector": args["node_selector"],
                     "automountServiceAccountToken": False,
-                    "initContainers": [model_check_container(model["check_image"])],
+                    "enableServiceLinks": False,
+                    "securityContext": restricted_pod(args.get("supplemental_groups")),
+                    "initContainers": [
+                        model_check_container(model["check_image"], model["run_as_user"])
+                    ],
                     "containers": [server_container(args)],
                     "volumes": volumes,
                 },
@@ -273,7 +346,7 @@ def server_service(
     name: str, namespace: str, labels: dict[str, str], target_port: int, port: int
 ) -> dict[str, Any]:
     """ClusterIP Service in front of the server."""
-    selector = {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+    selector = selector_labels(labels)
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -21,7 +21,7 @@ from components.images import parse_image
 from components.llamacpp_vulkan_server import CACHE_TYPES, DEFAULT_IMAGE, CacheType
 
 NAMESPACE = "llm-infra"
-SECRET_KEYS = ("hfToken",)
+SECRET_KEYS = ("hfToken", "apiKey")
 # Keys that locate things rather than describe the stack.
 LOCATION_KEYS = ("lockFile",)
 SECRET_PLACEHOLDER = "[secret]"
@@ -150,6 +150,12 @@ class ResourceSettings(Strict):
 class ServerSettings(Strict):
     """llama-server and its Deployment."""
 
+    gpu_access: Literal["privileged", "device-plugin"] = "privileged"
+    gpu_resource: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")] = "amd.com/gpu"
+    render_group_id: Annotated[int, Field(ge=1)] | None = None
+    run_as_user: Annotated[int, Field(ge=1)] = 1000
+    api_key: bool = False
+
     name: DnsLabel | None = None
     alias: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
     image: str = DEFAULT_IMAGE
@@ -185,11 +191,26 @@ class ServerSettings(Strict):
         return self.name or self.alias
 
 
+class NetworkClientSettings(Strict):
+    """Pods allowed to reach the server: a namespace, optionally narrowed by pod labels."""
+
+    namespace: DnsLabel
+    pod_labels: dict[str, str] = {}
+
+
+class NetworkSettings(Strict):
+    """NetworkPolicies: server ingress from the clients only; fetch egress to DNS and HTTPS."""
+
+    policies: bool = True
+    clients: list[NetworkClientSettings] = [NetworkClientSettings(namespace="litellm")]
+
+
 class StrixHaloStack(Strict):
     """A llama.cpp Vulkan server on a Kubernetes (k3s) node, with its model volume."""
 
     target: Literal["kubernetes"]
     kubernetes: KubernetesSettings = KubernetesSettings()
+    network: NetworkSettings = NetworkSettings()
     model: ModelSettings
     store: StoreSettings
     server: ServerSettings
@@ -262,10 +283,11 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
     problems = []
     if not any(is_pattern(path) for path in model.files):
         problems += shard_set_problems(model.file_names, key="model.files")
-    if server.gpu_layers > model.layers:
+    # llama.cpp counts the output layer too: -ngl N+1 offloads all N repeating layers and it.
+    if server.gpu_layers > model.layers + 1:
         problems.append(
             f"server.gpuLayers: {server.gpu_layers} is more than the model's {model.layers} layers "
-            f"(allowed 0-{model.layers})"
+            f"(allowed 0-{model.layers + 1}; {model.layers + 1} also offloads the output layer)"
         )
     if server.context_size < server.min_slot_context:
         problems.append(
@@ -301,6 +323,16 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         problems.append(
             f"server.probes.startup: allows {startup.window_seconds}s to load, less than "
             f"server.minLoadSeconds {server.min_load_seconds}s (raise failureThreshold)"
+        )
+    if server.gpu_access == "privileged" and server.render_group_id is not None:
+        problems.append(
+            "server.renderGroupId: only used with server.gpuAccess: device-plugin (a privileged "
+            "container reaches /dev/dri as root)"
+        )
+    if stack.network.policies and not stack.network.clients:
+        problems.append(
+            "network.clients: empty, so nothing could reach the server (list the client "
+            "namespaces, e.g. litellm, or set network.policies: false)"
         )
     for resource in ("cpu", "memory"):
         request = getattr(server.resources.requests, resource)
@@ -360,17 +392,36 @@ def lock_path_for(stack_file: Path) -> Path:
     return stack_file.with_name(f"{name}.lock.json")
 
 
-def load_stack_config() -> tuple[StackConfig, Path, pulumi.Output[str] | None]:
+class StackSecrets(BaseModel):
+    """Secret config values, as Outputs (never plain values in the config model)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    hf_token: pulumi.Output[str] | None
+    api_key: pulumi.Output[str] | None
+
+
+def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
     """Read and validate the stack's config; secrets come back as Outputs, never in the model.
 
-    Returns the stack, the path of its lock file (which may not exist yet) and the HF token.
+    Returns the stack, the path of its lock file (which may not exist yet) and its secrets.
     """
     config = pulumi.Config(NAMESPACE)
     stack = parse_stack(_namespace_values())
+    secrets = StackSecrets(
+        hf_token=config.get_secret("hfToken"), api_key=config.get_secret("apiKey")
+    )
+    if stack.server.api_key and secrets.api_key is None:
+        raise ConfigError(
+            [
+                "apiKey: server.apiKey is true but the secret is not set "
+                "(pulumi config set --secret apiKey ...)"
+            ]
+        )
     lock_file = config.get("lockFile")
     lock_path = (
         Path(lock_file)
         if lock_file
         else project_root() / "stacks" / f"{pulumi.get_stack()}.lock.json"
     )
-    return stack, lock_path, config.get_secret("hfToken")
+    return stack, lock_path, secrets

@@ -17,11 +17,11 @@ from components import (
     ModelVolume,
 )
 from components.gguf_model_store import MODELS_MOUNT
-from infra.config import ProbeSettings, StrixHaloStack
+from infra.config import ProbeSettings, StackSecrets, StrixHaloStack
 from infra.lock import ModelSource
 
 
-def deploy(stack: StrixHaloStack, source: ModelSource, hf_token: pulumi.Output[str] | None) -> None:
+def deploy(stack: StrixHaloStack, source: ModelSource, secrets: StackSecrets) -> None:
     """Create the stack's resources and export its outputs."""
     settings = stack.kubernetes
     provider = k8s.Provider("kubernetes", context=settings.context)
@@ -39,12 +39,12 @@ def deploy(stack: StrixHaloStack, source: ModelSource, hf_token: pulumi.Output[s
         depends.append(namespace)
     store = GgufModelStore(
         stack.store.name,
-        store_args(stack, source, hf_token),
+        store_args(stack, source, secrets.hf_token),
         opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
     )
     server = LlamaCppVulkanServer(
         stack.server.resource_name,
-        server_args(stack, source, store.model_volume),
+        {**server_args(stack, source, store.model_volume), "api_key": secrets.api_key},
         # Waiting on the store waits on its fetch Job: the server starts on a complete model.
         opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store]),
     )
@@ -98,6 +98,8 @@ def store_args(
         "fetch_timeout_seconds": int(store.fetch_timeout_hours * 3600),
         "hf_endpoint": store.hf_endpoint,
         "hf_token": hf_token,
+        "network_policy": stack.network.policies,
+        "run_as_user": stack.server.run_as_user,
     }
 
 
@@ -137,4 +139,16 @@ def server_args(
             "liveness": _probe(server.probes.liveness),
         },
         "service_port": server.service_port or server.port,
+        "gpu_access": server.gpu_access,
+        "gpu_resource": server.gpu_resource,
+        "run_as_user": server.run_as_user,
+        "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
+        "allowed_clients": (
+            [
+                {"namespace": c.namespace, "pod_labels": dict(c.pod_labels)}
+                for c in stack.network.clients
+            ]
+            if stack.network.policies
+            else None
+        ),
     }

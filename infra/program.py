@@ -11,6 +11,6 @@ from infra.lock import model_source
 
 def main() -> None:
     """Validate the stack's config and lock, then create its resources (none exists before)."""
-    stack, lock_path, hf_token = load_stack_config()
+    stack, lock_path, secrets = load_stack_config()
     source = model_source(stack.model, lock_path, preview=pulumi.runtime.is_dry_run())
-    kubernetes_target.deploy(stack, source, hf_token)
+    kubernetes_target.deploy(stack, source, secrets)

@@ -131,12 +131,13 @@ def test_program_with_secret_token_in_stack_config_masks_it() -> None:
 def test_program_registers_nothing_when_config_is_invalid() -> None:
     config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
     server = json.loads(config["llm-infra:server"])
-    server["gpuLayers"] = 44
+    server["gpuLayers"] = 45
     config["llm-infra:server"] = json.dumps(server)
     monitor = RecordingMonitor(EchoMocks())
     with pytest.raises(ConfigError) as caught:
         run_program(program.main, config, secret_keys, stack="strix-halo", monitor=monitor)
     assert caught.value.problems == [
-        "server.gpuLayers: 44 is more than the model's 43 layers (allowed 0-43)"
+        "server.gpuLayers: 45 is more than the model's 43 layers "
+        "(allowed 0-44; 44 also offloads the output layer)"
     ]
     assert monitor.registrations == []

@@ -64,13 +64,9 @@ def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_re
     documents = list(yaml.safe_load_all((strix_halo_render / "manifests.yaml").read_text()))
     kinds = [d["kind"] for d in documents]
     assert kinds == [
-        "Namespace",
-        "ConfigMap",
-        "PersistentVolumeClaim",
-        "Job",
-        "Deployment",
-        "Service",
-    ]
+        "Namespace", "NetworkPolicy", "NetworkPolicy", "ConfigMap", "PersistentVolumeClaim",
+        "Job", "Deployment", "Service",
+    ]  # fmt: skip
     assert all(d["metadata"]["namespace"] == "llm" for d in documents[1:])
 
 
@@ -81,7 +77,7 @@ def test_render_accepts_a_stack_file_path_and_defaults_out_dir(tmp_path: Path) -
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "rendered" / "strix-halo" / "manifests.yaml").is_file()
-    assert "9 resources, 6 Kubernetes objects" in result.stdout
+    assert "11 resources, 8 Kubernetes objects" in result.stdout
 
 
 def _bad_stack(tmp_path: Path, old: str, new: str) -> Path:
@@ -97,8 +93,8 @@ def _bad_stack(tmp_path: Path, old: str, new: str) -> Path:
     [
         (
             "gpuLayers: 40",
-            "gpuLayers: 44",
-            "server.gpuLayers: 44 is more than the model's 43 layers",
+            "gpuLayers: 45",
+            "server.gpuLayers: 45 is more than the model's 43 layers",
         ),
         (
             "contextSize: 65536",

@@ -31,7 +31,7 @@ def test_rendered_strix_halo_manifests_pass_strict_validation(tmp_path: Path) ->
     result = kubernetes_validate(out / "manifests.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
     documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
-    assert result.stdout.count("passed for resource") == len(documents) == 6
+    assert result.stdout.count("passed for resource") == len(documents) == 8
 
 
 def test_strict_validation_rejects_an_unknown_field(tmp_path: Path) -> None:

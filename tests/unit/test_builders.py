@@ -12,6 +12,7 @@ from components.gguf_model_store import (
     content_digest,
     fetch_job,
     fetcher_config_map,
+    hub_port,
     model_lock,
     model_pvc,
     store_names,
@@ -25,6 +26,7 @@ from components.llamacpp_vulkan_server import (
     server_labels,
     server_service,
 )
+from components.network_policies import egress_policy, ingress_policy
 from infra.config import parse_stack
 from infra.kubernetes_target import server_args, store_args
 from tests.conftest import unlocked_source
@@ -47,6 +49,7 @@ SEED_ARGV = [
     "--threads", "8",
 ]  # fmt: skip
 VOLUME = {
+    "run_as_user": 1000,
     "claim_name": "models",
     "fetcher_config_map": "models-fetcher-x",
     "check_image": "py:3.12.8",
@@ -97,7 +100,7 @@ def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
     liveness = container["livenessProbe"]
     assert (liveness["httpGet"]["path"], liveness["periodSeconds"]) == ("/health", 30)
     assert liveness["failureThreshold"] == 5
-    assert container["securityContext"] == {"privileged": True}
+    assert container["securityContext"] == {"privileged": True, "readOnlyRootFilesystem": True}
     dri = next(v for v in pod["volumes"] if v["name"] == "dev-dri")
     assert dri["hostPath"]["path"] == "/dev/dri"
     assert {"name": "dev-dri", "mountPath": "/dev/dri"} in container["volumeMounts"]
@@ -131,7 +134,8 @@ def test_model_volume_is_read_only_and_checked_before_start(seed_server: Any) ->
     assert mount["readOnly"] is True
     (check,) = pod["initContainers"]
     assert check["command"][2] == "check"
-    assert all(m["readOnly"] for m in check["volumeMounts"])
+    assert all(m["readOnly"] for m in check["volumeMounts"] if m["name"] in ("models", "fetcher"))
+    assert check["securityContext"]["runAsNonRoot"] is True
 
 
 def test_service_targets_the_server_port() -> None:
@@ -181,7 +185,7 @@ def test_job_without_token_has_no_token_env() -> None:
         token_secret=None,
     )  # fmt: skip
     env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-    assert [e["name"] for e in env] == ["PYTHONUNBUFFERED"]
+    assert [e["name"] for e in env] == ["PYTHONUNBUFFERED", "HOME"]
 
 
 def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
@@ -226,3 +230,58 @@ def test_image_pinning(reference: str, pinned: bool) -> None:
 def test_malformed_image_references_raise(reference: str) -> None:
     with pytest.raises(ValueError):
         parse_image(reference)
+
+
+def test_device_plugin_mode_drops_every_privilege(seed_server: Any) -> None:
+    args: Any = {
+        **seed_server,
+        "gpu_access": "device-plugin",
+        "supplemental_groups": [991],
+    }
+    pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    context = container["securityContext"]
+    assert context["privileged"] is False
+    assert context["allowPrivilegeEscalation"] is False
+    assert context["capabilities"] == {"drop": ["ALL"]}
+    assert context["runAsNonRoot"] is True and context["readOnlyRootFilesystem"] is True
+    assert context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["resources"]["limits"]["amd.com/gpu"] == "1"
+    assert pod["securityContext"]["supplementalGroups"] == [991]
+    assert not any("hostPath" in v for v in pod["volumes"])
+    assert all(m["name"] != "dev-dri" for m in container["volumeMounts"])
+
+
+def test_api_key_is_a_file_from_a_secret_never_in_argv(seed_server: Any) -> None:
+    args: Any = {**seed_server, "api_key": "sk-not-rendered"}
+    pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][-2:] == ["--api-key-file", "/run/secrets/llama-server/api-key"]
+    assert "sk-not-rendered" not in str(pod)
+    secret_volume = next(v for v in pod["volumes"] if v["name"] == "api-key")
+    assert secret_volume["secret"] == {"secretName": "ds-api-key", "defaultMode": 0o400}
+
+
+def test_ingress_policy_admits_only_the_clients_on_the_server_port() -> None:
+    policy = ingress_policy(
+        "ds-ingress", "llm", {}, {"app": "ds"}, 8080,
+        [{"namespace": "litellm"}, {"namespace": "tools", "pod_labels": {"app": "bench"}}],
+    )  # fmt: skip
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert rule["from"] == [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "litellm"}}},
+        {
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "tools"}},
+            "podSelector": {"matchLabels": {"app": "bench"}},
+        },
+    ]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+
+
+def test_fetch_egress_policy_allows_dns_and_the_hub_port_only() -> None:
+    policy = egress_policy("f", "llm", {}, {"app": "fetch"}, [hub_port(None)])
+    dns, hub = policy["spec"]["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert hub["ports"] == [{"port": 443, "protocol": "TCP"}]
+    assert hub_port("http://mirror.local:8081/hf") == 8081

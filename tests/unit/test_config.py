@@ -46,15 +46,17 @@ def test_seed_stack_holds_every_seed_value(strix_halo_values: dict[str, Any]) ->
 
 
 def test_gpu_layers_above_model_layer_count_is_rejected(strix_halo_values: dict[str, Any]) -> None:
-    strix_halo_values["server"]["gpuLayers"] = 44
+    strix_halo_values["server"]["gpuLayers"] = 45
     assert problems_of(strix_halo_values) == [
-        "server.gpuLayers: 44 is more than the model's 43 layers (allowed 0-43)"
+        "server.gpuLayers: 45 is more than the model's 43 layers "
+        "(allowed 0-44; 44 also offloads the output layer)"
     ]
 
 
-def test_all_layers_on_gpu_is_allowed(strix_halo_values: dict[str, Any]) -> None:
-    strix_halo_values["server"]["gpuLayers"] = 43
-    assert parse_stack(strix_halo_values).server.gpu_layers == 43
+def test_full_offload_counts_the_output_layer(strix_halo_values: dict[str, Any]) -> None:
+    # llama.cpp b11434: -ngl n_layer+1 puts every repeating layer and the output layer on the GPU.
+    strix_halo_values["server"]["gpuLayers"] = 44
+    assert parse_stack(strix_halo_values).server.gpu_layers == 44
 
 
 def test_context_below_required_minimum_is_rejected(strix_halo_values: dict[str, Any]) -> None:
@@ -213,3 +215,25 @@ def test_quantities_compare_across_units() -> None:
     assert quantity_value("1000m") == quantity_value("1")
     assert quantity_value("20Gi") == 20 * 2**30
     assert quantity_value("4G") == 4e9
+
+
+def test_render_group_only_applies_to_device_plugin_mode(strix_halo_values: dict[str, Any]) -> None:
+    strix_halo_values["server"]["renderGroupId"] = 991
+    (problem,) = problems_of(strix_halo_values)
+    assert problem.startswith(
+        "server.renderGroupId: only used with server.gpuAccess: device-plugin"
+    )
+    strix_halo_values["server"]["gpuAccess"] = "device-plugin"
+    assert parse_stack(strix_halo_values).server.render_group_id == 991
+
+
+def test_unknown_gpu_access_mode_is_rejected(strix_halo_values: dict[str, Any]) -> None:
+    strix_halo_values["server"]["gpuAccess"] = "passthrough"
+    (problem,) = problems_of(strix_halo_values)
+    assert problem.startswith("server.gpuAccess: 'passthrough': Input should be 'privileged'")
+
+
+def test_network_policy_without_clients_is_rejected(strix_halo_values: dict[str, Any]) -> None:
+    strix_halo_values["network"] = {"clients": []}
+    (problem,) = problems_of(strix_halo_values)
+    assert problem.startswith("network.clients: empty, so nothing could reach the server")

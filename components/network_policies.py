@@ -1,0 +1,71 @@
+"""NetworkPolicies: the server admits only its clients; the fetch Job reaches only DNS and HTTPS."""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypedDict
+
+
+class NetworkClient(TypedDict):
+    """Pods allowed to reach a server: a namespace, optionally narrowed by pod labels."""
+
+    namespace: str
+    """Namespace of the clients (e.g. `litellm`)."""
+    pod_labels: NotRequired[dict[str, str]]
+    """Labels the client pods must carry; all pods of the namespace when empty."""
+
+
+def ingress_policy(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    pod_selector: dict[str, str],
+    port: int,
+    clients: list[NetworkClient],
+) -> dict[str, Any]:
+    """Admit traffic to the selected pods on one port, from the listed clients only."""
+    peers = []
+    for client in clients:
+        peer: dict[str, Any] = {
+            "namespaceSelector": {
+                "matchLabels": {"kubernetes.io/metadata.name": client["namespace"]}
+            }
+        }
+        if client.get("pod_labels"):
+            peer["podSelector"] = {"matchLabels": client["pod_labels"]}
+        peers.append(peer)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": pod_selector},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": peers, "ports": [{"port": port, "protocol": "TCP"}]}]
+            if peers
+            else [],
+        },
+    }
+
+
+def egress_policy(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    pod_selector: dict[str, str],
+    ports: list[int],
+) -> dict[str, Any]:
+    """Let the selected pods reach DNS and the given TCP ports (HTTPS), and nothing else."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": pod_selector},
+            "policyTypes": ["Egress", "Ingress"],
+            "ingress": [],
+            "egress": [
+                {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
+                {"ports": [{"port": port, "protocol": "TCP"} for port in sorted(set(ports))]},
+            ],
+        },
+    }

@@ -1,0 +1,51 @@
+"""Security contexts: least privilege wherever the hardware allows it."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+GpuAccess = Literal["privileged", "device-plugin"]
+# Scratch space for the read-only root filesystem (Mesa's shader cache, Python's tempfiles).
+SCRATCH_MOUNT = "/tmp"
+
+
+def restricted_container(run_as_user: int) -> dict[str, Any]:
+    """A container with no privileges at all: non-root, no capabilities, read-only root."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "privileged": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "runAsUser": run_as_user,
+        "runAsGroup": run_as_user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def gpu_container(access: GpuAccess, run_as_user: int) -> dict[str, Any]:
+    """The GPU server's security context for the chosen GPU access mode."""
+    if access == "device-plugin":
+        # The AMD device plugin hands the render node to the pod: nothing else is needed.
+        return restricted_container(run_as_user)
+    # Without a device plugin, privileged is the reliable way to reach /dev/dri on k3s; the
+    # root filesystem can still be read-only.
+    return {"privileged": True, "readOnlyRootFilesystem": True}
+
+
+def restricted_pod(supplemental_groups: list[int] | None = None) -> dict[str, Any]:
+    """Pod-level security context: RuntimeDefault seccomp, extra groups (the render group)."""
+    context: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if supplemental_groups:
+        context["supplementalGroups"] = supplemental_groups
+    return context
+
+
+def scratch_volume() -> dict[str, Any]:
+    """A small emptyDir for what a read-only container still writes."""
+    return {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
+
+
+def scratch_mount() -> dict[str, Any]:
+    """Mount of the scratch volume."""
+    return {"name": "scratch", "mountPath": SCRATCH_MOUNT}
