@@ -67,6 +67,8 @@ class LlamaServerFlags(TypedDict):
     """`--top-p`: default nucleus-sampling threshold."""
     threads: int
     """`--threads`: CPU threads (sampling and CPU-resident layers)."""
+    cache_ram_mib: NotRequired[int | None]
+    """`--cache-ram`: prompt-cache MiB in host RAM (omitted: llama-server's default, 8192)."""
 
 
 class HttpProbe(TypedDict):
@@ -232,6 +234,9 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
     argv += ["--cache-type-k", flags["cache_type_k"], "--cache-type-v", flags["cache_type_v"]]
     argv += ["--temp", _number(flags["temperature"]), "--top-p", _number(flags["top_p"])]
     argv += ["--threads", str(flags["threads"])]
+    cache_ram = flags.get("cache_ram_mib")
+    if cache_ram is not None:
+        argv += ["--cache-ram", str(cache_ram)]
     return argv
 
 

@@ -11,7 +11,16 @@ import sys
 from pathlib import Path
 
 from components import fetcher
-from infra.config import ConfigError, lock_path_for, project_root
+from infra.config import (
+    LOCATION_KEYS,
+    NAMESPACE,
+    SECRET_KEYS,
+    ConfigError,
+    StackConfig,
+    lock_path_for,
+    parse_stack,
+    project_root,
+)
 
 EXIT_CONFIG = 2
 
@@ -56,28 +65,38 @@ def _render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _lock(args: argparse.Namespace) -> int:
-    from infra import lock, render
-    from infra.config import parse_stack
+def _load_stack(stack: str) -> tuple[str, Path, StackConfig]:
+    """A stack file validated as the program validates it (ConfigError on problems)."""
+    from infra import render
 
-    name, path = resolve_stack(args.stack)
+    name, path = resolve_stack(stack)
     if not path.is_file():
-        print(f"llm-infra: no stack file {path}", file=sys.stderr)
-        return EXIT_CONFIG
+        raise ConfigError([f"no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)"])
     config, _ = render.stack_config(path)
     values = {
         key.split(":", 1)[1]: _decoded(value)
         for key, value in config.items()
-        if key.startswith("llm-infra:") and key.split(":", 1)[1] not in ("hfToken", "lockFile")
+        if key.startswith(f"{NAMESPACE}:")
+        and key.split(":", 1)[1] not in (*SECRET_KEYS, *LOCATION_KEYS)
     }
+    return name, path, parse_stack(values)
+
+
+def _report(exc: ConfigError, what: str) -> int:
+    print(f"llm-infra: {what}:", file=sys.stderr)
+    for problem in exc.problems:
+        print(problem, file=sys.stderr)
+    return EXIT_CONFIG
+
+
+def _lock(args: argparse.Namespace) -> int:
+    from infra import lock
+
     try:
-        stack = parse_stack(values)
+        name, path, stack = _load_stack(args.stack)
         resolved = lock.resolve_lock(stack.model, token=hf_token(name), endpoint=args.endpoint)
     except ConfigError as exc:
-        print(f"llm-infra: cannot lock {path}:", file=sys.stderr)
-        for problem in exc.problems:
-            print(problem, file=sys.stderr)
-        return EXIT_CONFIG
+        return _report(exc, f"cannot lock {args.stack}")
     target = lock_path_for(path)
     previous = lock.read_lock(target) if target.is_file() else None
     lock.write_lock(target, resolved)
@@ -88,6 +107,48 @@ def _lock(args: argparse.Namespace) -> int:
         f"{size:.2f} GiB) → {target} ({change})"
     )
     return 0
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from components.gguf_header import read_gguf_header, summarize
+    from infra.lock import model_source
+    from infra.plan import suggest
+    from infra.stack_plan import llamacpp_inputs, stack_plan
+
+    try:
+        _, path, stack = _load_stack(args.stack)
+        source = model_source(stack.model, lock_path_for(path), preview=True)
+    except ConfigError as exc:
+        return _report(exc, f"invalid configuration in {args.stack}")
+    header = None
+    if args.gguf:
+        headers = []
+        for shard in args.gguf:
+            with Path(shard).open("rb") as handle:
+                headers.append(read_gguf_header(handle))
+        header = summarize(headers)
+    plan = stack_plan(stack, source, header)
+    best = None
+    if args.suggest:
+        best = suggest(llamacpp_inputs(stack, source, header), headroom_gib=args.headroom)
+    if args.json:
+        document = plan.to_json()
+        if best is not None:
+            document["suggest"] = {
+                "headroom_gib": args.headroom,
+                "gpu_layers": best.gpu_layers,
+                "context_size": best.ctx_size,
+            }
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        print(plan.table())
+        if best is not None:
+            print(
+                f"suggest (keeping {args.headroom:g} GiB VRAM free): server.gpuLayers: "
+                f"{best.gpu_layers}, server.contextSize: {best.ctx_size} "
+                f"(at server.gpuLayers {stack.server.gpu_layers})"
+            )
+    return 0 if plan.fits else 1
 
 
 def _decoded(value: str) -> object:
@@ -132,6 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--endpoint", default=os.environ.get("HF_ENDPOINT"), help="hub endpoint (HF_ENDPOINT)"
     )
     lock_cmd.set_defaults(func=_lock)
+    plan_cmd = sub.add_parser("plan", help="the memory and disk budget of a stack, and its verdict")
+    plan_cmd.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+    plan_cmd.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan_cmd.add_argument(
+        "--suggest", action="store_true", help="the highest -ngl and largest context that fit"
+    )
+    plan_cmd.add_argument(
+        "--headroom", type=float, default=4.0, help="GiB of VRAM --suggest keeps free (4)"
+    )
+    plan_cmd.add_argument(
+        "--gguf", nargs="+", metavar="SHARD", help="plan from these GGUF files' headers"
+    )
+    plan_cmd.set_defaults(func=_plan)
     for name, help_text in (
         ("fetch", "download a locked model into a directory (resumable, atomic)"),
         ("check-model", "check that a directory holds the complete locked model"),

@@ -77,6 +77,10 @@ class ModelSettings(Strict):
     files: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     architecture: Annotated[str, Field(min_length=1)]
     layers: Annotated[int, Field(ge=1)]
+    size_gib: Annotated[float, Field(gt=0)] | None = None
+    """Weight size for the memory plan before a lock records the files' sizes."""
+    metadata: dict[str, int | float | str | list[int]] = {}
+    """GGUF structure keys (`deepseek4.attention.*`, ...) for the plan before a lock has them."""
 
     @property
     def file_names(self) -> list[str]:
@@ -155,6 +159,8 @@ class ServerSettings(Strict):
     render_group_id: Annotated[int, Field(ge=1)] | None = None
     run_as_user: Annotated[int, Field(ge=1)] = 1000
     api_key: bool = False
+    cache_ram: Annotated[int, Field(ge=0)] | None = None
+    """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
 
     name: DnsLabel | None = None
     alias: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
@@ -191,6 +197,16 @@ class ServerSettings(Strict):
         return self.name or self.alias
 
 
+class MemorySettings(Strict):
+    """What the memory plan checks against (the container limit is server.resources.limits)."""
+
+    vram_gib: Annotated[float, Field(gt=0)] | None = None
+    compute_gib: Annotated[float, Field(ge=0)] | None = None
+    """Measured GPU compute buffers, replacing the planner's estimate."""
+    check: bool = True
+    """Refuse a stack that does not fit (render, preview and up)."""
+
+
 class NetworkClientSettings(Strict):
     """Pods allowed to reach the server: a namespace, optionally narrowed by pod labels."""
 
@@ -211,6 +227,7 @@ class StrixHaloStack(Strict):
     target: Literal["kubernetes"]
     kubernetes: KubernetesSettings = KubernetesSettings()
     network: NetworkSettings = NetworkSettings()
+    memory: MemorySettings = MemorySettings()
     model: ModelSettings
     store: StoreSettings
     server: ServerSettings
@@ -300,6 +317,12 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             f"server.parallel: {server.parallel} slots leave {per_slot} tokens per slot, below the "
             f"required {server.min_slot_context} (raise server.contextSize to "
             f"{server.min_slot_context * server.parallel} or lower server.parallel)"
+        )
+    block_count = model.metadata.get(f"{model.architecture}.block_count")
+    if block_count is not None and block_count != model.layers:
+        problems.append(
+            f"model.layers: {model.layers} differs from model.metadata "
+            f"{model.architecture}.block_count {block_count}"
         )
     if model.architecture == "deepseek4" and server.cache_type_k != server.cache_type_v:
         problems.append(

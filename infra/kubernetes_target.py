@@ -126,6 +126,7 @@ def server_args(
             "temperature": server.temperature,
             "top_p": server.top_p,
             "threads": server.threads,
+            "cache_ram_mib": server.cache_ram,
         },
         "model": model,
         "node_selector": dict(server.node_selector),

@@ -174,6 +174,8 @@ class ModelSource(BaseModel):
     revision: str
     files: list[LockedFile]
     locked: bool
+    gguf: dict[str, Any] | None = None
+    """The lock's GGUF header summary (`components.gguf_header.summarize`), when it has one."""
 
 
 def model_source(model: ModelSettings, lock_path: Path, preview: bool) -> ModelSource:
@@ -183,7 +185,9 @@ def model_source(model: ModelSettings, lock_path: Path, preview: bool) -> ModelS
         problems = lock.stale_problems(model, lock_path)
         if problems:
             raise ConfigError(problems)
-        return ModelSource(revision=lock.revision, files=list(lock.files), locked=True)
+        return ModelSource(
+            revision=lock.revision, files=list(lock.files), locked=True, gguf=lock.gguf
+        )
     missing = f"model: no lock file {lock_path} (run: llm-infra lock STACK, and commit it)"
     if not preview:
         raise ConfigError([f"{missing}; `pulumi up` deploys only locked models"])

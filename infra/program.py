@@ -1,16 +1,24 @@
-"""The program: config → validation → model lock → target wiring → components."""
+"""The program: config → validation → model lock → memory plan → target wiring → components."""
 
 from __future__ import annotations
 
 import pulumi
 
 from infra import kubernetes_target
-from infra.config import load_stack_config
+from infra.config import ConfigError, load_stack_config
 from infra.lock import model_source
+from infra.stack_plan import stack_plan
 
 
 def main() -> None:
-    """Validate the stack's config and lock, then create its resources (none exists before)."""
+    """Validate the stack's config, lock and memory plan, then create its resources.
+
+    Every check runs before the first resource exists, so a bad stack creates nothing.
+    """
     stack, lock_path, secrets = load_stack_config()
     source = model_source(stack.model, lock_path, preview=pulumi.runtime.is_dry_run())
+    plan = stack_plan(stack, source)
+    if stack.memory.check and not plan.fits:
+        raise ConfigError(plan.problems)
     kubernetes_target.deploy(stack, source, secrets)
+    pulumi.export("plan", plan.to_json())

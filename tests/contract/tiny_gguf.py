@@ -51,6 +51,27 @@ class _Vocab:
     types: list[int]
 
 
+@dataclass(frozen=True)
+class TinyLlamaSpec:
+    """Shape and weight type of a generated llama model (defaults: the module's constants)."""
+
+    n_layer: int = N_LAYER
+    n_embd: int = N_EMBD
+    n_head: int = N_HEAD
+    n_head_kv: int = N_HEAD_KV
+    n_ff: int = N_FF
+    weight_type: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32
+    """Type of the 2-D weights (F32, F16 or Q8_0); norms stay F32."""
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head size (embedding / heads)."""
+        return self.n_embd // self.n_head
+
+
+DEFAULT_SPEC = TinyLlamaSpec()
+
+
 def _spm_vocab() -> _Vocab:
     """SentencePiece-style vocab: specials, all 256 byte-fallback tokens, ASCII pieces.
 
@@ -79,9 +100,12 @@ def _block_tensor_name(kind: gguf.MODEL_TENSOR, bid: int) -> str:
     return gguf.TENSOR_NAMES[kind].format(bid=bid) + ".weight"
 
 
-def _tensors(n_vocab: int) -> list[tuple[str, npt.NDArray[np.float32]]]:
+def _tensors(
+    n_vocab: int, spec: TinyLlamaSpec = DEFAULT_SPEC
+) -> list[tuple[str, npt.NDArray[np.float32]]]:
     """Weights in llama.cpp's tensor naming; numpy shapes are GGUF ``ne`` reversed."""
     rng = np.random.default_rng(SEED)
+    embd, head_dim = spec.n_embd, spec.head_dim
 
     def dense(rows: int, cols: int) -> npt.NDArray[np.float32]:
         return (rng.standard_normal((rows, cols)) * 0.02).astype(np.float32)
@@ -92,37 +116,46 @@ def _tensors(n_vocab: int) -> list[tuple[str, npt.NDArray[np.float32]]]:
     names = gguf.TENSOR_NAMES
     t = gguf.MODEL_TENSOR
     out: list[tuple[str, npt.NDArray[np.float32]]] = [
-        (names[t.TOKEN_EMBD] + ".weight", dense(n_vocab, N_EMBD)),
+        (names[t.TOKEN_EMBD] + ".weight", dense(n_vocab, embd)),
     ]
-    for bid in range(N_LAYER):
+    for bid in range(spec.n_layer):
         out += [
-            (_block_tensor_name(t.ATTN_NORM, bid), ones(N_EMBD)),
-            (_block_tensor_name(t.ATTN_Q, bid), dense(N_HEAD * HEAD_DIM, N_EMBD)),
-            (_block_tensor_name(t.ATTN_K, bid), dense(N_HEAD_KV * HEAD_DIM, N_EMBD)),
-            (_block_tensor_name(t.ATTN_V, bid), dense(N_HEAD_KV * HEAD_DIM, N_EMBD)),
-            (_block_tensor_name(t.ATTN_OUT, bid), dense(N_EMBD, N_HEAD * HEAD_DIM)),
-            (_block_tensor_name(t.FFN_NORM, bid), ones(N_EMBD)),
-            (_block_tensor_name(t.FFN_GATE, bid), dense(N_FF, N_EMBD)),
-            (_block_tensor_name(t.FFN_UP, bid), dense(N_FF, N_EMBD)),
-            (_block_tensor_name(t.FFN_DOWN, bid), dense(N_EMBD, N_FF)),
+            (_block_tensor_name(t.ATTN_NORM, bid), ones(embd)),
+            (_block_tensor_name(t.ATTN_Q, bid), dense(spec.n_head * head_dim, embd)),
+            (_block_tensor_name(t.ATTN_K, bid), dense(spec.n_head_kv * head_dim, embd)),
+            (_block_tensor_name(t.ATTN_V, bid), dense(spec.n_head_kv * head_dim, embd)),
+            (_block_tensor_name(t.ATTN_OUT, bid), dense(embd, spec.n_head * head_dim)),
+            (_block_tensor_name(t.FFN_NORM, bid), ones(embd)),
+            (_block_tensor_name(t.FFN_GATE, bid), dense(spec.n_ff, embd)),
+            (_block_tensor_name(t.FFN_UP, bid), dense(spec.n_ff, embd)),
+            (_block_tensor_name(t.FFN_DOWN, bid), dense(embd, spec.n_ff)),
         ]
     out += [
-        (names[t.OUTPUT_NORM] + ".weight", ones(N_EMBD)),
-        (names[t.OUTPUT] + ".weight", dense(n_vocab, N_EMBD)),
+        (names[t.OUTPUT_NORM] + ".weight", ones(embd)),
+        (names[t.OUTPUT] + ".weight", dense(n_vocab, embd)),
     ]
     return out
 
 
-def _add_model_metadata(writer: gguf.GGUFWriter, vocab: _Vocab) -> None:
+_FILE_TYPES = {
+    gguf.GGMLQuantizationType.F32: gguf.LlamaFileType.ALL_F32,
+    gguf.GGMLQuantizationType.F16: gguf.LlamaFileType.MOSTLY_F16,
+    gguf.GGMLQuantizationType.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+}
+
+
+def _add_model_metadata(
+    writer: gguf.GGUFWriter, vocab: _Vocab, spec: TinyLlamaSpec = DEFAULT_SPEC
+) -> None:
     writer.add_name("tiny-llama-contract-test")
-    writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    writer.add_file_type(int(_FILE_TYPES[spec.weight_type]))
     writer.add_context_length(CONTEXT_LENGTH)
-    writer.add_embedding_length(N_EMBD)
-    writer.add_block_count(N_LAYER)
-    writer.add_feed_forward_length(N_FF)
-    writer.add_head_count(N_HEAD)
-    writer.add_head_count_kv(N_HEAD_KV)
-    writer.add_rope_dimension_count(HEAD_DIM)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(spec.n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+    writer.add_rope_dimension_count(spec.head_dim)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_vocab_size(len(vocab.tokens))
@@ -153,8 +186,25 @@ def write_tiny_split_model(
     the tokenizer from it only); every shard carries the ``split.*`` keys and a
     contiguous slice of the tensors.
     """
+    return write_tiny_model(directory, prefix, shards, DEFAULT_SPEC)
+
+
+def _typed(
+    data: npt.NDArray[np.float32], weight_type: gguf.GGMLQuantizationType
+) -> tuple[npt.NDArray[np.generic], gguf.GGMLQuantizationType | None]:
+    if data.ndim < 2 or weight_type == gguf.GGMLQuantizationType.F32:
+        return data, None
+    if weight_type == gguf.GGMLQuantizationType.F16:
+        return data.astype(np.float16), None
+    return gguf.quants.quantize(data, weight_type), weight_type
+
+
+def write_tiny_model(
+    directory: pathlib.Path, prefix: str, shards: int, spec: TinyLlamaSpec
+) -> list[pathlib.Path]:
+    """Like ``write_tiny_split_model``, for a model of the given shape and weight type."""
     vocab = _spm_vocab()
-    tensors = _tensors(len(vocab.tokens))
+    tensors = _tensors(len(vocab.tokens), spec)
     if not 1 <= shards <= len(tensors):
         raise ValueError(f"shards must be between 1 and {len(tensors)}, got {shards}")
 
@@ -165,13 +215,14 @@ def write_tiny_split_model(
         writer = gguf.GGUFWriter(path, ARCH)
         try:
             if index == 0:
-                _add_model_metadata(writer, vocab)
+                _add_model_metadata(writer, vocab, spec)
             # llama.cpp reads split.no with gguf_get_val_u16, so the types matter.
             writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_NO, index)
             writer.add_uint16(gguf.Keys.Split.LLM_KV_SPLIT_COUNT, shards)
             writer.add_int32(gguf.Keys.Split.LLM_KV_SPLIT_TENSORS_COUNT, len(tensors))
             for name, data in tensors[bounds[index] : bounds[index + 1]]:
-                writer.add_tensor(name, data)
+                typed, raw_dtype = _typed(data, spec.weight_type)
+                writer.add_tensor(name, typed, raw_dtype=raw_dtype)
             writer.write_header_to_file()
             writer.write_kv_data_to_file()
             writer.write_tensors_to_file()

@@ -81,6 +81,13 @@ def test_argv_follows_typed_fields(seed_server: Any) -> None:
     assert argv[argv.index("-ngl") + 1] == "38"
 
 
+def test_cache_ram_is_passed_only_when_configured(seed_server: Any) -> None:
+    flags: LlamaServerFlags = copy.deepcopy(seed_server["flags"])
+    assert "--cache-ram" not in llama_server_args(flags)
+    flags["cache_ram_mib"] = 2048
+    assert llama_server_args(flags)[-2:] == ["--cache-ram", "2048"]
+
+
 def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
     deployment = server_deployment("ds", "llm", server_labels("ds"), seed_server)
     pod = deployment["spec"]["template"]["spec"]

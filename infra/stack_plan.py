@@ -1,0 +1,70 @@
+"""The memory plan of a stack: its config and lock turned into planner inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from infra.config import StrixHaloStack, quantity_value
+from infra.lock import ModelSource
+from infra.plan import (
+    DEFAULT_CACHE_RAM_MIB,
+    GIB,
+    LlamaCppPlanInputs,
+    ModelWeights,
+    Plan,
+    WeightSource,
+    attention_shape,
+    plan_llamacpp,
+)
+
+
+def llamacpp_inputs(
+    stack: StrixHaloStack,
+    source: ModelSource,
+    header_summary: Mapping[str, Any] | None = None,
+) -> LlamaCppPlanInputs:
+    """Planner inputs; weights from a GGUF header at hand, else the lock, else the config."""
+    model, server, memory = stack.model, stack.server, stack.memory
+    summary = header_summary or source.gguf
+    if summary is not None:
+        label: WeightSource = "GGUF header" if header_summary else "lock summary"
+        weights = ModelWeights.from_summary(summary, label)
+        metadata = {**model.metadata, **summary["metadata"]}
+        vocab = summary.get("vocab_size")
+    else:
+        sizes = [f.size for f in source.files]
+        if all(size is not None for size in sizes):
+            total = sum(size or 0 for size in sizes)
+        elif model.size_gib is not None:
+            total = int(model.size_gib * GIB)
+        else:
+            raise ValueError("model: no lock sizes and no model.sizeGib to plan with")
+        weights = ModelWeights.from_file_sizes(total, model.layers)
+        metadata = dict(model.metadata)
+        vocab = None
+    metadata.setdefault(f"{model.architecture}.block_count", model.layers)
+    compute = {"vram": int(memory.compute_gib * GIB)} if memory.compute_gib is not None else {}
+    return LlamaCppPlanInputs(
+        weights=weights,
+        attention=attention_shape(model.architecture, metadata, vocab),
+        gpu_layers=server.gpu_layers,
+        ctx_size=server.context_size,
+        parallel=server.parallel,
+        cache_type_k=server.cache_type_k,
+        cache_type_v=server.cache_type_v,
+        vram_bytes=int(memory.vram_gib * GIB) if memory.vram_gib is not None else None,
+        memory_limit_bytes=int(quantity_value(server.resources.limits.memory)),
+        cache_ram_mib=server.cache_ram if server.cache_ram is not None else DEFAULT_CACHE_RAM_MIB,
+        compute_override_bytes=compute,
+        disk_bytes=int(quantity_value(stack.store.size)),
+    )
+
+
+def stack_plan(
+    stack: StrixHaloStack,
+    source: ModelSource,
+    header_summary: Mapping[str, Any] | None = None,
+) -> Plan:
+    """The stack's memory plan."""
+    return plan_llamacpp(llamacpp_inputs(stack, source, header_summary))

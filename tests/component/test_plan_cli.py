@@ -1,0 +1,83 @@
+"""`llm-infra plan` and the plan gate of render / preview / up."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.component.test_render import STACK_FILE, render
+from tests.conftest import ROOT
+
+
+def plan(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", "plan", *args],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+def variant(tmp_path: Path, old: str, new: str) -> Path:
+    text = STACK_FILE.read_text()
+    assert old in text
+    path = tmp_path / "Pulumi.variant.yaml"
+    path.write_text(text.replace(old, new))
+    return path
+
+
+def test_plan_prints_the_seed_budget_table() -> None:
+    result = plan("strix-halo")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("weights (39 of 43 layers + output)") for line in lines)
+    assert any(line.startswith("total vram") and "of 90.0 GiB" in line for line in lines)
+    assert "weights from: file sizes + layer structure" in result.stdout
+    assert "seed 000 assumed (~1.6 GiB" in result.stdout
+    assert "verdict: fits" in result.stdout
+
+
+def test_plan_json_follows_the_contract_and_suggests() -> None:
+    result = plan("strix-halo", "--json", "--suggest", "--headroom", "4")
+    document = json.loads(result.stdout)
+    assert document["fits"] is True
+    assert set(document["devices"]) == {"vram", "ram", "disk"}
+    assert document["devices"]["ram"]["capacity_gib"] == 20
+    assert document["suggest"]["gpu_layers"] == 42
+    assert document["suggest"]["context_size"] >= 65536
+
+
+def test_plan_reads_gguf_headers_at_hand(tmp_path: Path) -> None:
+    from tests.contract.tiny_gguf import write_tiny_split_model
+
+    shards = write_tiny_split_model(tmp_path, "tiny", shards=3)
+    result = plan("strix-halo", "--gguf", *map(str, shards))
+    assert "weights from: GGUF header" in result.stdout
+
+
+def test_render_refuses_a_stack_that_does_not_fit_vram(tmp_path: Path) -> None:
+    path = variant(tmp_path, "vramGib: 90", "vramGib: 80")
+    out = tmp_path / "out"
+    result = render(str(path), out)
+    assert result.returncode == 2
+    (problem,) = result.stderr.splitlines()[1:]
+    assert problem.startswith("plan: does not fit in VRAM: ")
+    assert "set server.gpuLayers to at most" in problem
+    assert not out.exists()
+    assert plan(str(path)).returncode == 1
+
+
+def test_render_refuses_a_memory_limit_below_the_cpu_side(tmp_path: Path) -> None:
+    path = variant(tmp_path, "memory: 20Gi", "memory: 12Gi")
+    result = render(str(path), tmp_path / "out")
+    assert result.returncode == 2
+    assert "plan: does not fit in the container memory limit" in result.stderr
+    assert "raise server.resources.limits.memory to at least" in result.stderr
+
+
+def test_render_refuses_a_volume_too_small_for_the_model(tmp_path: Path) -> None:
+    path = variant(tmp_path, "size: 120Gi", "size: 80Gi")
+    result = render(str(path), tmp_path / "out")
+    assert result.returncode == 2
+    assert "plan: does not fit on the model volume" in result.stderr
+    assert "raise store.size to at least" in result.stderr
