@@ -17,6 +17,7 @@ from infra.config import (
     SECRET_KEYS,
     ConfigError,
     StackConfig,
+    StrixHaloStack,
     lock_path_for,
     parse_stack,
     project_root,
@@ -129,7 +130,7 @@ def _plan(args: argparse.Namespace) -> int:
         header = summarize(headers)
     plan = stack_plan(stack, source, header)
     best = None
-    if args.suggest:
+    if args.suggest and isinstance(stack, StrixHaloStack):
         best = suggest(llamacpp_inputs(stack, source, header), headroom_gib=args.headroom)
     if args.json:
         document = plan.to_json()
@@ -146,7 +147,7 @@ def _plan(args: argparse.Namespace) -> int:
             print(
                 f"suggest (keeping {args.headroom:g} GiB VRAM free): server.gpuLayers: "
                 f"{best.gpu_layers}, server.contextSize: {best.ctx_size} "
-                f"(at server.gpuLayers {stack.server.gpu_layers})"
+                f"(at server.gpuLayers {stack.server.gpu_layers})"  # type: ignore[union-attr]
             )
     return 0 if plan.fits else 1
 

@@ -8,57 +8,44 @@ one per line as `path.to.key: what is wrong (what is allowed)`.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from pydantic.alias_generators import to_camel
 
 from components.images import parse_image
 from components.llamacpp_vulkan_server import CACHE_TYPES, DEFAULT_IMAGE, CacheType
+from infra.config_base import (
+    LOCATION_KEYS,
+    NAMESPACE,
+    SECRET_KEYS,
+    SECRET_PLACEHOLDER,
+    ConfigError,
+    DnsLabel,
+    Port,
+    Quantity,
+    RepoModelSettings,
+    Strict,
+    is_pattern,
+    quantity_value,
+    shard_set_problems,
+    validation_problems,
+)
+from infra.config_docker_host import Mi300xStack, docker_host_checks
 
-NAMESPACE = "llm-infra"
-SECRET_KEYS = ("hfToken", "apiKey")
-# Keys that locate things rather than describe the stack.
-LOCATION_KEYS = ("lockFile",)
-SECRET_PLACEHOLDER = "[secret]"
-
-Port = Annotated[int, Field(ge=1, le=65535)]
-DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")]
-_QUANTITY = re.compile(r"^(?P<num>[0-9]+(\.[0-9]+)?)(?P<unit>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
-_UNITS = {
-    None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
-}  # fmt: skip
-Quantity = Annotated[str, Field(pattern=_QUANTITY.pattern)]
-_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
-
-def quantity_value(quantity: str) -> float:
-    """A Kubernetes quantity as a number (cores or bytes)."""
-    match = _QUANTITY.match(quantity)
-    if match is None:
-        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
-    return float(match["num"]) * _UNITS[match["unit"]]
-
-
-class ConfigError(pulumi.RunError):
-    """Invalid stack configuration: one problem per line, each naming its key."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("invalid stack configuration:\n" + "\n".join(problems))
-        self.problems = problems
-
-
-class Strict(BaseModel):
-    """Base of every config model: camelCase keys, unknown keys rejected, immutable."""
-
-    model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
-    )
+__all__ = [
+    "LOCATION_KEYS",
+    "NAMESPACE",
+    "SECRET_KEYS",
+    "SECRET_PLACEHOLDER",
+    "ConfigError",
+    "RepoModelSettings",
+    "is_pattern",
+    "quantity_value",
+    "shard_set_problems",
+]
 
 
 class KubernetesSettings(Strict):
@@ -69,23 +56,13 @@ class KubernetesSettings(Strict):
     context: str | None = None
 
 
-class ModelSettings(Strict):
-    """The model: a Hugging Face repo and the GGUF files of one quant."""
+class ModelSettings(RepoModelSettings):
+    """A GGUF model: one quant's files, with the structure the memory plan needs."""
 
-    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*$")]
-    revision: Annotated[str, Field(min_length=1)] = "main"
-    files: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
     architecture: Annotated[str, Field(min_length=1)]
     layers: Annotated[int, Field(ge=1)]
-    size_gib: Annotated[float, Field(gt=0)] | None = None
-    """Weight size for the memory plan before a lock records the files' sizes."""
     metadata: dict[str, int | float | str | list[int]] = {}
     """GGUF structure keys (`deepseek4.attention.*`, ...) for the plan before a lock has them."""
-
-    @property
-    def file_names(self) -> list[str]:
-        """File names on the volume (repo folders dropped)."""
-        return [path.rsplit("/", 1)[-1] for path in self.files]
 
 
 class StoreSettings(Strict):
@@ -233,69 +210,15 @@ class StrixHaloStack(Strict):
     server: ServerSettings
 
 
-StackConfig = StrixHaloStack
-TARGETS: dict[str, type[StrixHaloStack]] = {"kubernetes": StrixHaloStack}
-
-
-def _key(loc: tuple[int | str, ...]) -> str:
-    key = ""
-    for part in loc:
-        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-    return key
-
-
-def _problems(error: ValidationError) -> list[str]:
-    problems = []
-    for item in error.errors():
-        message = item["msg"]
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif item["type"] == "missing":
-            message = "is required"
-        elif "input" in item and not isinstance(item["input"], dict | list):
-            message = f"{item['input']!r}: {message}"
-        problems.append(f"{_key(item['loc'])}: {message}")
-    return problems
-
-
-def is_pattern(path: str) -> bool:
-    """True when a `model.files` entry is a glob pattern (resolved by `llm-infra lock`)."""
-    return any(char in path for char in "*?[")
-
-
-def shard_set_problems(names: list[str], key: str) -> list[str]:
-    """Problems of a GGUF file set: one file, or every shard of one split set, shard 1 first."""
-    parsed = [_SHARD.match(n) for n in names]
-    if len(names) == 1 and parsed[0] is None:
-        return [] if names[0].endswith(".gguf") else [f"{key}[0]: {names[0]!r} is not a .gguf"]
-    problems = []
-    for i, (name, match) in enumerate(zip(names, parsed, strict=True)):
-        if match is None:
-            problems.append(
-                f"{key}[{i}]: {name!r} is not a split shard <prefix>-NNNNN-of-MMMMM.gguf"
-            )
-    if problems:
-        return problems
-    shards = [(m["prefix"], int(m["no"]), int(m["count"])) for m in parsed if m is not None]
-    if len({(p, c) for p, _, c in shards}) != 1:
-        return [f"{key}: the shards must share one prefix and one shard count"]
-    count = shards[0][2]
-    numbers = [no for _, no, _ in shards]
-    missing = sorted(set(range(1, count + 1)) - set(numbers))
-    if missing:
-        absent = ", ".join(f"-{n:05d}-of-{count:05d}" for n in missing)
-        problems.append(f"{key}: incomplete shard set, {absent} absent")
-    if len(set(numbers)) != len(numbers) or (len(numbers) != count and not missing):
-        problems.append(f"{key}: expected each of the {count} shards exactly once")
-    if numbers[0] != 1:
-        problems.append(f"{key}[0]: the first shard (-00001-of-...) must come first (it is -m)")
-    if len(set(names)) != len(names):
-        problems.append(f"{key}: two files have the same name")
-    return problems
+StackConfig = StrixHaloStack | Mi300xStack
+TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
+    "kubernetes": StrixHaloStack,
+    "docker-host": Mi300xStack,
+}
 
 
 def cross_checks(stack: StrixHaloStack) -> list[str]:
-    """Rules that involve more than one key."""
+    """Rules of a kubernetes stack that involve more than one key."""
     server, model = stack.server, stack.model
     problems = []
     if not any(is_pattern(path) for path in model.files):
@@ -377,8 +300,11 @@ def parse_stack(values: Mapping[str, Any]) -> StackConfig:
     try:
         stack = TARGETS[target].model_validate(dict(values))
     except ValidationError as exc:
-        raise ConfigError(_problems(exc)) from None
-    problems = cross_checks(stack)
+        raise ConfigError(validation_problems(exc)) from None
+    if isinstance(stack, StrixHaloStack):
+        problems = cross_checks(stack)
+    else:
+        problems = docker_host_checks(stack, project_root())
     if problems:
         raise ConfigError(problems)
     return stack
@@ -422,6 +348,22 @@ class StackSecrets(BaseModel):
 
     hf_token: pulumi.Output[str] | None
     api_key: pulumi.Output[str] | None
+    ssh_private_key: pulumi.Output[str] | None = None
+
+
+def missing_secrets(stack: StackConfig, present: set[str]) -> list[str]:
+    """Secrets the stack's features need but the config lacks."""
+    needed: dict[str, str] = {}
+    if isinstance(stack, Mi300xStack):
+        needed["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
+        needed["apiKey"] = "the API key clients send to the public endpoint"
+    elif stack.server.api_key:
+        needed["apiKey"] = "server.apiKey is true"
+    return [
+        f"{key}: required ({why}): pulumi config set --secret {key} ..."
+        for key, why in needed.items()
+        if key not in present
+    ]
 
 
 def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
@@ -432,15 +374,33 @@ def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
     config = pulumi.Config(NAMESPACE)
     stack = parse_stack(_namespace_values())
     secrets = StackSecrets(
-        hf_token=config.get_secret("hfToken"), api_key=config.get_secret("apiKey")
+        hf_token=config.get_secret("hfToken"),
+        api_key=config.get_secret("apiKey"),
+        ssh_private_key=config.get_secret("sshPrivateKey"),
     )
-    if stack.server.api_key and secrets.api_key is None:
-        raise ConfigError(
-            [
-                "apiKey: server.apiKey is true but the secret is not set "
-                "(pulumi config set --secret apiKey ...)"
-            ]
+    present = {
+        key
+        for key, value in (
+            ("hfToken", secrets.hf_token),
+            ("apiKey", secrets.api_key),
+            ("sshPrivateKey", secrets.ssh_private_key),
         )
+        if value is not None
+    }
+    problems = missing_secrets(stack, present)
+    if problems and not pulumi.runtime.is_dry_run():
+        raise ConfigError(problems)
+    if problems:
+        # A preview (and a render) shows the stack with a placeholder; `pulumi up` refuses.
+        placeholder = pulumi.Output.secret(SECRET_PLACEHOLDER)
+        secrets = StackSecrets(
+            hf_token=secrets.hf_token,
+            api_key=secrets.api_key or (placeholder if "apiKey" in str(problems) else None),
+            ssh_private_key=secrets.ssh_private_key
+            or (placeholder if "sshPrivateKey" in str(problems) else None),
+        )
+        for problem in problems:
+            pulumi.log.warn(f"{problem} (preview only: pulumi up refuses)")
     lock_file = config.get("lockFile")
     lock_path = (
         Path(lock_file)

@@ -17,12 +17,19 @@ from components import (
     ModelVolume,
 )
 from components.gguf_model_store import MODELS_MOUNT
-from infra.config import ProbeSettings, StackSecrets, StrixHaloStack
+from infra.config import ConfigError, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.lock import ModelSource
 
 
 def deploy(stack: StrixHaloStack, source: ModelSource, secrets: StackSecrets) -> None:
     """Create the stack's resources and export its outputs."""
+    if not source.files:
+        raise ConfigError(
+            [
+                f"model.files: patterns {list(stack.model.files)} name no file until the model is "
+                "locked (run: llm-infra lock STACK)"
+            ]
+        )
     settings = stack.kubernetes
     provider = k8s.Provider("kubernetes", context=settings.context)
     opts = pulumi.ResourceOptions(provider=provider)

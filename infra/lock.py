@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infra.config import ConfigError, ModelSettings, is_pattern, shard_set_problems
+from infra.config_base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
 
 LOCK_VERSION: Literal[1] = 1
 
@@ -44,7 +44,7 @@ class ModelLock(BaseModel):
     files: list[LockedFile] = Field(min_length=1)
     gguf: dict[str, Any] | None = None
 
-    def stale_problems(self, model: ModelSettings, path: Path) -> list[str]:
+    def stale_problems(self, model: RepoModelSettings, path: Path) -> list[str]:
         """Why this lock no longer describes the stack's model (empty when it does)."""
         wanted = (model.repo, model.revision, list(model.files))
         locked = (self.repo, self.requested_revision, self.patterns)
@@ -88,7 +88,7 @@ def write_lock(path: Path, lock: ModelLock) -> None:
 
 
 def resolve_lock(
-    model: ModelSettings, token: str | None = None, endpoint: str | None = None
+    model: RepoModelSettings, token: str | None = None, endpoint: str | None = None
 ) -> ModelLock:
     """Resolve the model through the hub to a lock; ConfigError with the key on every failure."""
     from huggingface_hub import HfApi
@@ -178,7 +178,7 @@ class ModelSource(BaseModel):
     """The lock's GGUF header summary (`components.gguf_header.summarize`), when it has one."""
 
 
-def model_source(model: ModelSettings, lock_path: Path, preview: bool) -> ModelSource:
+def model_source(model: RepoModelSettings, lock_path: Path, preview: bool) -> ModelSource:
     """The files to deploy; `pulumi up` refuses an unlocked or stale model."""
     if lock_path.is_file():
         lock = read_lock(lock_path)
@@ -191,9 +191,9 @@ def model_source(model: ModelSettings, lock_path: Path, preview: bool) -> ModelS
     missing = f"model: no lock file {lock_path} (run: llm-infra lock STACK, and commit it)"
     if not preview:
         raise ConfigError([f"{missing}; `pulumi up` deploys only locked models"])
-    patterns = [path for path in model.files if is_pattern(path)]
-    if patterns:
-        raise ConfigError([f"{missing}; model.files has patterns {patterns} to resolve"])
+    if any(is_pattern(path) for path in model.files):
+        # Nothing to name yet: a preview shows the stack with no files, `pulumi up` refuses.
+        return ModelSource(revision=model.revision, files=[], locked=False)
     return ModelSource(
         revision=model.revision,
         files=[

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pulumi
 
-from infra import kubernetes_target
-from infra.config import ConfigError, load_stack_config
+from infra import docker_host_target, kubernetes_target
+from infra.config import ConfigError, StrixHaloStack, load_stack_config
 from infra.lock import model_source
 from infra.stack_plan import stack_plan
 
@@ -20,5 +20,8 @@ def main() -> None:
     plan = stack_plan(stack, source)
     if stack.memory.check and not plan.fits:
         raise ConfigError(plan.problems)
-    kubernetes_target.deploy(stack, source, secrets)
+    if isinstance(stack, StrixHaloStack):
+        kubernetes_target.deploy(stack, source, secrets)
+    else:
+        docker_host_target.deploy(stack, source, secrets)
     pulumi.export("plan", plan.to_json())

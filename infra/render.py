@@ -8,6 +8,7 @@ registration (inputs as Pulumi sends them) and the stack outputs.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 from collections.abc import Callable
@@ -47,17 +48,35 @@ class Registration:
 
 @dataclass
 class Rendered:
-    """What a program registered: resources in registration order, and the stack outputs."""
+    """What a program registered: resources in dependency order, and the stack outputs."""
 
     resources: list[dict[str, Any]]
     outputs: dict[str, Any]
     manifests: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Remote path → content of every file copied to a host."""
+    commands: dict[str, str] = field(default_factory=dict)
+    """`NN-<name>.sh` → the create script of every remote command, in dependency order."""
+
+
+def asset_bytes(asset: Any) -> bytes:
+    """The content of a string or file asset."""
+    if isinstance(asset, pulumi.StringAsset):
+        return str(asset.text).encode()
+    if isinstance(asset, pulumi.FileAsset):
+        return Path(str(asset.path)).read_bytes()
+    raise TypeError(f"unsupported asset {type(asset).__name__}")
 
 
 def clean(value: Any) -> Any:
-    """Engine values made plain: secrets masked, whole floats as ints, dict keys sorted."""
+    """Engine values made plain: secrets masked, assets by digest, whole floats as ints."""
     if rpc.is_rpc_secret(value):
         return SECRET_PLACEHOLDER
+    if isinstance(value, pulumi.StringAsset | pulumi.FileAsset):
+        content = asset_bytes(value)
+        # Contents go to files/ at their remote path; a machine's own paths stay out of renders.
+        kind = "stringAsset" if isinstance(value, pulumi.StringAsset) else "fileAsset"
+        return {kind: {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}}
     if isinstance(value, dict):
         return {k: clean(value[k]) for k in sorted(value)}
     if isinstance(value, list):
@@ -235,6 +254,17 @@ def _collect(monitor: RecordingMonitor) -> Rendered:
         resources.append(entry)
     rendered = Rendered(resources=resources, outputs=clean(monitor.stack_outputs))
     rendered.manifests = kubernetes_manifests(resources)
+    ordered = dependency_order(monitor.registrations)
+    for r in ordered:
+        if r.type == "command:remote:CopyToRemote" and isinstance(r.inputs, dict):
+            source = r.inputs.get("source")
+            if isinstance(source, pulumi.StringAsset | pulumi.FileAsset):
+                rendered.files[str(r.inputs["remotePath"])] = asset_bytes(source)
+    commands = [r for r in ordered if r.type == "command:remote:Command"]
+    for index, r in enumerate(commands, start=1):
+        create = r.inputs.get("create") if isinstance(r.inputs, dict) else None
+        if isinstance(create, str):
+            rendered.commands[f"{index:02d}-{r.name}.sh"] = create
     return rendered
 
 
@@ -297,4 +327,14 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
     for name, text in files.items():
         (out / name).write_text(text)
         written.append(out / name)
+    for remote_path, content in rendered.files.items():
+        target = out / "files" / remote_path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(content)
+        written.append(target)
+    for name, script in rendered.commands.items():
+        target = out / "commands" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(script if script.endswith("\n") else script + "\n")
+        written.append(target)
     return written

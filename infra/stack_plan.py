@@ -5,17 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from infra.config import StrixHaloStack, quantity_value
+from infra.config import StackConfig, StrixHaloStack, quantity_value
+from infra.config_docker_host import Mi300xStack
 from infra.lock import ModelSource
 from infra.plan import (
     DEFAULT_CACHE_RAM_MIB,
+    GB,
     GIB,
     LlamaCppPlanInputs,
     ModelWeights,
     Plan,
+    VllmPlanInputs,
     WeightSource,
     attention_shape,
     plan_llamacpp,
+    plan_vllm,
 )
 
 
@@ -61,10 +65,35 @@ def llamacpp_inputs(
     )
 
 
+def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
+    """Planner inputs of a vLLM host: every weight in HBM, the CPU KV tier in host RAM."""
+    sizes = [f.size for f in source.files]
+    if all(size is not None for size in sizes):
+        weights = sum(size or 0 for size in sizes)
+    elif stack.model.size_gib is not None:
+        weights = int(stack.model.size_gib * GIB)
+    else:
+        raise ValueError("model: no lock sizes and no model.sizeGib to plan with")
+    memory, server = stack.memory, stack.server
+    return VllmPlanInputs(
+        weights_bytes=weights,
+        hbm_bytes=int(memory.hbm_gib * GIB),
+        kv_cache_memory_bytes=server.kv_cache_memory_bytes,
+        activation_reserve_bytes=int(memory.activation_reserve_gib * GIB),
+        host_ram_bytes=int(memory.ram_gib * GIB),
+        cpu_kv_tier_bytes=int(server.kv_offloading_size * GIB),
+        host_runtime_bytes=int(memory.runtime_gib * GIB),
+        disk_bytes=int(memory.disk_gb * GB),
+        image_bytes=int(memory.image_gb * GB),
+    )
+
+
 def stack_plan(
-    stack: StrixHaloStack,
+    stack: StackConfig,
     source: ModelSource,
     header_summary: Mapping[str, Any] | None = None,
 ) -> Plan:
     """The stack's memory plan."""
+    if isinstance(stack, Mi300xStack):
+        return plan_vllm(vllm_inputs(stack, source))
     return plan_llamacpp(llamacpp_inputs(stack, source, header_summary))

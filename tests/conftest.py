@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import StackConfig
+from infra.config import StackConfig, StrixHaloStack, parse_stack
 from infra.lock import ModelSource, model_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,3 +31,10 @@ def strix_halo_values() -> dict[str, Any]:
 def unlocked_source(stack: StackConfig) -> ModelSource:
     """The model as the config names it, without a lock (what a preview deploys)."""
     return model_source(stack.model, ROOT / "stacks" / "no-such.lock.json", preview=True)
+
+
+def strix(values: dict[str, Any]) -> StrixHaloStack:
+    """Validate kubernetes-target values (as `parse_stack`), typed as that target's model."""
+    stack = parse_stack(values)
+    assert isinstance(stack, StrixHaloStack)
+    return stack

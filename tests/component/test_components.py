@@ -10,16 +10,16 @@ import pytest
 
 from components import GgufModelStore, LlamaCppVulkanServer
 from infra import program
-from infra.config import ConfigError, parse_stack
+from infra.config import ConfigError
 from infra.kubernetes_target import server_args, store_args
 from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program, stack_config
-from tests.conftest import STACKS, unlocked_source
+from tests.conftest import STACKS, strix, unlocked_source
 
 TOKEN = "hf_live_token_value_123"
 
 
 def render_components(values: dict[str, Any], hf_token: str | None) -> Rendered:
-    stack = parse_stack(values)
+    stack = strix(values)
 
     def build() -> None:
         token = pulumi.Output.secret(hf_token) if hf_token else None
@@ -86,7 +86,7 @@ def test_hf_token_becomes_a_secret_and_appears_nowhere_else(
 
 
 def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str, Any]) -> None:
-    stack = parse_stack(strix_halo_values)
+    stack = strix(strix_halo_values)
     seen: dict[str, Any] = {}
 
     def build() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,6 @@ import yaml
 from tests.conftest import ROOT
 
 GOLDEN = ROOT / "tests" / "golden"
-CONTRACT_FILES = ("resources.json", "manifests.yaml", "outputs.json")
 STACK_FILE = ROOT / "stacks" / "Pulumi.strix-halo.yaml"
 UPDATE = os.environ.get("LLM_INFRA_UPDATE_GOLDEN") == "1"
 
@@ -39,25 +40,65 @@ def strix_halo_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-@pytest.mark.parametrize("name", CONTRACT_FILES)
-def test_render_matches_golden_snapshot(strix_halo_render: Path, name: str) -> None:
-    golden = GOLDEN / "strix-halo" / name
-    actual = (strix_halo_render / name).read_text()
+@pytest.fixture(scope="module")
+def mi300x_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("render") / "mi300x"
+    result = render("mi300x", out)
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def rendered_files(directory: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }
+
+
+@pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
+def test_render_matches_golden_snapshot(
+    stack: str, strix_halo_render: Path, mi300x_render: Path
+) -> None:
+    actual = rendered_files(strix_halo_render if stack == "strix-halo" else mi300x_render)
+    golden_dir = GOLDEN / stack
     if UPDATE:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(actual)
-    assert golden.is_file(), f"no snapshot {golden}: run with LLM_INFRA_UPDATE_GOLDEN=1"
-    assert actual == golden.read_text(), (
-        f"the render of strix-halo changed ({name}); review the diff and, if intended, "
-        "refresh the snapshot with LLM_INFRA_UPDATE_GOLDEN=1"
-    )
+        if golden_dir.exists():
+            shutil.rmtree(golden_dir)
+        for name, content in actual.items():
+            (golden_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (golden_dir / name).write_bytes(content)
+    assert golden_dir.is_dir(), f"no snapshot {golden_dir}: run with LLM_INFRA_UPDATE_GOLDEN=1"
+    golden = rendered_files(golden_dir)
+    assert sorted(actual) == sorted(golden), f"the files rendered for {stack} changed"
+    for name, content in actual.items():
+        assert content == golden[name], (
+            f"the render of {stack} changed ({name}); review the diff and, if intended, "
+            "refresh the snapshot with LLM_INFRA_UPDATE_GOLDEN=1"
+        )
 
 
-def test_render_is_byte_identical_across_runs(strix_halo_render: Path, tmp_path: Path) -> None:
-    again = tmp_path / "again"
-    assert render("strix-halo", again, seed="12345").returncode == 0
-    for name in CONTRACT_FILES:
-        assert (again / name).read_bytes() == (strix_halo_render / name).read_bytes(), name
+def test_mi300x_render_writes_files_and_commands(mi300x_render: Path) -> None:
+    files = rendered_files(mi300x_render)
+    assert {"files/opt/llm/compose.yaml", "files/opt/llm/Caddyfile"} <= set(files)
+    commands = sorted(name for name in files if name.startswith("commands/"))
+    assert commands[0] == "commands/01-vllm-preflight.sh"
+    assert commands[-1].endswith("-vllm-check.sh")
+    assert not (mi300x_render / "manifests.yaml").exists()
+    outputs = json.loads(files["outputs.json"])
+    assert outputs["url"] == "https://llm.example.com"
+    assert outputs["servedModelName"] == "deepseek-v4-flash-0731"
+    assert outputs["litellmModel"]["litellm_params"]["api_base"] == "https://llm.example.com/v1"
+    assert outputs["plan"]["fits"] is True
+
+
+def test_render_is_byte_identical_across_runs(
+    strix_halo_render: Path, mi300x_render: Path, tmp_path: Path
+) -> None:
+    for stack, first in (("strix-halo", strix_halo_render), ("mi300x", mi300x_render)):
+        again = tmp_path / stack
+        assert render(stack, again, seed="12345").returncode == 0
+        assert rendered_files(again) == rendered_files(first), stack
 
 
 def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_render: Path) -> None:

@@ -27,9 +27,8 @@ from components.llamacpp_vulkan_server import (
     server_service,
 )
 from components.network_policies import egress_policy, ingress_policy
-from infra.config import parse_stack
 from infra.kubernetes_target import server_args, store_args
-from tests.conftest import unlocked_source
+from tests.conftest import strix, unlocked_source
 
 # The seed's Deployment args, flag by flag.
 SEED_ARGV = [
@@ -58,7 +57,7 @@ VOLUME = {
 
 @pytest.fixture
 def seed_server(strix_halo_values: dict[str, Any]) -> Any:
-    stack = parse_stack(strix_halo_values)
+    stack = strix(strix_halo_values)
     return server_args(stack, unlocked_source(stack), VOLUME)  # type: ignore[arg-type]
 
 
@@ -163,7 +162,7 @@ def test_pvc_uses_local_path_and_requested_size() -> None:
 def test_job_runs_fetcher_on_the_server_node_with_token_from_secret(
     strix_halo_values: dict[str, Any],
 ) -> None:
-    stack = parse_stack(strix_halo_values)
+    stack = strix(strix_halo_values)
     args = store_args(stack, unlocked_source(stack), None)
     job = fetch_job(
         "models-fetch-1", "llm", {}, image=args["fetch_image"], claim_name="models",

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigError, parse_stack, quantity_value
+from tests.conftest import strix
 
 
 def problems_of(values: dict[str, Any]) -> list[str]:
@@ -16,7 +17,7 @@ def problems_of(values: dict[str, Any]) -> list[str]:
 
 
 def test_seed_stack_holds_every_seed_value(strix_halo_values: dict[str, Any]) -> None:
-    stack = parse_stack(strix_halo_values)
+    stack = strix(strix_halo_values)
     server = stack.server
     assert stack.model.repo == "unsloth/DeepSeek-V4-Flash-0731-GGUF"
     assert stack.model.file_names == [
@@ -56,7 +57,7 @@ def test_gpu_layers_above_model_layer_count_is_rejected(strix_halo_values: dict[
 def test_full_offload_counts_the_output_layer(strix_halo_values: dict[str, Any]) -> None:
     # llama.cpp b11434: -ngl n_layer+1 puts every repeating layer and the output layer on the GPU.
     strix_halo_values["server"]["gpuLayers"] = 44
-    assert parse_stack(strix_halo_values).server.gpu_layers == 44
+    assert strix(strix_halo_values).server.gpu_layers == 44
 
 
 def test_context_below_required_minimum_is_rejected(strix_halo_values: dict[str, Any]) -> None:
@@ -76,7 +77,7 @@ def test_slots_that_leave_less_than_minimum_per_slot_are_rejected(
 
 def test_more_slots_with_enough_context_are_accepted(strix_halo_values: dict[str, Any]) -> None:
     strix_halo_values["server"].update(parallel=2, contextSize=131072)
-    assert parse_stack(strix_halo_values).server.parallel == 2
+    assert strix(strix_halo_values).server.parallel == 2
 
 
 def test_unknown_cache_type_is_rejected_with_allowed_set(strix_halo_values: dict[str, Any]) -> None:
@@ -102,7 +103,7 @@ def test_different_k_and_v_cache_types_are_allowed_for_other_architectures(
 ) -> None:
     strix_halo_values["model"]["architecture"] = "llama"
     strix_halo_values["server"]["cacheTypeV"] = "f16"
-    assert parse_stack(strix_halo_values).server.cache_type_v == "f16"
+    assert strix(strix_halo_values).server.cache_type_v == "f16"
 
 
 @pytest.mark.parametrize("port", [0, 65536, -1])
@@ -133,7 +134,7 @@ def test_floating_image_tag_is_rejected_unless_allowed(strix_halo_values: dict[s
     )
     assert "server.allowFloatingImage: true" in problem
     strix_halo_values["server"]["allowFloatingImage"] = True
-    assert parse_stack(strix_halo_values).server.image.endswith(":server-vulkan")
+    assert strix(strix_halo_values).server.image.endswith(":server-vulkan")
 
 
 def test_floating_fetch_image_is_rejected(strix_halo_values: dict[str, Any]) -> None:
@@ -166,7 +167,7 @@ def test_wrong_type_is_named(strix_halo_values: dict[str, Any]) -> None:
 
 def test_unknown_target_is_rejected() -> None:
     assert problems_of({"target": "nomad"}) == [
-        "target: 'nomad' is not a known target (allowed: kubernetes)"
+        "target: 'nomad' is not a known target (allowed: kubernetes, docker-host)"
     ]
 
 
@@ -224,7 +225,7 @@ def test_render_group_only_applies_to_device_plugin_mode(strix_halo_values: dict
         "server.renderGroupId: only used with server.gpuAccess: device-plugin"
     )
     strix_halo_values["server"]["gpuAccess"] = "device-plugin"
-    assert parse_stack(strix_halo_values).server.render_group_id == 991
+    assert strix(strix_halo_values).server.render_group_id == 991
 
 
 def test_unknown_gpu_access_mode_is_rejected(strix_halo_values: dict[str, Any]) -> None:

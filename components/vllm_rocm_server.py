@@ -1,0 +1,256 @@
+"""VllmRocmServer: vLLM (ROCm image) behind Caddy on one GPU host, over SSH with pulumi-command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NotRequired, TypedDict
+
+import pulumi
+from pulumi_command import remote
+
+from components.gguf_model_store import inherited_dependencies
+from components.vllm_rocm_builders import (
+    CaddySettings,
+    HostRequirements,
+    PatchOverlay,
+    RemotePaths,
+    VllmFlags,
+    base_url,
+    caddyfile,
+    check_script,
+    compose_file,
+    compose_yaml,
+    down_script,
+    env_file_content,
+    env_file_script,
+    fetch_script,
+    lock_json,
+    lock_sha256,
+    patch_remote_path,
+    preflight_script,
+    remote_command,
+    remote_paths,
+    sha256_text,
+    up_script,
+    verify_patches_script,
+)
+
+TYPE_TOKEN = "llm-infra:index:VllmRocmServer"
+FETCHER_SOURCE = Path(__file__).with_name("fetcher.py")
+
+__all__ = [
+    "CaddySettings",
+    "HostRequirements",
+    "PatchOverlay",
+    "SshConnection",
+    "VllmFlags",
+    "VllmRocmServer",
+    "VllmRocmServerArgs",
+]
+
+
+class SshConnection(TypedDict):
+    """How pulumi-command reaches the host."""
+
+    host: pulumi.Input[str]
+    """Host name or address of the SSH server."""
+    user: pulumi.Input[str]
+    """SSH user: may run docker and write base_dir and model_dir."""
+    private_key: pulumi.Input[str]
+    """Private key (PEM/OpenSSH text); always passed on as a Pulumi secret."""
+    port: NotRequired[int]
+    """SSH port (default 22)."""
+    host_key: NotRequired[str | None]
+    """The host's public key; when set, a different host key refuses the connection."""
+
+
+class VllmRocmServerArgs(TypedDict):
+    """Inputs of VllmRocmServer."""
+
+    connection: SshConnection
+    """SSH connection to the GPU host."""
+    model_dir: str
+    """Host directory of the model files; survives `pulumi destroy`."""
+    model_lock: dict[str, Any]
+    """The model lock (the fetcher's version 1 document), fetched into model_dir on the host."""
+    fetch_image: str
+    """A pinned stock Python image that runs the fetcher, so the host needs no Python."""
+    image: str
+    """vLLM ROCm image pinned by digest (`vllm/vllm-openai-rocm@sha256:...`)."""
+    flags: VllmFlags
+    """`vllm serve` flags; `flags.model` is where model_dir is mounted in the container."""
+    caddy: CaddySettings
+    """HTTPS site, TLS mode and client allowlist."""
+    api_key: pulumi.Input[str]
+    """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
+    requirements: HostRequirements
+    """Minimum free disk and RAM the preflight demands."""
+    base_dir: NotRequired[str]
+    """Host directory of the compose project and its files (default `/opt/llm`)."""
+    patches: NotRequired[list[PatchOverlay]]
+    """Patched files mounted read-only over the image's files, each pinned by sha256."""
+    project_name: NotRequired[str]
+    """Compose project name (default `llm`)."""
+    startup_timeout_seconds: NotRequired[int]
+    """How long `up` waits for vLLM to turn healthy (default 3600: load plus kernel builds)."""
+    fetch_parallel: NotRequired[int]
+    """Model files downloaded at once (default 3)."""
+
+
+class VllmRocmServer(pulumi.ComponentResource):
+    """vLLM ROCm and Caddy in Docker compose on an SSH host: preflight, fetch, up, check."""
+
+    url: pulumi.Output[str]
+    """Public HTTPS base URL (append `/v1` for the OpenAI API)."""
+    served_model_name: pulumi.Output[str]
+    """The model id in `/v1/models`."""
+
+    def __init__(
+        self, name: str, args: VllmRocmServerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(TYPE_TOKEN, name, None, opts)
+        base_dir = args.get("base_dir", "/opt/llm")
+        project = args.get("project_name", "llm")
+        patches = args.get("patches", [])
+        flags = args["flags"]
+        startup = args.get("startup_timeout_seconds", 3600)
+        paths = remote_paths(base_dir)
+        files = rendered_files(args, paths)
+        connection = ssh_connection(args["connection"])
+        inherited = inherited_dependencies(opts)
+
+        def child(*depends: pulumi.Resource, **extra: Any) -> pulumi.ResourceOptions:
+            return pulumi.ResourceOptions(parent=self, depends_on=[*inherited, *depends], **extra)
+
+        self.preflight = remote.Command(
+            f"{name}-preflight",
+            connection=connection,
+            create=remote_command(
+                preflight_script(
+                    base_dir=base_dir,
+                    model_dir=args["model_dir"],
+                    requirements=args["requirements"],
+                )
+            ),
+            opts=child(),
+        )
+        copies: dict[str, remote.CopyToRemote] = {}
+        for suffix, (remote_path, text) in files.items():
+            copies[suffix] = remote.CopyToRemote(
+                f"{name}-{suffix}",
+                connection=connection,
+                source=pulumi.StringAsset(text),
+                remote_path=remote_path,
+                opts=child(self.preflight),
+            )
+        patch_copies = [
+            remote.CopyToRemote(
+                f"{name}-patch-{index}",
+                connection=connection,
+                source=pulumi.FileAsset(patch["source"]),
+                remote_path=patch_remote_path(paths, patch),
+                opts=child(self.preflight),
+            )
+            for index, patch in enumerate(patches)
+        ]
+        self.verify_patches = remote.Command(
+            f"{name}-verify-patches",
+            connection=connection,
+            create=remote_command(verify_patches_script(paths, patches)),
+            opts=child(*patch_copies),
+        )
+        lock_text = files["lock"][1]
+        self.fetch = remote.Command(
+            f"{name}-fetch",
+            connection=connection,
+            create=remote_command(
+                fetch_script(
+                    paths=paths,
+                    model_dir=args["model_dir"],
+                    fetch_image=args["fetch_image"],
+                    lock_sha256=sha256_text(lock_text),
+                    fetcher_sha256=sha256_text(files["fetcher"][1]),
+                    parallel=args.get("fetch_parallel", 3),
+                )
+            ),
+            # 157 GiB over the network: far past pulumi-command's defaults.
+            opts=child(
+                copies["lock"],
+                copies["fetcher"],
+                custom_timeouts=pulumi.CustomTimeouts(create="12h", update="12h"),
+            ),
+        )
+        self.env_file = remote.Command(
+            f"{name}-env-file",
+            connection=connection,
+            create=remote_command(env_file_script(paths, project)),
+            stdin=pulumi.Output.secret(args["api_key"]).apply(env_file_content),
+            opts=child(copies["compose"]),
+        )
+        compose_text = files["compose"][1]
+        up = remote_command(up_script(paths, project, sha256_text(compose_text), startup))
+        self.up = remote.Command(
+            f"{name}-up",
+            connection=connection,
+            create=up,
+            update=up,
+            delete=remote_command(down_script(paths, project, args["model_dir"])),
+            opts=child(
+                self.fetch,
+                self.verify_patches,
+                self.env_file,
+                *copies.values(),
+                # A replacement on the same host must stop the old project before starting anew.
+                delete_before_replace=True,
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=f"{startup + 600}s", update=f"{startup + 600}s", delete="10m"
+                ),
+            ),
+        )
+        check = remote_command(
+            check_script(paths, project, args["caddy"], flags["port"], flags["served_model_name"])
+        )
+        self.check = remote.Command(
+            f"{name}-check",
+            connection=connection,
+            # The up command's hash: every change that restarts something is checked again.
+            create=f"# after up {sha256_text(up)}\n{check}",
+            opts=child(self.up),
+        )
+        self.url = pulumi.Output.from_input(base_url(args["caddy"]))
+        self.served_model_name = pulumi.Output.from_input(flags["served_model_name"])
+        self.register_outputs({"url": self.url, "served_model_name": self.served_model_name})
+
+
+def ssh_connection(connection: SshConnection) -> remote.ConnectionArgs:
+    """pulumi-command connection args, the private key always a secret."""
+    return remote.ConnectionArgs(
+        host=connection["host"],
+        user=connection["user"],
+        port=connection.get("port", 22),
+        private_key=pulumi.Output.secret(connection["private_key"]),
+        host_key=connection.get("host_key"),
+    )
+
+
+def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tuple[str, str]]:
+    """Generated files by resource suffix: (remote path, content)."""
+    lock_text = lock_json(args["model_lock"])
+    caddy_text = caddyfile(args["caddy"])
+    compose = compose_file(
+        image=args["image"],
+        flags=args["flags"],
+        model_dir=args["model_dir"],
+        paths=paths,
+        patches=args.get("patches", []),
+        caddy=args["caddy"],
+        caddyfile_sha256=sha256_text(caddy_text),
+        lock_sha256=lock_sha256(args["model_lock"]),
+        startup_seconds=args.get("startup_timeout_seconds", 3600),
+    )
+    return {
+        "compose": (paths["compose"], compose_yaml(compose)),
+        "caddyfile": (paths["caddyfile"], caddy_text),
+        "lock": (paths["lock"], lock_text),
+        "fetcher": (paths["fetcher"], FETCHER_SOURCE.read_text()),
+    }

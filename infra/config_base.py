@@ -1,0 +1,132 @@
+"""Building blocks of the stack config models: strict camelCase models, shared types, errors."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import pulumi
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from components.images import parse_image
+
+NAMESPACE = "llm-infra"
+SECRET_KEYS = ("hfToken", "apiKey", "sshPrivateKey")
+# Keys that locate things rather than describe the stack.
+LOCATION_KEYS = ("lockFile",)
+SECRET_PLACEHOLDER = "[secret]"
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")]
+_QUANTITY = re.compile(r"^(?P<num>[0-9]+(\.[0-9]+)?)(?P<unit>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+_UNITS = {
+    None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+    "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
+}  # fmt: skip
+Quantity = Annotated[str, Field(pattern=_QUANTITY.pattern)]
+_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+
+
+def quantity_value(quantity: str) -> float:
+    """A Kubernetes quantity as a number (cores or bytes)."""
+    match = _QUANTITY.match(quantity)
+    if match is None:
+        raise ValueError(f"{quantity!r} is not a Kubernetes quantity")
+    return float(match["num"]) * _UNITS[match["unit"]]
+
+
+class ConfigError(pulumi.RunError):
+    """Invalid stack configuration: one problem per line, each naming its key."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("invalid stack configuration:\n" + "\n".join(problems))
+        self.problems = problems
+
+
+class Strict(BaseModel):
+    """Base of every config model: camelCase keys, unknown keys rejected, immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class RepoModelSettings(Strict):
+    """A model in a Hugging Face repo: which revision and which files (exact paths or globs)."""
+
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*$")]
+    revision: Annotated[str, Field(min_length=1)] = "main"
+    files: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    size_gib: Annotated[float, Field(gt=0)] | None = None
+    """Weight size for the memory plan before a lock records the files' sizes."""
+
+    @property
+    def file_names(self) -> list[str]:
+        """File names on the volume (repo folders dropped)."""
+        return [path.rsplit("/", 1)[-1] for path in self.files]
+
+
+def is_pattern(path: str) -> bool:
+    """True when a `model.files` entry is a glob pattern (resolved by `llm-infra lock`)."""
+    return any(char in path for char in "*?[")
+
+
+def shard_set_problems(names: list[str], key: str) -> list[str]:
+    """Problems of a GGUF file set: one file, or every shard of one split set, shard 1 first."""
+    parsed = [_SHARD.match(n) for n in names]
+    if len(names) == 1 and parsed[0] is None:
+        return [] if names[0].endswith(".gguf") else [f"{key}[0]: {names[0]!r} is not a .gguf"]
+    problems = []
+    for i, (name, match) in enumerate(zip(names, parsed, strict=True)):
+        if match is None:
+            problems.append(
+                f"{key}[{i}]: {name!r} is not a split shard <prefix>-NNNNN-of-MMMMM.gguf"
+            )
+    if problems:
+        return problems
+    shards = [(m["prefix"], int(m["no"]), int(m["count"])) for m in parsed if m is not None]
+    if len({(p, c) for p, _, c in shards}) != 1:
+        return [f"{key}: the shards must share one prefix and one shard count"]
+    count = shards[0][2]
+    numbers = [no for _, no, _ in shards]
+    missing = sorted(set(range(1, count + 1)) - set(numbers))
+    if missing:
+        absent = ", ".join(f"-{n:05d}-of-{count:05d}" for n in missing)
+        problems.append(f"{key}: incomplete shard set, {absent} absent")
+    if len(set(numbers)) != len(numbers) or (len(numbers) != count and not missing):
+        problems.append(f"{key}: expected each of the {count} shards exactly once")
+    if numbers[0] != 1:
+        problems.append(f"{key}[0]: the first shard (-00001-of-...) must come first (it is -m)")
+    if len(set(names)) != len(names):
+        problems.append(f"{key}: two files have the same name")
+    return problems
+
+
+def _key(loc: tuple[int | str, ...]) -> str:
+    key = ""
+    for part in loc:
+        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
+    return key
+
+
+def validation_problems(error: ValidationError) -> list[str]:
+    problems = []
+    for item in error.errors():
+        message = item["msg"]
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "is required"
+        elif "input" in item and not isinstance(item["input"], dict | list):
+            message = f"{item['input']!r}: {message}"
+        problems.append(f"{_key(item['loc'])}: {message}")
+    return problems
+
+
+def image_problems(key: str, image: str, allowed: bool, example: str) -> list[str]:
+    """A floating image tag, unless the stack explicitly allows one."""
+    if allowed or parse_image(image).pinned:
+        return []
+    flag = key.rsplit(".", 1)[0] + ".allowFloatingImage"
+    return [f"{key}: {image!r} is a floating tag (pin {example}; or set {flag}: true)"]

@@ -1,0 +1,188 @@
+"""Config models of target `docker-host`: vLLM ROCm behind Caddy on one GPU host over SSH."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from components.images import parse_image
+from infra.config_base import (
+    Port,
+    RepoModelSettings,
+    Strict,
+    image_problems,
+)
+
+_DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
+AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
+
+
+class HostSettings(Strict):
+    """The GPU host and what it must offer."""
+
+    address: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9.:-]+$")]
+    user: Annotated[str, Field(min_length=1, pattern=r"^[a-z_][a-z0-9_-]*$")]
+    port: Port = 22
+    host_key: Annotated[str, Field(pattern=r"^(ssh|ecdsa)-[a-z0-9-]+ [A-Za-z0-9+/=]+")] | None = (
+        None
+    )
+    base_dir: AbsolutePath = "/opt/llm"
+    model_dir: AbsolutePath
+    """Where the model lives on the host; `pulumi destroy` leaves it."""
+    min_free_disk_gib: Annotated[float, Field(ge=0)]
+    min_ram_gib: Annotated[float, Field(ge=0)]
+
+
+class SpeculativeSettings(Strict):
+    """`--speculative-config`."""
+
+    method: Annotated[str, Field(min_length=1)]
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
+
+
+class VllmSettings(Strict):
+    """`vllm serve` flags and the image."""
+
+    image: str
+    allow_floating_image: bool = False
+    served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+    port: Port = 8000
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=8)] = 1
+    max_model_len: Annotated[int, Field(ge=1024)]
+    max_num_batched_tokens: Annotated[int, Field(ge=16)]
+    max_num_seqs: Annotated[int, Field(ge=1)] | None = None
+    kv_cache_memory_bytes: Annotated[int, Field(ge=2**30)]
+    """GPU KV cache in bytes (`--kv-cache-memory-bytes`; overrides gpu-memory-utilization)."""
+    kv_offloading_size: Annotated[float, Field(ge=0)]
+    """CPU KV tier in GiB (`--kv-offloading-size`), pinned host memory."""
+    kv_offloading_backend: Literal["native", "lmcache"] = "native"
+    kv_cache_dtype: str | None = None
+    speculative: SpeculativeSettings | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    prefix_caching: bool = True
+    startup_timeout_seconds: Annotated[int, Field(ge=60)] = 3600
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        parse_image(value)
+        return value
+
+
+class CaddySettings(Strict):
+    """The HTTPS front: site, certificates and who may connect."""
+
+    site: Annotated[str, Field(min_length=1)]
+    tls: Literal["auto", "internal"]
+    acme_email: str | None = None
+    allowed_cidrs: list[str]
+    image: str = "caddy:2.11.7-alpine"
+    allow_floating_image: bool = False
+
+
+class PatchSettings(Strict):
+    """A patched file mounted read-only over the image's file, pinned by sha256."""
+
+    source: Annotated[str, Field(min_length=1)]
+    """Path of the patch file, relative to the project root."""
+    target: AbsolutePath
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class HostMemorySettings(Strict):
+    """What the memory plan checks against (seed 002's host)."""
+
+    hbm_gib: Annotated[float, Field(gt=0)] = 192
+    ram_gib: Annotated[float, Field(gt=0)] = 235
+    disk_gb: Annotated[float, Field(gt=0)] = 500
+    activation_reserve_gib: Annotated[float, Field(ge=0)] = 6
+    runtime_gib: Annotated[float, Field(ge=0)] = 24
+    image_gb: Annotated[float, Field(ge=0)] = 40
+    check: bool = True
+
+
+class DockerHostModelSettings(RepoModelSettings):
+    """The checkpoint: repo files (safetensors and configs)."""
+
+    size_gib: Annotated[float, Field(gt=0)] | None = None
+
+
+class Mi300xStack(Strict):
+    """vLLM ROCm behind Caddy on one GPU host reached over SSH."""
+
+    target: Literal["docker-host"]
+    host: HostSettings
+    model: DockerHostModelSettings
+    fetch_image: str = "python:3.12.8-slim-bookworm"
+    server: VllmSettings
+    caddy: CaddySettings
+    patches: list[PatchSettings] = []
+    memory: HostMemorySettings = HostMemorySettings()
+
+
+def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
+    """Rules of a docker-host stack that involve more than one key, or files."""
+    server, caddy = stack.server, stack.caddy
+    problems: list[str] = []
+    if parse_image(server.image).digest is None and not server.allow_floating_image:
+        problems.append(
+            f"server.image: {server.image!r} has no digest (pin it as "
+            "vllm/vllm-openai-rocm@sha256:<digest>, or set server.allowFloatingImage: true)"
+        )
+    problems += image_problems(
+        "caddy.image", caddy.image, caddy.allow_floating_image, "a full version such as 2.11.7"
+    )
+    problems += image_problems("fetchImage", stack.fetch_image, False, "a full version")
+    site_is_ip = _is_ip(caddy.site)
+    if not site_is_ip and not _DOMAIN.match(caddy.site):
+        problems.append(f"caddy.site: {caddy.site!r} is not a DNS name or an IP address")
+    if caddy.tls == "auto" and site_is_ip:
+        problems.append(
+            f"caddy.tls: auto needs a domain for its certificate; {caddy.site} is an IP address "
+            "(use tls: internal)"
+        )
+    if caddy.tls == "auto" and not (caddy.acme_email and _EMAIL.match(caddy.acme_email)):
+        problems.append("caddy.acmeEmail: a valid email is required with caddy.tls: auto")
+    if not caddy.allowed_cidrs:
+        problems.append(
+            "caddy.allowedCidrs: empty, so nobody could connect (list the client networks; "
+            "write 0.0.0.0/0 and ::/0 to allow everyone)"
+        )
+    for index, cidr in enumerate(caddy.allowed_cidrs):
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            problems.append(f"caddy.allowedCidrs[{index}]: {cidr!r} is not a network ({exc})")
+    for index, patch in enumerate(stack.patches):
+        path = root / patch.source
+        if not path.is_file():
+            problems.append(f"patches[{index}].source: {patch.source!r} does not exist")
+        elif hashlib.sha256(path.read_bytes()).hexdigest() != patch.sha256:
+            problems.append(
+                f"patches[{index}].sha256: {patch.source} has sha256 "
+                f"{hashlib.sha256(path.read_bytes()).hexdigest()}, not the pinned {patch.sha256}"
+            )
+    targets = [p.target for p in stack.patches]
+    if len(set(targets)) != len(targets):
+        problems.append("patches: two patches overlay the same target")
+    if not stack.host.model_dir.startswith("/") or stack.host.model_dir.rstrip("/") in (
+        stack.host.base_dir.rstrip("/"),
+        "",
+    ):
+        problems.append("host.modelDir: must be its own directory, not host.baseDir or /")
+    return problems
+
+
+def _is_ip(site: str) -> bool:
+    try:
+        ipaddress.ip_address(site)
+    except ValueError:
+        return False
+    return True

