@@ -38,7 +38,7 @@ def llamacpp_inputs(
         vocab = summary.get("vocab_size")
     else:
         sizes = [f.size for f in source.files]
-        if all(size is not None for size in sizes):
+        if sizes and all(size is not None for size in sizes):
             total = sum(size or 0 for size in sizes)
         elif model.size_gib is not None:
             total = int(model.size_gib * GIB)
@@ -68,7 +68,7 @@ def llamacpp_inputs(
 def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
     """Planner inputs of a vLLM host: every weight in HBM, the CPU KV tier in host RAM."""
     sizes = [f.size for f in source.files]
-    if all(size is not None for size in sizes):
+    if sizes and all(size is not None for size in sizes):
         weights = sum(size or 0 for size in sizes)
     elif stack.model.size_gib is not None:
         weights = int(stack.model.size_gib * GIB)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -141,3 +142,24 @@ def test_program_registers_nothing_when_config_is_invalid() -> None:
         "(allowed 0-44; 44 also offloads the output layer)"
     ]
     assert monitor.registrations == []
+
+
+def test_pulumi_up_refuses_a_docker_host_stack_without_its_secrets(tmp_path: Path) -> None:
+    config, secret_keys = stack_config(STACKS / "Pulumi.mi300x.yaml")
+    lock = {
+        "version": 1, "repo": "deepseek-ai/DeepSeek-V4-Flash-0731", "revision": "a" * 40,
+        "requested_revision": "main", "patterns": ["*.safetensors", "*.json"],
+        "files": [{"path": "config.json", "name": "config.json", "size": 10, "sha256": "b" * 64}],
+    }  # fmt: skip
+    (tmp_path / "mi300x.lock.json").write_text(json.dumps(lock))
+    config["llm-infra:lockFile"] = str(tmp_path / "mi300x.lock.json")
+    with pytest.raises(ConfigError) as caught:
+        run_program(program.main, config, secret_keys, stack="mi300x", preview=False)
+    assert [p.split(":")[0] for p in caught.value.problems] == ["sshPrivateKey", "apiKey"]
+    config["llm-infra:sshPrivateKey"] = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n"
+    config["llm-infra:apiKey"] = "sk-live-0123456789"
+    keys = [*secret_keys, "llm-infra:sshPrivateKey", "llm-infra:apiKey"]
+    rendered = run_program(program.main, config, keys, stack="mi300x", preview=False)
+    assert rendered.outputs["modelRevision"] == "a" * 40
+    text = json.dumps(rendered.resources) + "".join(rendered.commands.values())
+    assert "AAAA" not in text and "sk-live-0123456789" not in text

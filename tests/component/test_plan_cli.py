@@ -81,3 +81,25 @@ def test_render_refuses_a_volume_too_small_for_the_model(tmp_path: Path) -> None
     assert result.returncode == 2
     assert "plan: does not fit on the model volume" in result.stderr
     assert "raise store.size to at least" in result.stderr
+
+
+def test_plan_of_mi300x_counts_hbm_host_ram_and_disk() -> None:
+    result = plan("mi300x", "--json")
+    document = json.loads(result.stdout)
+    assert document["fits"] is True
+    hbm = document["devices"]["hbm"]
+    assert hbm["items"]["weights"] == 156.67
+    assert hbm["capacity_gib"] == 192
+    assert document["devices"]["ram"]["items"]["cpu_kv_tier"] == 96
+
+
+def test_render_refuses_an_mi300x_gpu_kv_cache_that_does_not_fit_hbm(tmp_path: Path) -> None:
+    text = (ROOT / "stacks" / "Pulumi.mi300x.yaml").read_text()
+    path = tmp_path / "Pulumi.big.yaml"
+    path.write_text(
+        text.replace("kvCacheMemoryBytes: 20000000000", "kvCacheMemoryBytes: 40000000000")
+    )
+    result = render(str(path), tmp_path / "out")
+    assert result.returncode == 2
+    assert "plan: does not fit in HBM" in result.stderr
+    assert "lower server.kvCacheMemoryBytes to at most" in result.stderr

@@ -1,0 +1,108 @@
+"""Validation of `docker-host` (MI300X) stacks: digests, Caddy, allowlists, patches, secrets."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from infra.config import ConfigError, missing_secrets, parse_stack
+from infra.config_docker_host import Mi300xStack
+from tests.conftest import stack_values
+
+
+@pytest.fixture
+def values() -> dict[str, Any]:
+    return copy.deepcopy(stack_values("mi300x"))
+
+
+def problems_of(values: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as caught:
+        parse_stack(values)
+    return caught.value.problems
+
+
+def test_seed_002_settings_are_the_stack(values: dict[str, Any]) -> None:
+    stack = parse_stack(values)
+    assert isinstance(stack, Mi300xStack)
+    server = stack.server
+    assert server.max_model_len == 262144 and server.max_num_batched_tokens == 2048
+    assert server.kv_cache_memory_bytes == 20 * 10**9 and server.kv_offloading_size == 96
+    assert server.speculative is not None and server.speculative.num_speculative_tokens == 7
+    assert (server.reasoning_parser, server.tool_call_parser) == ("deepseek_v4", "deepseek_v4")
+    assert stack.model.size_gib == 156.67
+
+
+def test_vllm_image_without_digest_is_rejected_unless_allowed(values: dict[str, Any]) -> None:
+    values["server"]["allowFloatingImage"] = False
+    (problem,) = problems_of(values)
+    assert problem.startswith("server.image: 'vllm/vllm-openai-rocm:v0.33.0' has no digest")
+    values["server"]["image"] = "vllm/vllm-openai-rocm@sha256:" + "ab" * 32
+    assert isinstance(parse_stack(values), Mi300xStack)
+
+
+def test_empty_allowlist_is_rejected(values: dict[str, Any]) -> None:
+    values["caddy"]["allowedCidrs"] = []
+    (problem,) = problems_of(values)
+    assert problem.startswith("caddy.allowedCidrs: empty, so nobody could connect")
+    assert "0.0.0.0/0" in problem
+
+
+def test_world_open_allowlist_must_be_written_out(values: dict[str, Any]) -> None:
+    values["caddy"]["allowedCidrs"] = ["0.0.0.0/0", "::/0"]
+    assert isinstance(parse_stack(values), Mi300xStack)
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.1/8", "300.1.1.0/24", "example.com"])
+def test_malformed_cidr_is_rejected(values: dict[str, Any], cidr: str) -> None:
+    values["caddy"]["allowedCidrs"] = [cidr]
+    (problem,) = problems_of(values)
+    assert problem.startswith(f"caddy.allowedCidrs[0]: {cidr!r} is not a network")
+
+
+def test_automatic_https_needs_a_domain_and_an_email(values: dict[str, Any]) -> None:
+    values["caddy"].update(site="203.0.113.10", acmeEmail=None)
+    problems = problems_of(values)
+    assert problems[0].startswith("caddy.tls: auto needs a domain")
+    assert problems[1].startswith("caddy.acmeEmail: a valid email is required")
+    values["caddy"]["tls"] = "internal"
+    assert isinstance(parse_stack(values), Mi300xStack)
+
+
+def test_malformed_domain_is_rejected(values: dict[str, Any]) -> None:
+    values["caddy"]["site"] = "llm_example..com"
+    (problem,) = problems_of(values)
+    assert problem.startswith("caddy.site: 'llm_example..com' is not a DNS name")
+
+
+def test_patch_with_wrong_sha256_stops_before_anything_exists(
+    values: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Pulumi.yaml").write_text("name: llm-infra\n")
+    (tmp_path / "fp8.py").write_text("patched = True\n")
+    good = hashlib.sha256(b"patched = True\n").hexdigest()
+    target = "/usr/local/lib/python3.12/dist-packages/vllm/fp8.py"
+    values["patches"] = [{"source": "fp8.py", "target": target, "sha256": "0" * 64}]
+    (problem,) = problems_of(values)
+    assert problem.startswith(f"patches[0].sha256: fp8.py has sha256 {good}, not the pinned")
+    values["patches"][0]["sha256"] = good
+    assert isinstance(parse_stack(values), Mi300xStack)
+    values["patches"][0]["source"] = "missing.py"
+    assert problems_of(values) == ["patches[0].source: 'missing.py' does not exist"]
+
+
+def test_model_dir_must_not_be_the_base_dir(values: dict[str, Any]) -> None:
+    values["host"]["modelDir"] = "/opt/llm"
+    (problem,) = problems_of(values)
+    assert problem.startswith("host.modelDir: must be its own directory")
+
+
+def test_docker_host_needs_ssh_key_and_api_key(values: dict[str, Any]) -> None:
+    stack = parse_stack(values)
+    problems = missing_secrets(stack, set())
+    assert [p.split(":")[0] for p in problems] == ["sshPrivateKey", "apiKey"]
+    assert missing_secrets(stack, {"sshPrivateKey", "apiKey"}) == []
