@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any, Literal
 
@@ -153,9 +155,17 @@ def resolve_lock(
         )
         for entry in sorted(selected.values(), key=lambda e: e.path)
     ]
-    problems = shard_set_problems([f.name for f in files], key="model.files")
-    if problems:
-        raise ConfigError(problems)
+    gguf = [f for f in files if f.name.endswith(".gguf")]
+    summary = None
+    if gguf:
+        problems = shard_set_problems([f.name for f in gguf], key="model.files")
+        if problems:
+            raise ConfigError(problems)
+        base = (endpoint or "https://huggingface.co").rstrip("/")
+        summary = gguf_summary(
+            [f"{base}/{model.repo}/resolve/{commit}/{urllib.parse.quote(f.path)}" for f in gguf],
+            token,
+        )
     return ModelLock(
         version=LOCK_VERSION,
         repo=model.repo,
@@ -163,7 +173,58 @@ def resolve_lock(
         requested_revision=model.revision,
         patterns=list(model.files),
         files=files,
+        gguf=summary,
     )
+
+
+class RangeReader:
+    """A forward-only file over HTTP Range requests: reads only what the caller consumes."""
+
+    def __init__(self, url: str, token: str | None, first_block: int = 64 * 1024) -> None:
+        self.url = url
+        self.token = token
+        self.offset = 0
+        self.buffer = b""
+        self.block = first_block
+        self.fetched = 0
+
+    def _fetch(self) -> None:
+        start = self.offset + len(self.buffer)
+        request = urllib.request.Request(self.url)
+        request.add_header("Range", f"bytes={start}-{start + self.block - 1}")
+        if self.token:
+            request.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(request, timeout=60) as response:
+            data = response.read()
+        if not data:
+            raise EOFError(f"{self.url}: ended at byte {start}")
+        self.fetched += len(data)
+        self.buffer += data
+        # Tokenizer arrays can be megabytes: grow the requests instead of making thousands.
+        self.block = min(self.block * 2, 16 * 1024 * 1024)
+
+    def read(self, n: int = -1, /) -> bytes:
+        """The next n bytes."""
+        while len(self.buffer) < n:
+            self._fetch()
+        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        self.offset += len(data)
+        return data
+
+
+def gguf_summary(urls: list[str], token: str | None) -> dict[str, Any]:
+    """The planning summary of GGUF shards, from their headers only (no weight bytes)."""
+    from components.gguf_header import GgufError, read_gguf_header, summarize
+
+    headers = []
+    for url in urls:
+        try:
+            headers.append(read_gguf_header(RangeReader(url, token)))
+        except (GgufError, EOFError, OSError) as exc:
+            raise ConfigError(
+                [f"model.files: cannot read the GGUF header of {url}: {exc}"]
+            ) from None
+    return summarize(headers)
 
 
 class ModelSource(BaseModel):
@@ -183,6 +244,12 @@ def model_source(model: RepoModelSettings, lock_path: Path, preview: bool) -> Mo
     if lock_path.is_file():
         lock = read_lock(lock_path)
         problems = lock.stale_problems(model, lock_path)
+        architecture = getattr(model, "architecture", None)
+        if lock.gguf and architecture and lock.gguf.get("architecture") != architecture:
+            problems.append(
+                f"model.architecture: {architecture!r}, but the locked GGUF header says "
+                f"{lock.gguf.get('architecture')!r}"
+            )
         if problems:
             raise ConfigError(problems)
         return ModelSource(

@@ -128,8 +128,11 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             start = 0
             status = 200
             header = self.headers.get("Range")
+            end = len(data)
             if header and header.startswith("bytes="):
-                start = int(header[len("bytes=") :].split("-")[0])
+                first, _, last = header[len("bytes=") :].partition("-")
+                start = int(first)
+                end = min(int(last) + 1, len(data)) if last else len(data)
                 if start >= len(data):
                     self.send_response(416)
                     self.send_header("Content-Range", f"bytes */{len(data)}")
@@ -137,7 +140,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
                     self.end_headers()
                     return None
                 status = 206
-            body: bytes | memoryview = memoryview(data)[start:]
+            body: bytes | memoryview = memoryview(data)[start:end]
             if path in hub.corrupt_once and not head:
                 hub.corrupt_once.discard(path)
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
@@ -150,7 +153,7 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             self.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
             self.send_header("Accept-Ranges", "bytes")
             if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
             self.end_headers()
             if head:
                 return None

@@ -10,11 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from infra import program
 from infra.config import ConfigError
 from infra.render import run_program, stack_config
 from tests.conftest import ROOT
+from tests.contract.tiny_gguf import write_tiny_split_model
 from tests.hub_emulator import COMMIT, Hub, running_hub
 
 REPO = "unsloth/Tiny-GGUF"
@@ -22,8 +24,9 @@ NAMES = [f"Tiny-UD-IQ1_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
 
 
 @pytest.fixture
-def hub() -> Iterator[Hub]:
-    files = {f"UD-IQ1_M/{n}": bytes([i]) * (5000 + i) for i, n in enumerate(NAMES)}
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    shards = write_tiny_split_model(tmp_path_factory.mktemp("src"), "Tiny-UD-IQ1_M", shards=3)
+    files = {f"UD-IQ1_M/{p.name}": p.read_bytes() for p in shards}
     files["UD-Q2_K/Tiny-UD-Q2_K.gguf"] = b"q" * 4000
     files["README.md"] = b"# tiny\n"
     with running_hub(Hub(repos={REPO: files})) as served:
@@ -33,14 +36,15 @@ def hub() -> Iterator[Hub]:
 def stack_file(
     tmp_path: Path, repo: str = REPO, files: str = "UD-IQ1_M/*", rev: str = "main"
 ) -> Path:
-    text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
-    start = text.index("    files:\n")
-    end = text.index("  llm-infra:store:")
-    text = text[:start] + f"    files:\n      - {files!r}\n" + text[end:]
-    text = text.replace("repo: unsloth/DeepSeek-V4-Flash-0731-GGUF", f"repo: {repo}")
-    text = text.replace("revision: main", f"revision: {rev!r}")
+    """The strix-halo stack pointed at the tiny 2-layer llama model of the emulator."""
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text())
+    config = document["config"]
+    model = config["llm-infra:model"]
+    model.update(repo=repo, revision=rev, files=[files], architecture="llama", layers=2)
+    model.pop("metadata")
+    config["llm-infra:server"]["gpuLayers"] = 3
     path = tmp_path / "Pulumi.tiny.yaml"
-    path.write_text(text)
+    path.write_text(yaml.safe_dump(document))
     return path
 
 
@@ -142,3 +146,32 @@ def test_lock_refuses_a_shard_set_with_a_missing_part(hub: Hub, tmp_path: Path) 
     result = cli(hub, "lock", str(stack_file(tmp_path)))
     assert result.returncode == 2
     assert "model.files: incomplete shard set, -00002-of-00003 absent" in result.stderr
+
+
+def test_lock_records_the_gguf_header_summary_from_range_reads(hub: Hub, tmp_path: Path) -> None:
+    path = stack_file(tmp_path)
+    result = cli(hub, "lock", str(path))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((tmp_path / "tiny.lock.json").read_text())["gguf"]
+    assert summary["architecture"] == "llama"
+    assert len(summary["layer_bytes"]) == 2
+    for name in NAMES:
+        data = hub.repos[REPO][f"UD-IQ1_M/{name}"]
+        # Only the header was read: far less than the file, never its tensor data.
+        assert hub.bytes_sent[f"UD-IQ1_M/{name}"] < len(data) // 2
+    planned = cli(hub, "plan", str(path))
+    assert "weights from: lock summary" in planned.stdout
+    assert "weights (2 of 2 layers + output)" in planned.stdout
+
+
+def test_a_lock_of_another_architecture_is_refused(hub: Hub, tmp_path: Path) -> None:
+    path = stack_file(tmp_path)
+    assert cli(hub, "lock", str(path)).returncode == 0
+    document = yaml.safe_load(path.read_text())
+    document["config"]["llm-infra:model"]["architecture"] = "deepseek4"
+    path.write_text(yaml.safe_dump(document))
+    result = cli(hub, "render", str(path), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert (
+        "model.architecture: 'deepseek4', but the locked GGUF header says 'llama'" in result.stderr
+    )
