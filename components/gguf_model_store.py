@@ -15,6 +15,8 @@ from components.fetcher import lock_digest
 from components.network_policies import egress_policy
 from components.pod_security import (
     SCRATCH_MOUNT,
+    checkov_skips,
+    image_skips,
     restricted_container,
     restricted_pod,
     scratch_mount,
@@ -26,7 +28,8 @@ MODELS_MOUNT = "/models"
 FETCHER_MOUNT = "/opt/llm-infra"
 FETCHER_SOURCE = Path(__file__).with_name("fetcher.py")
 HF_TOKEN_KEY = "token"
-DEFAULT_UID = 1000
+# Above 10000: no clash with the node's own users (checkov CKV_K8S_40).
+DEFAULT_UID = 10001
 
 
 class ModelFile(TypedDict):
@@ -87,7 +90,7 @@ class GgufModelStoreArgs(TypedDict):
     network_policy: NotRequired[bool]
     """Restrict the fetch pod to DNS and the hub's port (default True)."""
     run_as_user: NotRequired[int]
-    """Non-root uid of the fetch and check containers (default 1000)."""
+    """Non-root uid of the fetch and check containers (default 10001)."""
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -387,7 +390,12 @@ def fetch_job(
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": checkov_skips(image_skips(image)),
+        },
         "spec": {
             "backoffLimit": 6,
             "activeDeadlineSeconds": timeout_seconds,

@@ -18,9 +18,12 @@ from components.gguf_model_store import (
 )
 from components.network_policies import NetworkClient, ingress_policy
 from components.pod_security import (
+    PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
     GpuAccess,
+    checkov_skips,
     gpu_container,
+    image_skips,
     restricted_pod,
     scratch_mount,
     scratch_volume,
@@ -321,7 +324,12 @@ def server_deployment(
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": checkov_skips(deployment_skips(args)),
+        },
         "spec": {
             "replicas": 1,
             # A rolling update would start a second pod that can never get the one GPU.
@@ -345,6 +353,15 @@ def server_deployment(
             },
         },
     }
+
+
+def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
+    """The checkov findings this Deployment accepts, each with its reason."""
+    skips = image_skips(args["image"]) + image_skips(args["model"]["check_image"])
+    if args.get("gpu_access", "privileged") == "privileged":
+        skips += PRIVILEGED_SKIPS
+    # One reason per check: checkov reads one skip annotation per check id.
+    return list({check: (check, reason) for check, reason in skips}.values())
 
 
 def server_service(

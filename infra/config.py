@@ -134,7 +134,7 @@ class ServerSettings(Strict):
     gpu_access: Literal["privileged", "device-plugin"] = "privileged"
     gpu_resource: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")] = "amd.com/gpu"
     render_group_id: Annotated[int, Field(ge=1)] | None = None
-    run_as_user: Annotated[int, Field(ge=1)] = 1000
+    run_as_user: Annotated[int, Field(ge=1)] = 10001
     api_key: bool = False
     cache_ram: Annotated[int, Field(ge=0)] | None = None
     """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
