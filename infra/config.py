@@ -351,19 +351,29 @@ class StackSecrets(BaseModel):
     ssh_private_key: pulumi.Output[str] | None = None
 
 
-def missing_secrets(stack: StackConfig, present: set[str]) -> list[str]:
-    """Secrets the stack's features need but the config lacks."""
-    needed: dict[str, str] = {}
+def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], list[str]]:
+    """Secrets the stack needs but the config lacks: (always errors, errors only for `up`).
+
+    A feature switched on without its secret is a mistake in any run. The secrets a target
+    always needs (the MI300X host's SSH key and API key) cannot live in a committed stack file,
+    so a preview or render shows the stack without them and `pulumi up` refuses.
+    """
+    feature: dict[str, str] = {}
+    target: dict[str, str] = {}
     if isinstance(stack, Mi300xStack):
-        needed["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
-        needed["apiKey"] = "the API key clients send to the public endpoint"
+        target["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
+        target["apiKey"] = "the API key clients send to the public endpoint"
     elif stack.server.api_key:
-        needed["apiKey"] = "server.apiKey is true"
-    return [
-        f"{key}: required ({why}): pulumi config set --secret {key} ..."
-        for key, why in needed.items()
-        if key not in present
-    ]
+        feature["apiKey"] = "server.apiKey is true"
+
+    def lines(needed: dict[str, str]) -> list[str]:
+        return [
+            f"{key}: required ({why}): pulumi config set --secret {key} ..."
+            for key, why in needed.items()
+            if key not in present
+        ]
+
+    return lines(feature), lines(target)
 
 
 def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
@@ -387,20 +397,20 @@ def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
         )
         if value is not None
     }
-    problems = missing_secrets(stack, present)
-    if problems and not pulumi.runtime.is_dry_run():
-        raise ConfigError(problems)
-    if problems:
+    always, for_up = missing_secrets(stack, present)
+    if always or (for_up and not pulumi.runtime.is_dry_run()):
+        raise ConfigError(always + for_up)
+    if for_up:
         # A preview (and a render) shows the stack with a placeholder; `pulumi up` refuses.
         placeholder = pulumi.Output.secret(SECRET_PLACEHOLDER)
+        missing = {line.split(":", 1)[0] for line in for_up}
         secrets = StackSecrets(
             hf_token=secrets.hf_token,
-            api_key=secrets.api_key or (placeholder if "apiKey" in str(problems) else None),
-            ssh_private_key=secrets.ssh_private_key
-            or (placeholder if "sshPrivateKey" in str(problems) else None),
+            api_key=placeholder if "apiKey" in missing else secrets.api_key,
+            ssh_private_key=placeholder if "sshPrivateKey" in missing else secrets.ssh_private_key,
         )
-        for problem in problems:
-            pulumi.log.warn(f"{problem} (preview only: pulumi up refuses)")
+        for line in for_up:
+            pulumi.log.warn(f"{line} (preview only: pulumi up refuses)")
     lock_file = config.get("lockFile")
     lock_path = (
         Path(lock_file)

@@ -103,6 +103,7 @@ def test_model_dir_must_not_be_the_base_dir(values: dict[str, Any]) -> None:
 
 def test_docker_host_needs_ssh_key_and_api_key(values: dict[str, Any]) -> None:
     stack = parse_stack(values)
-    problems = missing_secrets(stack, set())
-    assert [p.split(":")[0] for p in problems] == ["sshPrivateKey", "apiKey"]
-    assert missing_secrets(stack, {"sshPrivateKey", "apiKey"}) == []
+    always, for_up = missing_secrets(stack, set())
+    assert always == []
+    assert [p.split(":")[0] for p in for_up] == ["sshPrivateKey", "apiKey"]
+    assert missing_secrets(stack, {"sshPrivateKey", "apiKey"}) == ([], [])

@@ -1,0 +1,159 @@
+"""Bad input, exhaustively: each invalid stack exits 2 from render, names its key, writes nothing."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import program
+from infra.render import run_program, stack_config, write
+from tests.conftest import ROOT, STACKS
+
+Edit = tuple[str, str, Any]  # (config key, dotted path inside it, new value or DELETE)
+DELETE = object()
+
+
+def edited(stack: str, edits: list[Edit]) -> dict[str, Any]:
+    document: dict[str, Any] = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
+    config = document["config"]
+    for key, path, value in edits:
+        full = f"llm-infra:{key}"
+        if not path:
+            config[full] = value
+            continue
+        node = config.setdefault(full, {})
+        parts = path.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        if value is DELETE:
+            node.pop(parts[-1])
+        else:
+            node[parts[-1]] = value
+    return document
+
+
+CASES: list[tuple[str, str, list[Edit], str]] = [
+    # (id, stack, edits, the key the first problem line must name)
+    ("wrong type gpuLayers", "strix-halo", [("server", "gpuLayers", "forty")], "server.gpuLayers"),
+    ("negative gpuLayers", "strix-halo", [("server", "gpuLayers", -1)], "server.gpuLayers"),
+    ("gpuLayers past output layer", "strix-halo", [("server", "gpuLayers", 45)], "server.gpuLayers"),
+    ("unknown server key", "strix-halo", [("server", "ngl", 40)], "server.ngl"),
+    ("unknown top-level key", "strix-halo", [("servr", "", {"a": 1})], "servr"),
+    ("missing alias", "strix-halo", [("server", "alias", DELETE)], "server.alias"),
+    ("empty alias", "strix-halo", [("server", "alias", "")], "server.alias"),
+    ("context below 64k", "strix-halo", [("server", "contextSize", 32768)], "server.contextSize"),
+    ("slots too small", "strix-halo", [("server", "parallel", 4)], "server.parallel"),
+    ("zero slots", "strix-halo", [("server", "parallel", 0)], "server.parallel"),
+    ("unknown cache type", "strix-halo", [("server", "cacheTypeK", "q3_k")], "server.cacheTypeK"),
+    ("K and V differ", "strix-halo", [("server", "cacheTypeV", "f16")], "server.cacheTypeV"),
+    ("port zero", "strix-halo", [("server", "port", 0)], "server.port"),
+    ("port too high", "strix-halo", [("server", "port", 70000)], "server.port"),
+    ("floating image", "strix-halo", [("server", "image", "ghcr.io/ggml-org/llama.cpp:server-vulkan")], "server.image"),
+    ("malformed digest", "strix-halo", [("server", "image", "ghcr.io/x/y@sha256:beef")], "server.image"),
+    ("top-p above 1", "strix-halo", [("server", "topP", 1.5)], "server.topP"),
+    ("negative temperature", "strix-halo", [("server", "temperature", -0.1)], "server.temperature"),
+    ("zero threads", "strix-halo", [("server", "threads", 0)], "server.threads"),
+    ("bad memory quantity", "strix-halo", [("server", "resources.limits.memory", "20GB")], "server.resources.limits.memory"),
+    ("request above limit", "strix-halo", [("server", "resources.requests.cpu", "8")], "server.resources.requests.cpu"),
+    ("startup probe too short", "strix-halo", [("server", "probes", {"startup": {"initialDelaySeconds": 0, "periodSeconds": 5, "failureThreshold": 2}})], "server.probes.startup"),
+    ("unknown gpu access", "strix-halo", [("server", "gpuAccess", "vfio")], "server.gpuAccess"),
+    ("render group while privileged", "strix-halo", [("server", "renderGroupId", 991)], "server.renderGroupId"),
+    ("api key without secret", "strix-halo", [("server", "apiKey", True)], "apiKey"),
+    ("missing shard", "strix-halo", [("model", "files", ["UD-IQ1_M/DeepSeek-V4-Flash-0731-UD-IQ1_M-00001-of-00003.gguf", "UD-IQ1_M/DeepSeek-V4-Flash-0731-UD-IQ1_M-00003-of-00003.gguf"])], "model.files"),
+    ("bad repo id", "strix-halo", [("model", "repo", "not a repo")], "model.repo"),
+    ("layers disagree with metadata", "strix-halo", [("model", "layers", 42)], "model.layers"),
+    ("bad namespace", "strix-halo", [("kubernetes", "namespace", "LLM_Namespace")], "kubernetes.namespace"),
+    ("empty network clients", "strix-halo", [("network", "clients", [])], "network.clients"),
+    ("floating fetch image", "strix-halo", [("store", "fetchImage", "python:3")], "store.fetchImage"),
+    ("bad hf endpoint", "strix-halo", [("store", "hfEndpoint", "mirror.local")], "store.hfEndpoint"),
+    ("too many parallel downloads", "strix-halo", [("store", "parallelDownloads", 64)], "store.parallelDownloads"),
+    ("does not fit VRAM", "strix-halo", [("memory", "vramGib", 60)], "plan"),
+    ("unknown target", "strix-halo", [("target", "", "nomad")], "target"),
+    ("vllm image without digest", "mi300x", [("server", "allowFloatingImage", False)], "server.image"),
+    ("empty allowlist", "mi300x", [("caddy", "allowedCidrs", [])], "caddy.allowedCidrs"),
+    ("malformed CIDR", "mi300x", [("caddy", "allowedCidrs", ["10.0.0.0/33"])], "caddy.allowedCidrs[0]"),
+    ("malformed domain", "mi300x", [("caddy", "site", "-bad-.example")], "caddy.site"),
+    ("auto TLS on an IP", "mi300x", [("caddy", "site", "203.0.113.10")], "caddy.tls"),
+    ("unknown TLS mode", "mi300x", [("caddy", "tls", "manual")], "caddy.tls"),
+    ("relative model dir", "mi300x", [("host", "modelDir", "models")], "host.modelDir"),
+    ("bad ssh user", "mi300x", [("host", "user", "Root User")], "host.user"),
+    ("bad patch digest", "mi300x", [("patches", "", [{"source": "x.py", "target": "/x.py", "sha256": "abc"}])], "patches[0].sha256"),
+    ("missing patch file", "mi300x", [("patches", "", [{"source": "no-such.py", "target": "/x.py", "sha256": "a" * 64}])], "patches[0].source"),
+    ("HBM overcommitted", "mi300x", [("server", "kvCacheMemoryBytes", 60_000_000_000)], "plan"),
+    ("spec tokens out of range", "mi300x", [("server", "speculative.numSpeculativeTokens", 99)], "server.speculative.numSpeculativeTokens"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stack", "edits", "key"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_invalid_stack_exits_2_naming_the_key(
+    tmp_path: Path, stack: str, edits: list[Edit], key: str
+) -> None:
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump(edited(stack, edits)))
+    out = tmp_path / "rendered"
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if "(preview only" not in line]
+    assert lines[0].startswith("llm-infra: invalid configuration in")
+    assert any(line.startswith(f"{key}:") for line in lines[1:]), lines
+    assert "Traceback" not in result.stderr + result.stdout
+    assert not out.exists()
+
+
+def test_there_are_at_least_thirty_cases() -> None:
+    assert len(CASES) >= 30
+
+
+SECRETS = {
+    "llm-infra:hfToken": "hf_live_secret_token_abcdef",
+    "llm-infra:apiKey": "sk-live-api-key-0123456789",
+    "llm-infra:sshPrivateKey": "-----BEGIN OPENSSH PRIVATE KEY-----\nQUJDREVGR0hJSktMTU5PUA==\n",
+}
+
+
+@pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
+def test_secrets_appear_in_no_rendered_file_argv_env_or_log(
+    stack: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    document = edited(stack, [("server", "apiKey", True)] if stack == "strix-halo" else [])
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    config, secret_keys = stack_config(path)
+    config.update(SECRETS)
+    rendered = run_program(program.main, config, [*secret_keys, *SECRETS], stack=stack)
+    out = tmp_path / "rendered"
+    write(rendered, out)
+    logs = capfd.readouterr()
+    texts = [p.read_bytes().decode(errors="replace") for p in out.rglob("*") if p.is_file()]
+    texts += [logs.out, logs.err, json.dumps(rendered.resources), json.dumps(rendered.outputs)]
+    for secret in SECRETS.values():
+        for fragment in (secret, secret.strip().splitlines()[-1]):
+            assert all(fragment not in text for text in texts), fragment
+    # Where the secrets went instead: a Kubernetes Secret, or secret stdin of a remote command.
+    if stack == "strix-halo":
+        secrets = [r for r in rendered.resources if r["type"] == "kubernetes:core/v1:Secret"]
+        assert {r["name"] for r in secrets} == {"models-hf-token", "deepseek-v4-flash-0731-api-key"}
+        assert all(r["inputs"]["stringData"] == "[secret]" for r in secrets)
+    else:
+        env_file = next(r for r in rendered.resources if r["name"] == "vllm-env-file")
+        assert env_file["inputs"]["stdin"] == "[secret]"
+
+
+def test_edits_helper_changes_only_what_it_is_told() -> None:
+    before = edited("strix-halo", [])
+    after = edited("strix-halo", [("server", "gpuLayers", 41)])
+    assert after["config"]["llm-infra:server"]["gpuLayers"] == 41
+    after["config"]["llm-infra:server"]["gpuLayers"] = 40
+    assert after == copy.deepcopy(before)
