@@ -182,6 +182,10 @@ class MemorySettings(Strict):
     """Measured GPU compute buffers, replacing the planner's estimate."""
     check: bool = True
     """Refuse a stack that does not fit (render, preview and up)."""
+    disk_read_mibps: Annotated[float, Field(gt=0)] = 300
+    """Sequential read speed of the model volume: how long the load takes, for the probes."""
+    init_seconds: Annotated[int, Field(ge=0)] = 60
+    """Device and runtime start-up on top of reading the weights (Vulkan init, warm-up)."""
 
 
 class NetworkClientSettings(Strict):

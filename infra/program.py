@@ -7,7 +7,7 @@ import pulumi
 from infra import docker_host_target, kubernetes_target
 from infra.config import ConfigError, StrixHaloStack, load_stack_config
 from infra.lock import model_source
-from infra.stack_plan import stack_plan
+from infra.stack_plan import llamacpp_inputs, probe_problems, stack_plan
 
 
 def main() -> None:
@@ -18,8 +18,11 @@ def main() -> None:
     stack, lock_path, secrets = load_stack_config()
     source = model_source(stack.model, lock_path, preview=pulumi.runtime.is_dry_run())
     plan = stack_plan(stack, source)
-    if stack.memory.check and not plan.fits:
-        raise ConfigError(plan.problems)
+    problems = list(plan.problems) if stack.memory.check else []
+    if isinstance(stack, StrixHaloStack):
+        problems += probe_problems(stack, llamacpp_inputs(stack, source))
+    if problems:
+        raise ConfigError(problems)
     if isinstance(stack, StrixHaloStack):
         kubernetes_target.deploy(stack, source, secrets)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,6 +13,7 @@ from infra.plan import (
     DEFAULT_CACHE_RAM_MIB,
     GB,
     GIB,
+    MIB,
     LlamaCppPlanInputs,
     ModelWeights,
     Plan,
@@ -97,3 +99,29 @@ def stack_plan(
     if isinstance(stack, Mi300xStack):
         return plan_vllm(vllm_inputs(stack, source))
     return plan_llamacpp(llamacpp_inputs(stack, source, header_summary))
+
+
+# The startup probe must outlast the estimate by this factor: disks slow down when busy.
+LOAD_MARGIN = 1.5
+
+
+def load_seconds(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> float:
+    """Estimated time from container start to a loaded model."""
+    read = inputs.weights.total_bytes / (stack.memory.disk_read_mibps * MIB)
+    return read + stack.memory.init_seconds
+
+
+def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[str]:
+    """A startup probe that would kill the server while it is still loading."""
+    startup = stack.server.probes.startup
+    needed = load_seconds(stack, inputs) * LOAD_MARGIN
+    if startup.window_seconds >= needed:
+        return []
+    threshold = math.ceil((needed - startup.initial_delay_seconds) / startup.period_seconds)
+    return [
+        f"server.probes.startup: allows {startup.window_seconds}s, but loading "
+        f"{inputs.weights.total_bytes / GIB:.1f} GiB at memory.diskReadMibps "
+        f"{stack.memory.disk_read_mibps:g} MiB/s plus {stack.memory.init_seconds}s of start-up "
+        f"takes ~{load_seconds(stack, inputs):.0f}s: raise failureThreshold to at least "
+        f"{threshold} (x{LOAD_MARGIN} margin)"
+    ]

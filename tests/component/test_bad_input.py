@@ -75,6 +75,7 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("bad hf endpoint", "strix-halo", [("store", "hfEndpoint", "mirror.local")], "store.hfEndpoint"),
     ("too many parallel downloads", "strix-halo", [("store", "parallelDownloads", 64)], "store.parallelDownloads"),
     ("does not fit VRAM", "strix-halo", [("memory", "vramGib", 60)], "plan"),
+    ("startup probe shorter than the load", "strix-halo", [("memory", "diskReadMibps", 20)], "server.probes.startup"),
     ("unknown target", "strix-halo", [("target", "", "nomad")], "target"),
     ("vllm image without digest", "mi300x", [("server", "allowFloatingImage", False)], "server.image"),
     ("empty allowlist", "mi300x", [("caddy", "allowedCidrs", [])], "caddy.allowedCidrs"),

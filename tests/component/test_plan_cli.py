@@ -103,3 +103,16 @@ def test_render_refuses_an_mi300x_gpu_kv_cache_that_does_not_fit_hbm(tmp_path: P
     assert result.returncode == 2
     assert "plan: does not fit in HBM" in result.stderr
     assert "lower server.kvCacheMemoryBytes to at most" in result.stderr
+
+
+def test_seed_probes_outlast_the_estimated_load_with_margin() -> None:
+    from infra.lock import model_source
+    from infra.stack_plan import LOAD_MARGIN, llamacpp_inputs, load_seconds, probe_problems
+    from tests.conftest import stack_values, strix
+
+    stack = strix(stack_values("strix-halo"))
+    inputs = llamacpp_inputs(stack, model_source(stack.model, ROOT / "none.json", preview=True))
+    # 87 GiB at 300 MiB/s plus 60 s of start-up: about 6 minutes.
+    assert 340 < load_seconds(stack, inputs) < 370
+    assert stack.server.probes.startup.window_seconds >= LOAD_MARGIN * load_seconds(stack, inputs)
+    assert probe_problems(stack, inputs) == []
