@@ -86,6 +86,8 @@ class FakeVllm(BaseHTTPRequestHandler):
         """Quiet: pytest shows failures, not access logs."""
 
     def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        # No kept-alive connections: a stopped upstream is then really gone, as a dead container is.
+        self.close_connection = True
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -105,6 +107,7 @@ class FakeVllm(BaseHTTPRequestHandler):
             self._send(404, b"{}")
 
     def do_POST(self) -> None:
+        self.close_connection = True
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
@@ -133,6 +136,8 @@ class LiveCaddy:
 
     https_port: int
     root_ca: Path
+    upstreams: list[ThreadingHTTPServer]
+    """The fake vLLM: a test may stop it and start another on the same port."""
 
 
 @pytest.fixture(scope="module")
@@ -171,12 +176,13 @@ def live_caddy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCaddy]:
             time.sleep(0.2)
         else:
             pytest.fail("caddy did not serve within 30 s:\n" + (root / "caddy.log").read_text())
-        yield LiveCaddy(https_port=https_port, root_ca=root_ca)
+        live = LiveCaddy(https_port=https_port, root_ca=root_ca, upstreams=[upstream])
+        yield live
     finally:
         process.terminate()
         process.wait(timeout=10)
         log.close()
-        upstream.shutdown()
+        live.upstreams[-1].shutdown()
 
 
 def connection(
@@ -284,3 +290,20 @@ def test_server_sent_events_arrive_before_the_response_ends(live_caddy: LiveCadd
     # Buffered, every event would arrive at the end; unbuffered, the first one comes a full
     # stream's worth of delays before the last.
     assert arrivals[-1] - arrivals[0] > (CHUNKS - 1) * CHUNK_DELAY_S * 0.75
+
+
+def test_caddy_answers_502_promptly_while_vllm_is_down_and_recovers(live_caddy: LiveCaddy) -> None:
+    running = live_caddy.upstreams[-1]
+    port = running.server_address[1]
+    running.shutdown()
+    running.server_close()
+    started = time.monotonic()
+    status, _ = request(live_caddy.https_port, live_caddy.root_ca, "GET", "/v1/models")
+    assert status == 502
+    assert time.monotonic() - started < 5, "a down upstream must not hang clients"
+    restarted = ThreadingHTTPServer(("127.0.0.1", port), FakeVllm)
+    threading.Thread(target=restarted.serve_forever, daemon=True).start()
+    live_caddy.upstreams.append(restarted)
+    status, body = request(live_caddy.https_port, live_caddy.root_ca, "GET", "/v1/models")
+    assert status == 200
+    assert json.loads(body)["data"][0]["id"] == "deepseek-v4-flash-0731"
