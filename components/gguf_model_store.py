@@ -1,7 +1,5 @@
 """GgufModelStore: a protected PVC for GGUF models and the Job that fetches a locked shard set."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import urllib.parse

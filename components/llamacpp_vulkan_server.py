@@ -1,7 +1,5 @@
 """LlamaCppVulkanServer: llama.cpp's llama-server (Vulkan image) as a Deployment and a Service."""
 
-from __future__ import annotations
-
 from typing import Any, Literal, NotRequired, TypedDict, get_args
 
 import pulumi
@@ -20,7 +18,6 @@ from components.network_policies import NetworkClient, ingress_policy
 from components.pod_security import (
     PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
-    GpuAccess,
     checkov_skips,
     gpu_container,
     image_skips,
@@ -60,10 +57,10 @@ class LlamaServerFlags(TypedDict):
     """`-np`: parallel slots; each gets ctx_size / parallel tokens."""
     cont_batching: bool
     """`--cont-batching` (or `--no-cont-batching`)."""
-    cache_type_k: CacheType
-    """`--cache-type-k`: K cache type."""
-    cache_type_v: CacheType
-    """`--cache-type-v`: V cache type."""
+    cache_type_k: str
+    """`--cache-type-k`: K cache type (one of CACHE_TYPES)."""
+    cache_type_v: str
+    """`--cache-type-v`: V cache type (one of CACHE_TYPES)."""
     temperature: float
     """`--temp`: default sampling temperature."""
     top_p: float
@@ -121,7 +118,8 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """Port of the Service (default: the server port)."""
     gpu_device_path: NotRequired[str]
     """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
-    gpu_access: NotRequired[GpuAccess]
+    # Plain str, not a Literal: Pulumi's component schema inference knows no Literal types.
+    gpu_access: NotRequired[str]
     """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
     gpu_resource: NotRequired[str]
     """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""

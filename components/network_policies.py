@@ -1,7 +1,5 @@
 """NetworkPolicies: the server admits only its clients; the fetch Job reaches only DNS and HTTPS."""
 
-from __future__ import annotations
-
 from typing import Any, NotRequired, TypedDict
 
 

@@ -1,7 +1,5 @@
 """Security contexts: least privilege wherever the hardware allows it."""
 
-from __future__ import annotations
-
 from typing import Any, Literal
 
 from components.images import parse_image
@@ -25,7 +23,7 @@ def restricted_container(run_as_user: int) -> dict[str, Any]:
     }
 
 
-def gpu_container(access: GpuAccess, run_as_user: int) -> dict[str, Any]:
+def gpu_container(access: str, run_as_user: int) -> dict[str, Any]:
     """The GPU server's security context for the chosen GPU access mode."""
     if access == "device-plugin":
         # The AMD device plugin hands the render node to the pod: nothing else is needed.

@@ -4,8 +4,6 @@ Everything here is a function of typed arguments (no Pulumi), so it is unit-test
 and the contract tests run the same strings through vLLM's parser, Caddy and shellcheck.
 """
 
-from __future__ import annotations
-
 import hashlib
 import ipaddress
 import json
@@ -64,7 +62,7 @@ class VllmFlags(TypedDict):
     """`--kv-cache-memory-bytes`: GPU KV cache size; overrides `--gpu-memory-utilization`."""
     kv_offloading_size_gib: float
     """`--kv-offloading-size`: CPU KV tier in GiB (pinned host RAM)."""
-    kv_offloading_backend: Literal["native", "lmcache"]
+    kv_offloading_backend: str
     """`--kv-offloading-backend`."""
     enable_prefix_caching: bool
     """`--enable-prefix-caching` (or `--no-enable-prefix-caching`)."""
@@ -96,7 +94,7 @@ class CaddySettings(TypedDict):
 
     site: str
     """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
-    tls: TlsMode
+    tls: str
     """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
     allowed_cidrs: list[str]
     """Client networks allowed through; everything else gets 403. Never empty."""

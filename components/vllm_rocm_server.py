@@ -1,7 +1,5 @@
 """VllmRocmServer: vLLM (ROCm image) behind Caddy on one GPU host, over SSH with pulumi-command."""
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
