@@ -14,6 +14,7 @@ from components.gguf_model_store import (
     model_volumes,
     without_kind,
 )
+from components.gpu_gate import probe_command
 from components.network_policies import NetworkClient, ingress_policy
 from components.pod_security import (
     PRIVILEGED_SKIPS,
@@ -31,6 +32,7 @@ DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
 API_KEY_MOUNT = "/run/secrets/llama-server"
+GATE_LOG = "/logs/llama-server.log"
 API_KEY_FILE = "api-key"
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
 CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
@@ -69,6 +71,10 @@ class LlamaServerFlags(TypedDict):
     """`--threads`: CPU threads (sampling and CPU-resident layers)."""
     cache_ram_mib: NotRequired[int | None]
     """`--cache-ram`: prompt-cache MiB in host RAM (omitted: llama-server's default, 8192)."""
+    log_verbosity: NotRequired[int | None]
+    """`-lv`: 4 writes the `load_tensors` offload lines the GPU gate reads."""
+    log_file: NotRequired[str | None]
+    """`--log-file`: where the GPU gate reads the load log."""
 
 
 class HttpProbe(TypedDict):
@@ -131,6 +137,8 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """API key clients must send; stored as a Secret and passed as `--api-key-file`."""
     allowed_clients: NotRequired[list[NetworkClient] | None]
     """Who may reach the server (a NetworkPolicy); None creates no policy."""
+    gpu_gate: NotRequired[bool]
+    """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):
@@ -238,6 +246,12 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
     cache_ram = flags.get("cache_ram_mib")
     if cache_ram is not None:
         argv += ["--cache-ram", str(cache_ram)]
+    verbosity = flags.get("log_verbosity")
+    if verbosity is not None:
+        argv += ["-lv", str(verbosity)]
+    log_file = flags.get("log_file")
+    if log_file:
+        argv += ["--log-file", log_file]
     return argv
 
 
@@ -267,11 +281,26 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     flags = args["flags"]
     probes = args["probes"]
     access = args.get("gpu_access", "privileged")
+    gate = args.get("gpu_gate", False)
+    if gate:
+        flags = {**flags, "log_verbosity": 4, "log_file": GATE_LOG}
     argv = llama_server_args(flags)
+    startup = http_probe(probes["startup"], "http")
+    if gate:
+        # Not Ready (and `pulumi up` fails) unless llama-server put the layers on a GPU: a
+        # broken Vulkan driver or a missing render group otherwise serves from the CPU.
+        del startup["httpGet"]
+        startup["exec"] = {
+            "command": probe_command(
+                GATE_LOG, flags["gpu_layers"], health_url=f"http://127.0.0.1:{flags['port']}"
+            )
+        }
     mounts = [
         {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
         scratch_mount(),
     ]
+    if gate:
+        mounts.append({"name": "logs", "mountPath": GATE_LOG.rsplit("/", 1)[0]})
     if args.get("api_key") is not None:
         argv += ["--api-key-file", f"{API_KEY_MOUNT}/{API_KEY_FILE}"]
         mounts.append({"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True})
@@ -293,7 +322,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         ],
         "ports": [{"name": "http", "containerPort": flags["port"], "protocol": "TCP"}],
         "resources": resources,
-        "startupProbe": http_probe(probes["startup"], "http"),
+        "startupProbe": startup,
         "readinessProbe": http_probe(probes["readiness"], "http"),
         "livenessProbe": http_probe(probes["liveness"], "http"),
         "securityContext": gpu_container(access, args.get("run_as_user", DEFAULT_UID)),
@@ -315,6 +344,9 @@ def server_deployment(
     if args.get("gpu_access", "privileged") == "privileged":
         device = args.get("gpu_device_path", "/dev/dri")
         volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
+    if args.get("gpu_gate", False):
+        # -lv 4 logs about 70 bytes per generated token: 4 GiB is months of home use.
+        volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})
     if args.get("api_key") is not None:
         volumes.append(
             {"name": "api-key", "secret": {"secretName": f"{name}-api-key", "defaultMode": 0o400}}

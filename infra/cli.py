@@ -152,6 +152,38 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if plan.fits else 1
 
 
+def stack_url(stack: StackConfig) -> str:
+    """The endpoint a stack serves (in-cluster for kubernetes: reach it by port-forward)."""
+    if isinstance(stack, StrixHaloStack):
+        from components.llamacpp_vulkan_server import service_url
+
+        port = stack.server.service_port or stack.server.port
+        return service_url(stack.server.resource_name, stack.kubernetes.namespace, port)
+    return f"https://{stack.caddy.site}"
+
+
+def _endpoint_tool(args: argparse.Namespace, rest: list[str]) -> int:
+    """`verify` and `bench`: the stack's endpoint (or --url) and its expectations file."""
+    from infra import serve_bench, verify
+
+    try:
+        name, path, stack = _load_stack(args.stack)
+    except ConfigError as exc:
+        return _report(exc, f"invalid configuration in {args.stack}")
+    url = args.url or stack_url(stack)
+    if args.command == "bench":
+        return serve_bench.main([url, *rest])
+    expect = path.with_name(f"{name}.verify.json")
+    if not expect.is_file() and "--record" not in rest:
+        print(
+            f"llm-infra verify: no expectations {expect}: record them once against a deployment "
+            f"you trust (llm-infra verify {name} --url URL --record) and commit the file",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    return verify.main([url, "--expect", str(expect), *rest])
+
+
 def _decoded(value: str) -> object:
     try:
         return json.loads(value)
@@ -208,12 +240,44 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan_cmd.set_defaults(func=_plan)
     for name, help_text in (
+        ("verify", "check the deployed endpoint's answers against the stack's expectations"),
+        ("bench", "measure decode, prefill, TTFT and concurrent throughput of the endpoint"),
+    ):
+        cmd = sub.add_parser(name, help=help_text)
+        cmd.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+        cmd.add_argument(
+            "--url",
+            help="endpoint (default: the stack's URL; e.g. http://127.0.0.1:8080 through "
+            "kubectl port-forward); other options go to the tool, see --help of each",
+        )
+        cmd.set_defaults(func=_endpoint_tool)
+    for name, help_text in (
+        ("gpu-gate", "fail unless llama-server's load log shows the layers on a GPU"),
+        ("diff", "the render diff of a stack against a git ref (what the PR preview posts)"),
+        ("check-litellm", "check that a litellm.yaml routes each stack's model name"),
         ("fetch", "download a locked model into a directory (resumable, atomic)"),
         ("check-model", "check that a directory holds the complete locked model"),
     ):
         cmd = sub.add_parser(name, help=help_text, add_help=False)
-        cmd.set_defaults(func=None, fetcher_action="fetch" if name == "fetch" else "check")
+        cmd.set_defaults(func=None, passthrough=name)
     return parser
+
+
+def _passthrough(command: str, rest: list[str]) -> int:
+    """Commands that parse their own arguments."""
+    if command == "gpu-gate":
+        from components import gpu_gate
+
+        return gpu_gate.main(rest)
+    if command == "diff":
+        from infra import diff
+
+        return diff.main(rest)
+    if command == "check-litellm":
+        from infra import litellm
+
+        return litellm.main(rest)
+    return fetcher.main(["fetch" if command == "fetch" else "check", *rest])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if args.func is None:
-        return fetcher.main([args.fetcher_action, *rest])
+        return _passthrough(args.passthrough, rest)
+    if args.command in ("verify", "bench"):
+        return _endpoint_tool(args, rest)
     if rest:
         parser.error(f"unrecognized arguments: {' '.join(rest)}")
     result: int = args.func(args)

@@ -136,6 +136,8 @@ class ServerSettings(Strict):
     render_group_id: Annotated[int, Field(ge=1)] | None = None
     run_as_user: Annotated[int, Field(ge=1)] = 10001
     api_key: bool = False
+    gpu_gate: bool = False
+    """Startup probe that fails unless the load log shows the layers on a Vulkan device."""
     cache_ram: Annotated[int, Field(ge=0)] | None = None
     """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
 

@@ -148,6 +148,7 @@ def server_args(
         },
         "service_port": server.service_port or server.port,
         "gpu_access": server.gpu_access,
+        "gpu_gate": server.gpu_gate,
         "gpu_resource": server.gpu_resource,
         "run_as_user": server.run_as_user,
         "supplemental_groups": [server.render_group_id] if server.render_group_id else [],

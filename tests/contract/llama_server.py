@@ -172,3 +172,11 @@ def run_llama_server(
         stack.callback(_stop, process)
         _wait_healthy(process, base_url, log_path, timeout)
         yield base_url
+
+
+def tiny_server_argv(model: pathlib.Path, *extra: str, parallel: int = 4) -> list[str]:
+    """llama-server argv for a tiny test model on a free port, sized for this 2-core machine."""
+    return [
+        "-m", str(model), "--port", str(free_port()), "-c", str(2048 * parallel),
+        "-np", str(parallel), "--threads", str(min(os.cpu_count() or 1, 2)), *extra,
+    ]  # fmt: skip

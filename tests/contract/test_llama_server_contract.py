@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import gguf
 import pytest
@@ -24,14 +26,18 @@ from tests.contract.tiny_gguf import shard_names, write_tiny_split_model
 pytestmark = pytest.mark.contract
 
 
-def rendered_server_args(tmp_path: Path) -> list[str]:
+def rendered_container(tmp_path: Path) -> dict[str, Any]:
     out = tmp_path / "render"
     result = render("strix-halo", out, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     documents = yaml.safe_load_all((out / "manifests.yaml").read_text())
     deployment = next(d for d in documents if d["kind"] == "Deployment")
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    args: list[str] = container["args"]
+    return dict(container)
+
+
+def rendered_server_args(tmp_path: Path) -> list[str]:
+    args: list[str] = rendered_container(tmp_path)["args"]
     return args
 
 
@@ -61,12 +67,13 @@ def test_llama_server_boots_with_rendered_args(tmp_path: Path) -> None:
     port = rendered[rendered.index("--port") + 1]
     if not port_is_free(int(port)):
         argv = replace_value(argv, "--port", str(free_port()))
+    log = tmp_path / "llama-server.log"
+    argv = replace_value(argv, "--log-file", str(log))
     changed = {argv[i - 1] for i, (a, b) in enumerate(zip(argv, rendered, strict=True)) if a != b}
-    assert changed <= {"-m", "--threads", "--port"}
+    assert changed <= {"-m", "--threads", "--port", "--log-file"}
 
     alias = rendered[rendered.index("--alias") + 1]
-    log = tmp_path / "llama-server.log"
-    with run_llama_server(argv, timeout=120.0, log_path=log) as base_url:
+    with run_llama_server(argv, timeout=120.0, log_path=tmp_path / "stderr.log") as base_url:
         status, health = get_json(f"{base_url}/health")
         assert (status, health) == (200, {"status": "ok"})
         status, models = get_json(f"{base_url}/v1/models")
@@ -76,3 +83,26 @@ def test_llama_server_boots_with_rendered_args(tmp_path: Path) -> None:
         # from the first shard's name alone, as it will on the PVC.
         n_params = sum(int(t.n_elements) for s in shards for t in gguf.GGUFReader(s).tensors)
         assert models["data"][0]["meta"]["n_params"] == n_params
+
+
+def test_rendered_gpu_gate_fails_on_the_cpu_build(tmp_path: Path) -> None:
+    """The startup probe as rendered, run against b11434's real load log on a GPU-less build."""
+    container = rendered_container(tmp_path)
+    rendered = container["args"]
+    prefix = Path(rendered[rendered.index("-m") + 1]).name.rsplit("-00001-of-", 1)[0]
+    shards = write_tiny_split_model(tmp_path / "models", prefix, shards=3)
+    log = tmp_path / "llama-server.log"
+    argv = replace_value(rendered, "-m", str(shards[0]))
+    argv = replace_value(argv, "--threads", "2")
+    argv = replace_value(argv, "--port", str(free_port()))
+    argv = replace_value(argv, "--log-file", str(log))
+    command = container["startupProbe"]["exec"]["command"]
+    script = command[2].replace(rendered[rendered.index("--log-file") + 1], str(log))
+    port = argv[argv.index("--port") + 1]
+    script = script.replace(f"http://127.0.0.1:{rendered[rendered.index('--port') + 1]}",
+                            f"http://127.0.0.1:{port}")  # fmt: skip
+    with run_llama_server(argv, timeout=120.0, log_path=tmp_path / "stderr.log"):
+        probe = subprocess.run([*command[:2], script], capture_output=True, text=True, check=False)
+    assert probe.returncode == 1, probe.stdout
+    assert probe.stdout.startswith("gpu-gate: ")
+    assert "PASS" not in probe.stdout

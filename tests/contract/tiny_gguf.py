@@ -101,10 +101,10 @@ def _block_tensor_name(kind: gguf.MODEL_TENSOR, bid: int) -> str:
 
 
 def _tensors(
-    n_vocab: int, spec: TinyLlamaSpec = DEFAULT_SPEC
+    n_vocab: int, spec: TinyLlamaSpec = DEFAULT_SPEC, seed: int = SEED
 ) -> list[tuple[str, npt.NDArray[np.float32]]]:
     """Weights in llama.cpp's tensor naming; numpy shapes are GGUF ``ne`` reversed."""
-    rng = np.random.default_rng(SEED)
+    rng = np.random.default_rng(seed)
     embd, head_dim = spec.n_embd, spec.head_dim
 
     def dense(rows: int, cols: int) -> npt.NDArray[np.float32]:
@@ -203,8 +203,20 @@ def write_tiny_model(
     directory: pathlib.Path, prefix: str, shards: int, spec: TinyLlamaSpec
 ) -> list[pathlib.Path]:
     """Like ``write_tiny_split_model``, for a model of the given shape and weight type."""
+    return write_tiny_model_seeded(directory, prefix, shards, spec, seed=SEED)
+
+
+def write_tiny_model_seeded(
+    directory: pathlib.Path,
+    prefix: str,
+    shards: int = 3,
+    spec: TinyLlamaSpec = DEFAULT_SPEC,
+    *,
+    seed: int = SEED,
+) -> list[pathlib.Path]:
+    """Like ``write_tiny_model``, with weights drawn from ``seed`` (other seed: other model)."""
     vocab = _spm_vocab()
-    tensors = _tensors(len(vocab.tokens), spec)
+    tensors = _tensors(len(vocab.tokens), spec, seed)
     if not 1 <= shards <= len(tensors):
         raise ValueError(f"shards must be between 1 and {len(tensors)}, got {shards}")
 

@@ -92,7 +92,14 @@ def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
-    assert container["args"] == SEED_ARGV
+    # The seed's flags, then the GPU gate's load log.
+    assert container["args"][: len(SEED_ARGV)] == SEED_ARGV
+    assert container["args"][len(SEED_ARGV) :] == [
+        "-lv",
+        "4",
+        "--log-file",
+        "/logs/llama-server.log",
+    ]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
     assert container["resources"] == {
@@ -110,6 +117,22 @@ def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
     dri = next(v for v in pod["volumes"] if v["name"] == "dev-dri")
     assert dri["hostPath"]["path"] == "/dev/dri"
     assert {"name": "dev-dri", "mountPath": "/dev/dri"} in container["volumeMounts"]
+
+
+def test_gpu_gate_makes_the_startup_probe_read_the_load_log(seed_server: Any) -> None:
+    pod = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]["template"][
+        "spec"
+    ]
+    (container,) = pod["containers"]
+    command = container["startupProbe"]["exec"]["command"]
+    assert command[:2] == ["sh", "-c"]
+    assert "offloaded [0-9]*/[0-9]* layers to GPU" in command[2]
+    assert "want=40" in command[2] and "/logs/llama-server.log" in command[2]
+    assert {"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}} in pod["volumes"]
+    without: Any = {**seed_server, "gpu_gate": False}
+    plain = server_deployment("ds", "llm", server_labels("ds"), without)["spec"]["template"]["spec"]
+    assert plain["containers"][0]["startupProbe"]["httpGet"]["path"] == "/health"
+    assert plain["containers"][0]["args"] == SEED_ARGV
 
 
 def test_startup_probe_lets_the_load_run_before_liveness(seed_server: Any) -> None:

@@ -1,0 +1,200 @@
+"""`llm-infra check-litellm PATH [--stack STACK]`: does a LiteLLM config route to our stacks?
+
+A LiteLLM proxy config (`litellm.yaml`) lists `model_list` entries of `model_name` and
+`litellm_params` (`model`, `api_base`, ...). For each stack, the check fails when no entry's
+`model_name` is the stack's alias (strix-halo: `server.alias`; mi300x: `server.servedModelName`)
+and warns when the matching entry's `api_base` is not the stack's URL (what the stack exports as
+`litellmModel`): clients would get "model not found", or reach another server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+EXIT_OK = 0
+EXIT_MISMATCH = 1
+EXIT_USAGE = 2
+NAMESPACE = "llm-infra"
+# LiteLLM's way of reading a value from its environment: not a URL we can compare.
+_ENV_REFERENCE = "os.environ/"
+
+
+class LitellmError(Exception):
+    """A file that cannot be read as what it should be (exit 2)."""
+
+
+@dataclass(frozen=True)
+class StackRoute:
+    """What LiteLLM must route for one stack: the model name clients send, and where to."""
+
+    stack: str
+    alias: str
+    api_base: str
+
+
+@dataclass
+class Report:
+    """The outcome for one stack: errors fail the check, warnings do not."""
+
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _stack_values(path: Path) -> dict[str, Any]:
+    """The `llm-infra:` keys of a stack file, namespace stripped."""
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise LitellmError(f"cannot read stack file {path}: {exc}") from exc
+    config = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(config, dict):
+        raise LitellmError(f"{path}: no `config:` mapping")
+    values = {}
+    for key, value in config.items():
+        namespace, _, name = str(key).rpartition(":")
+        if namespace in ("", NAMESPACE):
+            values[name] = value
+    return values
+
+
+def _mapping(values: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = values.get(key) or {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def stack_route(stack: str, path: Path) -> StackRoute:
+    """Alias and `/v1` base URL of a stack, read from its YAML (with the config's defaults)."""
+    # The defaults come from the config models, so this cannot drift from what is deployed.
+    from infra.config import KubernetesSettings, ServerSettings
+
+    values = _stack_values(path)
+    server = _mapping(values, "server")
+    target = values.get("target")
+    if target == "kubernetes":
+        alias = server.get("alias")
+        if not isinstance(alias, str) or not alias:
+            raise LitellmError(f"{path}: server.alias is not set")
+        namespace = _mapping(values, "kubernetes").get(
+            "namespace", KubernetesSettings.model_fields["namespace"].default
+        )
+        service = server.get("name") or alias
+        port = server.get("servicePort") or server.get(
+            "port", ServerSettings.model_fields["port"].default
+        )
+        return StackRoute(stack, alias, f"http://{service}.{namespace}.svc:{port}/v1")
+    if target == "docker-host":
+        name = server.get("servedModelName")
+        if not isinstance(name, str) or not name:
+            raise LitellmError(f"{path}: server.servedModelName is not set")
+        site = str(_mapping(values, "caddy").get("site", ""))
+        if not site:
+            raise LitellmError(f"{path}: caddy.site is not set")
+        host = f"[{site}]" if ":" in site else site
+        return StackRoute(stack, name, f"https://{host}/v1")
+    raise LitellmError(f"{path}: target {target!r} is not kubernetes or docker-host")
+
+
+def model_list(path: Path) -> list[Mapping[str, Any]]:
+    """The `model_list` entries of a LiteLLM config file."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise LitellmError(f"cannot read LiteLLM config {path}: {exc}") from exc
+    entries = document.get("model_list") if isinstance(document, dict) else None
+    if not isinstance(entries, list):
+        raise LitellmError(f"{path}: no `model_list:` list (is this a LiteLLM proxy config?)")
+    return [entry for entry in entries if isinstance(entry, Mapping)]
+
+
+def _normal(url: str) -> str:
+    return url.strip().rstrip("/").lower()
+
+
+def check_routes(entries: list[Mapping[str, Any]], route: StackRoute) -> Report:
+    """Errors and warnings of a LiteLLM model_list for one stack's route."""
+    report = Report()
+    matching = [entry for entry in entries if entry.get("model_name") == route.alias]
+    if not matching:
+        names = sorted({str(e.get("model_name")) for e in entries if e.get("model_name")})
+        report.errors.append(
+            f"stack {route.stack}: no model_list entry has model_name {route.alias!r} "
+            f"(found: {', '.join(names) or 'none'}); add one with litellm_params.api_base "
+            f"{route.api_base}"
+        )
+        return report
+    for index, entry in enumerate(matching, start=1):
+        params = _mapping(entry, "litellm_params")
+        api_base = params.get("api_base")
+        where = f"stack {route.stack}: model_name {route.alias!r}"
+        if len(matching) > 1:
+            where += f" (entry {index} of {len(matching)})"
+        if not isinstance(api_base, str) or not api_base:
+            report.warnings.append(f"{where} has no litellm_params.api_base; want {route.api_base}")
+        elif api_base.startswith(_ENV_REFERENCE):
+            report.warnings.append(
+                f"{where}: api_base is read from {api_base!r}, which cannot be checked here; "
+                f"it should be {route.api_base}"
+            )
+        elif _normal(api_base) != _normal(route.api_base):
+            report.warnings.append(
+                f"{where}: api_base {api_base} is not the stack's URL {route.api_base}"
+            )
+    return report
+
+
+def _stack_files(stack: str | None) -> list[tuple[str, Path]]:
+    from infra.cli import resolve_stack
+    from infra.config import project_root
+
+    if stack is not None:
+        return [resolve_stack(stack)]
+    found = sorted((project_root() / "stacks").glob("Pulumi.*.yaml"))
+    return [resolve_stack(str(path)) for path in found]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `llm-infra check-litellm`."""
+    parser = argparse.ArgumentParser(
+        prog="llm-infra check-litellm",
+        description="check that a LiteLLM config routes the stacks' model names to their URLs",
+    )
+    parser.add_argument("path", type=Path, help="LiteLLM proxy config (litellm.yaml)")
+    parser.add_argument(
+        "--stack", help="stack name or stack file (default: every stacks/Pulumi.*.yaml)"
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        entries = model_list(args.path)
+        stacks = _stack_files(args.stack)
+        if not stacks:
+            raise LitellmError("no stack files in stacks/")
+        reports = []
+        for name, stack_path in stacks:
+            if not stack_path.is_file():
+                raise LitellmError(f"no stack file {stack_path}")
+            route = stack_route(name, stack_path)
+            reports.append((route, check_routes(entries, route)))
+    except LitellmError as exc:
+        print(f"llm-infra check-litellm: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    failed = False
+    for route, report in reports:
+        for warning in report.warnings:
+            print(f"warning: {warning}", file=sys.stderr)
+        for error in report.errors:
+            print(f"error: {error}", file=sys.stderr)
+        failed = failed or bool(report.errors)
+        if not report.errors:
+            print(f"stack {route.stack}: {route.alias!r} is routed ({args.path})")
+    return EXIT_MISMATCH if failed else EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

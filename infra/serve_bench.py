@@ -1,0 +1,571 @@
+"""``llm-infra bench``: decode, prefill, TTFT and concurrent throughput of a served model.
+
+Measured from the client over streamed ``/v1/chat/completions`` (standard library only),
+shaped like seed 002's figures and printed beside them. Tokens are counted per SSE event
+from what the server says (llama-server ``timings.predicted_n`` with ``timings_per_token``,
+vLLM ``usage.completion_tokens`` with ``continuous_usage_stats``, or ``logprobs``), never as
+one per chunk, because speculative decoding sends several tokens in one chunk. Every prompt
+starts with a unique nonce so the prefix cache cannot flatter prefill or TTFT.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import statistics
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from infra.verify import API_KEY_ENV, EndpointError, model_id
+
+# Seed 002: DeepSeek V4 Flash on one MI300X, vLLM, DSpark-7 speculative decoding.
+SEED_002: dict[str, str] = {
+    "decode_tok_s": "168.6",
+    "prefill_tok_s": "7,900-8,500 (fresh prompts 6,988-7,019)",
+    "ttft_ms": "-",
+    "aggregate_1": "-",
+    "aggregate_8": "542",
+    "aggregate_64": "830 (burst)",
+}
+_WORDS = (
+    "river",
+    "stone",
+    "cloud",
+    "lantern",
+    "harbor",
+    "meadow",
+    "copper",
+    "signal",
+    "orbit",
+    "willow",
+    "canyon",
+    "ember",
+    "falcon",
+    "glacier",
+    "quartz",
+    "velvet",
+    "thunder",
+    "saffron",
+    "pilot",
+    "marble",
+    "cedar",
+    "beacon",
+    "tundra",
+    "violet",
+    "compass",
+    "ridge",
+    "plasma",
+    "harvest",
+    "mirror",
+    "anchor",
+    "summit",
+    "prairie",
+    "nebula",
+    "cobalt",
+    "garden",
+)
+
+
+@dataclass
+class StreamResult:
+    """One streamed request as the client saw it (monotonic seconds) plus server figures."""
+
+    ok: bool = False
+    error: str | None = None
+    t_start: float = 0.0
+    t_first_token: float | None = None
+    t_last_token: float | None = None
+    tokens_at_first: int = 0
+    output_tokens: int = 0
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    count_source: str = "none"
+    events: int = 0
+    timings: dict[str, float] | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds from sending to the first generated token."""
+        return None if self.t_first_token is None else self.t_first_token - self.t_start
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """Tokens after the first over the time they took (1 / TPOT, like ``vllm bench``)."""
+        if self.t_first_token is None or self.t_last_token is None:
+            return None
+        span = self.t_last_token - self.t_first_token
+        n = self.output_tokens - self.tokens_at_first
+        return n / span if span > 0 and n > 0 else None
+
+
+def _count_in_event(event: dict[str, Any]) -> tuple[int | None, int, str]:
+    """(cumulative count if the event states one, tokens carried in this event, source)."""
+    timings = event.get("timings")
+    if isinstance(timings, dict) and "predicted_n" in timings:
+        return int(timings["predicted_n"]), 0, "timings.predicted_n"
+    usage = event.get("usage")
+    choices = event.get("choices") or []
+    if isinstance(usage, dict) and "completion_tokens" in usage and choices:
+        return int(usage["completion_tokens"]), 0, "usage.completion_tokens"
+    if not choices:
+        return None, 0, "none"
+    choice = choices[0]
+    logprobs = choice.get("logprobs")
+    if isinstance(logprobs, dict) and isinstance(logprobs.get("content"), list):
+        return None, len(logprobs["content"]), "logprobs"
+    delta = choice.get("delta") or {}
+    text = delta.get("content") or delta.get("reasoning_content") or choice.get("text")
+    # Last resort, flagged in count_source: one token per chunk undercounts speculation.
+    return None, (1 if text else 0), "chunks"
+
+
+def stream_chat(
+    base_url: str,
+    body: dict[str, Any],
+    *,
+    api_key: str | None = None,
+    timeout: float = 600.0,
+) -> StreamResult:
+    """POST a streaming chat completion and time every token-bearing SSE event."""
+    payload = {
+        **body,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(
+        base_url.rstrip("/") + "/v1/chat/completions", json.dumps(payload).encode(), headers
+    )
+    res = StreamResult(t_start=time.monotonic())
+    count = 0
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            for raw in resp:
+                line = raw.strip()
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    break
+                now = time.monotonic()
+                event = json.loads(data)
+                res.events += 1
+                cumulative, carried, source = _count_in_event(event)
+                new = (cumulative - count) if cumulative is not None else carried
+                if source != "none" and res.count_source in ("none", "chunks"):
+                    res.count_source = source
+                usage = event.get("usage")
+                if isinstance(usage, dict):
+                    res.prompt_tokens = usage.get("prompt_tokens", res.prompt_tokens)
+                    details = usage.get("prompt_tokens_details") or {}
+                    res.cached_tokens = details.get("cached_tokens", res.cached_tokens)
+                    if not event.get("choices") and "completion_tokens" in usage:
+                        # The final usage-only event is authoritative for the total.
+                        new = max(0, int(usage["completion_tokens"]) - count)
+                if isinstance(event.get("timings"), dict):
+                    res.timings = {
+                        k: float(v)
+                        for k, v in event["timings"].items()
+                        if isinstance(v, (int, float))
+                    }
+                if new > 0:
+                    count += new
+                    if res.t_first_token is None:
+                        res.t_first_token, res.tokens_at_first = now, count
+                    res.t_last_token = now
+        res.output_tokens = count
+        res.ok = count > 0
+        if not res.ok:
+            res.error = "no tokens in the stream"
+    except urllib.error.HTTPError as exc:
+        res.error = f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}"
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        res.error = repr(exc)
+    return res
+
+
+def varied_prompt(index: int, words: int, seed: int = 0) -> str:
+    """A prompt of about ``words`` words that no other index shares a prefix with."""
+    rng = random.Random(seed * 1_000_003 + index)
+    nonce = f"{rng.getrandbits(64):016x}"
+    body = " ".join(rng.choice(_WORDS) for _ in range(words))
+    return f"[{nonce}] Continue this list of words: {body}"
+
+
+@dataclass
+class BenchConfig:
+    """What to run; the defaults are sized for the real deployment, tests shrink them."""
+
+    model: str | None = None
+    decode_requests: int = 5
+    decode_tokens: int = 256
+    prefill_requests: int = 3
+    prefill_words: int = 4000
+    concurrency: list[int] = field(default_factory=lambda: [1, 8, 64])
+    concurrent_tokens: int = 256
+    requests_per_stream: int = 2
+    # A fresh seed per run: a rerun on the same server must not hit its own earlier prompts.
+    seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**31))
+    timeout: float = 900.0
+    # Polling /slots and /metrics costs the server a little; 4 Hz is invisible on a real model.
+    sample_interval: float = 0.25
+    extra_body: dict[str, Any] = field(
+        # llama-server: timings in every event (exact token counts); both servers: run to
+        # max_tokens so every request decodes the same length.
+        default_factory=lambda: {"timings_per_token": True, "ignore_eos": True}
+    )
+
+
+@dataclass
+class LevelResult:
+    """Aggregate throughput at one concurrency level and what the server showed meanwhile."""
+
+    concurrency: int
+    requests: int
+    failed: int
+    output_tokens: int
+    wall_s: float
+    aggregate_tok_s: float
+    median_stream_decode_tok_s: float | None
+    median_ttft_ms: float | None
+    max_busy_slots: int | None
+    max_requests_processing: int | None
+
+
+@dataclass
+class BenchReport:
+    """Everything measured, JSON-serialisable with ``to_json``."""
+
+    base_url: str
+    model: str
+    config: dict[str, Any]
+    decode_tok_s: float | None
+    decode_server_tok_s: float | None
+    ttft_ms: float | None
+    prefill_tok_s: float | None
+    prefill_server_tok_s: float | None
+    prefill_prompt_tokens: int | None
+    prefill_cached_tokens: int | None
+    count_source: str
+    levels: list[LevelResult]
+    decode_runs: list[dict[str, Any]]
+    prefill_runs: list[dict[str, Any]]
+    errors: list[str]
+
+    def to_json(self) -> str:
+        """The report as indented JSON, seed 002's figures included for comparison."""
+        return json.dumps({**asdict(self), "seed_002": SEED_002}, indent=2)
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def _run_summary(r: StreamResult) -> dict[str, Any]:
+    return {
+        "ok": r.ok, "error": r.error, "output_tokens": r.output_tokens,
+        "prompt_tokens": r.prompt_tokens, "cached_tokens": r.cached_tokens,
+        "ttft_ms": None if r.ttft is None else r.ttft * 1000, "decode_tok_s": r.decode_tok_s,
+        "events": r.events, "count_source": r.count_source, "timings": r.timings,
+    }  # fmt: skip
+
+
+class ServerSampler:
+    """Polls llama-server ``/slots`` and ``/metrics`` (or vLLM ``/metrics``) in a thread."""
+
+    _GAUGE = re.compile(
+        r"^(?:llamacpp:requests_processing|vllm:num_requests_running)(?:\{[^}]*\})?\s+([0-9.e+]+)",
+        re.M,
+    )
+
+    def __init__(self, base_url: str, api_key: str | None, interval: float = 0.25) -> None:
+        """Prepare; nothing is polled before ``start``."""
+        self.base_url, self.api_key, self.interval = base_url.rstrip("/"), api_key, interval
+        self.max_busy_slots: int | None = None
+        self.max_processing: int | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._slots_ok = True
+        self._metrics_ok = True
+
+    def _get(self, path: str) -> bytes | None:
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        try:
+            req = urllib.request.Request(self.base_url + path, headers=headers)
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                body: bytes = resp.read()
+                return body
+        except (urllib.error.URLError, OSError):
+            return None
+
+    def poll_once(self) -> None:
+        """One sample of both endpoints; an endpoint that fails is not asked again."""
+        if self._slots_ok:
+            raw = self._get("/slots")
+            try:
+                slots = json.loads(raw) if raw is not None else None
+            except ValueError:
+                slots = None
+            if isinstance(slots, list):
+                busy = sum(1 for s in slots if s.get("is_processing"))
+                self.max_busy_slots = max(self.max_busy_slots or 0, busy)
+            else:
+                self._slots_ok = False
+        if self._metrics_ok:
+            raw = self._get("/metrics")
+            found = self._GAUGE.findall(raw.decode(errors="replace")) if raw else []
+            if found:
+                value = int(max(float(v) for v in found))
+                self.max_processing = max(self.max_processing or 0, value)
+            else:
+                self._metrics_ok = False
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() and (self._slots_ok or self._metrics_ok):
+            self.poll_once()
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> ServerSampler:
+        """Start polling."""
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop polling and wait for the thread."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+def _body(model: str, prompt: str, max_tokens: int, cfg: BenchConfig) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        **cfg.extra_body,
+    }
+
+
+def run_level(
+    base_url: str,
+    model: str,
+    concurrency: int,
+    cfg: BenchConfig,
+    *,
+    api_key: str | None = None,
+    first_index: int = 0,
+) -> tuple[LevelResult, list[StreamResult]]:
+    """``concurrency`` threads, each sending ``requests_per_stream`` requests back to back."""
+    results: list[StreamResult] = []
+    lock = threading.Lock()
+
+    def worker(stream: int) -> None:
+        for k in range(cfg.requests_per_stream):
+            index = first_index + stream * cfg.requests_per_stream + k
+            prompt = varied_prompt(index, 48, cfg.seed)
+            r = stream_chat(
+                base_url,
+                _body(model, prompt, cfg.concurrent_tokens, cfg),
+                api_key=api_key,
+                timeout=cfg.timeout,
+            )
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    with ServerSampler(base_url, api_key, cfg.sample_interval) as sampler:
+        started = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.monotonic() - started
+    tokens = sum(r.output_tokens for r in results if r.ok)
+    level = LevelResult(
+        concurrency=concurrency,
+        requests=len(results),
+        failed=sum(not r.ok for r in results),
+        output_tokens=tokens,
+        wall_s=wall,
+        aggregate_tok_s=tokens / wall if wall > 0 else 0.0,
+        median_stream_decode_tok_s=_median([r.decode_tok_s for r in results if r.ok]),
+        median_ttft_ms=_median([r.ttft * 1000 if r.ttft is not None else None for r in results]),
+        max_busy_slots=sampler.max_busy_slots,
+        max_requests_processing=sampler.max_processing,
+    )
+    return level, results
+
+
+def run_bench(base_url: str, cfg: BenchConfig, *, api_key: str | None = None) -> BenchReport:
+    """Warm up, then single-stream decode, prefill, and every concurrency level."""
+    model = cfg.model or model_id(base_url, api_key)
+    errors: list[str] = []
+    index = 0
+
+    def next_index() -> int:
+        nonlocal index
+        index += 1
+        return index
+
+    # One throwaway request: first-request costs (graph build, allocations) are not steady state.
+    stream_chat(
+        base_url,
+        _body(model, varied_prompt(next_index(), 16, cfg.seed), 8, cfg),
+        api_key=api_key,
+        timeout=cfg.timeout,
+    )
+
+    decode = [
+        stream_chat(
+            base_url,
+            _body(model, varied_prompt(next_index(), 32, cfg.seed), cfg.decode_tokens, cfg),
+            api_key=api_key,
+            timeout=cfg.timeout,
+        )
+        for _ in range(cfg.decode_requests)
+    ]
+    prefill = [
+        stream_chat(
+            base_url,
+            _body(model, varied_prompt(next_index(), cfg.prefill_words, cfg.seed), 1, cfg),
+            api_key=api_key,
+            timeout=cfg.timeout,
+        )
+        for _ in range(cfg.prefill_requests)
+    ]
+    for r in (*decode, *prefill):
+        if not r.ok:
+            errors.append(r.error or "failed")
+
+    def prefill_rate(r: StreamResult) -> float | None:
+        if not r.ok or r.ttft is None or not r.prompt_tokens:
+            return None
+        fresh = r.prompt_tokens - (r.cached_tokens or 0)
+        return fresh / r.ttft
+
+    levels = []
+    for c in cfg.concurrency:
+        level, runs = run_level(
+            base_url, model, c, cfg, api_key=api_key, first_index=next_index() * 100_000
+        )
+        levels.append(level)
+        errors += [r.error or "failed" for r in runs if not r.ok]
+
+    sources = {r.count_source for r in decode if r.ok}
+    return BenchReport(
+        base_url=base_url,
+        model=model,
+        config=asdict(cfg),
+        decode_tok_s=_median([r.decode_tok_s for r in decode if r.ok]),
+        decode_server_tok_s=_median(
+            [(r.timings or {}).get("predicted_per_second") for r in decode if r.ok]
+        ),
+        ttft_ms=_median([r.ttft * 1000 if r.ttft is not None else None for r in decode]),
+        prefill_tok_s=_median([prefill_rate(r) for r in prefill]),
+        prefill_server_tok_s=_median(
+            [(r.timings or {}).get("prompt_per_second") for r in prefill if r.ok]
+        ),
+        prefill_prompt_tokens=int(_median([r.prompt_tokens for r in prefill if r.ok]) or 0) or None,
+        prefill_cached_tokens=max((r.cached_tokens or 0 for r in prefill), default=None),
+        count_source="/".join(sorted(sources)) or "none",
+        levels=levels,
+        decode_runs=[_run_summary(r) for r in decode],
+        prefill_runs=[_run_summary(r) for r in prefill],
+        errors=errors,
+    )
+
+
+def _fmt(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def format_table(report: BenchReport) -> str:
+    """Measured figures beside seed 002's (MI300X, vLLM, DSpark-7)."""
+    rows = [
+        ("metric", "measured", "server-side", "seed 002 (MI300X)"),
+        ("single-stream decode tok/s (median)", _fmt(report.decode_tok_s),
+         _fmt(report.decode_server_tok_s), SEED_002["decode_tok_s"]),
+        (f"prefill tok/s (median, ~{report.prefill_prompt_tokens or '?'} tok prompt)",
+         _fmt(report.prefill_tok_s), _fmt(report.prefill_server_tok_s),
+         SEED_002["prefill_tok_s"]),
+        ("TTFT ms (median, short prompt)", _fmt(report.ttft_ms), "-", SEED_002["ttft_ms"]),
+    ]  # fmt: skip
+    measured = {level.concurrency: level for level in report.levels}
+    for c in sorted({*measured, 8, 64}):
+        level = measured.get(c)
+        seed = SEED_002.get(f"aggregate_{c}", "-")
+        if level is None:
+            rows.append((f"aggregate output tok/s @ {c} streams", "not run", "-", seed))
+            continue
+        seen = level.max_busy_slots
+        seen = level.max_requests_processing if seen is None else seen
+        busy = f"max busy {seen if seen is not None else '?'}"
+        rows.append((f"aggregate output tok/s @ {c} streams", _fmt(level.aggregate_tok_s),
+                     busy, seed))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.append(
+        f"tokens counted from: {report.count_source}; "
+        f"prefill cached tokens (max): {report.prefill_cached_tokens}"
+    )
+    lines += [f"error: {e}" for e in report.errors[:10]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``bench BASE_URL [--out FILE.json] [--concurrency 1,8,64] ...``; 1 on errors."""
+    p = argparse.ArgumentParser(prog="llm-infra bench", description=__doc__.splitlines()[0])
+    p.add_argument("base_url", help="e.g. http://127.0.0.1:8080 (no /v1)")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"bearer token (default: ${API_KEY_ENV})",
+    )
+    p.add_argument("--model")
+    p.add_argument("--out", type=Path, help="write the JSON report here")
+    p.add_argument("--decode-requests", type=int, default=BenchConfig.decode_requests)
+    p.add_argument("--decode-tokens", type=int, default=BenchConfig.decode_tokens)
+    p.add_argument("--prefill-requests", type=int, default=BenchConfig.prefill_requests)
+    p.add_argument("--prefill-words", type=int, default=BenchConfig.prefill_words)
+    p.add_argument("--concurrency", default="1,8,64", help="comma-separated stream counts")
+    p.add_argument("--concurrent-tokens", type=int, default=BenchConfig.concurrent_tokens)
+    p.add_argument("--requests-per-stream", type=int, default=BenchConfig.requests_per_stream)
+    p.add_argument("--seed", type=int, help="prompt seed (default: a fresh one per run)")
+    p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
+    a = p.parse_args(argv)
+    cfg = BenchConfig(
+        model=a.model, decode_requests=a.decode_requests, decode_tokens=a.decode_tokens,
+        prefill_requests=a.prefill_requests, prefill_words=a.prefill_words,
+        concurrency=[int(c) for c in a.concurrency.split(",") if c.strip()],
+        concurrent_tokens=a.concurrent_tokens, requests_per_stream=a.requests_per_stream,
+    )  # fmt: skip
+    if a.seed is not None:
+        cfg.seed = a.seed
+    if a.no_ignore_eos:
+        cfg.extra_body.pop("ignore_eos", None)
+    try:
+        report = run_bench(a.base_url, cfg, api_key=a.api_key)
+    except (EndpointError, OSError, KeyError) as exc:
+        print(f"llm-infra bench: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(report))
+    if a.out:
+        a.out.write_text(report.to_json() + "\n")
+        print(f"wrote {a.out}")
+    return 0 if not report.errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

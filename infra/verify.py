@@ -1,0 +1,441 @@
+"""``llm-infra verify``: is the deployed model answering like the recorded reference?
+
+Sends a fixed set of prompts (temperature 0, fixed seed) to an OpenAI-compatible endpoint
+and compares each answer with an expectations file: exact text, optional ``contains`` /
+``regex`` checks written by hand, and - where the server returns ``logprobs`` - agreement
+of the top token at every position with the recorded reference, within a tolerance.
+Different kernels give slightly different floats (seed 002), so logprobs are compared
+with a tolerance and the greedy text decides. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "llm-infra-verify/1"
+API_KEY_ENV = "LLM_INFRA_API_KEY"
+
+# Short, deterministic tasks a working chat model answers the same way every time; on the
+# real model the recorded text doubles as a human-readable sanity check.
+DEFAULT_CASES: list[dict[str, Any]] = [
+    {
+        "id": "arithmetic",
+        "messages": [{"role": "user", "content": "What is 17 + 25? Answer with the number only."}],
+    },
+    {
+        "id": "capital",
+        "messages": [
+            {"role": "user", "content": "What is the capital of France? Answer with one word."}
+        ],
+    },
+    {
+        "id": "count",
+        "messages": [{"role": "user", "content": "Count from 1 to 10, separated by commas."}],
+    },
+    {
+        "id": "reverse",
+        "messages": [{"role": "user", "content": "Write the word 'strawberry' backwards."}],
+    },
+    {
+        "id": "code",
+        "messages": [
+            {"role": "user", "content": "Write a Python one-liner that prints the squares of 1..5."}
+        ],
+    },
+    {
+        "id": "system",
+        "messages": [
+            {"role": "system", "content": "You reply in French."},
+            {"role": "user", "content": "Say good morning."},
+        ],
+    },
+]
+DEFAULT_REQUEST: dict[str, Any] = {
+    "temperature": 0.0,
+    "seed": 1234,
+    "max_tokens": 32,
+    "top_logprobs": 5,
+}
+DEFAULT_TOLERANCE: dict[str, float] = {"logprob_abs": 0.5, "min_top1_agreement": 1.0}
+
+
+class EndpointError(RuntimeError):
+    """The endpoint answered with an HTTP error or something that is not a completion."""
+
+
+def request_json(
+    base_url: str,
+    path: str,
+    body: dict[str, Any] | None = None,
+    *,
+    api_key: str | None = None,
+    timeout: float = 300.0,
+) -> Any:
+    """GET (``body`` None) or POST JSON to ``base_url + path`` and return the decoded answer."""
+    data = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    req = urllib.request.Request(base_url.rstrip("/") + path, data=data, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")[:500]
+        raise EndpointError(f"{path}: HTTP {exc.code}: {detail}") from exc
+
+
+def model_id(base_url: str, api_key: str | None = None) -> str:
+    """The first model id of ``/v1/models`` (llama-server: the ``--alias``)."""
+    answer = request_json(base_url, "/v1/models", api_key=api_key, timeout=30.0)
+    return str(answer["data"][0]["id"])
+
+
+@dataclass
+class TokenStep:
+    """One generated token: its text, logprob, and the alternatives the server listed.
+
+    llama-server also sends token ids; they are compared when present because the text of a
+    token can be empty or merged with the next one where it splits a UTF-8 character.
+    """
+
+    token: str
+    logprob: float
+    top: list[tuple[str, float]]
+    token_id: int | None = None
+    top_ids: list[int] | None = None
+
+    @property
+    def key(self) -> int | str:
+        """Identity of the chosen token: its id, else its text."""
+        return self.token if self.token_id is None else self.token_id
+
+    @property
+    def top1(self) -> int | str:
+        """Identity of the most likely token (the chosen one under greedy decoding)."""
+        if not self.top:
+            return self.key
+        best = max(range(len(self.top)), key=lambda i: self.top[i][1])
+        if self.top_ids is not None and len(self.top_ids) == len(self.top):
+            return self.top_ids[best]
+        return self.top[best][0]
+
+    def to_json(self) -> dict[str, Any]:
+        """The reference form stored in the expectations file."""
+        out: dict[str, Any] = {
+            "token": self.token,
+            "logprob": self.logprob,
+            "top": [list(t) for t in self.top],
+        }
+        if self.token_id is not None:
+            out["id"] = self.token_id
+        if self.top_ids is not None:
+            out["top_ids"] = self.top_ids
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TokenStep:
+        """Inverse of ``to_json``."""
+        top = [(str(t), float(lp)) for t, lp in d["top"]]
+        return cls(str(d["token"]), float(d["logprob"]), top, d.get("id"), d.get("top_ids"))
+
+
+@dataclass
+class Completion:
+    """Text and per-token logprobs (empty when the server sent none)."""
+
+    text: str
+    steps: list[TokenStep] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+def _steps(logprobs: Any) -> list[TokenStep]:
+    """Parse both shapes: ``{"content": [...]}`` (chat; llama-server everywhere) and legacy."""
+    if not isinstance(logprobs, dict):
+        return []
+    content = logprobs.get("content")
+    if isinstance(content, list):
+        steps = []
+        for item in content:
+            tops = item.get("top_logprobs") or []
+            ids = [t.get("id") for t in tops]
+            step = TokenStep(
+                token=str(item.get("token", "")),
+                logprob=float(item.get("logprob", 0.0)),
+                top=[(str(t["token"]), float(t["logprob"])) for t in tops],
+                token_id=item.get("id"),
+                top_ids=ids if all(isinstance(i, int) for i in ids) else None,
+            )
+            steps.append(step)
+        return steps
+    tokens, lps = logprobs.get("tokens"), logprobs.get("token_logprobs")
+    if isinstance(tokens, list) and isinstance(lps, list):
+        tops = logprobs.get("top_logprobs") or [{}] * len(tokens)
+        return [
+            TokenStep(str(t), float(lp), [(str(k), float(v)) for k, v in (top or {}).items()])
+            for t, lp, top in zip(tokens, lps, tops, strict=False)
+        ]
+    return []
+
+
+def complete(
+    base_url: str,
+    case: dict[str, Any],
+    request: dict[str, Any],
+    *,
+    model: str,
+    endpoint: str = "chat",
+    api_key: str | None = None,
+) -> Completion:
+    """Send one case with the fixed request parameters and parse text + logprobs."""
+    params = {**request, **case.get("request", {})}
+    top_k = int(params.pop("top_logprobs", 0))
+    body: dict[str, Any] = {"model": model, "stream": False, **params}
+    if endpoint == "chat":
+        body["messages"] = case["messages"]
+        if top_k:
+            body |= {"logprobs": True, "top_logprobs": top_k}
+        answer = request_json(base_url, "/v1/chat/completions", body, api_key=api_key)
+        choice = answer["choices"][0]
+        text = choice["message"].get("content") or ""
+    elif endpoint == "completions":
+        body["prompt"] = case.get("prompt") or "\n".join(m["content"] for m in case["messages"])
+        if top_k:
+            body["logprobs"] = top_k
+        answer = request_json(base_url, "/v1/completions", body, api_key=api_key)
+        choice = answer["choices"][0]
+        text = choice.get("text") or ""
+    else:
+        raise ValueError(f"endpoint must be 'chat' or 'completions', not {endpoint!r}")
+    return Completion(str(text), _steps(choice.get("logprobs")), choice.get("finish_reason"))
+
+
+@dataclass
+class CaseResult:
+    """Outcome of one case: every check that ran, and why it failed."""
+
+    case_id: str
+    text: str
+    text_ok: bool | None = None
+    agreement: tuple[int, int] | None = None
+    max_logprob_delta: float | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed."""
+        return not self.problems
+
+
+def compare_steps(
+    reference: list[TokenStep], current: list[TokenStep]
+) -> tuple[int, float, int | None]:
+    """(positions whose top token agrees, max |logprob delta| there, first divergence or None).
+
+    Positions after the first divergence see different contexts, so they are not compared:
+    the agreement is the length of the common greedy prefix.
+    """
+    agree, delta, diverged = 0, 0.0, None
+    for i, ref in enumerate(reference):
+        if i >= len(current) or current[i].top1 != ref.top1 or current[i].key != ref.key:
+            diverged = i
+            break
+        agree += 1
+        delta = max(delta, abs(current[i].logprob - ref.logprob))
+    return agree, delta, diverged
+
+
+def check_case(case: dict[str, Any], got: Completion, tolerance: dict[str, float]) -> CaseResult:
+    """Apply the case's expectations and its logprob reference to one completion."""
+    result = CaseResult(case_id=str(case["id"]), text=got.text)
+    expect = case.get("expect", {})
+    if "exact" in expect:
+        result.text_ok = got.text == expect["exact"]
+        if not result.text_ok:
+            result.problems.append(f"text {got.text!r} != expected {expect['exact']!r}")
+    for needle in expect.get("contains", []):
+        if needle not in got.text:
+            result.problems.append(f"text does not contain {needle!r}")
+    if "regex" in expect and not re.search(expect["regex"], got.text):
+        result.problems.append(f"text does not match /{expect['regex']}/")
+    ref_steps = [TokenStep.from_json(s) for s in case.get("reference", {}).get("steps", [])]
+    if ref_steps:
+        if not got.steps:
+            result.problems.append(
+                "the reference has logprobs but the server returned none "
+                "(request logprobs/top_logprobs unsupported or dropped?)"
+            )
+        else:
+            agree, delta, diverged = compare_steps(ref_steps, got.steps)
+            result.agreement = (agree, len(ref_steps))
+            result.max_logprob_delta = delta
+            need = tolerance["min_top1_agreement"]
+            if agree < need * len(ref_steps):
+                at = "" if diverged is None else f", first divergence at token {diverged}"
+                result.problems.append(
+                    f"top token agrees at {agree}/{len(ref_steps)} positions, need {need:.0%}{at}"
+                )
+            if delta > tolerance["logprob_abs"]:
+                result.problems.append(
+                    f"logprob differs by {delta:.3f} > {tolerance['logprob_abs']} nats"
+                )
+    if not expect and not ref_steps:
+        result.problems.append("case has neither expectations nor a reference: run --record")
+    return result
+
+
+def load_expectations(path: Path) -> dict[str, Any]:
+    """Read and sanity-check an expectations file."""
+    doc: dict[str, Any] = json.loads(path.read_text())
+    if doc.get("format") != FORMAT:
+        raise ValueError(f"{path}: format is {doc.get('format')!r}, expected {FORMAT!r}")
+    if not doc.get("cases"):
+        raise ValueError(f"{path}: no cases")
+    return doc
+
+
+def new_expectations(cases: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A fresh expectations document (default cases, request and tolerance), unrecorded."""
+    return {
+        "format": FORMAT,
+        "endpoint": "chat",
+        "model": None,
+        "request": dict(DEFAULT_REQUEST),
+        "tolerance": dict(DEFAULT_TOLERANCE),
+        "cases": [dict(c) for c in (cases or DEFAULT_CASES)],
+    }
+
+
+def record(
+    base_url: str,
+    doc: dict[str, Any],
+    *,
+    api_key: str | None = None,
+) -> dict[str, Any]:
+    """Run every case and store its text as ``exact`` and its logprobs as the reference.
+
+    Hand-written ``contains``/``regex`` expectations are kept.
+    """
+    model = doc.get("model") or model_id(base_url, api_key)
+    out = {**doc, "cases": []}
+    for case in doc["cases"]:
+        got = complete(
+            base_url,
+            case,
+            doc["request"],
+            model=model,
+            endpoint=doc.get("endpoint", "chat"),
+            api_key=api_key,
+        )
+        expect = {k: v for k, v in case.get("expect", {}).items() if k != "exact"}
+        new = {k: v for k, v in case.items() if k not in ("expect", "reference")}
+        new["expect"] = {"exact": got.text, **expect}
+        if got.steps:
+            new["reference"] = {"steps": [step.to_json() for step in got.steps]}
+        out["cases"].append(new)
+    out["recorded"] = {
+        "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "base_url": base_url,
+        "model": model,
+    }
+    return out
+
+
+def verify(
+    base_url: str,
+    doc: dict[str, Any],
+    *,
+    api_key: str | None = None,
+) -> list[CaseResult]:
+    """Run every case of an expectations document and check it."""
+    model = doc.get("model") or model_id(base_url, api_key)
+    tolerance = {**DEFAULT_TOLERANCE, **doc.get("tolerance", {})}
+    results = []
+    for case in doc["cases"]:
+        try:
+            got = complete(
+                base_url,
+                case,
+                doc["request"],
+                model=model,
+                endpoint=doc.get("endpoint", "chat"),
+                api_key=api_key,
+            )
+        except (EndpointError, KeyError, IndexError, OSError) as exc:
+            results.append(CaseResult(str(case["id"]), "", problems=[f"request failed: {exc}"]))
+            continue
+        results.append(check_case(case, got, tolerance))
+    return results
+
+
+def format_table(results: list[CaseResult]) -> str:
+    """A fixed-width pass/fail table, one row per case, problems indented below."""
+    rows = [("case", "text", "top-1 agree", "max |dlogp|", "result")]
+    for r in results:
+        text = "-" if r.text_ok is None else ("match" if r.text_ok else "DIFF")
+        agree = "-" if r.agreement is None else f"{r.agreement[0]}/{r.agreement[1]}"
+        delta = "-" if r.max_logprob_delta is None else f"{r.max_logprob_delta:.4f}"
+        rows.append((r.case_id, text, agree, delta, "PASS" if r.ok else "FAIL"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) for row in rows]
+    for r in results:
+        lines += [f"  {r.case_id}: {p}" for p in r.problems]
+    passed = sum(r.ok for r in results)
+    lines.append(f"{passed}/{len(results)} cases passed")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``verify BASE_URL --expect FILE [--record] [--api-key K]``; 0 all pass, 1 fail."""
+    parser = argparse.ArgumentParser(prog="llm-infra verify", description=__doc__.splitlines()[0])
+    parser.add_argument("base_url", help="e.g. http://127.0.0.1:8080 (no /v1)")
+    parser.add_argument("--expect", type=Path, required=True, help="expectations JSON")
+    parser.add_argument("--record", action="store_true", help="(re)write the reference")
+    parser.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"bearer token (default: ${API_KEY_ENV})",
+    )
+    parser.add_argument("--model", help="model name to send (default: /v1/models data[0].id)")
+    parser.add_argument(
+        "--endpoint", choices=["chat", "completions"], help="override the file's endpoint"
+    )
+    args = parser.parse_args(argv)
+    try:
+        if args.record:
+            doc = load_expectations(args.expect) if args.expect.exists() else new_expectations()
+        else:
+            doc = load_expectations(args.expect)
+    except (OSError, ValueError) as exc:
+        print(f"llm-infra verify: {exc}", file=sys.stderr)
+        return 2
+    if args.model:
+        doc["model"] = args.model
+    if args.endpoint:
+        doc["endpoint"] = args.endpoint
+    try:
+        if args.record:
+            recorded = record(args.base_url, doc, api_key=args.api_key)
+            args.expect.write_text(json.dumps(recorded, indent=2, ensure_ascii=False) + "\n")
+            print(f"recorded {len(recorded['cases'])} cases to {args.expect}")
+            return 0
+        results = verify(args.base_url, doc, api_key=args.api_key)
+    except (EndpointError, OSError, KeyError) as exc:
+        print(f"llm-infra verify: {exc}", file=sys.stderr)
+        return 1
+    print(format_table(results))
+    return 0 if all(r.ok for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""`llm-infra diff`: a stack's render at a git ref against the working tree, in a temp clone."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from infra import diff
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_git(repo: Path, *args: str) -> str:
+    """git in repo, failing the test on error."""
+    result = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+    )
+    return result.stdout
+
+
+@pytest.fixture
+def clone(tmp_path: Path) -> Path:
+    """A clone of this repository's HEAD: its own working tree, worktrees and remotes."""
+    target = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(target)], check=True)
+    return target
+
+
+def replace_in(path: Path, old: str, new: str) -> None:
+    """Edit a file in the clone's working tree, failing if `old` is not there."""
+    text = path.read_text()
+    assert old in text, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new, 1))
+
+
+def test_unchanged_working_tree_prints_nothing_and_exits_0(
+    clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(clone)
+    assert diff.main(["strix-halo", "--against", "HEAD"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_changed_stack_value_shows_the_flag_and_exits_1(
+    clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replace_in(clone / "stacks/Pulumi.strix-halo.yaml", "gpuLayers: 40", "gpuLayers: 42")
+    monkeypatch.chdir(clone)
+    assert diff.main(["strix-halo", "--against", "HEAD"]) == 1
+    out = capsys.readouterr().out
+    assert "--- a/strix-halo/manifests.yaml" in out
+    assert "+++ b/strix-halo/manifests.yaml" in out
+    # The -ngl value in the Deployment's args, as `diff -u` shows it.
+    assert re.search(r"^ +- -ngl\n-        - '40'\n\+        - '42'$", out, re.MULTILINE), out
+    # Headers carry the epoch, not the time of the render: the same change gives the same text.
+    assert "1970-01-01 00:00:00" in out
+
+
+def test_ref_is_rendered_with_its_own_code(clone: Path) -> None:
+    # A code change (not a stack change) shows only if each side ran its own tree's code.
+    replace_in(
+        clone / "components/llamacpp_vulkan_server.py",
+        '"app.kubernetes.io/managed-by": "llm-infra"',
+        '"app.kubernetes.io/managed-by": "llm-infra-next"',
+    )
+    status, out = diff.stack_diff("strix-halo", "HEAD", start=clone)
+    assert status == 1
+    assert "-    app.kubernetes.io/managed-by: llm-infra\n" in out
+    assert "+    app.kubernetes.io/managed-by: llm-infra-next\n" in out
+
+
+def test_worktree_of_the_ref_is_removed_afterwards(clone: Path) -> None:
+    diff.stack_diff("mi300x", "HEAD", start=clone)
+    trees = [
+        line.split(" ", 1)[1]
+        for line in run_git(clone, "worktree", "list", "--porcelain").splitlines()
+        if line.startswith("worktree ")
+    ]
+    assert trees == [str(clone)]
+
+
+def test_stack_new_in_the_working_tree_shows_every_file_as_added(clone: Path) -> None:
+    shutil.copy(clone / "stacks/Pulumi.strix-halo.yaml", clone / "stacks/Pulumi.fresh.yaml")
+    status, out = diff.stack_diff("fresh", "HEAD", start=clone)
+    assert status == 1
+    assert "+++ b/fresh/resources.json" in out
+    assert not re.search(r"^-[^-]", out, re.MULTILINE), "nothing can be removed from nothing"
+
+
+def test_mi300x_file_change_shows_in_files_and_commands(clone: Path) -> None:
+    replace_in(clone / "stacks/Pulumi.mi300x.yaml", "198.51.100.0/24", "198.51.100.0/25")
+    status, out = diff.stack_diff("mi300x", "HEAD", start=clone)
+    assert status == 1
+    assert "+++ b/mi300x/files/opt/llm/Caddyfile" in out
+    assert "+\t@denied not remote_ip 198.51.100.0/25" in out
+
+
+def test_default_ref_is_origin_main_when_present_else_head(clone: Path) -> None:
+    assert diff.default_ref(clone) == "origin/main"
+    run_git(clone, "remote", "remove", "origin")
+    assert diff.default_ref(clone) == "HEAD"
+
+
+def test_unknown_ref_is_trouble_with_exit_2(
+    clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(clone)
+    assert diff.main(["strix-halo", "--against", "no-such-ref"]) == 2
+    assert "no-such-ref" in capsys.readouterr().err

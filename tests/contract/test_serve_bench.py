@@ -1,0 +1,142 @@
+"""``llm-infra bench`` against the real llama-server b11434 on a tiny model (plus a fake SSE)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from infra import serve_bench
+from tests.contract.llama_server import run_llama_server, tiny_server_argv
+from tests.contract.tiny_gguf import write_tiny_split_model
+
+pytestmark = pytest.mark.contract
+
+SLOTS = 4
+
+
+@pytest.fixture(scope="module")
+def report_and_table(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[serve_bench.BenchReport, str, dict[str, object]]]:
+    root = tmp_path_factory.mktemp("bench")
+    model = write_tiny_split_model(root / "model", "tiny", 3)[0]
+    cfg = serve_bench.BenchConfig(
+        decode_requests=3, decode_tokens=128, prefill_requests=2, prefill_words=250,
+        concurrency=[1, SLOTS], concurrent_tokens=256, requests_per_stream=1,
+        sample_interval=0.01,
+    )  # fmt: skip
+    argv = tiny_server_argv(model, "--metrics", "--api-key", "k", parallel=SLOTS)
+    with run_llama_server(argv) as url:
+        report = serve_bench.run_bench(url, cfg, api_key="k")
+        out = root / "bench.json"
+        rc = serve_bench.main([
+            url, "--api-key", "k", "--out", str(out), "--decode-requests", "1",
+            "--decode-tokens", "16", "--prefill-requests", "1", "--prefill-words", "100",
+            "--concurrency", "2", "--concurrent-tokens", "16", "--requests-per-stream", "1",
+        ])  # fmt: skip
+        assert rc == 0
+    yield report, serve_bench.format_table(report), json.loads(out.read_text())
+
+
+def test_every_figure_is_produced(
+    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+) -> None:
+    report, table, saved = report_and_table
+    assert report.errors == []
+    for value in (report.decode_tok_s, report.decode_server_tok_s, report.ttft_ms,
+                  report.prefill_tok_s, report.prefill_server_tok_s):  # fmt: skip
+        assert value is not None and value > 0
+    assert [lvl.concurrency for lvl in report.levels] == [1, SLOTS]
+    assert all(lvl.aggregate_tok_s > 0 and lvl.failed == 0 for lvl in report.levels)
+    # Side by side with seed 002's figures.
+    for figure in ("168.6", "7,900-8,500", "542", "830"):
+        assert figure in table
+    assert saved["seed_002"] == serve_bench.SEED_002
+    assert saved["levels"][0]["concurrency"] == 2  # type: ignore[index]
+    assert isinstance(saved["prefill_cached_tokens"], int)
+    assert saved["prefill_cached_tokens"] < 20  # a second run on one server: fresh prompts
+    print(table)
+
+
+def test_tokens_are_counted_from_server_timings_not_chunks(
+    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+) -> None:
+    report = report_and_table[0]
+    assert report.count_source == "timings.predicted_n"
+    for run in report.decode_runs:
+        timings = run["timings"]
+        assert run["output_tokens"] == timings["predicted_n"] == 128
+        # The client's inter-token rate and the server's own figure agree.
+        ratio = run["decode_tok_s"] / timings["predicted_per_second"]
+        assert 0.5 < ratio < 1.5, run
+
+
+def test_prefill_uses_fresh_prompts(
+    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+) -> None:
+    report = report_and_table[0]
+    assert report.prefill_prompt_tokens is not None and report.prefill_prompt_tokens > 1000
+    for run in report.prefill_runs:
+        # Only the chat template's first tokens may come from the prefix cache.
+        assert run["cached_tokens"] < 0.02 * run["prompt_tokens"]
+        assert run["timings"]["prompt_n"] == run["prompt_tokens"] - run["cached_tokens"]
+    assert report.prefill_tok_s is not None and report.prefill_server_tok_s is not None
+    # TTFT covers prefill plus HTTP and one decode step, so the client figure is lower.
+    assert 0.2 * report.prefill_server_tok_s < report.prefill_tok_s
+    assert report.prefill_tok_s < 1.2 * report.prefill_server_tok_s
+
+
+def test_concurrency_is_really_reached_server_side(
+    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+) -> None:
+    single, full = report_and_table[0].levels
+    assert (single.max_busy_slots, single.max_requests_processing) == (1, 1)
+    assert full.max_busy_slots == SLOTS  # /slots: is_processing
+    assert full.max_requests_processing == SLOTS  # /metrics: llamacpp:requests_processing
+    assert full.output_tokens == SLOTS * 256
+
+
+class _SpeculativeSSE(http.server.BaseHTTPRequestHandler):
+    """Streams like a speculative-decoding server: 3 tokens per chunk, vLLM-style usage."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        for n in range(3, 31, 3):
+            time.sleep(0.01)
+            event = {"choices": [{"index": 0, "delta": {"content": "abc"}}],
+                     "usage": {"prompt_tokens": 7, "completion_tokens": n}}  # fmt: skip
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+            self.wfile.flush()
+        final = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": 30}}
+        self.wfile.write(f"data: {json.dumps(final)}\n\ndata: [DONE]\n\n".encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_several_tokens_per_chunk_are_counted(tmp_path: Path) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SpeculativeSSE)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        r = serve_bench.stream_chat(url, {"model": "m", "messages": []})
+    finally:
+        server.shutdown()
+    assert r.ok and r.events == 11
+    assert (r.output_tokens, r.tokens_at_first, r.count_source) == (
+        30,
+        3,
+        "usage.completion_tokens",
+    )
+    # 27 tokens over 9 gaps of ~10 ms: ~300 tok/s, where chunk counting would say ~100.
+    assert r.decode_tok_s is not None and 150 < r.decode_tok_s < 330

@@ -1,0 +1,107 @@
+"""``llm-infra verify`` against the real llama-server b11434 on tiny random-weight models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from infra import verify
+from tests.contract.llama_server import run_llama_server, tiny_server_argv
+from tests.contract.tiny_gguf import write_tiny_model_seeded
+
+pytestmark = pytest.mark.contract
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("verify-models")
+    return {
+        name: write_tiny_model_seeded(root / name, "tiny", 3, seed=seed)[0]
+        for name, seed in (("a", 1), ("b", 2))
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(models: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("verify") / "expect.json"
+    with run_llama_server(tiny_server_argv(models["a"], "--api-key", "sekret")) as url:
+        assert verify.main([url, "--expect", str(path), "--record", "--api-key", "sekret"]) == 0
+    return path
+
+
+def test_record_writes_text_and_logprob_reference(reference: Path) -> None:
+    doc = json.loads(reference.read_text())
+    assert doc["format"] == verify.FORMAT
+    assert doc["request"]["temperature"] == 0 and doc["request"]["seed"] == 1234
+    assert len(doc["cases"]) == len(verify.DEFAULT_CASES)
+    for case in doc["cases"]:
+        assert case["expect"]["exact"]
+        steps = case["reference"]["steps"]
+        assert steps and all(len(s["top"]) == 5 for s in steps)
+        # Greedy decoding: the chosen token is the top one at every position (by id: the
+        # text of a token that splits a UTF-8 character is merged into the next one).
+        assert all(verify.TokenStep.from_json(s).top1 == s["id"] for s in steps)
+
+
+def test_verify_passes_on_a_restarted_server_with_the_same_model(
+    models: dict[str, Path], reference: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with run_llama_server(tiny_server_argv(models["a"], "--api-key", "sekret")) as url:
+        assert verify.main([url, "--expect", str(reference), "--api-key", "sekret"]) == 0
+        # Twice on one server: the prompt cache must not change the answers.
+        assert verify.main([url, "--expect", str(reference), "--api-key", "sekret"]) == 0
+        # The key really is needed, and a refused request is a failure, not a pass.
+        assert verify.main([url, "--expect", str(reference)]) == 1
+    captured = capsys.readouterr()
+    assert f"{len(verify.DEFAULT_CASES)}/{len(verify.DEFAULT_CASES)} cases passed" in captured.out
+    assert "HTTP 401" in captured.err
+
+
+def test_verify_fails_with_other_weights(
+    models: dict[str, Path], reference: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with run_llama_server(tiny_server_argv(models["b"], "--api-key", "sekret")) as url:
+        assert verify.main([url, "--expect", str(reference), "--api-key", "sekret"]) == 1
+    out = capsys.readouterr().out
+    assert f"0/{len(verify.DEFAULT_CASES)} cases passed" in out
+    assert "DIFF" in out and "first divergence at token" in out
+
+
+def test_verify_fails_when_server_sampling_changes_the_output(
+    models: dict[str, Path], reference: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A server-side default the request does not override (a changed deployment flag).
+    argv = tiny_server_argv(models["a"], "--api-key", "sekret", "--repeat-penalty", "1.5")
+    with run_llama_server(argv) as url:
+        assert verify.main([url, "--expect", str(reference), "--api-key", "sekret"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+
+
+def test_logprob_tolerance_is_applied(models: dict[str, Path], reference: Path) -> None:
+    doc = verify.load_expectations(reference)
+    # Shift every recorded logprob: same text, same top tokens, but beyond the tolerance.
+    for case in doc["cases"]:
+        for step in case["reference"]["steps"]:
+            step["logprob"] -= 1.0
+    with run_llama_server(tiny_server_argv(models["a"], "--api-key", "sekret")) as url:
+        results = verify.verify(url, doc, api_key="sekret")
+        assert not any(r.ok for r in results)
+        assert all(r.text_ok for r in results)
+        assert all("logprob differs by" in r.problems[0] for r in results)
+        doc["tolerance"]["logprob_abs"] = 1.01
+        assert all(r.ok for r in verify.verify(url, doc, api_key="sekret"))
+
+
+def test_completions_endpoint(models: dict[str, Path], tmp_path: Path) -> None:
+    path = tmp_path / "expect.json"
+    with run_llama_server(tiny_server_argv(models["a"])) as url:
+        rc = verify.main([url, "--expect", str(path), "--record", "--endpoint", "completions"])
+        assert rc == 0
+        assert verify.main([url, "--expect", str(path)]) == 0
+    doc = json.loads(path.read_text())
+    assert doc["endpoint"] == "completions"
+    assert all(case["reference"]["steps"] for case in doc["cases"])
+    with run_llama_server(tiny_server_argv(models["b"])) as url:
+        assert verify.main([url, "--expect", str(path)]) == 1

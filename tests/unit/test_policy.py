@@ -1,0 +1,343 @@
+"""The policy pack: both stacks' real renders pass, crafted violations fail with the message."""
+
+from __future__ import annotations
+
+import copy
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
+from pulumi_policy.policy import PolicyCustomTimeouts
+
+import policy.__main__ as pack
+from policy import validators
+
+ROOT = Path(__file__).resolve().parents[2]
+Render = tuple[list[dict[str, Any]], dict[str, str]]
+
+
+def render(stack: str, out: Path) -> Path:
+    """`python -m infra.cli render STACK` of this tree's code into out."""
+    subprocess.run(
+        [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
+        cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def render_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Fresh renders of both stacks (rendered once per module: ~1.5 s each)."""
+    base = tmp_path_factory.mktemp("renders")
+    return {stack: render(stack, base / stack) for stack in ("strix-halo", "mi300x")}
+
+
+@pytest.fixture
+def strix(render_dirs: dict[str, Path]) -> Render:
+    """A mutable copy of the strix-halo render."""
+    resources, files = validators.load_render(render_dirs["strix-halo"])
+    return copy.deepcopy(resources), files
+
+
+@pytest.fixture
+def mi300x(render_dirs: dict[str, Path]) -> Render:
+    """A mutable copy of the mi300x render."""
+    resources, files = validators.load_render(render_dirs["mi300x"])
+    return copy.deepcopy(resources), files
+
+
+def named(resources: list[dict[str, Any]], suffix: str) -> dict[str, Any]:
+    """The one resource whose name ends with suffix."""
+    (found,) = [r for r in resources if r["name"].endswith(suffix)]
+    return found
+
+
+def server_container(resources: list[dict[str, Any]]) -> dict[str, Any]:
+    """The llama-server container of the strix-halo Deployment."""
+    spec = named(resources, "-deployment")["inputs"]["spec"]["template"]["spec"]
+    (container,) = [c for c in spec["containers"] if c["name"] == "llama-server"]
+    return container  # type: ignore[no-any-return]
+
+
+def messages(resources: list[dict[str, Any]], files: dict[str, str], **options: Any) -> list[str]:
+    """Every violation as `[policy] resource: message`."""
+    return [str(v) for v in validators.check_resources(resources, files, **options)]
+
+
+@pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
+def test_real_render_passes_every_policy(render_dirs: dict[str, Path], stack: str) -> None:
+    assert validators.check_render(render_dirs[stack]) == []
+    assert validators.main([str(render_dirs[stack])]) == 0
+
+
+def test_real_renders_contain_what_the_policies_inspect(strix: Render, mi300x: Render) -> None:
+    # Guards against passing by finding nothing: each rule has something to look at.
+    assert validators.containers(named(strix[0], "-deployment"))
+    assert named(strix[0], "models-pvc")["options"]["protect"] is True
+    assert {"/opt/llm/compose.yaml", "/opt/llm/Caddyfile"} <= set(mi300x[1])
+
+
+def test_floating_image_tag_fails(strix: Render) -> None:
+    resources, files = strix
+    server_container(resources)["image"] = "ghcr.io/ggml-org/llama.cpp:server-vulkan"
+    assert messages(resources, files) == [
+        "[images-pinned] deepseek-v4-flash-0731-deployment: container llama-server image "
+        "'ghcr.io/ggml-org/llama.cpp:server-vulkan' is not pinned: use a digest (@sha256:...) "
+        "or a tag that names one build (x.y.z or bNNNN)"
+    ]
+
+
+def test_floating_image_in_the_compose_file_fails(mi300x: Render) -> None:
+    resources, files = mi300x
+    files["/opt/llm/compose.yaml"] = files["/opt/llm/compose.yaml"].replace(
+        "caddy:2.11.7-alpine", "caddy:latest"
+    )
+    assert messages(resources, files) == [
+        "[images-pinned] vllm-compose: compose service caddy image 'caddy:latest' is not pinned: "
+        "use a digest (@sha256:...) or a tag that names one build (x.y.z or bNNNN)"
+    ]
+
+
+def test_startup_probe_shorter_than_the_load_fails(strix: Render) -> None:
+    resources, files = strix
+    server_container(resources)["startupProbe"]["failureThreshold"] = 10
+    assert messages(resources, files) == [
+        "[gpu-server-probes] deepseek-v4-flash-0731-deployment: container llama-server: "
+        "startupProbe allows 130s (initialDelaySeconds + periodSeconds x failureThreshold), less "
+        "than the 300s model load: the pod would be killed while loading (raise failureThreshold)"
+    ]
+
+
+def test_min_load_is_configurable(render_dirs: dict[str, Path]) -> None:
+    # The default startup probe allows 30 + 10 x 177 = 1800 s.
+    assert validators.check_render(render_dirs["strix-halo"], min_load_seconds=1800) == []
+    (violation,) = validators.check_render(render_dirs["strix-halo"], min_load_seconds=1801)
+    assert "startupProbe allows 1800s" in violation.message
+
+
+def test_gpu_server_without_startup_probe_falls_back_to_liveness(strix: Render) -> None:
+    resources, files = strix
+    container = server_container(resources)
+    del container["startupProbe"]
+    # The liveness probe alone allows 0 + 30 x 5 = 150 s: it would kill a loading server.
+    assert any("livenessProbe allows 150s" in m for m in messages(resources, files))
+    del container["livenessProbe"]
+    assert any(
+        "a GPU server without a startupProbe or livenessProbe" in m
+        for m in messages(resources, files)
+    )
+
+
+def test_compose_healthcheck_start_period_shorter_than_the_load_fails(mi300x: Render) -> None:
+    resources, files = mi300x
+    files["/opt/llm/compose.yaml"] = files["/opt/llm/compose.yaml"].replace(
+        "start_period: 3600s", "start_period: 1m"
+    )
+    assert messages(resources, files) == [
+        "[gpu-server-probes] vllm-compose: compose service vllm: healthcheck allows 105s "
+        "(start_period + interval x retries), less than the 300s model load"
+    ]
+
+
+def test_compose_up_wait_timeout_shorter_than_the_load_fails(mi300x: Render) -> None:
+    resources, files = mi300x
+    up = named(resources, "vllm-up")
+    up["inputs"]["create"] = up["inputs"]["create"].replace(
+        "--wait-timeout 3600", "--wait-timeout 60"
+    )
+    assert messages(resources, files) == [
+        "[gpu-server-probes] vllm-up: `docker compose up --wait-timeout 60` gives up before the "
+        "300s model load"
+    ]
+
+
+def test_hf_token_literal_in_env_fails(strix: Render) -> None:
+    resources, files = strix
+    server_container(resources)["env"].append({"name": "HF_TOKEN", "value": "hf_" + "a" * 34})
+    assert messages(resources, files) == [
+        "[no-secret-literals] deepseek-v4-flash-0731-deployment: container llama-server: env "
+        "HF_TOKEN has a literal value; take it from a Secret (valueFrom.secretKeyRef, an "
+        "env_file) instead"
+    ]
+
+
+def test_env_from_a_secret_and_api_key_from_a_variable_pass(strix: Render) -> None:
+    resources, files = strix
+    container = server_container(resources)
+    ref = {"secretKeyRef": {"name": "llm-api-key", "key": "key"}}
+    container["env"].append({"name": "LLAMA_API_KEY", "valueFrom": ref})
+    container["args"] += ["--api-key", "$(LLAMA_API_KEY)", "--api-key-file", "/run/key"]
+    assert messages(resources, files) == []
+
+
+def test_api_key_flag_with_a_literal_fails(strix: Render) -> None:
+    resources, files = strix
+    server_container(resources)["args"] += ["--api-key=sk-" + "x" * 24]
+    assert messages(resources, files) == [
+        "[no-secret-literals] deepseek-v4-flash-0731-deployment: container llama-server: "
+        "`--api-key` is given a literal value; pass a file (--api-key-file) or a variable set "
+        "from a Secret",
+        "[no-secret-literals] deepseek-v4-flash-0731-deployment: container llama-server: "
+        "contains what looks like a credential (sk-xx...)",
+    ]
+
+
+def test_secret_literals_in_compose_and_scripts_fail(mi300x: Render) -> None:
+    resources, files = mi300x
+    files["/opt/llm/compose.yaml"] = files["/opt/llm/compose.yaml"].replace(
+        "HF_HUB_OFFLINE: '1'", "HF_HUB_OFFLINE: '1'\n      VLLM_API_KEY: s3cret"
+    )
+    check = named(resources, "vllm-check")
+    check["inputs"]["create"] += "\ncurl -H 'Authorization: Bearer sk-abcdefghijklmnopqrstu' x\n"
+    assert messages(resources, files) == [
+        "[no-secret-literals] vllm-compose: compose service vllm: env VLLM_API_KEY has a "
+        "literal value; take it from a Secret (valueFrom.secretKeyRef, an env_file) instead",
+        "[no-secret-literals] vllm-check: create script: contains what looks like a credential "
+        "(sk-ab...)",
+    ]
+
+
+def test_unprotected_model_pvc_fails(strix: Render) -> None:
+    resources, files = strix
+    del named(resources, "models-pvc")["options"]["protect"]
+    assert messages(resources, files) == [
+        "[model-pvc-protected] models-pvc: a model PVC without `protect`: a replace or destroy "
+        "would delete the downloaded weights (set ResourceOptions(protect=True))"
+    ]
+
+
+def test_caddy_allowlist_open_to_the_world_fails_unless_allowed(mi300x: Render) -> None:
+    resources, files = mi300x
+    files["/opt/llm/Caddyfile"] = files["/opt/llm/Caddyfile"].replace(
+        "198.51.100.0/24", "0.0.0.0/0 ::/0"
+    )
+    assert messages(resources, files) == [
+        "[caddy-allowlist] vllm-caddyfile: /opt/llm/Caddyfile: the allowlist admits 0.0.0.0/0 "
+        "and ::/0, i.e. the whole internet (set allowWorld in the policy config if that is "
+        "intended)"
+    ]
+    assert messages(resources, files, allow_world=True) == []
+
+
+def test_caddyfile_without_an_allowlist_fails(mi300x: Render) -> None:
+    resources, files = mi300x
+    lines = files["/opt/llm/Caddyfile"].splitlines()
+    files["/opt/llm/Caddyfile"] = "\n".join(
+        line for line in lines if "remote_ip" not in line and "@denied" not in line
+    )
+    assert any("no remote_ip/client_ip allowlist" in m for m in messages(resources, files))
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("3600s", 3600), ("1h30m", 5400), ("90", 90), ("1m30s", 90), (45, 45)]
+)
+def test_compose_durations(text: object, seconds: float) -> None:
+    assert validators.duration_seconds(text) == seconds
+
+
+def test_malformed_duration_is_an_error() -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        validators.duration_seconds("ten minutes")
+
+
+# --- the pulumi_policy wiring ---------------------------------------------------------------
+
+
+def policy_args(
+    resource_type: str, props: dict[str, Any], protect: bool = False, **config: Any
+) -> ResourceValidationArgs:
+    """What the Pulumi engine hands a resource policy."""
+    options = PolicyResourceOptions(
+        protect=protect, ignore_changes=[], delete_before_replace=None, aliases=[],
+        custom_timeouts=PolicyCustomTimeouts(0, 0, 0), additional_secret_outputs=[],
+    )  # fmt: skip
+    urn = f"urn:pulumi:dev::llm-infra::{resource_type}::r"
+    return ResourceValidationArgs(resource_type, props, urn, "r", options, None, config)
+
+
+def run_policy(name: str, args: ResourceValidationArgs) -> list[str]:
+    """Messages the named policy of the pack reports for args."""
+    (found,) = [p for p in pack.policies() if p.name == name]
+    reported: list[str] = []
+
+    def report(message: str, urn: str | None = None) -> None:
+        reported.append(message)
+
+    found.validate(args, report)
+    return reported
+
+
+def test_pack_has_one_policy_per_validator() -> None:
+    assert tuple(p.name for p in pack.policies()) == validators.POLICY_NAMES
+
+
+def test_pack_reads_caddyfile_from_the_copied_asset_and_honours_allow_world(
+    mi300x: Render,
+) -> None:
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace("198.51.100.0/24", "0.0.0.0/0")
+    props = {"remotePath": "/opt/llm/Caddyfile", "source": pulumi.StringAsset(caddyfile)}
+    args = policy_args("command:remote:CopyToRemote", props)
+    assert run_policy("caddy-allowlist", args) == [
+        "/opt/llm/Caddyfile: the allowlist admits 0.0.0.0/0, i.e. the whole internet (set "
+        "allowWorld in the policy config if that is intended)"
+    ]
+    allowed = policy_args("command:remote:CopyToRemote", props, allowWorld=True)
+    assert run_policy("caddy-allowlist", allowed) == []
+
+
+def test_pack_reads_protect_from_the_resource_options(strix: Render) -> None:
+    pvc = named(strix[0], "models-pvc")
+    kind = "kubernetes:core/v1:PersistentVolumeClaim"
+    assert run_policy("model-pvc-protected", policy_args(kind, pvc["inputs"], protect=True)) == []
+    assert len(run_policy("model-pvc-protected", policy_args(kind, pvc["inputs"]))) == 1
+
+
+def test_pack_passes_min_load_seconds_from_its_config(strix: Render) -> None:
+    deployment = named(strix[0], "-deployment")
+    kind = "kubernetes:apps/v1:Deployment"
+    assert run_policy("gpu-server-probes", policy_args(kind, deployment["inputs"])) == []
+    strict = policy_args(kind, deployment["inputs"], minLoadSeconds=3600)
+    assert run_policy("gpu-server-probes", strict) == [
+        "container llama-server: startupProbe allows 1800s (initialDelaySeconds + periodSeconds"
+        " x failureThreshold), less than the 3600s model load: the pod would be killed while "
+        "loading (raise failureThreshold)"
+    ]
+
+
+def test_pack_metadata_names_a_python_runtime_and_the_installed_sdk() -> None:
+    metadata = yaml.safe_load((ROOT / "policy/PulumiPolicy.yaml").read_text())
+    assert metadata["runtime"]["name"] == "python"
+    assert metadata["version"]
+    requirements = (ROOT / "policy/requirements.txt").read_text().splitlines()
+    assert f"pulumi-policy=={importlib.metadata.version('pulumi-policy')}" in requirements
+
+
+def test_pack_serves_its_policies_to_the_pulumi_engine(tmp_path: Path) -> None:
+    # What `pulumi preview --policy-pack policy` does first: start the pack and ask what it holds.
+    import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; pulumi pulls it in
+    from google.protobuf import empty_pb2
+    from pulumi.runtime.proto import analyzer_pb2_grpc
+
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "policy/__main__.py")],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline())
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            info = analyzer_pb2_grpc.AnalyzerStub(channel).GetAnalyzerInfo(
+                empty_pb2.Empty(), timeout=30
+            )
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert info.name == pack.PACK_NAME
+    assert tuple(p.name for p in info.policies) == validators.POLICY_NAMES
