@@ -255,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("gpu-gate", "fail unless llama-server's load log shows the layers on a GPU"),
         ("diff", "the render diff of a stack against a git ref (what the PR preview posts)"),
         ("check-litellm", "check that a litellm.yaml routes each stack's model name"),
+        ("docs", "write docs/STACK.md, the deployment reference, from the config and the plan"),
         ("fetch", "download a locked model into a directory (resumable, atomic)"),
         ("check-model", "check that a directory holds the complete locked model"),
     ):
@@ -273,6 +274,10 @@ def _passthrough(command: str, rest: list[str]) -> int:
         from infra import diff
 
         return diff.main(rest)
+    if command == "docs":
+        from infra import docs
+
+        return docs.main(rest)
     if command == "check-litellm":
         from infra import litellm
 

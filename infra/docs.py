@@ -1,0 +1,223 @@
+"""`llm-infra docs STACK`: the deployment reference, written from the typed config and the plan.
+
+Seed 000 was a hand-kept reference ("keep this in sync if the Deployment is edited"); this one
+is generated from what is deployed, and a test fails when a committed `docs/STACK.md` is stale.
+"""
+
+import argparse
+import sys
+from pathlib import Path
+
+from components.vllm_rocm_builders import vllm_serve_args
+from infra.config import ConfigError, StackConfig, StrixHaloStack, lock_path_for, project_root
+from infra.config_docker_host import Mi300xStack
+from infra.lock import ModelSource, model_source
+from infra.stack_plan import llamacpp_inputs, load_seconds, stack_plan
+
+LLAMA_FLAGS = {
+    "-m": "Model file: the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder.",
+    "--alias": "Name in `GET /v1/models`; must match LiteLLM's `model_name` for this server.",
+    "--host": "Bind address; `0.0.0.0` so the Service reaches the pod.",
+    "--port": "Listen port (containerPort and Service targetPort).",
+    "--jinja": "Use the chat template in the GGUF (reasoning comes back in `reasoning_content`).",
+    "-ngl": "GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers.",
+    "-c": "Total KV-cache context, shared by the slots.",
+    "-np": "Parallel slots; each gets `-c / -np` tokens.",
+    "--cont-batching": "Continuous batching across slots.",
+    "--no-cont-batching": "No continuous batching.",
+    "--cache-type-k": "K cache type (deepseek4 needs K = V).",
+    "--cache-type-v": "V cache type.",
+    "--temp": "Default sampling temperature (clients may override per request).",
+    "--top-p": "Default nucleus-sampling threshold (clients may override).",
+    "--threads": "CPU threads: sampling and the CPU-resident layers.",
+    "--cache-ram": "Prompt cache in host RAM (MiB), counted against the container limit.",
+    "-lv": "Log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads.",
+    "--log-file": "Load log for the GPU gate's startup probe.",
+    "--api-key-file": "API key from a Kubernetes Secret (clients send it as a Bearer token).",
+}
+VLLM_FLAGS = {
+    "--served-model-name": "Model id in `/v1/models`; LiteLLM routes by it.",
+    "--host": "Bind address inside the compose network (never published on the host).",
+    "--port": "vLLM's port behind Caddy.",
+    "-tp": "Tensor parallel size: one MI300X.",
+    "--max-model-len": "Longest context (tokens).",
+    "--max-num-batched-tokens": "Scheduler budget per step (seed 002: 2048).",
+    "--max-num-seqs": "Concurrent sequences.",
+    "--kv-cache-memory-bytes": "GPU KV cache in bytes (replaces --gpu-memory-utilization).",
+    "--kv-offloading-size": "CPU KV tier in GiB: pinned host memory for prefix-cache entries.",
+    "--kv-offloading-backend": "CPU KV tier implementation.",
+    "--kv-cache-dtype": "KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4).",
+    "--speculative-config": "Speculative decoding (DSpark, draft tokens).",
+    "--reasoning-parser": "Splits reasoning into `reasoning_content`.",
+    "--enable-auto-tool-choice": "Lets the model call tools when the client offers them.",
+    "--tool-call-parser": "Parses the model's tool calls.",
+    "--enable-prefix-caching": "Reuses the KV of shared prompt prefixes.",
+}
+
+
+def _flag_rows(argv: list[str], meanings: dict[str, str]) -> list[str]:
+    rows = ["| Flag | Value | Meaning |", "|------|-------|---------|"]
+    index = 0
+    while index < len(argv):
+        flag = argv[index]
+        value = ""
+        if (
+            index + 1 < len(argv)
+            and not argv[index + 1].startswith("--")
+            and (not argv[index + 1].startswith("-") or argv[index + 1][1:2].isdigit())
+        ):
+            value = argv[index + 1]
+            index += 1
+        shown = f"`{value}`" if value else "*(flag)*"
+        rows.append(f"| `{flag}` | {shown} | {meanings.get(flag, '')} |")
+        index += 1
+    return rows
+
+
+def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[str]:
+    from components.llamacpp_vulkan_server import probe_window_seconds, server_container
+    from infra.kubernetes_target import server_args
+
+    volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
+    args = server_args(stack, source, volume)  # type: ignore[arg-type]
+    if stack.server.api_key:
+        args["api_key"] = "[secret]"
+    # The container the Deployment runs: the reference shows exactly what is deployed.
+    argv: list[str] = server_container(args)["args"]
+    server, probes = stack.server, stack.server.probes
+    startup = "the GPU gate (load log)" if server.gpu_gate else f"GET {probes.startup.path}"
+    readiness = probes.readiness
+    inputs = llamacpp_inputs(stack, source)
+    resources = server.resources
+    lines = [
+        f"# Deployment reference: `{name}`",
+        "",
+        f"Generated by `llm-infra docs {name}` from `stacks/Pulumi.{name}.yaml`; do not edit.",
+        "",
+        "## Model & source",
+        "",
+        f"- **Repo:** `{stack.model.repo}` at `{source.revision}`"
+        + ("" if source.locked else " (unlocked: run `llm-infra lock`)"),
+        f"- **Architecture:** `{stack.model.architecture}`, {stack.model.layers} layers",
+        "- **Files:** " + ", ".join(f"`{f.name}`" for f in source.files),
+        f"- **Image:** `{server.image}`",
+        "",
+        "## Argument by argument",
+        "",
+        *_flag_rows(argv, LLAMA_FLAGS),
+        "",
+        "## Memory budget",
+        "",
+        "```",
+        stack_plan(stack, source).table(),
+        "```",
+        "",
+        "## Resources",
+        "",
+        "```",
+        f"requests: cpu {resources.requests.cpu}, memory {resources.requests.memory}",
+        f"limits: cpu {resources.limits.cpu}, memory {resources.limits.memory}",
+        "```",
+        "",
+        "## Probes",
+        "",
+        f"- `startupProbe`: {startup}, every {probes.startup.period_seconds}s, up to "
+        f"{probe_window_seconds(args['probes']['startup'])}s for the load (estimated "
+        f"{load_seconds(stack, inputs):.0f}s at {stack.memory.disk_read_mibps:g} MiB/s).",
+        f"- `readinessProbe`: GET {readiness.path} after {readiness.initial_delay_seconds}s, "
+        f"every {readiness.period_seconds}s, {readiness.failure_threshold} failures.",
+        f"- `livenessProbe`: GET {probes.liveness.path} every {probes.liveness.period_seconds}s, "
+        f"{probes.liveness.failure_threshold} failures, only once the startup probe passed.",
+        "",
+        "## GPU access",
+        "",
+        (
+            "`privileged: true` with a hostPath mount of `/dev/dri` (no device plugin); the root "
+            "filesystem is read-only. `server.gpuAccess: device-plugin` drops every privilege."
+            if server.gpu_access == "privileged"
+            else f"`{server.gpu_resource}: 1` from the device plugin; non-root, no capabilities."
+        ),
+        "",
+        "## How to tune",
+        "",
+        "- `llm-infra plan "
+        + name
+        + " --suggest` gives the highest `-ngl` and largest context that fit.",
+        "- Out of memory at load: lower `server.gpuLayers`, or raise "
+        "`server.resources.limits.memory` for the CPU side.",
+        "- More concurrent requests: raise `server.parallel` with `server.contextSize` "
+        "(each slot needs its own 64k).",
+        "",
+    ]
+    return lines
+
+
+def _mi300x(stack: Mi300xStack, source: ModelSource, name: str) -> list[str]:
+    from infra.docker_host_target import vllm_flags
+
+    argv = vllm_serve_args(vllm_flags(stack))
+    caddy = stack.caddy
+    tls = "ACME certificates" if caddy.tls == "auto" else "Caddy internal CA"
+    allowed = ", ".join(f"`{c}`" for c in caddy.allowed_cidrs)
+    return [
+        f"# Deployment reference: `{name}`",
+        "",
+        f"Generated by `llm-infra docs {name}` from `stacks/Pulumi.{name}.yaml`; do not edit.",
+        "",
+        "## Model & source",
+        "",
+        f"- **Repo:** `{stack.model.repo}` at `{source.revision}`"
+        + ("" if source.locked else " (unlocked: run `llm-infra lock`)"),
+        f"- **Image:** `{stack.server.image}`",
+        f"- **Host:** `{stack.host.user}@{stack.host.address}`, model in `{stack.host.model_dir}`",
+        "",
+        "## Argument by argument",
+        "",
+        *_flag_rows(argv[2:], VLLM_FLAGS),
+        "",
+        "## Memory budget",
+        "",
+        "```",
+        stack_plan(stack, source).table(),
+        "```",
+        "",
+        "## Access",
+        "",
+        f"- HTTPS at `https://{caddy.site}` ({tls}), allowed from {allowed}; others get 403.",
+        "- API key from the `apiKey` secret, in a 0600 env file on the host.",
+        "",
+    ]
+
+
+def render_docs(stack: StackConfig, source: ModelSource, name: str) -> str:
+    """The reference document of a stack."""
+    if isinstance(stack, StrixHaloStack):
+        return "\n".join(_strix_halo(stack, source, name))
+    return "\n".join(_mi300x(stack, source, name))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`llm-infra docs STACK [--out FILE] [--check]`."""
+    from infra.cli import _load_stack, _report
+
+    parser = argparse.ArgumentParser(prog="llm-infra docs", description=__doc__.splitlines()[0])
+    parser.add_argument("stack")
+    parser.add_argument("--out", type=Path, help="default: docs/STACK.md")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
+    args = parser.parse_args(argv)
+    try:
+        name, path, stack = _load_stack(args.stack)
+        source = model_source(stack.model, lock_path_for(path), preview=True)
+    except ConfigError as exc:
+        return _report(exc, f"invalid configuration in {args.stack}")
+    text = render_docs(stack, source, name)
+    out = args.out or project_root() / "docs" / f"{name}.md"
+    if args.check:
+        if not out.is_file() or out.read_text() != text:
+            print(f"llm-infra docs: {out} is stale: run llm-infra docs {name}", file=sys.stderr)
+            return 1
+        return 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0

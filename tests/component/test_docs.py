@@ -1,0 +1,44 @@
+"""`llm-infra docs`: the committed deployment references are current, and go stale on a change."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, STACKS
+
+
+def docs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", "docs", *args],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
+def test_committed_reference_matches_what_is_deployed(stack: str) -> None:
+    result = docs(stack, "--check")
+    assert result.returncode == 0, f"{result.stderr} (run: llm-infra docs {stack})"
+
+
+def test_a_changed_flag_makes_the_reference_stale(tmp_path: Path) -> None:
+    stack = tmp_path / "Pulumi.strix-halo.yaml"
+    stack.write_text(
+        (STACKS / "Pulumi.strix-halo.yaml").read_text().replace("gpuLayers: 40", "gpuLayers: 38")
+    )
+    result = docs(str(stack), "--check", "--out", str(ROOT / "docs" / "strix-halo.md"))
+    assert result.returncode == 1
+    assert "is stale" in result.stderr
+    out = tmp_path / "strix-halo.md"
+    assert docs(str(stack), "--out", str(out)).returncode == 0
+    assert "| `-ngl` | `38` |" in out.read_text()
+
+
+def test_reference_has_the_seed_sections() -> None:
+    text = (ROOT / "docs" / "strix-halo.md").read_text()
+    for heading in ("## Argument by argument", "## Memory budget", "## Resources", "## Probes",
+                    "## GPU access", "## How to tune"):  # fmt: skip
+        assert heading in text
+    assert "| `--alias` | `deepseek-v4-flash-0731` |" in text
+    assert "limits: cpu 4000m, memory 20Gi" in text
