@@ -1,0 +1,73 @@
+"""The example program: a model store and a llama.cpp Vulkan server for one small GGUF."""
+
+import pulumi
+
+from components import GgufModelStore, HttpProbe, LlamaCppVulkanServer
+
+NAMESPACE = "llm"
+NODE = {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
+MODEL = "Qwen3-8B-Q4_K_M.gguf"
+
+
+def health_probe(initial_delay_seconds: int, failure_threshold: int) -> HttpProbe:
+    """GET /health every 10 s."""
+    return {
+        "path": "/health",
+        "initial_delay_seconds": initial_delay_seconds,
+        "period_seconds": 10,
+        "failure_threshold": failure_threshold,
+        "timeout_seconds": 5,
+    }
+
+
+def main() -> None:
+    """Create the store and the server; export the URL."""
+    store = GgufModelStore(
+        "models",
+        {
+            "namespace": NAMESPACE,
+            "repo": "unsloth/Qwen3-8B-GGUF",
+            "revision": "main",
+            "files": [{"path": MODEL, "name": MODEL}],
+            "volume_size": "20Gi",
+            "storage_class": "local-path",
+            "node_selector": NODE,
+            "fetch_image": "python:3.12.8-slim-bookworm",
+        },
+    )
+    server = LlamaCppVulkanServer(
+        "qwen3-8b",
+        {
+            "namespace": NAMESPACE,
+            "image": "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
+            "flags": {
+                "model_path": f"/models/{MODEL}",
+                "alias": "qwen3-8b",
+                "host": "0.0.0.0",
+                "port": 8080,
+                "jinja": True,
+                "gpu_layers": 37,
+                "ctx_size": 32768,
+                "parallel": 2,
+                "cont_batching": True,
+                "cache_type_k": "q8_0",
+                "cache_type_v": "q8_0",
+                "temperature": 0.6,
+                "top_p": 0.95,
+                "threads": 4,
+            },
+            "model": store.model_volume,
+            "node_selector": NODE,
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "2Gi"},
+                "limits": {"cpu": "2000m", "memory": "8Gi"},
+            },
+            "probes": {
+                "startup": health_probe(10, 60),
+                "readiness": health_probe(5, 3),
+                "liveness": health_probe(0, 5),
+            },
+        },
+        opts=pulumi.ResourceOptions(depends_on=[store]),
+    )
+    pulumi.export("url", server.url)

@@ -1,0 +1,61 @@
+"""The examples: the Python one runs under mocks; the YAML one speaks the provider's schema."""
+
+import importlib.util
+import json
+from typing import Any
+
+import pytest
+import yaml
+from pulumi.provider.experimental.component import ComponentProvider
+
+from components.provider import COMPONENTS, PACKAGE
+from infra.render import run_program
+from tests.conftest import ROOT
+
+EXAMPLES = ROOT / "examples"
+
+
+def test_python_example_registers_the_store_and_server() -> None:
+    spec = importlib.util.spec_from_file_location("example", EXAMPLES / "python-k3s" / "example.py")
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rendered = run_program(example.main, {}, [], stack="dev", project="llm-infra-example-python")
+    types = {r["type"] for r in rendered.resources}
+    assert {"llm-infra:index:GgufModelStore", "kubernetes:apps/v1:Deployment"} <= types
+    assert rendered.outputs["url"] == "http://qwen3-8b.llm.svc:8080"
+    deployment = next(r for r in rendered.resources if r["type"] == "kubernetes:apps/v1:Deployment")
+    args = deployment["inputs"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["-m", "/models/Qwen3-8B-Q4_K_M.gguf"]
+
+
+def _properties(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    if "$ref" in spec:
+        return dict(schema["types"][spec["$ref"].removeprefix("#/types/")])
+    return spec
+
+
+def _check(schema: dict[str, Any], spec: dict[str, Any], value: Any, where: str) -> None:
+    resolved = _properties(schema, spec)
+    if "properties" in resolved and isinstance(value, dict):
+        unknown = set(value) - set(resolved["properties"])
+        assert not unknown, f"{where}: {unknown} not in the schema"
+        missing = set(resolved.get("required", [])) - set(value)
+        assert not missing, f"{where}: {missing} required"
+        for key, item in value.items():
+            _check(schema, resolved["properties"][key], item, f"{where}.{key}")
+
+
+@pytest.mark.parametrize("name", ["models", "qwen"])
+def test_yaml_example_uses_only_schema_properties(name: str) -> None:
+    provider = ComponentProvider(COMPONENTS, PACKAGE, version="0.1.0")
+    assert provider.schema is not None
+    schema = json.loads(provider.schema)
+    program = yaml.safe_load((EXAMPLES / "yaml-k3s" / "Pulumi.yaml").read_text())
+    resource = program["resources"][name]
+    spec = schema["resources"][resource["type"]]
+    properties = resource["properties"]
+    assert set(spec["requiredInputs"]) <= set(properties)
+    for key, value in properties.items():
+        assert key in spec["inputProperties"], f"{name}.{key} is not an input"
+        _check(schema, spec["inputProperties"][key], value, f"{name}.{key}")
