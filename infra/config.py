@@ -204,6 +204,13 @@ class NetworkSettings(Strict):
     clients: list[NetworkClientSettings] = [NetworkClientSettings(namespace="litellm")]
 
 
+class LitellmSettings(Strict):
+    """How LiteLLM learns the route: the stack output only, or a ConfigMap in its namespace."""
+
+    manage: Literal["output", "configmap"] = "output"
+    namespace: DnsLabel = "litellm"
+
+
 class StrixHaloStack(Strict):
     """A llama.cpp Vulkan server on a Kubernetes (k3s) node, with its model volume."""
 
@@ -211,6 +218,7 @@ class StrixHaloStack(Strict):
     kubernetes: KubernetesSettings = KubernetesSettings()
     network: NetworkSettings = NetworkSettings()
     memory: MemorySettings = MemorySettings()
+    litellm: LitellmSettings = LitellmSettings()
     model: ModelSettings
     store: StoreSettings
     server: ServerSettings

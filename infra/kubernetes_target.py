@@ -6,6 +6,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+import yaml
 
 from components import (
     GgufModelStore,
@@ -60,9 +61,20 @@ def deploy(stack: StrixHaloStack, source: ModelSource, secrets: StackSecrets) ->
     pulumi.export("modelPath", store.model_path)
     pulumi.export("lockDigest", store.lock_digest)
     pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
-    pulumi.export(
-        "litellmModel", server.url.apply(lambda url: litellm_entry(stack.server.alias, url))
-    )
+    entry = server.url.apply(lambda url: litellm_entry(stack.server.alias, url))
+    pulumi.export("litellmModel", entry)
+    if stack.litellm.manage == "configmap":
+        k8s.core.v1.ConfigMap(
+            "litellm-route",
+            metadata={
+                "name": f"llm-infra-route-{stack.server.resource_name}",
+                "namespace": stack.litellm.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "llm-infra", "litellm/route": "true"},
+            },
+            # A model_list fragment LiteLLM's config can include (or an operator can merge).
+            data=entry.apply(lambda e: {"model_list.yaml": yaml.safe_dump([e], sort_keys=False)}),
+            opts=pulumi.ResourceOptions(provider=provider),
+        )
 
 
 def litellm_entry(alias: str, url: str) -> dict[str, Any]:

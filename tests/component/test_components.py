@@ -8,6 +8,7 @@ from typing import Any
 
 import pulumi
 import pytest
+import yaml
 
 from components import GgufModelStore, LlamaCppVulkanServer
 from infra import program
@@ -163,3 +164,15 @@ def test_pulumi_up_refuses_a_docker_host_stack_without_its_secrets(tmp_path: Pat
     assert rendered.outputs["modelRevision"] == "a" * 40
     text = json.dumps(rendered.resources) + "".join(rendered.commands.values())
     assert "AAAA" not in text and "sk-live-0123456789" not in text
+
+
+def test_litellm_route_can_be_a_configmap_in_litellms_namespace() -> None:
+    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    config["llm-infra:litellm"] = json.dumps({"manage": "configmap"})
+    rendered = run_program(program.main, config, secret_keys, stack="strix-halo")
+    route = next(r for r in rendered.resources if r["name"] == "litellm-route")
+    assert route["inputs"]["metadata"]["namespace"] == "litellm"
+    (entry,) = yaml.safe_load(route["inputs"]["data"]["model_list.yaml"])
+    assert entry == rendered.outputs["litellmModel"]
+    default = run_program(program.main, *stack_config(STACKS / "Pulumi.strix-halo.yaml"), "s")
+    assert all(r["name"] != "litellm-route" for r in default.resources)
