@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from components.images import parse_image
 from components.llamacpp_vulkan_server import CACHE_TYPES, DEFAULT_IMAGE, CacheType
@@ -24,6 +24,7 @@ from infra.config_base import (
     SECRET_PLACEHOLDER,
     ConfigError,
     DnsLabel,
+    ImageReference,
     Port,
     Quantity,
     RepoModelSettings,
@@ -71,18 +72,12 @@ class StoreSettings(Strict):
     name: DnsLabel = "models"
     size: Quantity
     storage_class: Annotated[str, Field(min_length=1)] = "local-path"
-    fetch_image: str = "python:3.12.8-slim-bookworm"
+    fetch_image: ImageReference = "python:3.12.8-slim-bookworm"
     allow_floating_image: bool = False
     retired_patterns: list[Annotated[str, Field(min_length=1)]] = []
     parallel_downloads: Annotated[int, Field(ge=1, le=16)] = 3
     fetch_timeout_hours: Annotated[float, Field(gt=0, le=168)] = 12
     hf_endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")] | None = None
-
-    @field_validator("fetch_image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        parse_image(value)
-        return value
 
 
 class ProbeSettings(Strict):
@@ -143,7 +138,7 @@ class ServerSettings(Strict):
 
     name: DnsLabel | None = None
     alias: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
-    image: str = DEFAULT_IMAGE
+    image: ImageReference = DEFAULT_IMAGE
     allow_floating_image: bool = False
     host: Annotated[str, Field(min_length=1)] = "0.0.0.0"
     port: Port = 8080
@@ -163,12 +158,6 @@ class ServerSettings(Strict):
     resources: ResourceSettings
     probes: ProbesSettings = ProbesSettings()
     min_load_seconds: Annotated[int, Field(ge=0)] = 300
-
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        parse_image(value)
-        return value
 
     @property
     def resource_name(self) -> str:

@@ -6,7 +6,7 @@ import re
 from typing import Annotated
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from components.images import parse_image
@@ -122,6 +122,15 @@ def validation_problems(error: ValidationError) -> list[str]:
             message = f"{item['input']!r}: {message}"
         problems.append(f"{_key(item['loc'])}: {message}")
     return problems
+
+
+def _valid_image(value: str) -> str:
+    parse_image(value)
+    return value
+
+
+ImageReference = Annotated[str, AfterValidator(_valid_image)]
+"""A well-formed image reference (`repo[:tag][@sha256:...]`); pinning is checked per stack."""
 
 
 def image_problems(key: str, image: str, allowed: bool, example: str) -> list[str]:

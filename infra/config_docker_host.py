@@ -8,10 +8,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
 from components.images import parse_image
 from infra.config_base import (
+    ImageReference,
     Port,
     RepoModelSettings,
     Strict,
@@ -49,7 +50,7 @@ class SpeculativeSettings(Strict):
 class VllmSettings(Strict):
     """`vllm serve` flags and the image."""
 
-    image: str
+    image: ImageReference
     allow_floating_image: bool = False
     served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
     port: Port = 8000
@@ -69,12 +70,6 @@ class VllmSettings(Strict):
     prefix_caching: bool = True
     startup_timeout_seconds: Annotated[int, Field(ge=60)] = 3600
 
-    @field_validator("image")
-    @classmethod
-    def _image(cls, value: str) -> str:
-        parse_image(value)
-        return value
-
 
 class CaddySettings(Strict):
     """The HTTPS front: site, certificates and who may connect."""
@@ -83,7 +78,7 @@ class CaddySettings(Strict):
     tls: Literal["auto", "internal"]
     acme_email: str | None = None
     allowed_cidrs: list[str]
-    image: str = "caddy:2.11.7-alpine"
+    image: ImageReference = "caddy:2.11.7-alpine"
     allow_floating_image: bool = False
 
 
@@ -120,7 +115,7 @@ class Mi300xStack(Strict):
     target: Literal["docker-host"]
     host: HostSettings
     model: DockerHostModelSettings
-    fetch_image: str = "python:3.12.8-slim-bookworm"
+    fetch_image: ImageReference = "python:3.12.8-slim-bookworm"
     server: VllmSettings
     caddy: CaddySettings
     patches: list[PatchSettings] = []

@@ -63,17 +63,25 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _repo_ok(self, repo: str, revision: str) -> bool:
+            """Token, repo and revision as the hub checks them; answers the error if not."""
+            if hub.token is not None and self.headers.get("Authorization") != f"Bearer {hub.token}":
+                self._error(401, "GatedRepo")
+            elif repo not in hub.repos:
+                self._error(404, "RepoNotFound")
+            elif revision not in ("main", COMMIT):
+                self._error(404, "RevisionNotFound")
+            else:
+                return True
+            return False
+
         def _api(self, parts: list[str]) -> None:
             # api/models/{owner}/{name}/{revision|tree}/{rev}
             if len(parts) < 6 or parts[4] not in ("revision", "tree"):
                 return self._error(404, "EntryNotFound")
             repo, kind, revision = "/".join(parts[2:4]), parts[4], parts[5]
-            if hub.token is not None and self.headers.get("Authorization") != f"Bearer {hub.token}":
-                return self._error(401, "GatedRepo")
-            if repo not in hub.repos:
-                return self._error(404, "RepoNotFound")
-            if revision not in ("main", COMMIT):
-                return self._error(404, "RevisionNotFound")
+            if not self._repo_ok(repo, revision):
+                return None
             files = hub.repos[repo]
             if kind == "revision":
                 siblings = [{"rfilename": path} for path in sorted(files)]
@@ -113,12 +121,8 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             if len(parts) < 5 or parts[2] != "resolve":
                 return self._error(404, "EntryNotFound")
             repo, revision, path = "/".join(parts[:2]), parts[3], "/".join(parts[4:])
-            if hub.token is not None and self.headers.get("Authorization") != f"Bearer {hub.token}":
-                return self._error(401, "GatedRepo")
-            if repo not in hub.repos:
-                return self._error(404, "RepoNotFound")
-            if revision not in ("main", COMMIT):
-                return self._error(404, "RevisionNotFound")
+            if not self._repo_ok(repo, revision):
+                return None
             if path not in hub.repos[repo]:
                 return self._error(404, "EntryNotFound")
             forced = hub.status_once.get(path)
