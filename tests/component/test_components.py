@@ -176,3 +176,17 @@ def test_litellm_route_can_be_a_configmap_in_litellms_namespace() -> None:
     assert entry == rendered.outputs["litellmModel"]
     default = run_program(program.main, *stack_config(STACKS / "Pulumi.strix-halo.yaml"), "s")
     assert all(r["name"] != "litellm-route" for r in default.resources)
+
+
+def test_pulumi_entry_point_runs_the_program(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`main: infra/` as Pulumi's Python host runs it: the directory's __main__.py, by path."""
+    import runpy
+
+    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    monkeypatch.chdir(STACKS.parent / "infra")
+
+    def pulumi_host() -> None:
+        runpy.run_path(str(STACKS.parent / "infra"), run_name="__main__")
+
+    rendered = run_program(pulumi_host, config, secret_keys, stack="strix-halo")
+    assert any(r["type"] == "kubernetes:apps/v1:Deployment" for r in rendered.resources)
