@@ -42,6 +42,9 @@ from typing import Any
 DEFAULT_ENDPOINT = "https://huggingface.co"
 STATE_DIR = ".llm-infra"
 CHUNK = 8 * 1024 * 1024
+# Network reads: read1 allocates a buffer of the size asked for on every call, so ask for what
+# one socket read can deliver rather than CHUNK.
+NET_CHUNK = 1024 * 1024
 PROGRESS_EVERY_S = 5.0
 
 EXIT_OK = 0
@@ -227,7 +230,7 @@ def _download_once(url: str, item: LockedFile, final: Path, part: Path, progress
                     while True:
                         try:
                             # read1: whatever has arrived, so a killed fetcher leaves it on disk.
-                            block = response.read1(CHUNK)
+                            block = response.read1(NET_CHUNK)
                         except OSError as exc:
                             raise FetchError(f"{url}: {exc}", EXIT_NETWORK) from exc
                         if not block:
