@@ -26,6 +26,7 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.verify_job import verify_config_map, verify_digest, verify_job, verify_pod_labels
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
@@ -139,6 +140,10 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """Who may reach the server (a NetworkPolicy); None creates no policy."""
     gpu_gate: NotRequired[bool]
     """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
+    verify_expectations: NotRequired[str | None]
+    """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
+    verify_image: NotRequired[str]
+    """Pinned stock Python image of the verify Job (default: the model check's image)."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):
@@ -191,15 +196,50 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             **without_kind(server_service(name, namespace, labels, port, service_port)),
             opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
         )
+        expectations = args.get("verify_expectations")
         clients = args.get("allowed_clients")
         if clients is not None:
             policy = ingress_policy(
                 f"{name}-ingress", namespace, labels, selector_labels(labels), port, clients
             )
+            if expectations is not None:
+                # The verify Job, in the server's own namespace, must reach it too.
+                policy["spec"]["ingress"][0]["from"].append(
+                    {"podSelector": {"matchLabels": verify_pod_labels(name)}}
+                )
             self.network_policy = k8s.networking.v1.NetworkPolicy(
                 f"{name}-ingress",
                 **without_kind(policy),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
+            )
+        if expectations is not None:
+            digest = verify_digest(expectations, deployment)
+            check_name = f"{name}-verify-{digest}"
+            self.verify_config_map = k8s.core.v1.ConfigMap(
+                f"{name}-verify",
+                **without_kind(verify_config_map(check_name, namespace, labels, expectations)),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
+            )
+            job = verify_job(
+                check_name,
+                namespace,
+                labels,
+                image=args.get("verify_image", args["model"]["check_image"]),
+                config_map=check_name,
+                url=service_url(name, namespace, service_port),
+                api_key_secret=(f"{name}-api-key", API_KEY_FILE) if api_key is not None else None,
+                run_as_user=args.get("run_as_user", DEFAULT_UID),
+            )
+            self.verify_job = k8s.batch.v1.Job(
+                f"{name}-verify-job",
+                **without_kind(job),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    # After the Deployment is Ready: a failed check fails `pulumi up`.
+                    depends_on=[self.deployment, self.service, self.verify_config_map],
+                    custom_timeouts=pulumi.CustomTimeouts(create="20m", update="20m"),
+                    delete_before_replace=True,
+                ),
             )
         self.service_name = pulumi.Output.from_input(name)
         self.url = pulumi.Output.from_input(service_url(name, namespace, service_port))

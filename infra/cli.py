@@ -164,7 +164,8 @@ def stack_url(stack: StackConfig) -> str:
 
 def _endpoint_tool(args: argparse.Namespace, rest: list[str]) -> int:
     """`verify` and `bench`: the stack's endpoint (or --url) and its expectations file."""
-    from infra import serve_bench, verify
+    from components import verify
+    from infra import serve_bench
 
     try:
         name, path, stack = _load_stack(args.stack)

@@ -132,6 +132,8 @@ class ServerSettings(Strict):
     run_as_user: Annotated[int, Field(ge=1)] = 10001
     api_key: bool = False
     gpu_gate: bool = False
+    verify_after_up: bool = False
+    """Run `llm-infra verify` as a Job after each `pulumi up` (needs stacks/STACK.verify.json)."""
     """Startup probe that fails unless the load log shows the layers on a Vulkan device."""
     cache_ram: Annotated[int, Field(ge=0)] | None = None
     """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""

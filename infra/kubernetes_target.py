@@ -22,7 +22,12 @@ from infra.config import ConfigError, ProbeSettings, StackSecrets, StrixHaloStac
 from infra.lock import ModelSource
 
 
-def deploy(stack: StrixHaloStack, source: ModelSource, secrets: StackSecrets) -> None:
+def deploy(
+    stack: StrixHaloStack,
+    source: ModelSource,
+    secrets: StackSecrets,
+    verify_expectations: str | None = None,
+) -> None:
     """Create the stack's resources and export its outputs."""
     if not source.files:
         raise ConfigError(
@@ -52,7 +57,11 @@ def deploy(stack: StrixHaloStack, source: ModelSource, secrets: StackSecrets) ->
     )
     server = LlamaCppVulkanServer(
         stack.server.resource_name,
-        {**server_args(stack, source, store.model_volume), "api_key": secrets.api_key},
+        {
+            **server_args(stack, source, store.model_volume),
+            "api_key": secrets.api_key,
+            "verify_expectations": verify_expectations,
+        },
         # Waiting on the store waits on its fetch Job: the server starts on a complete model.
         opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store]),
     )

@@ -24,7 +24,18 @@ def main() -> None:
     if problems:
         raise ConfigError(problems)
     if isinstance(stack, StrixHaloStack):
-        kubernetes_target.deploy(stack, source, secrets)
+        expectations = None
+        if stack.server.verify_after_up:
+            expect = lock_path.with_name(lock_path.name.replace(".lock.json", ".verify.json"))
+            if not expect.is_file():
+                raise ConfigError(
+                    [
+                        f"server.verifyAfterUp: true, but there are no expectations {expect} "
+                        "(record them: llm-infra verify STACK --url URL --record)"
+                    ]
+                )
+            expectations = expect.read_text()
+        kubernetes_target.deploy(stack, source, secrets, expectations)
     else:
         docker_host_target.deploy(stack, source, secrets)
     pulumi.export("plan", plan.to_json())

@@ -190,3 +190,37 @@ def test_pulumi_entry_point_runs_the_program(monkeypatch: pytest.MonkeyPatch) ->
 
     rendered = run_program(pulumi_host, config, secret_keys, stack="strix-halo")
     assert any(r["type"] == "kubernetes:apps/v1:Deployment" for r in rendered.resources)
+
+
+def test_verify_after_up_runs_a_job_after_the_deployment(tmp_path: Path) -> None:
+    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    server = json.loads(config["llm-infra:server"])
+    server.update(verifyAfterUp=True, apiKey=True)
+    config["llm-infra:server"] = json.dumps(server)
+    config["llm-infra:lockFile"] = str(tmp_path / "strix-halo.lock.json")
+    config["llm-infra:apiKey"] = "sk-live-verify-0123"
+    keys = [*secret_keys, "llm-infra:apiKey"]
+    with pytest.raises(ConfigError) as missing:
+        run_program(program.main, config, keys, stack="strix-halo")
+    assert missing.value.problems[0].startswith("server.verifyAfterUp: true, but there are no")
+    expect = {"version": 1, "cases": []}
+    (tmp_path / "strix-halo.verify.json").write_text(json.dumps(expect))
+    rendered = run_program(program.main, config, keys, stack="strix-halo")
+    resources = by_name(rendered)
+    job = resources["deepseek-v4-flash-0731-verify-job"]
+    assert {"deepseek-v4-flash-0731-deployment", "deepseek-v4-flash-0731-service"} <= set(
+        job["options"]["dependsOn"]
+    )
+    (container,) = job["inputs"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"][2] == "http://deepseek-v4-flash-0731.llm.svc:8080"
+    key = next(e for e in container["env"] if e["name"] == "LLM_INFRA_API_KEY")
+    assert key["valueFrom"]["secretKeyRef"]["name"] == "deepseek-v4-flash-0731-api-key"
+    data = resources["deepseek-v4-flash-0731-verify"]["inputs"]["data"]
+    assert json.loads(data["expect.json"]) == expect and "def main(" in data["verify.py"]
+    peers = resources["deepseek-v4-flash-0731-ingress"]["inputs"]["spec"]["ingress"][0]["from"]
+    verify_pod = {
+        "app.kubernetes.io/instance": "deepseek-v4-flash-0731",
+        "app.kubernetes.io/component": "verify",
+    }
+    assert {"podSelector": {"matchLabels": verify_pod}} in peers
+    assert "sk-live-verify-0123" not in json.dumps(rendered.resources)

@@ -45,3 +45,17 @@ def test_strict_validation_rejects_an_unknown_field(tmp_path: Path) -> None:
     result = kubernetes_validate(broken)
     assert result.returncode != 0
     assert "gpuLayers" in result.stdout + result.stderr
+
+
+def test_verify_job_and_api_key_secret_pass_strict_validation(tmp_path: Path) -> None:
+    text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
+    text = text.replace("    gpuGate: true\n", "    gpuGate: true\n    verifyAfterUp: true\n")
+    (tmp_path / "Pulumi.strix-halo.yaml").write_text(text)
+    (tmp_path / "strix-halo.verify.json").write_text('{"version": 1, "cases": []}\n')
+    out = tmp_path / "out"
+    result = render(str(tmp_path / "Pulumi.strix-halo.yaml"), out, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    kinds = [d["kind"] for d in yaml.safe_load_all((out / "manifests.yaml").read_text())]
+    assert kinds.count("Job") == 2
+    validated = kubernetes_validate(out / "manifests.yaml")
+    assert validated.returncode == 0, validated.stdout + validated.stderr

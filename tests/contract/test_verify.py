@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import verify
+from components import verify
 from tests.contract.llama_server import run_llama_server, tiny_server_argv
 from tests.contract.tiny_gguf import write_tiny_model_seeded
 

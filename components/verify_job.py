@@ -1,0 +1,118 @@
+"""The optional post-deploy check: a Job that runs `verify.py` against the server's Service."""
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from components.pod_security import (
+    SCRATCH_MOUNT,
+    checkov_skips,
+    image_skips,
+    restricted_container,
+    restricted_pod,
+    scratch_mount,
+    scratch_volume,
+)
+
+VERIFY_SOURCE = Path(__file__).with_name("verify.py")
+VERIFY_MOUNT = "/opt/llm-infra-verify"
+
+
+def verify_pod_labels(name: str) -> dict[str, str]:
+    """Labels of the verify pod; the server's NetworkPolicy admits them."""
+    return {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "verify"}
+
+
+def verify_digest(expectations: str, deployment: dict[str, Any]) -> str:
+    """A new Job whenever the expectations, the script or the Deployment change."""
+    text = expectations + VERIFY_SOURCE.read_text() + repr(deployment)
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+def verify_config_map(
+    name: str, namespace: str, labels: dict[str, str], expectations: str
+) -> dict[str, Any]:
+    """The script and the recorded expectations, for a stock Python image."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "data": {"verify.py": VERIFY_SOURCE.read_text(), "expect.json": expectations},
+        "immutable": True,
+    }
+
+
+def verify_job(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    *,
+    image: str,
+    config_map: str,
+    url: str,
+    api_key_secret: tuple[str, str] | None,
+    run_as_user: int,
+) -> dict[str, Any]:
+    """A Job that fails when the server's answers differ from the recorded reference."""
+    env: list[dict[str, Any]] = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "HOME", "value": SCRATCH_MOUNT},
+    ]
+    if api_key_secret is not None:
+        secret, key = api_key_secret
+        env.append(
+            {
+                "name": "LLM_INFRA_API_KEY",
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
+            }
+        )
+    pod_labels = {**labels, **verify_pod_labels(labels["app.kubernetes.io/instance"])}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": checkov_skips(image_skips(image)),
+        },
+        "spec": {
+            "backoffLimit": 2,
+            "activeDeadlineSeconds": 900,
+            "template": {
+                "metadata": {"labels": pod_labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "securityContext": restricted_pod(),
+                    "containers": [
+                        {
+                            "name": "verify",
+                            "image": image,
+                            "command": [
+                                "python3",
+                                f"{VERIFY_MOUNT}/verify.py",
+                                url,
+                                "--expect",
+                                f"{VERIFY_MOUNT}/expect.json",
+                            ],
+                            "env": env,
+                            "securityContext": restricted_container(run_as_user),
+                            "resources": {
+                                "requests": {"cpu": "50m", "memory": "64Mi"},
+                                "limits": {"cpu": "500m", "memory": "256Mi"},
+                            },
+                            "volumeMounts": [
+                                {"name": "verify", "mountPath": VERIFY_MOUNT, "readOnly": True},
+                                scratch_mount(),
+                            ],
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "verify", "configMap": {"name": config_map, "defaultMode": 0o444}},
+                        scratch_volume(),
+                    ],
+                },
+            },
+        },
+    }
