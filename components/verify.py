@@ -395,6 +395,19 @@ def format_table(results: list[CaseResult]) -> str:
     return "\n".join(lines)
 
 
+def key_from_env_file(path: Path) -> str:
+    """The API key of a `NAME='value'` env file, so the key never passes through argv."""
+    values = {}
+    for line in path.read_text().splitlines():
+        name, sep, value = line.partition("=")
+        if sep:
+            values[name.strip()] = value.strip().strip("'\"")
+    for name in ("LLM_INFRA_API_KEY", "VLLM_API_KEY"):
+        if values.get(name):
+            return values[name]
+    raise KeyError("LLM_INFRA_API_KEY or VLLM_API_KEY")
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI: ``verify BASE_URL --expect FILE [--record] [--api-key K]``; 0 all pass, 1 fail."""
     parser = argparse.ArgumentParser(prog="llm-infra verify", description=__doc__.splitlines()[0])
@@ -406,11 +419,24 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get(API_KEY_ENV),
         help=f"bearer token (default: ${API_KEY_ENV})",
     )
+    parser.add_argument(
+        "--api-key-env-file",
+        type=Path,
+        help="an env file with VLLM_API_KEY= or LLM_INFRA_API_KEY= (the MI300X host's 0600 file)",
+    )
     parser.add_argument("--model", help="model name to send (default: /v1/models data[0].id)")
     parser.add_argument(
         "--endpoint", choices=["chat", "completions"], help="override the file's endpoint"
     )
     args = parser.parse_args(argv)
+    if args.api_key_env_file:
+        try:
+            args.api_key = key_from_env_file(args.api_key_env_file)
+        except (OSError, KeyError) as exc:
+            print(
+                f"llm-infra verify: no API key in {args.api_key_env_file}: {exc}", file=sys.stderr
+            )
+            return 2
     try:
         if args.record:
             doc = load_expectations(args.expect) if args.expect.exists() else new_expectations()

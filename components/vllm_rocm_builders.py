@@ -656,3 +656,23 @@ def lock_json(lock: dict[str, Any]) -> str:
 def lock_sha256(lock: dict[str, Any]) -> str:
     """The lock's digest as the fetcher computes it (names its completion marker)."""
     return lock_digest(lock)
+
+
+def verify_script(
+    base_dir: str, project: str, image: str, port: int, expectations_sha256: str
+) -> str:
+    """Runs verify.py on the compose network against vLLM; fails when the answers differ."""
+    verify_dir = posixpath.join(base_dir, "verify")
+    env_file = remote_paths(base_dir)["env_file"]
+    return _script(
+        [
+            f"# expectations sha256 {expectations_sha256}",
+            # The key is read from the mounted 0600 env file: never in argv or the environment.
+            f"docker run --rm --network {project}_default \\",
+            f"  -v {verify_dir}:/opt/llm-infra-verify:ro \\",
+            f"  -v {env_file}:/run/llm-infra/vllm.env:ro \\",
+            f"  {image} python3 /opt/llm-infra-verify/verify.py http://{VLLM_SERVICE}:{port} \\",
+            "  --expect /opt/llm-infra-verify/expect.json \\",
+            "  --api-key-env-file /run/llm-infra/vllm.env",
+        ]
+    )

@@ -1,5 +1,6 @@
 """VllmRocmServer: vLLM (ROCm image) behind Caddy on one GPU host, over SSH with pulumi-command."""
 
+import posixpath
 from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
@@ -31,10 +32,12 @@ from components.vllm_rocm_builders import (
     sha256_text,
     up_script,
     verify_patches_script,
+    verify_script,
 )
 
 TYPE_TOKEN = "llm-infra:index:VllmRocmServer"
 FETCHER_SOURCE = Path(__file__).with_name("fetcher.py")
+VERIFY_SOURCE = Path(__file__).with_name("verify.py")
 
 __all__ = [
     "CaddySettings",
@@ -93,6 +96,8 @@ class VllmRocmServerArgs(TypedDict):
     """How long `up` waits for vLLM to turn healthy (default 3600: load plus kernel builds)."""
     fetch_parallel: NotRequired[int]
     """Model files downloaded at once (default 3)."""
+    verify_expectations: NotRequired[str | None]
+    """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
 
 
 class VllmRocmServer(pulumi.ComponentResource):
@@ -215,6 +220,34 @@ class VllmRocmServer(pulumi.ComponentResource):
             create=f"# after up {sha256_text(up)}\n{check}",
             opts=child(self.up),
         )
+        expectations = args.get("verify_expectations")
+        if expectations is not None:
+            verify_dir = posixpath.join(base_dir, "verify")
+            verify_copies = [
+                remote.CopyToRemote(
+                    f"{name}-verify-{suffix}",
+                    connection=connection,
+                    source=pulumi.StringAsset(text),
+                    remote_path=posixpath.join(verify_dir, file_name),
+                    opts=child(self.preflight),
+                )
+                for suffix, file_name, text in (
+                    ("script", "verify.py", VERIFY_SOURCE.read_text()),
+                    ("expectations", "expect.json", expectations),
+                )
+            ]
+            verify = remote_command(
+                verify_script(
+                    base_dir, project, args["fetch_image"], flags["port"], sha256_text(expectations)
+                )
+            )
+            self.verify = remote.Command(
+                f"{name}-verify",
+                connection=connection,
+                # After the check, and again whenever up changed: a failed check fails `pulumi up`.
+                create=f"# after up {sha256_text(up)}\n{verify}",
+                opts=child(self.check, *verify_copies),
+            )
         self.url = pulumi.Output.from_input(base_url(args["caddy"]))
         self.served_model_name = pulumi.Output.from_input(flags["served_model_name"])
         self.register_outputs({"url": self.url, "served_model_name": self.served_model_name})

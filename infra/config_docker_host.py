@@ -69,6 +69,8 @@ class VllmSettings(Strict):
     tool_call_parser: str | None = None
     prefix_caching: bool = True
     startup_timeout_seconds: Annotated[int, Field(ge=60)] = 3600
+    verify_after_up: bool = False
+    """Run `llm-infra verify` on the host after each `pulumi up` (needs STACK.verify.json)."""
 
 
 class CaddySettings(Strict):

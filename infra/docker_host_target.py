@@ -17,9 +17,16 @@ from infra.lock import ModelSource
 MODELS_IN_CONTAINER = "/models"
 
 
-def deploy(stack: Mi300xStack, source: ModelSource, secrets: StackSecrets) -> None:
+def deploy(
+    stack: Mi300xStack,
+    source: ModelSource,
+    secrets: StackSecrets,
+    verify_expectations: str | None = None,
+) -> None:
     """Create the stack's resources and export its outputs."""
-    server = VllmRocmServer("vllm", server_args(stack, source, secrets))
+    args = server_args(stack, source, secrets)
+    args["verify_expectations"] = verify_expectations
+    server = VllmRocmServer("vllm", args)
     name = stack.server.served_model_name
     pulumi.export("url", server.url)
     pulumi.export("servedModelName", server.served_model_name)

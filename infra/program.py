@@ -23,19 +23,19 @@ def main() -> None:
         problems += probe_problems(stack, llamacpp_inputs(stack, source))
     if problems:
         raise ConfigError(problems)
+    expectations = None
+    if stack.server.verify_after_up:
+        expect = lock_path.with_name(lock_path.name.replace(".lock.json", ".verify.json"))
+        if not expect.is_file():
+            raise ConfigError(
+                [
+                    f"server.verifyAfterUp: true, but there are no expectations {expect} "
+                    "(record them: llm-infra verify STACK --url URL --record)"
+                ]
+            )
+        expectations = expect.read_text()
     if isinstance(stack, StrixHaloStack):
-        expectations = None
-        if stack.server.verify_after_up:
-            expect = lock_path.with_name(lock_path.name.replace(".lock.json", ".verify.json"))
-            if not expect.is_file():
-                raise ConfigError(
-                    [
-                        f"server.verifyAfterUp: true, but there are no expectations {expect} "
-                        "(record them: llm-infra verify STACK --url URL --record)"
-                    ]
-                )
-            expectations = expect.read_text()
         kubernetes_target.deploy(stack, source, secrets, expectations)
     else:
-        docker_host_target.deploy(stack, source, secrets)
+        docker_host_target.deploy(stack, source, secrets, expectations)
     pulumi.export("plan", plan.to_json())

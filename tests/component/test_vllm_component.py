@@ -184,3 +184,15 @@ def test_outputs_are_the_https_url_and_served_name() -> None:
 def test_an_empty_allowlist_stops_before_any_resource() -> None:
     with pytest.raises(Exception, match="allowed_cidrs"):
         render(server_args(caddy=sample_caddy(allowed_cidrs=[])))
+
+
+def test_recorded_expectations_add_a_verify_command_after_the_check() -> None:
+    expectations = json.dumps({"version": 1, "cases": []})
+    rendered = render(server_args(verify_expectations=expectations))
+    resources = by_name(rendered)
+    verify = resources["mi300x-verify"]
+    assert "mi300x-check" in verify["options"]["dependsOn"]
+    assert "verify.py http://vllm:8000" in verify["inputs"]["create"]
+    assert rendered.files["/opt/llm/verify/expect.json"].decode() == expectations
+    assert b"def main(" in rendered.files["/opt/llm/verify/verify.py"]
+    assert "mi300x-verify" not in by_name(render(server_args()))

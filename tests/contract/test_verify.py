@@ -105,3 +105,14 @@ def test_completions_endpoint(models: dict[str, Path], tmp_path: Path) -> None:
     assert all(case["reference"]["steps"] for case in doc["cases"])
     with run_llama_server(tiny_server_argv(models["b"])) as url:
         assert verify.main([url, "--expect", str(path)]) == 1
+
+
+def test_api_key_is_read_from_the_hosts_env_file(tmp_path: Path) -> None:
+    from components.verify import key_from_env_file
+
+    env = tmp_path / "vllm.env"
+    env.write_text("VLLM_API_KEY='sk-from-the-env-file'\n")
+    assert key_from_env_file(env) == "sk-from-the-env-file"
+    env.write_text("OTHER=1\n")
+    with pytest.raises(KeyError):
+        key_from_env_file(env)

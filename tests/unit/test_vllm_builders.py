@@ -28,6 +28,7 @@ from components.vllm_rocm_builders import (
     remote_paths,
     up_script,
     verify_patches_script,
+    verify_script,
     vllm_serve_args,
 )
 
@@ -287,6 +288,7 @@ def all_scripts() -> list[str]:
         up_script(PATHS, "llm", "3" * 64, 3600),
         down_script(PATHS, "llm", MODEL_DIR),
         check_script(PATHS, "llm", sample_caddy(), 8000, "deepseek-v4-flash-0731"),
+        verify_script("/opt/llm", "llm", "python:3.12.11-slim", 8000, "4" * 64),
     ]
 
 
@@ -369,3 +371,11 @@ def test_lock_json_is_the_fetcher_format() -> None:
 def test_compose_document_round_trips_as_yaml() -> None:
     document = sample_compose()
     assert yaml.safe_load(compose_yaml(document)) == document
+
+
+def test_verify_script_runs_on_the_compose_network_without_the_key_in_argv() -> None:
+    script = verify_script("/opt/llm", "llm", "python:3.12.11-slim", 8000, "4" * 64)
+    assert "docker run --rm --network llm_default" in script
+    assert "-v /opt/llm/vllm.env:/run/llm-infra/vllm.env:ro" in script
+    assert "http://vllm:8000" in script and "/opt/llm-infra-verify/expect.json" in script
+    assert "VLLM_API_KEY=" not in script
