@@ -6,10 +6,12 @@ from typing import Any, NotRequired, TypedDict
 class NetworkClient(TypedDict):
     """Pods allowed to reach a server: a namespace, optionally narrowed by pod labels."""
 
-    namespace: str
+    namespace: NotRequired[str]
     """Namespace of the clients (e.g. `litellm`)."""
     pod_labels: NotRequired[dict[str, str]]
     """Labels the client pods must carry; all pods of the namespace when empty."""
+    cidr: NotRequired[str]
+    """Instead of a namespace: a network (ipBlock), such as a node's address."""
 
 
 def ingress_policy(
@@ -23,6 +25,9 @@ def ingress_policy(
     """Admit traffic to the selected pods on one port, from the listed clients only."""
     peers = []
     for client in clients:
+        if "cidr" in client:
+            peers.append({"ipBlock": {"cidr": client["cidr"]}})
+            continue
         peer: dict[str, Any] = {
             "namespaceSelector": {
                 "matchLabels": {"kubernetes.io/metadata.name": client["namespace"]}

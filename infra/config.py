@@ -7,6 +7,7 @@ one per line as `path.to.key: what is wrong (what is allowed)`.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -193,6 +194,9 @@ class NetworkSettings(Strict):
 
     policies: bool = True
     clients: list[NetworkClientSettings] = [NetworkClientSettings(namespace="litellm")]
+    allow_cidrs: list[str] = []
+    """Extra sources (ipBlock), e.g. the node's address where the CNI subjects kubelet probes
+    to NetworkPolicies (k3s dual-stack, k3s-io/k3s#10030)."""
 
 
 class LitellmSettings(Strict):
@@ -280,6 +284,11 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             "server.renderGroupId: only used with server.gpuAccess: device-plugin (a privileged "
             "container reaches /dev/dri as root)"
         )
+    for index, cidr in enumerate(stack.network.allow_cidrs):
+        try:
+            ipaddress.ip_network(cidr, strict=True)
+        except ValueError as exc:
+            problems.append(f"network.allowCidrs[{index}]: {cidr!r} is not a network ({exc})")
     if stack.network.policies and not stack.network.clients:
         problems.append(
             "network.clients: empty, so nothing could reach the server (list the client "

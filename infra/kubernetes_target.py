@@ -18,6 +18,7 @@ from components import (
     ModelVolume,
 )
 from components.gguf_model_store import MODELS_MOUNT
+from components.network_policies import NetworkClient
 from infra.config import ConfigError, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.lock import ModelSource
 
@@ -92,6 +93,16 @@ def litellm_entry(alias: str, url: str) -> dict[str, Any]:
         "model_name": alias,
         "litellm_params": {"model": f"openai/{alias}", "api_base": f"{url}/v1"},
     }
+
+
+def allowed_clients(stack: StrixHaloStack) -> list[NetworkClient] | None:
+    """Who the server's NetworkPolicy admits (None: no policy)."""
+    if not stack.network.policies:
+        return None
+    clients: list[NetworkClient] = [
+        {"namespace": c.namespace, "pod_labels": dict(c.pod_labels)} for c in stack.network.clients
+    ]
+    return clients + [{"cidr": cidr} for cidr in stack.network.allow_cidrs]
 
 
 def _probe(probe: ProbeSettings) -> HttpProbe:
@@ -173,12 +184,5 @@ def server_args(
         "gpu_resource": server.gpu_resource,
         "run_as_user": server.run_as_user,
         "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
-        "allowed_clients": (
-            [
-                {"namespace": c.namespace, "pod_labels": dict(c.pod_labels)}
-                for c in stack.network.clients
-            ]
-            if stack.network.policies
-            else None
-        ),
+        "allowed_clients": allowed_clients(stack),
     }

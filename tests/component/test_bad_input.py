@@ -71,6 +71,7 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("layers disagree with metadata", "strix-halo", [("model", "layers", 42)], "model.layers"),
     ("bad namespace", "strix-halo", [("kubernetes", "namespace", "LLM_Namespace")], "kubernetes.namespace"),
     ("empty network clients", "strix-halo", [("network", "clients", [])], "network.clients"),
+    ("malformed node CIDR", "strix-halo", [("network", "allowCidrs", ["192.168.1.10/24"])], "network.allowCidrs[0]"),
     ("floating fetch image", "strix-halo", [("store", "fetchImage", "python:3")], "store.fetchImage"),
     ("bad hf endpoint", "strix-halo", [("store", "hfEndpoint", "mirror.local")], "store.hfEndpoint"),
     ("too many parallel downloads", "strix-halo", [("store", "parallelDownloads", 64)], "store.parallelDownloads"),

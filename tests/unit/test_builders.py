@@ -314,3 +314,13 @@ def test_fetch_egress_policy_allows_dns_and_the_hub_port_only() -> None:
     assert {p["port"] for p in dns["ports"]} == {53}
     assert hub["ports"] == [{"port": 443, "protocol": "TCP"}]
     assert hub_port("http://mirror.local:8081/hf") == 8081
+
+
+def test_ingress_policy_can_admit_a_node_network(strix_halo_values: dict[str, Any]) -> None:
+    from infra.kubernetes_target import allowed_clients
+
+    strix_halo_values["network"] = {"allowCidrs": ["192.168.1.10/32"]}
+    clients = allowed_clients(strix(strix_halo_values))
+    assert clients == [{"namespace": "litellm", "pod_labels": {}}, {"cidr": "192.168.1.10/32"}]
+    policy = ingress_policy("ds-ingress", "llm", {}, {"app": "ds"}, 8080, clients)
+    assert {"ipBlock": {"cidr": "192.168.1.10/32"}} in policy["spec"]["ingress"][0]["from"]
