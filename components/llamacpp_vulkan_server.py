@@ -144,6 +144,8 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
     verify_image: NotRequired[str]
     """Pinned stock Python image of the verify Job (default: the model check's image)."""
+    min_decode_tps: NotRequired[float | None]
+    """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):
@@ -229,6 +231,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 url=service_url(name, namespace, service_port),
                 api_key_secret=(f"{name}-api-key", API_KEY_FILE) if api_key is not None else None,
                 run_as_user=args.get("run_as_user", DEFAULT_UID),
+                min_decode_tps=args.get("min_decode_tps"),
             )
             self.verify_job = k8s.batch.v1.Job(
                 f"{name}-verify-job",

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
@@ -157,6 +158,9 @@ class Completion:
     text: str
     steps: list[TokenStep] = field(default_factory=list)
     finish_reason: str | None = None
+    decode_tps: float | None = None
+    """Decode speed: the server's own `timings.predicted_per_second` (llama-server), else
+    completion tokens over the request's wall time (prefill included: a floor, not a figure)."""
 
 
 def _steps(logprobs: Any) -> list[TokenStep]:
@@ -198,6 +202,7 @@ def complete(
     api_key: str | None = None,
 ) -> Completion:
     """Send one case with the fixed request parameters and parse text + logprobs."""
+    started = time.monotonic()
     params = {**request, **case.get("request", {})}
     top_k = int(params.pop("top_logprobs", 0))
     body: dict[str, Any] = {"model": model, "stream": False, **params}
@@ -217,7 +222,14 @@ def complete(
         text = choice.get("text") or ""
     else:
         raise ValueError(f"endpoint must be 'chat' or 'completions', not {endpoint!r}")
-    return Completion(str(text), _steps(choice.get("logprobs")), choice.get("finish_reason"))
+    elapsed = time.monotonic() - started
+    tps = (answer.get("timings") or {}).get("predicted_per_second")
+    if tps is None:
+        tokens = (answer.get("usage") or {}).get("completion_tokens")
+        tps = tokens / elapsed if tokens and elapsed > 0 else None
+    return Completion(
+        str(text), _steps(choice.get("logprobs")), choice.get("finish_reason"), tps and float(tps)
+    )
 
 
 @dataclass
@@ -226,6 +238,7 @@ class CaseResult:
 
     case_id: str
     text: str
+    decode_tps: float | None = None
     text_ok: bool | None = None
     agreement: tuple[int, int] | None = None
     max_logprob_delta: float | None = None
@@ -374,8 +387,24 @@ def verify(
         except (EndpointError, KeyError, IndexError, OSError) as exc:
             results.append(CaseResult(str(case["id"]), "", problems=[f"request failed: {exc}"]))
             continue
-        results.append(check_case(case, got, tolerance))
+        result = check_case(case, got, tolerance)
+        result.decode_tps = got.decode_tps
+        results.append(result)
     return results
+
+
+def decode_floor_problem(results: list[CaseResult], floor: float) -> str | None:
+    """A median decode speed below the floor: the server may be running on the CPU."""
+    speeds = sorted(r.decode_tps for r in results if r.decode_tps)
+    if not speeds:
+        return "decode speed: the server reported no timings and no token usage"
+    median = speeds[len(speeds) // 2]
+    if median < floor:
+        return (
+            f"decode speed: median {median:.1f} tok/s is below the floor of {floor:g} tok/s "
+            "(a GPU fallback to the CPU, or a slower build)"
+        )
+    return None
 
 
 def format_table(results: list[CaseResult]) -> str:
@@ -424,6 +453,9 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="an env file with VLLM_API_KEY= or LLM_INFRA_API_KEY= (the MI300X host's 0600 file)",
     )
+    parser.add_argument(
+        "--min-decode-tps", type=float, help="fail when the median decode tok/s is below this"
+    )
     parser.add_argument("--model", help="model name to send (default: /v1/models data[0].id)")
     parser.add_argument(
         "--endpoint", choices=["chat", "completions"], help="override the file's endpoint"
@@ -460,7 +492,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llm-infra verify: {exc}", file=sys.stderr)
         return 1
     print(format_table(results))
-    return 0 if all(r.ok for r in results) else 1
+    ok = all(r.ok for r in results)
+    if args.min_decode_tps is not None:
+        problem = decode_floor_problem(results, args.min_decode_tps)
+        print(problem or f"decode speed: at or above the floor of {args.min_decode_tps:g} tok/s")
+        ok = ok and problem is None
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,11 @@ VERIFY_SOURCE = Path(__file__).with_name("verify.py")
 VERIFY_MOUNT = "/opt/llm-infra-verify"
 
 
+def floor_args(min_decode_tps: float | None) -> list[str]:
+    """verify.py's decode-speed floor flag, when one is set."""
+    return [] if min_decode_tps is None else ["--min-decode-tps", repr(float(min_decode_tps))]
+
+
 def verify_pod_labels(name: str) -> dict[str, str]:
     """Labels of the verify pod; the server's NetworkPolicy admits them."""
     return {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "verify"}
@@ -52,6 +57,7 @@ def verify_job(
     url: str,
     api_key_secret: tuple[str, str] | None,
     run_as_user: int,
+    min_decode_tps: float | None = None,
 ) -> dict[str, Any]:
     """A Job that fails when the server's answers differ from the recorded reference."""
     env: list[dict[str, Any]] = [
@@ -95,6 +101,7 @@ def verify_job(
                                 url,
                                 "--expect",
                                 f"{VERIFY_MOUNT}/expect.json",
+                                *floor_args(min_decode_tps),
                             ],
                             "env": env,
                             "securityContext": restricted_container(run_as_user),

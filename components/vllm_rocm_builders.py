@@ -659,7 +659,12 @@ def lock_sha256(lock: dict[str, Any]) -> str:
 
 
 def verify_script(
-    base_dir: str, project: str, image: str, port: int, expectations_sha256: str
+    base_dir: str,
+    project: str,
+    image: str,
+    port: int,
+    expectations_sha256: str,
+    min_decode_tps: float | None = None,
 ) -> str:
     """Runs verify.py on the compose network against vLLM; fails when the answers differ."""
     verify_dir = posixpath.join(base_dir, "verify")
@@ -673,6 +678,7 @@ def verify_script(
             f"  -v {env_file}:/run/llm-infra/vllm.env:ro \\",
             f"  {image} python3 /opt/llm-infra-verify/verify.py http://{VLLM_SERVICE}:{port} \\",
             "  --expect /opt/llm-infra-verify/expect.json \\",
-            "  --api-key-env-file /run/llm-infra/vllm.env",
+            "  --api-key-env-file /run/llm-infra/vllm.env"
+            + ("" if min_decode_tps is None else f" --min-decode-tps {float(min_decode_tps)!r}"),
         ]
     )

@@ -98,6 +98,8 @@ class VllmRocmServerArgs(TypedDict):
     """Model files downloaded at once (default 3)."""
     verify_expectations: NotRequired[str | None]
     """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
+    min_decode_tps: NotRequired[float | None]
+    """Decode-speed floor of that check (tok/s)."""
 
 
 class VllmRocmServer(pulumi.ComponentResource):
@@ -238,7 +240,12 @@ class VllmRocmServer(pulumi.ComponentResource):
             ]
             verify = remote_command(
                 verify_script(
-                    base_dir, project, args["fetch_image"], flags["port"], sha256_text(expectations)
+                    base_dir,
+                    project,
+                    args["fetch_image"],
+                    flags["port"],
+                    sha256_text(expectations),
+                    args.get("min_decode_tps"),
                 )
             )
             self.verify = remote.Command(

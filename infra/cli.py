@@ -182,6 +182,9 @@ def _endpoint_tool(args: argparse.Namespace, rest: list[str]) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
+    floor = stack.server.min_decode_tps
+    if floor is not None and "--min-decode-tps" not in rest:
+        rest = [*rest, "--min-decode-tps", repr(floor)]
     return verify.main([url, "--expect", str(expect), *rest])
 
 

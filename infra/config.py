@@ -135,6 +135,8 @@ class ServerSettings(Strict):
     gpu_gate: bool = False
     verify_after_up: bool = False
     """Run `llm-infra verify` as a Job after each `pulumi up` (needs stacks/STACK.verify.json)."""
+    min_decode_tps: Annotated[float, Field(gt=0)] | None = None
+    """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
     """Startup probe that fails unless the load log shows the layers on a Vulkan device."""
     cache_ram: Annotated[int, Field(ge=0)] | None = None
     """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""

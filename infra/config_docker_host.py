@@ -71,6 +71,8 @@ class VllmSettings(Strict):
     startup_timeout_seconds: Annotated[int, Field(ge=60)] = 3600
     verify_after_up: bool = False
     """Run `llm-infra verify` on the host after each `pulumi up` (needs STACK.verify.json)."""
+    min_decode_tps: Annotated[float, Field(gt=0)] | None = None
+    """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
 
 
 class CaddySettings(Strict):

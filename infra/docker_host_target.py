@@ -26,6 +26,7 @@ def deploy(
     """Create the stack's resources and export its outputs."""
     args = server_args(stack, source, secrets)
     args["verify_expectations"] = verify_expectations
+    args["min_decode_tps"] = stack.server.min_decode_tps
     server = VllmRocmServer("vllm", args)
     name = stack.server.served_model_name
     pulumi.export("url", server.url)

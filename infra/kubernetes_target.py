@@ -62,6 +62,7 @@ def deploy(
             **server_args(stack, source, store.model_volume),
             "api_key": secrets.api_key,
             "verify_expectations": verify_expectations,
+            "min_decode_tps": stack.server.min_decode_tps,
         },
         # Waiting on the store waits on its fetch Job: the server starts on a complete model.
         opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store]),

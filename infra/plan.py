@@ -137,7 +137,10 @@ def attention_shape(
     """The attention structure from GGUF metadata keys (`{arch}.attention.*`, ...)."""
     a = architecture
     block_count = _int(metadata, f"{a}.block_count")
-    n_layer = block_count - _int(metadata, f"{a}.nextn_predict_layers", 0)
+    # b11434's deepseek4 caches cover every block, MTP (nextn) layers included; other
+    # architectures give the nextn layers no KV cache.
+    nextn = 0 if a == "deepseek4" else _int(metadata, f"{a}.nextn_predict_layers", 0)
+    n_layer = block_count - nextn
     n_embd = _int(metadata, f"{a}.embedding_length")
     n_head = _int(metadata, f"{a}.attention.head_count")
     n_head_kv = _per_layer(metadata, f"{a}.attention.head_count_kv", n_layer, n_head)

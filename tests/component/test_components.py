@@ -195,7 +195,7 @@ def test_pulumi_entry_point_runs_the_program(monkeypatch: pytest.MonkeyPatch) ->
 def test_verify_after_up_runs_a_job_after_the_deployment(tmp_path: Path) -> None:
     config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
     server = json.loads(config["llm-infra:server"])
-    server.update(verifyAfterUp=True, apiKey=True)
+    server.update(verifyAfterUp=True, apiKey=True, minDecodeTps=20)
     config["llm-infra:server"] = json.dumps(server)
     config["llm-infra:lockFile"] = str(tmp_path / "strix-halo.lock.json")
     config["llm-infra:apiKey"] = "sk-live-verify-0123"
@@ -213,6 +213,7 @@ def test_verify_after_up_runs_a_job_after_the_deployment(tmp_path: Path) -> None
     )
     (container,) = job["inputs"]["spec"]["template"]["spec"]["containers"]
     assert container["command"][2] == "http://deepseek-v4-flash-0731.llm.svc:8080"
+    assert container["command"][-2:] == ["--min-decode-tps", "20.0"]
     key = next(e for e in container["env"] if e["name"] == "LLM_INFRA_API_KEY")
     assert key["valueFrom"]["secretKeyRef"]["name"] == "deepseek-v4-flash-0731-api-key"
     data = resources["deepseek-v4-flash-0731-verify"]["inputs"]["data"]

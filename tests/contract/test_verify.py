@@ -116,3 +116,16 @@ def test_api_key_is_read_from_the_hosts_env_file(tmp_path: Path) -> None:
     env.write_text("OTHER=1\n")
     with pytest.raises(KeyError):
         key_from_env_file(env)
+
+
+def test_decode_speed_floor(
+    models: dict[str, Path], reference: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with run_llama_server(tiny_server_argv(models["a"], "--api-key", "sekret")) as url:
+        common = [url, "--expect", str(reference), "--api-key", "sekret"]
+        assert verify.main([*common, "--min-decode-tps", "1"]) == 0
+        # No build decodes a billion tokens a second: the floor must fail it.
+        assert verify.main([*common, "--min-decode-tps", "1e9"]) == 1
+    out = capsys.readouterr().out
+    assert "at or above the floor of 1 tok/s" in out
+    assert "is below the floor of 1e+09 tok/s" in out

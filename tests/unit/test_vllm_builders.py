@@ -379,3 +379,6 @@ def test_verify_script_runs_on_the_compose_network_without_the_key_in_argv() -> 
     assert "-v /opt/llm/vllm.env:/run/llm-infra/vllm.env:ro" in script
     assert "http://vllm:8000" in script and "/opt/llm-infra-verify/expect.json" in script
     assert "VLLM_API_KEY=" not in script
+    assert "--min-decode-tps" not in script
+    floor = verify_script("/opt/llm", "llm", "python:3.12.11-slim", 8000, "4" * 64, 120)
+    assert floor.rstrip().endswith("--min-decode-tps 120.0")
