@@ -333,6 +333,8 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         # Not Ready (and `pulumi up` fails) unless llama-server put the layers on a GPU: a
         # broken Vulkan driver or a missing render group otherwise serves from the CPU.
         del startup["httpGet"]
+        # curl in the script may take its own 5 s; the probe must allow that and the greps.
+        startup["timeoutSeconds"] = max(startup["timeoutSeconds"], 10)
         startup["exec"] = {
             "command": probe_command(
                 GATE_LOG, flags["gpu_layers"], health_url=f"http://127.0.0.1:{flags['port']}"
