@@ -521,18 +521,7 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
     n_layer = len(weights.layer_bytes)
     has_gpu = inputs.vram_bytes is not None
     place = placement(n_layer, inputs.gpu_layers, has_gpu)
-    kv = kv_cache_layers(
-        inputs.attention,
-        inputs.ctx_size,
-        inputs.parallel,
-        inputs.cache_type_k,
-        inputs.cache_type_v,
-        ubatch=inputs.ubatch,
-        batch=inputs.batch,
-        kv_unified=inputs.kv_unified,
-        swa_full=inputs.swa_full,
-        n_rs_seq=inputs.n_rs_seq,
-    ).total
+    kv = _kv_layers(inputs).total
     n_kv = len(kv)
     gpu_kv = sum(kv[il] for il in place.gpu_layers if il < n_kv)
     cpu_kv = sum(kv[il] for il in place.cpu_layers if il < n_kv)
@@ -705,22 +694,27 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
     return Plan(devices, advice, problems, rows, notes, weights.source)
 
 
+def _kv_layers(inputs: LlamaCppPlanInputs) -> KvLayers:
+    """The KV cache per layer for the plan's settings."""
+    return kv_cache_layers(
+        inputs.attention,
+        inputs.ctx_size,
+        inputs.parallel,
+        inputs.cache_type_k,
+        inputs.cache_type_v,
+        ubatch=inputs.ubatch,
+        batch=inputs.batch,
+        kv_unified=inputs.kv_unified,
+        swa_full=inputs.swa_full,
+        n_rs_seq=inputs.n_rs_seq,
+    )
+
+
 def _notes(inputs: LlamaCppPlanInputs) -> list[str]:
     notes = []
     shape = inputs.attention
     if shape.kind == "deepseek4":
-        kv = kv_cache_layers(
-            shape,
-            inputs.ctx_size,
-            inputs.parallel,
-            inputs.cache_type_k,
-            inputs.cache_type_v,
-            ubatch=inputs.ubatch,
-            batch=inputs.batch,
-            kv_unified=inputs.kv_unified,
-            swa_full=inputs.swa_full,
-            n_rs_seq=inputs.n_rs_seq,
-        )
+        kv = _kv_layers(inputs)
         notes.append(
             f"deepseek4 KV cache {_fmt(kv.cache_bytes + kv.state_bytes)} (compressor state "
             f"{_fmt(kv.state_bytes)} included): K-only, a {shape.sliding_window}-token window "

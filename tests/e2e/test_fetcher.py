@@ -70,6 +70,21 @@ def check(hub: Hub, lock: Path, dest: Path) -> subprocess.CompletedProcess[str]:
     return run_fetcher(hub, "check", "--lock", str(lock), "--dest", str(dest))
 
 
+def start_fetcher(hub: Hub, lock: Path, dest: Path, stdout: int) -> subprocess.Popen[str]:
+    """The fetcher as a background process, as a Job pod runs it."""
+    env = {**os.environ, "HF_ENDPOINT": hub.url}
+    command = [
+        sys.executable,
+        str(FETCHER_SOURCE),
+        "fetch",
+        "--lock",
+        str(lock),
+        "--dest",
+        str(dest),
+    ]
+    return subprocess.Popen(command, env=env, stdout=stdout, text=True)
+
+
 def file_gets(hub: Hub) -> list[tuple[str, str | None]]:
     return [(path, rng) for method, path, rng in hub.requests if method == "GET"]
 
@@ -245,17 +260,7 @@ def test_kill_mid_download_then_rerun_transfers_only_what_was_missing(
     lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
     total = sum(len(hub.repos[REPO][p]) for p in PATHS)
     hub.throttle_bytes_per_s = 400_000
-    env = {**os.environ, "HF_ENDPOINT": hub.url}
-    command = [
-        sys.executable,
-        str(FETCHER_SOURCE),
-        "fetch",
-        "--lock",
-        str(lock),
-        "--dest",
-        str(dest),
-    ]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
+    process = start_fetcher(hub, lock, dest, subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while sum(hub.bytes_sent.values()) < total // 3 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -277,21 +282,11 @@ def test_kill_mid_download_then_rerun_transfers_only_what_was_missing(
 def test_two_fetchers_at_once_do_not_corrupt_each_other(hub: Hub, tmp_path: Path) -> None:
     lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
     hub.throttle_bytes_per_s = 500_000
-    env = {**os.environ, "HF_ENDPOINT": hub.url}
-    command = [
-        sys.executable,
-        str(FETCHER_SOURCE),
-        "fetch",
-        "--lock",
-        str(lock),
-        "--dest",
-        str(dest),
-    ]
-    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    first = start_fetcher(hub, lock, dest, subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not hub.bytes_sent and time.monotonic() < deadline:
         time.sleep(0.02)
-    second = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    second = start_fetcher(hub, lock, dest, subprocess.PIPE)
     out_first, _ = first.communicate(timeout=60)
     out_second, _ = second.communicate(timeout=60)
     assert first.returncode == second.returncode == 0, out_first + out_second
