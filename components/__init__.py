@@ -1,22 +1,29 @@
 """Reusable Pulumi components that deploy large LLM servers on AMD hardware."""
 
-from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelFile, ModelVolume
-from components.llamacpp_vulkan_server import (
-    HttpProbe,
-    LlamaCppVulkanServer,
-    LlamaCppVulkanServerArgs,
-    LlamaServerFlags,
-    ServerProbes,
-)
+from components.caddyfile import CaddySite
+from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelVolume
+from components.host_scripts import HostRequirements
+from components.llamacpp_manifests import HttpProbe, LlamaServerFlags, ServerProbes
+from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
+from components.model_store_manifests import ModelFile
+from components.vllm_rocm_builders import PatchOverlay, VllmFlags
+from components.vllm_rocm_server import SshConnection, VllmRocmServer, VllmRocmServerArgs
 
 __all__ = [
+    "CaddySite",
     "GgufModelStore",
     "GgufModelStoreArgs",
+    "HostRequirements",
     "HttpProbe",
     "LlamaCppVulkanServer",
     "LlamaCppVulkanServerArgs",
     "LlamaServerFlags",
     "ModelFile",
     "ModelVolume",
+    "PatchOverlay",
     "ServerProbes",
+    "SshConnection",
+    "VllmFlags",
+    "VllmRocmServer",
+    "VllmRocmServerArgs",
 ]

@@ -1,107 +1,28 @@
 """LlamaCppVulkanServer: llama.cpp's llama-server (Vulkan image) as a Deployment and a Service."""
 
-from typing import Any, Literal, NotRequired, TypedDict, get_args
+from typing import NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.gguf_model_store import (
-    DEFAULT_UID,
-    MODELS_MOUNT,
-    ModelVolume,
-    inherited_dependencies,
-    model_check_container,
-    model_volumes,
-    without_kind,
+from components.children import inherited_dependencies, without_kind
+from components.gguf_model_store import ModelVolume
+from components.llamacpp_manifests import (
+    API_KEY_FILE,
+    LlamaServerFlags,
+    ServerProbes,
+    selector_labels,
+    server_deployment,
+    server_labels,
+    server_service,
+    service_url,
 )
-from components.gpu_gate import probe_command
 from components.network_policies import NetworkClient, ingress_policy
-from components.pod_security import (
-    PRIVILEGED_SKIPS,
-    SCRATCH_MOUNT,
-    checkov_skips,
-    gpu_container,
-    image_skips,
-    restricted_pod,
-    scratch_mount,
-    scratch_volume,
-)
+from components.payloads import VERIFY_SOURCE
+from components.pod_security import DEFAULT_UID
 from components.verify_job import verify_config_map, verify_digest, verify_job, verify_pod_labels
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
-DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
-# Time granted for pulling the server image (about 2 GB) before the model load starts.
-IMAGE_PULL_ALLOWANCE_S = 600
-API_KEY_MOUNT = "/run/secrets/llama-server"
-GATE_LOG = "/logs/llama-server.log"
-API_KEY_FILE = "api-key"
-CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
-CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
-
-
-class LlamaServerFlags(TypedDict):
-    """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
-
-    model_path: str
-    """`-m`: the first shard; llama.cpp finds `-0000N-of-0000M` beside it."""
-    alias: str
-    """`--alias`: the model id in `/v1/models`; LiteLLM routes by it."""
-    host: str
-    """`--host`: bind address (`0.0.0.0` so the Service reaches the pod)."""
-    port: int
-    """`--port`: listen port, also the containerPort."""
-    jinja: bool
-    """`--jinja`: use the chat template in the GGUF."""
-    gpu_layers: int
-    """`-ngl`: layers offloaded to the GPU."""
-    ctx_size: int
-    """`-c`: total KV-cache context, shared by all slots."""
-    parallel: int
-    """`-np`: parallel slots; each gets ctx_size / parallel tokens."""
-    cont_batching: bool
-    """`--cont-batching` (or `--no-cont-batching`)."""
-    cache_type_k: str
-    """`--cache-type-k`: K cache type (one of CACHE_TYPES)."""
-    cache_type_v: str
-    """`--cache-type-v`: V cache type (one of CACHE_TYPES)."""
-    temperature: float
-    """`--temp`: default sampling temperature."""
-    top_p: float
-    """`--top-p`: default nucleus-sampling threshold."""
-    threads: int
-    """`--threads`: CPU threads (sampling and CPU-resident layers)."""
-    cache_ram_mib: NotRequired[int | None]
-    """`--cache-ram`: prompt-cache MiB in host RAM (omitted: llama-server's default, 8192)."""
-    log_verbosity: NotRequired[int | None]
-    """`-lv`: 4 writes the `load_tensors` offload lines the GPU gate reads."""
-    log_file: NotRequired[str | None]
-    """`--log-file`: where the GPU gate reads the load log."""
-
-
-class HttpProbe(TypedDict):
-    """An HTTP GET probe."""
-
-    path: str
-    """Request path, e.g. `/health`."""
-    initial_delay_seconds: int
-    """Seconds after start (or after the startup probe succeeded) before the first probe."""
-    period_seconds: int
-    """Seconds between probes."""
-    failure_threshold: int
-    """Consecutive failures before the probe counts as failed."""
-    timeout_seconds: int
-    """Seconds one probe may take."""
-
-
-class ServerProbes(TypedDict):
-    """Startup, readiness and liveness probes of the server."""
-
-    startup: HttpProbe
-    """Covers the model load: liveness and readiness only start once it succeeded."""
-    readiness: HttpProbe
-    """When the pod receives traffic."""
-    liveness: HttpProbe
-    """When a hung server is restarted."""
 
 
 class LlamaCppVulkanServerArgs(TypedDict):
@@ -215,11 +136,14 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
             )
         if expectations is not None:
-            digest = verify_digest(expectations, deployment)
+            verify_source = VERIFY_SOURCE.read_text()
+            digest = verify_digest(expectations, verify_source, deployment)
             check_name = f"{name}-verify-{digest}"
             self.verify_config_map = k8s.core.v1.ConfigMap(
                 f"{name}-verify",
-                **without_kind(verify_config_map(check_name, namespace, labels, expectations)),
+                **without_kind(
+                    verify_config_map(check_name, namespace, labels, expectations, verify_source)
+                ),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
             )
             job = verify_job(
@@ -250,213 +174,3 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         self.register_outputs(
             {"service_name": self.service_name, "url": self.url, "alias": self.alias}
         )
-
-
-def service_url(service: str, namespace: str, port: int) -> str:
-    """In-cluster base URL of a Service."""
-    return f"http://{service}.{namespace}.svc:{port}"
-
-
-def server_labels(name: str) -> dict[str, str]:
-    """Labels of the server's objects; the first two are the selector."""
-    return {
-        "app.kubernetes.io/name": "llama-server",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/managed-by": "llm-infra",
-    }
-
-
-def _number(value: float) -> str:
-    return repr(float(value))
-
-
-def llama_server_args(flags: LlamaServerFlags) -> list[str]:
-    """The llama-server argv (flags only: the image's entrypoint is llama-server)."""
-    argv = [
-        "-m", flags["model_path"],
-        "--alias", flags["alias"],
-        "--host", flags["host"],
-        "--port", str(flags["port"]),
-    ]  # fmt: skip
-    if flags["jinja"]:
-        argv.append("--jinja")
-    argv += ["-ngl", str(flags["gpu_layers"]), "-c", str(flags["ctx_size"])]
-    argv += ["-np", str(flags["parallel"])]
-    argv.append("--cont-batching" if flags["cont_batching"] else "--no-cont-batching")
-    argv += ["--cache-type-k", flags["cache_type_k"], "--cache-type-v", flags["cache_type_v"]]
-    argv += ["--temp", _number(flags["temperature"]), "--top-p", _number(flags["top_p"])]
-    argv += ["--threads", str(flags["threads"])]
-    cache_ram = flags.get("cache_ram_mib")
-    if cache_ram is not None:
-        argv += ["--cache-ram", str(cache_ram)]
-    verbosity = flags.get("log_verbosity")
-    if verbosity is not None:
-        argv += ["-lv", str(verbosity)]
-    log_file = flags.get("log_file")
-    if log_file:
-        argv += ["--log-file", log_file]
-    return argv
-
-
-def http_probe(probe: HttpProbe, port: str | int) -> dict[str, Any]:
-    """A Kubernetes httpGet probe."""
-    return {
-        "httpGet": {"path": probe["path"], "port": port},
-        "initialDelaySeconds": probe["initial_delay_seconds"],
-        "periodSeconds": probe["period_seconds"],
-        "failureThreshold": probe["failure_threshold"],
-        "timeoutSeconds": probe["timeout_seconds"],
-    }
-
-
-def probe_window_seconds(probe: HttpProbe) -> int:
-    """Longest time a probe tolerates failures before it counts as failed."""
-    return probe["initial_delay_seconds"] + probe["period_seconds"] * probe["failure_threshold"]
-
-
-def selector_labels(labels: dict[str, str]) -> dict[str, str]:
-    """The labels that select the server's pods."""
-    return {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
-
-
-def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
-    """The llama-server container."""
-    flags = args["flags"]
-    probes = args["probes"]
-    access = args.get("gpu_access", "privileged")
-    gate = args.get("gpu_gate", False)
-    if gate:
-        flags = {**flags, "log_verbosity": 4, "log_file": GATE_LOG}
-    argv = llama_server_args(flags)
-    startup = http_probe(probes["startup"], "http")
-    if gate:
-        # Not Ready (and `pulumi up` fails) unless llama-server put the layers on a GPU: a
-        # broken Vulkan driver or a missing render group otherwise serves from the CPU.
-        del startup["httpGet"]
-        # curl in the script may take its own 5 s; the probe must allow that and the greps.
-        startup["timeoutSeconds"] = max(startup["timeoutSeconds"], 10)
-        startup["exec"] = {
-            "command": probe_command(
-                GATE_LOG, flags["gpu_layers"], health_url=f"http://127.0.0.1:{flags['port']}"
-            )
-        }
-    mounts = [
-        {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True},
-        scratch_mount(),
-    ]
-    if gate:
-        mounts.append({"name": "logs", "mountPath": GATE_LOG.rsplit("/", 1)[0]})
-    if args.get("api_key") is not None:
-        argv += ["--api-key-file", f"{API_KEY_MOUNT}/{API_KEY_FILE}"]
-        mounts.append({"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True})
-    resources = {kind: dict(values) for kind, values in args["resources"].items()}
-    if access == "device-plugin":
-        gpu = args.get("gpu_resource", "amd.com/gpu")
-        resources.setdefault("limits", {})[gpu] = "1"
-        resources.setdefault("requests", {})[gpu] = "1"
-    else:
-        mounts.append({"name": "dev-dri", "mountPath": "/dev/dri"})
-    return {
-        "name": "llama-server",
-        "image": args["image"],
-        "args": argv,
-        # Mesa's shader cache and HOME go to the scratch volume: the root filesystem is read-only.
-        "env": [
-            {"name": "HOME", "value": SCRATCH_MOUNT},
-            {"name": "MESA_SHADER_CACHE_DIR", "value": f"{SCRATCH_MOUNT}/mesa-shader-cache"},
-        ],
-        "ports": [{"name": "http", "containerPort": flags["port"], "protocol": "TCP"}],
-        "resources": resources,
-        "startupProbe": startup,
-        "readinessProbe": http_probe(probes["readiness"], "http"),
-        "livenessProbe": http_probe(probes["liveness"], "http"),
-        "securityContext": gpu_container(access, args.get("run_as_user", DEFAULT_UID)),
-        "volumeMounts": mounts,
-    }
-
-
-def server_deployment(
-    name: str, namespace: str, labels: dict[str, str], args: LlamaCppVulkanServerArgs
-) -> dict[str, Any]:
-    """The Deployment: one replica, Recreate (one GPU), a deadline that covers pull and load."""
-    model = args["model"]
-    selector = selector_labels(labels)
-    deadline = IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
-    volumes = [
-        *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
-        scratch_volume(),
-    ]
-    if args.get("gpu_access", "privileged") == "privileged":
-        device = args.get("gpu_device_path", "/dev/dri")
-        volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
-    if args.get("gpu_gate", False):
-        # -lv 4 logs about 70 bytes per generated token: 4 GiB is months of home use.
-        volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})
-    if args.get("api_key") is not None:
-        volumes.append(
-            {"name": "api-key", "secret": {"secretName": f"{name}-api-key", "defaultMode": 0o400}}
-        )
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(deployment_skips(args)),
-        },
-        "spec": {
-            "replicas": 1,
-            # A rolling update would start a second pod that can never get the one GPU.
-            "strategy": {"type": "Recreate"},
-            "progressDeadlineSeconds": deadline,
-            "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "nodeSelector": args["node_selector"],
-                    "automountServiceAccountToken": False,
-                    "enableServiceLinks": False,
-                    "securityContext": restricted_pod(args.get("supplemental_groups")),
-                    "initContainers": [
-                        model_check_container(model["check_image"], model["run_as_user"])
-                    ],
-                    "containers": [server_container(args)],
-                    "volumes": volumes,
-                },
-            },
-        },
-    }
-
-
-def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
-    """The checkov findings this Deployment accepts, each with its reason."""
-    skips = image_skips(args["image"]) + image_skips(args["model"]["check_image"])
-    if args.get("gpu_access", "privileged") == "privileged":
-        skips += PRIVILEGED_SKIPS
-    # One reason per check: checkov reads one skip annotation per check id.
-    return list({check: (check, reason) for check, reason in skips}.values())
-
-
-def server_service(
-    name: str, namespace: str, labels: dict[str, str], target_port: int, port: int
-) -> dict[str, Any]:
-    """ClusterIP Service in front of the server."""
-    selector = selector_labels(labels)
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            # The Deployment is already awaited until Ready; the Service need not wait again.
-            "annotations": {"pulumi.com/skipAwait": "true"},
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": selector,
-            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
-        },
-    }

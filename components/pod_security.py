@@ -75,3 +75,7 @@ def checkov_skips(skips: list[tuple[str, str]]) -> dict[str, str]:
     return {
         f"checkov.io/skip{i}": f"{check}={reason}" for i, (check, reason) in enumerate(skips, 1)
     }
+
+
+# Above 10000: no clash with the node's own users (checkov CKV_K8S_40).
+DEFAULT_UID = 10001

@@ -1,9 +1,9 @@
 """The optional post-deploy check: a Job that runs `verify.py` against the server's Service."""
 
 import hashlib
-from pathlib import Path
 from typing import Any
 
+from components.payloads import VERIFY_MOUNT
 from components.pod_security import (
     SCRATCH_MOUNT,
     checkov_skips,
@@ -13,9 +13,6 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-
-VERIFY_SOURCE = Path(__file__).with_name("verify.py")
-VERIFY_MOUNT = "/opt/llm-infra-verify"
 
 
 def floor_args(min_decode_tps: float | None) -> list[str]:
@@ -28,21 +25,21 @@ def verify_pod_labels(name: str) -> dict[str, str]:
     return {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "verify"}
 
 
-def verify_digest(expectations: str, deployment: dict[str, Any]) -> str:
+def verify_digest(expectations: str, verify_source: str, deployment: dict[str, Any]) -> str:
     """A new Job whenever the expectations, the script or the Deployment change."""
-    text = expectations + VERIFY_SOURCE.read_text() + repr(deployment)
+    text = expectations + verify_source + repr(deployment)
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 def verify_config_map(
-    name: str, namespace: str, labels: dict[str, str], expectations: str
+    name: str, namespace: str, labels: dict[str, str], expectations: str, verify_source: str
 ) -> dict[str, Any]:
     """The script and the recorded expectations, for a stock Python image."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "data": {"verify.py": VERIFY_SOURCE.read_text(), "expect.json": expectations},
+        "data": {"verify.py": verify_source, "expect.json": expectations},
         "immutable": True,
     }
 

@@ -1,53 +1,42 @@
 """VllmRocmServer: vLLM (ROCm image) behind Caddy on one GPU host, over SSH with pulumi-command."""
 
 import posixpath
-from pathlib import Path
 from typing import Any, NotRequired, TypedDict
 
 import pulumi
 from pulumi_command import remote
 
-from components.gguf_model_store import inherited_dependencies
-from components.vllm_rocm_builders import (
-    CaddySettings,
+from components.caddyfile import CaddySite, base_url, caddyfile
+from components.children import inherited_dependencies
+from components.host_scripts import (
     HostRequirements,
-    PatchOverlay,
-    RemotePaths,
-    VllmFlags,
-    base_url,
-    caddyfile,
     check_script,
-    compose_file,
-    compose_yaml,
     down_script,
     env_file_content,
     env_file_script,
     fetch_script,
-    lock_json,
-    lock_sha256,
-    patch_remote_path,
     preflight_script,
     remote_command,
-    remote_paths,
-    sha256_text,
     up_script,
     verify_patches_script,
     verify_script,
 )
+from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
+from components.vllm_rocm_builders import (
+    PatchOverlay,
+    RemotePaths,
+    VllmFlags,
+    compose_file,
+    compose_yaml,
+    lock_json,
+    lock_sha256,
+    patch_remote_path,
+    remote_paths,
+    sha256_text,
+    vllm_address,
+)
 
 TYPE_TOKEN = "llm-infra:index:VllmRocmServer"
-FETCHER_SOURCE = Path(__file__).with_name("fetcher.py")
-VERIFY_SOURCE = Path(__file__).with_name("verify.py")
-
-__all__ = [
-    "CaddySettings",
-    "HostRequirements",
-    "PatchOverlay",
-    "SshConnection",
-    "VllmFlags",
-    "VllmRocmServer",
-    "VllmRocmServerArgs",
-]
 
 
 class SshConnection(TypedDict):
@@ -80,7 +69,7 @@ class VllmRocmServerArgs(TypedDict):
     """vLLM ROCm image pinned by digest (`vllm/vllm-openai-rocm@sha256:...`)."""
     flags: VllmFlags
     """`vllm serve` flags; `flags.model` is where model_dir is mounted in the container."""
-    caddy: CaddySettings
+    caddy: CaddySite
     """HTTPS site, TLS mode and client allowlist."""
     api_key: pulumi.Input[str]
     """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
@@ -243,7 +232,7 @@ class VllmRocmServer(pulumi.ComponentResource):
                     base_dir,
                     project,
                     args["fetch_image"],
-                    flags["port"],
+                    vllm_address(flags),
                     sha256_text(expectations),
                     args.get("min_decode_tps"),
                 )
@@ -274,7 +263,7 @@ def ssh_connection(connection: SshConnection) -> remote.ConnectionArgs:
 def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tuple[str, str]]:
     """Generated files by resource suffix: (remote path, content)."""
     lock_text = lock_json(args["model_lock"])
-    caddy_text = caddyfile(args["caddy"])
+    caddy_text = caddyfile(args["caddy"], upstream=vllm_address(args["flags"]))
     compose = compose_file(
         image=args["image"],
         flags=args["flags"],

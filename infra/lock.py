@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infra.config_base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
+from infra.config.base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
 
 LOCK_VERSION: Literal[1] = 1
 

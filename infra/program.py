@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pulumi
 
-from infra import docker_host_target, kubernetes_target
-from infra.config import ConfigError, StrixHaloStack, load_stack_config
+from infra.config import ConfigError, StrixHaloStack, expectations_path_for, load_stack_config
 from infra.lock import model_source
-from infra.stack_plan import llamacpp_inputs, probe_problems, stack_plan
+from infra.plan.stack import llamacpp_inputs, probe_problems, stack_plan
+from infra.targets import docker_host, kubernetes
 
 
 def main() -> None:
@@ -25,7 +25,7 @@ def main() -> None:
         raise ConfigError(problems)
     expectations = None
     if stack.server.verify_after_up:
-        expect = lock_path.with_name(lock_path.name.replace(".lock.json", ".verify.json"))
+        expect = expectations_path_for(lock_path)
         if not expect.is_file():
             raise ConfigError(
                 [
@@ -35,7 +35,7 @@ def main() -> None:
             )
         expectations = expect.read_text()
     if isinstance(stack, StrixHaloStack):
-        kubernetes_target.deploy(stack, source, secrets, expectations)
+        kubernetes.deploy(stack, source, secrets, expectations)
     else:
-        docker_host_target.deploy(stack, source, secrets, expectations)
+        docker_host.deploy(stack, source, secrets, expectations)
     pulumi.export("plan", plan.to_json())

@@ -24,7 +24,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_in_stack
 
-from infra.config import NAMESPACE, SECRET_PLACEHOLDER, lock_path_for
+from infra.config import NAMESPACE, SECRET_PLACEHOLDER
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 # Apply order of Kubernetes kinds (as Helm installs them): what a kind needs comes first.
@@ -142,28 +142,6 @@ class EchoMocks(pulumi.runtime.Mocks):
         self, args: pulumi.runtime.MockCallArgs
     ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
         return {}, None
-
-
-def stack_config(path: Path, project: str = NAMESPACE) -> tuple[dict[str, str], list[str]]:
-    """Pulumi config (`ns:key` → string) and the secret keys, from a stack file.
-
-    The lock file defaults to the one beside the stack file, wherever that file is.
-    """
-    document = yaml.safe_load(path.read_text()) or {}
-    values: dict[str, str] = {}
-    secret_keys: list[str] = []
-    for key, value in (document.get("config") or {}).items():
-        full_key = key if ":" in key else f"{project}:{key}"
-        if isinstance(value, dict) and set(value) == {"secure"}:
-            # Encrypted with the stack's key, which render does not have: a secret is present.
-            values[full_key] = SECRET_PLACEHOLDER
-            secret_keys.append(full_key)
-        elif isinstance(value, str):
-            values[full_key] = value
-        else:
-            values[full_key] = json.dumps(value)
-    values.setdefault(f"{project}:lockFile", str(lock_path_for(path)))
-    return values, secret_keys
 
 
 def run_program(

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from infra import program
-from infra.render import run_program, stack_config, write
+from infra.config import read_stack_file
+from infra.render import run_program, write
 from tests.conftest import ROOT, STACKS
 
 Edit = tuple[str, str, Any]  # (config key, dotted path inside it, new value or DELETE)
@@ -132,7 +133,8 @@ def test_secrets_appear_in_no_rendered_file_argv_env_or_log(
     document = edited(stack, [("server", "apiKey", True)] if stack == "strix-halo" else [])
     path = tmp_path / f"Pulumi.{stack}.yaml"
     path.write_text(yaml.safe_dump(document))
-    config, secret_keys = stack_config(path)
+    stack_file = read_stack_file(path)
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     config.update(SECRETS)
     rendered = run_program(program.main, config, [*secret_keys, *SECRETS], stack=stack)
     out = tmp_path / "rendered"

@@ -12,9 +12,9 @@ import yaml
 
 from components import GgufModelStore, LlamaCppVulkanServer
 from infra import program
-from infra.config import ConfigError
-from infra.kubernetes_target import server_args, store_args
-from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program, stack_config
+from infra.config import ConfigError, read_stack_file
+from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program
+from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import STACKS, strix, unlocked_source
 
 TOKEN = "hf_live_token_value_123"
@@ -109,7 +109,8 @@ def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str,
 
 
 def test_program_exports_url_alias_and_litellm_route() -> None:
-    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     outputs = run_program(program.main, config, secret_keys, stack="strix-halo").outputs
     assert outputs["url"] == "http://deepseek-v4-flash-0731.llm.svc:8080"
     assert outputs["alias"] == "deepseek-v4-flash-0731"
@@ -123,7 +124,8 @@ def test_program_exports_url_alias_and_litellm_route() -> None:
 
 
 def test_program_with_secret_token_in_stack_config_masks_it() -> None:
-    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     config["llm-infra:hfToken"] = TOKEN
     rendered = run_program(program.main, config, [*secret_keys, "llm-infra:hfToken"], "strix-halo")
     assert any(r["type"] == "kubernetes:core/v1:Secret" for r in rendered.resources)
@@ -131,7 +133,8 @@ def test_program_with_secret_token_in_stack_config_masks_it() -> None:
 
 
 def test_program_registers_nothing_when_config_is_invalid() -> None:
-    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     server = json.loads(config["llm-infra:server"])
     server["gpuLayers"] = 45
     config["llm-infra:server"] = json.dumps(server)
@@ -146,7 +149,8 @@ def test_program_registers_nothing_when_config_is_invalid() -> None:
 
 
 def test_pulumi_up_refuses_a_docker_host_stack_without_its_secrets(tmp_path: Path) -> None:
-    config, secret_keys = stack_config(STACKS / "Pulumi.mi300x.yaml")
+    stack_file = read_stack_file(STACKS / "Pulumi.mi300x.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     lock = {
         "version": 1, "repo": "deepseek-ai/DeepSeek-V4-Flash-0731", "revision": "a" * 40,
         "requested_revision": "main", "patterns": ["*.safetensors", "*.json"],
@@ -167,14 +171,16 @@ def test_pulumi_up_refuses_a_docker_host_stack_without_its_secrets(tmp_path: Pat
 
 
 def test_litellm_route_can_be_a_configmap_in_litellms_namespace() -> None:
-    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     config["llm-infra:litellm"] = json.dumps({"manage": "configmap"})
     rendered = run_program(program.main, config, secret_keys, stack="strix-halo")
     route = next(r for r in rendered.resources if r["name"] == "litellm-route")
     assert route["inputs"]["metadata"]["namespace"] == "litellm"
     (entry,) = yaml.safe_load(route["inputs"]["data"]["model_list.yaml"])
     assert entry == rendered.outputs["litellmModel"]
-    default = run_program(program.main, *stack_config(STACKS / "Pulumi.strix-halo.yaml"), "s")
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    default = run_program(program.main, stack_file.config, stack_file.secret_keys, "s")
     assert all(r["name"] != "litellm-route" for r in default.resources)
 
 
@@ -182,7 +188,8 @@ def test_pulumi_entry_point_runs_the_program(monkeypatch: pytest.MonkeyPatch) ->
     """`main: infra/` as Pulumi's Python host runs it: the directory's __main__.py, by path."""
     import runpy
 
-    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     monkeypatch.chdir(STACKS.parent / "infra")
 
     def pulumi_host() -> None:
@@ -193,7 +200,8 @@ def test_pulumi_entry_point_runs_the_program(monkeypatch: pytest.MonkeyPatch) ->
 
 
 def test_verify_after_up_runs_a_job_after_the_deployment(tmp_path: Path) -> None:
-    config, secret_keys = stack_config(STACKS / "Pulumi.strix-halo.yaml")
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     server = json.loads(config["llm-infra:server"])
     server.update(verifyAfterUp=True, apiKey=True, minDecodeTps=20)
     config["llm-infra:server"] = json.dumps(server)

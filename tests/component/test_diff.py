@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import diff
+from infra.cli import diff
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -48,7 +48,7 @@ def test_plan_json_follows_the_contract_and_suggests() -> None:
 
 
 def test_plan_reads_gguf_headers_at_hand(tmp_path: Path) -> None:
-    from tests.contract.tiny_gguf import write_tiny_split_model
+    from tests.support.tiny_gguf import write_tiny_split_model
 
     shards = write_tiny_split_model(tmp_path, "tiny", shards=3)
     result = plan("strix-halo", "--gguf", *map(str, shards))
@@ -107,7 +107,7 @@ def test_render_refuses_an_mi300x_gpu_kv_cache_that_does_not_fit_hbm(tmp_path: P
 
 def test_seed_probes_outlast_the_estimated_load_with_margin() -> None:
     from infra.lock import model_source
-    from infra.stack_plan import LOAD_MARGIN, llamacpp_inputs, load_seconds, probe_problems
+    from infra.plan.stack import LOAD_MARGIN, llamacpp_inputs, load_seconds, probe_problems
     from tests.conftest import stack_values, strix
 
     stack = strix(stack_values("strix-halo"))

@@ -181,11 +181,6 @@ def test_outputs_are_the_https_url_and_served_name() -> None:
     }
 
 
-def test_an_empty_allowlist_stops_before_any_resource() -> None:
-    with pytest.raises(Exception, match="allowed_cidrs"):
-        render(server_args(caddy=sample_caddy(allowed_cidrs=[])))
-
-
 def test_recorded_expectations_add_a_verify_command_after_the_check() -> None:
     expectations = json.dumps({"version": 1, "cases": []})
     rendered = render(server_args(verify_expectations=expectations))

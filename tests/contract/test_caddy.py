@@ -15,10 +15,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from components.vllm_rocm_builders import caddyfile
+from components.caddyfile import caddyfile
+from infra import program
+from infra.config import read_stack_file
+from infra.render import run_program
+from tests.conftest import ROOT
 from tests.unit.test_vllm_builders import sample_caddy
 
 pytestmark = pytest.mark.contract
@@ -67,14 +73,60 @@ def validate(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     ids=["domain-acme", "ip-internal", "everyone"],
 )
 def test_caddy_validates_the_rendered_caddyfile(settings: object, tmp_path: Path) -> None:
-    result = validate(caddyfile(settings), tmp_path)  # type: ignore[arg-type]
+    result = validate(caddyfile(settings, upstream="vllm:8000"), tmp_path)  # type: ignore[arg-type]
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Valid configuration" in result.stderr + result.stdout
 
 
 def test_caddy_rejects_a_broken_caddyfile(tmp_path: Path) -> None:
-    broken = caddyfile(sample_caddy()).replace("flush_interval -1", "flush_interval sometimes")
+    text = caddyfile(sample_caddy(), upstream="vllm:8000")
+    broken = text.replace("flush_interval -1", "flush_interval sometimes")
     assert validate(broken, tmp_path).returncode != 0
+
+
+def adapted(text: str, tmp_path: Path) -> dict[str, Any]:
+    """The JSON config the real Caddy makes of a Caddyfile."""
+    path = tmp_path / "Caddyfile"
+    path.write_text(text)
+    result = subprocess.run(
+        [caddy_binary(), "adapt", "--config", str(path), "--adapter", "caddyfile"],
+        capture_output=True, text=True, env=caddy_env(tmp_path), timeout=60, check=True,
+    )  # fmt: skip
+    document: dict[str, Any] = json.loads(result.stdout)
+    return document
+
+
+def upstream_dials(node: object) -> list[str]:
+    """Every reverse_proxy upstream `dial` anywhere in an adapted Caddy config."""
+    if isinstance(node, dict):
+        found = [
+            u["dial"] for u in node.get("upstreams", []) if node.get("handler") == "reverse_proxy"
+        ]
+        return found + [d for value in node.values() for d in upstream_dials(value)]
+    if isinstance(node, list):
+        return [d for value in node for d in upstream_dials(value)]
+    return []
+
+
+@pytest.mark.parametrize("port", [8000, 9000, 18080])
+def test_the_vllm_port_reaches_compose_caddy_and_the_check_from_one_value(
+    port: int, tmp_path: Path
+) -> None:
+    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.mi300x.yaml").read_text())
+    document["config"]["llm-infra:server"]["port"] = port
+    path = tmp_path / "Pulumi.mi300x.yaml"
+    path.write_text(yaml.safe_dump(document))
+    stack_file = read_stack_file(path)
+    rendered = run_program(program.main, stack_file.config, stack_file.secret_keys, "mi300x")
+    compose = yaml.safe_load(rendered.files["/opt/llm/compose.yaml"])
+    vllm = compose["services"]["vllm"]
+    assert vllm["command"][vllm["command"].index("--port") + 1] == str(port)
+    assert vllm["expose"] == [str(port)]
+    assert f"127.0.0.1:{port}/health" in vllm["healthcheck"]["test"][-1]
+    caddy_config = adapted(rendered.files["/opt/llm/Caddyfile"].decode(), tmp_path)
+    assert upstream_dials(caddy_config) == [f"vllm:{port}"]
+    check = next(s for name, s in rendered.commands.items() if name.endswith("-vllm-check.sh"))
+    assert f"http://127.0.0.1:{port}/v1/models" in check
 
 
 class FakeVllm(BaseHTTPRequestHandler):

@@ -20,6 +20,9 @@ PRIVILEGED_SKIPS = {"CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_23", "CKV_K8S_28", "CKV
                     "CKV_K8S_40"}  # fmt: skip
 
 
+pytestmark = pytest.mark.contract
+
+
 def checkov(manifests: Path) -> dict[str, Any]:
     assert CHECKOV.is_file(), f"checkov not found at {CHECKOV}: run scripts/setup-checkov-venv"
     result = subprocess.run(

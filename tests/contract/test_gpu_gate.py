@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from components import gpu_gate
-from tests.conftest import ROOT
-from tests.contract.llama_server import run_llama_server, tiny_server_argv
-from tests.contract.tiny_gguf import write_tiny_split_model
+from components.payloads import GPU_GATE_SOURCE, gpu_gate
+from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.tiny_gguf import write_tiny_split_model
 
 pytestmark = pytest.mark.contract
 
@@ -63,7 +62,7 @@ def test_log_file_misses_the_warning_but_the_gate_still_fails(model: Path, tmp_p
     with run_llama_server(argv, log_path=tmp_path / "stderr.log") as url:
         # As the stock-python-image check would run: wait for /health, then read the log.
         check = subprocess.run(
-            [sys.executable, "-I", str(ROOT / "components" / "gpu_gate.py"), "--log", str(log_file),
+            [sys.executable, "-I", str(GPU_GATE_SOURCE), "--log", str(log_file),
              "--expect-layers", "40", "--wait-url", url, "--wait-timeout", "10"],
             capture_output=True, text=True, check=False,
         )  # fmt: skip

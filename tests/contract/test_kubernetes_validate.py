@@ -6,12 +6,16 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.component.test_render import render
 from tests.conftest import ROOT
 
 K8S_VERSION = "1.32.0"
+
+
+pytestmark = pytest.mark.contract
 
 
 def kubernetes_validate(path: Path) -> subprocess.CompletedProcess[str]:

@@ -20,8 +20,8 @@ import yaml
 
 from tests.component.test_render import render
 from tests.conftest import ROOT
-from tests.contract.llama_server import free_port, get_json, run_llama_server
-from tests.contract.tiny_gguf import shard_names, write_tiny_split_model
+from tests.support.llama_server import free_port, get_json, run_llama_server
+from tests.support.tiny_gguf import shard_names, write_tiny_split_model
 
 pytestmark = pytest.mark.contract
 

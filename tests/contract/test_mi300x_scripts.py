@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from components.vllm_rocm_builders import (
-    compose_yaml,
+from components.host_scripts import (
     env_file_script,
     preflight_script,
     remote_command,
-    remote_paths,
     verify_patches_script,
 )
+from components.vllm_rocm_builders import compose_yaml, remote_paths
 from tests.unit.test_vllm_builders import all_scripts, sample_compose
 
 pytestmark = pytest.mark.contract

@@ -1,7 +1,7 @@
 """The planner's model-buffer and KV figures match what llama-server b11434 logs, within 2%.
 
 Each case writes a tiny llama model (shape, weight type), reads its GGUF headers with
-`components.gguf_header`, plans it with `infra.plan`, then boots the real llama-server with
+`components.gguf_header`, plans it with `infra.plan.llamacpp`, then boots the real llama-server with
 `-lv 4` and the same `-c`/`-np`/cache types and compares the planned bytes with the
 `load_tensors: ... model buffer size` and `llama_kv_cache: size` lines. Run with `-s` to see
 the predicted-vs-logged table (compute buffers are printed too; they are an estimate).
@@ -18,15 +18,11 @@ import gguf
 import pytest
 
 from components.gguf_header import read_gguf_header, summarize
-from infra.plan import (
-    MIB,
-    LlamaCppPlanInputs,
-    compute_buffer_bytes,
-    kv_cache_layers,
-    llamacpp_inputs_from_summary,
-)
-from tests.contract.llama_server import free_port, run_llama_server
-from tests.contract.tiny_gguf import TinyLlamaSpec, write_tiny_model
+from infra.plan.deepseek4 import attention_shape, kv_cache_layers
+from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, compute_buffer_bytes
+from infra.plan.report import MIB
+from tests.support.llama_server import free_port, run_llama_server
+from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
 
 pytestmark = pytest.mark.contract
 
@@ -93,9 +89,11 @@ def test_planned_model_and_kv_buffers_match_llama_server_log(
         with shard.open("rb") as stream:
             headers.append(read_gguf_header(stream))
     summary = summarize(headers)
-    inputs: LlamaCppPlanInputs = llamacpp_inputs_from_summary(
-        summary,
-        "GGUF header",
+    inputs = LlamaCppPlanInputs(
+        weights=ModelWeights.from_summary(summary, "GGUF header"),
+        attention=attention_shape(
+            summary["architecture"], summary["metadata"], summary.get("vocab_size")
+        ),
         gpu_layers=0,
         ctx_size=case.ctx,
         parallel=case.parallel,

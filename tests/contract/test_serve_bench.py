@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from infra import serve_bench
-from tests.contract.llama_server import run_llama_server, tiny_server_argv
-from tests.contract.tiny_gguf import write_tiny_split_model
+from infra.cli import bench as serve_bench
+from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.tiny_gguf import write_tiny_split_model
 
 pytestmark = pytest.mark.contract
 

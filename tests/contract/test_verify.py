@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from components import verify
-from tests.contract.llama_server import run_llama_server, tiny_server_argv
-from tests.contract.tiny_gguf import write_tiny_model_seeded
+from components.payloads import verify
+from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.tiny_gguf import write_tiny_model_seeded
 
 pytestmark = pytest.mark.contract
 
@@ -108,7 +108,7 @@ def test_completions_endpoint(models: dict[str, Path], tmp_path: Path) -> None:
 
 
 def test_api_key_is_read_from_the_hosts_env_file(tmp_path: Path) -> None:
-    from components.verify import key_from_env_file
+    from components.payloads.verify import key_from_env_file
 
     env = tmp_path / "vllm.env"
     env.write_text("VLLM_API_KEY='sk-from-the-env-file'\n")

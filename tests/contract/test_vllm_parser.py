@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 from tests.unit.test_vllm_builders import sample_flags
 
 pytestmark = pytest.mark.contract
-SCRIPT = Path(__file__).with_name("vllm_parse_args.py")
+SCRIPT = Path(__file__).parent.parent / "support" / "vllm_parse_args.py"
 
 
 def vllm_python() -> Path:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import diff
+from infra.cli import diff
 
 pytestmark = pytest.mark.contract
 

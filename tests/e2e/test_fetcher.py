@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from components import fetcher
-from components.fetcher import FetchError, load_lock
-from components.fetcher import fetch as fetch_files
-from components.gguf_model_store import FETCHER_SOURCE, model_lock
-from tests.hub_emulator import Hub, running_hub
+from components.model_store_manifests import model_lock
+from components.payloads import FETCHER_SOURCE, fetcher
+from components.payloads.fetcher import FetchError, load_lock
+from components.payloads.fetcher import fetch as fetch_files
+from tests.support.hub_emulator import Hub, running_hub
 
 REPO = "unsloth/Tiny-GGUF"
 NAMES = [f"Tiny-UD-IQ1_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]

@@ -13,11 +13,11 @@ import pytest
 import yaml
 
 from infra import program
-from infra.config import ConfigError
-from infra.render import run_program, stack_config
+from infra.config import ConfigError, read_stack_file
+from infra.render import run_program
 from tests.conftest import ROOT
-from tests.contract.tiny_gguf import write_tiny_split_model
-from tests.hub_emulator import COMMIT, Hub, running_hub
+from tests.support.hub_emulator import COMMIT, Hub, running_hub
+from tests.support.tiny_gguf import write_tiny_split_model
 
 REPO = "unsloth/Tiny-GGUF"
 NAMES = [f"Tiny-UD-IQ1_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
@@ -105,7 +105,8 @@ def test_a_stale_lock_stops_the_render(hub: Hub, tmp_path: Path) -> None:
 
 
 def test_pulumi_up_refuses_an_unlocked_model(tmp_path: Path) -> None:
-    config, secret_keys = stack_config(ROOT / "stacks" / "Pulumi.strix-halo.yaml")
+    stack_file = read_stack_file(ROOT / "stacks" / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
     config["llm-infra:lockFile"] = str(tmp_path / "missing.lock.json")
     with pytest.raises(ConfigError) as caught:
         run_program(program.main, config, secret_keys, stack="strix-halo", preview=False)

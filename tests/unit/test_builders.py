@@ -7,8 +7,16 @@ from typing import Any
 
 import pytest
 
-from components.fetcher import lock_digest
-from components.gguf_model_store import (
+from components.images import parse_image
+from components.llamacpp_manifests import (
+    LlamaServerFlags,
+    llama_server_args,
+    probe_window_seconds,
+    server_deployment,
+    server_labels,
+    server_service,
+)
+from components.model_store_manifests import (
     content_digest,
     fetch_job,
     fetcher_config_map,
@@ -17,17 +25,10 @@ from components.gguf_model_store import (
     model_pvc,
     store_names,
 )
-from components.images import parse_image
-from components.llamacpp_vulkan_server import (
-    LlamaServerFlags,
-    llama_server_args,
-    probe_window_seconds,
-    server_deployment,
-    server_labels,
-    server_service,
-)
 from components.network_policies import egress_policy, ingress_policy
-from infra.kubernetes_target import server_args, store_args
+from components.payloads import FETCHER_SOURCE
+from components.payloads.fetcher import lock_digest
+from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import strix, unlocked_source
 
 # The seed's Deployment args, flag by flag.
@@ -223,8 +224,8 @@ def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
     new = model_lock("o/r", "abc123", files)  # type: ignore[arg-type]
     assert lock_digest(old) != lock_digest(new)
     old_names, new_names = (
-        store_names("models", content_digest(old)),
-        store_names("models", content_digest(new)),
+        store_names("models", content_digest(old, FETCHER_SOURCE.read_text())),
+        store_names("models", content_digest(new, FETCHER_SOURCE.read_text())),
     )
     assert old_names["job"] != new_names["job"]
     assert old_names["config_map"] != new_names["config_map"]
@@ -233,7 +234,7 @@ def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
 
 def test_config_map_carries_fetcher_and_lock() -> None:
     lock = model_lock("o/r", "main", [{"path": "x.gguf", "name": "x.gguf"}])
-    config_map = fetcher_config_map("cm", "llm", {}, lock)
+    config_map = fetcher_config_map("cm", "llm", {}, lock, FETCHER_SOURCE.read_text())
     assert "def main(" in config_map["data"]["fetcher.py"]
     assert '"repo": "o/r"' in config_map["data"]["lock.json"]
     assert config_map["immutable"] is True
@@ -317,7 +318,7 @@ def test_fetch_egress_policy_allows_dns_and_the_hub_port_only() -> None:
 
 
 def test_ingress_policy_can_admit_a_node_network(strix_halo_values: dict[str, Any]) -> None:
-    from infra.kubernetes_target import allowed_clients
+    from infra.targets.kubernetes import allowed_clients
 
     strix_halo_values["network"] = {"allowCidrs": ["192.168.1.10/32"]}
     clients = allowed_clients(strix(strix_halo_values))

@@ -146,7 +146,9 @@ def test_floating_fetch_image_is_rejected(strix_halo_values: dict[str, Any]) -> 
 def test_malformed_image_reference_is_rejected(strix_halo_values: dict[str, Any]) -> None:
     strix_halo_values["server"]["image"] = "Ghcr.io/x:y@sha256:abc"
     (problem,) = problems_of(strix_halo_values)
-    assert problem.startswith("server.image: 'Ghcr.io/x:y@sha256:abc': Value error, digest")
+    assert problem.startswith(
+        "server.image: 'Ghcr.io/x:y@sha256:abc' is not an image reference: digest"
+    )
 
 
 def test_unknown_key_is_rejected_with_its_path(strix_halo_values: dict[str, Any]) -> None:

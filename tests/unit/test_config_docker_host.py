@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigError, missing_secrets, parse_stack
-from infra.config_docker_host import Mi300xStack
+from infra.config.docker_host import Mi300xStack
 from tests.conftest import stack_values
 
 
@@ -75,7 +75,7 @@ def test_automatic_https_needs_a_domain_and_an_email(values: dict[str, Any]) -> 
 def test_malformed_domain_is_rejected(values: dict[str, Any]) -> None:
     values["caddy"]["site"] = "llm_example..com"
     (problem,) = problems_of(values)
-    assert problem.startswith("caddy.site: 'llm_example..com' is not a DNS name")
+    assert problem.startswith("caddy.site: 'llm_example..com' is not a lowercase DNS name")
 
 
 def test_patch_with_wrong_sha256_stops_before_anything_exists(
@@ -95,10 +95,27 @@ def test_patch_with_wrong_sha256_stops_before_anything_exists(
     assert problems_of(values) == ["patches[0].source: 'missing.py' does not exist"]
 
 
-def test_model_dir_must_not_be_the_base_dir(values: dict[str, Any]) -> None:
-    values["host"]["modelDir"] = "/opt/llm"
+@pytest.mark.parametrize(
+    ("model_dir", "key"),
+    [("/opt/llm", "host.modelDir: '/opt/llm' is host.baseDir"), ("/opt", "host.baseDir: ")],
+)
+def test_model_dir_is_neither_the_base_dir_nor_above_it(
+    values: dict[str, Any], model_dir: str, key: str
+) -> None:
+    values["host"]["modelDir"] = model_dir
     (problem,) = problems_of(values)
-    assert problem.startswith("host.modelDir: must be its own directory")
+    assert problem.startswith(key)
+
+
+@pytest.mark.parametrize(
+    "model_dir", ["/opt/llm/.", "/opt//llm", "/opt/llm/", "/srv/models/my dir", "/srv/$(id)", "/"]
+)
+def test_model_dir_must_be_a_plain_normal_absolute_path(
+    values: dict[str, Any], model_dir: str
+) -> None:
+    values["host"]["modelDir"] = model_dir
+    (problem,) = problems_of(values)
+    assert problem.startswith(f"host.modelDir: {model_dir!r} must be")
 
 
 def test_docker_host_needs_ssh_key_and_api_key(values: dict[str, Any]) -> None:

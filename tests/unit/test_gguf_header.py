@@ -20,7 +20,7 @@ from components.gguf_header import (
     read_gguf_header,
     summarize,
 )
-from tests.contract.tiny_gguf import write_tiny_split_model
+from tests.support.tiny_gguf import write_tiny_split_model
 
 Q = gguf.GGMLQuantizationType
 

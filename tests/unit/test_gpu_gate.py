@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components import gpu_gate
+from components.payloads import gpu_gate
 
 # ggml-vulkan.cpp: "ggml_vulkan: Found %zu Vulkan devices:\n" and
 # "ggml_vulkan: %zu = %s (%s) | uma: %d | fp16: %s | bf16: %d | fp4: %d | warp size: %zu |

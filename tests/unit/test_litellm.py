@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import litellm
+from infra.cli import check_litellm as litellm
+from infra.config import read_stack_file
 
 ROOT = Path(__file__).resolve().parents[2]
 STRIX_URL = "http://deepseek-v4-flash-0731.llm.svc:8080/v1"
@@ -46,7 +47,7 @@ def test_routes_computed_from_the_stack_files_equal_the_rendered_outputs(tmp_pat
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )  # fmt: skip
         rendered = json.loads((out / "outputs.json").read_text())["litellmModel"]
-        route = litellm.stack_route(stack, ROOT / "stacks" / f"Pulumi.{stack}.yaml")
+        route = litellm.stack_route(read_stack_file(stack))
         assert route.alias == rendered["model_name"]
         assert route.api_base == rendered["litellm_params"]["api_base"]
 
@@ -107,17 +108,17 @@ def test_route_follows_namespace_service_name_and_port(tmp_path: Path) -> None:
     stack["config"]["llm-infra:server"].update({"name": "ds", "servicePort": 80})
     path = tmp_path / "Pulumi.custom.yaml"
     path.write_text(yaml.safe_dump(stack))
-    route = litellm.stack_route("custom", path)
+    route = litellm.stack_route(read_stack_file(path))
     assert route.api_base == "http://ds.inference.svc:80/v1"
 
 
 def test_mi300x_alias_is_the_served_model_name(tmp_path: Path) -> None:
     stack = yaml.safe_load((ROOT / "stacks/Pulumi.mi300x.yaml").read_text())
     stack["config"]["llm-infra:server"]["servedModelName"] = "ds-fp8"
-    stack["config"]["llm-infra:caddy"]["site"] = "2001:db8::10"
+    stack["config"]["llm-infra:caddy"].update({"site": "2001:db8::10", "tls": "internal"})
     path = tmp_path / "Pulumi.gpu.yaml"
     path.write_text(yaml.safe_dump(stack))
-    route = litellm.stack_route("gpu", path)
+    route = litellm.stack_route(read_stack_file(path))
     assert (route.alias, route.api_base) == ("ds-fp8", "https://[2001:db8::10]/v1")
 
 

@@ -6,30 +6,30 @@ import json
 import math
 import re
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 from components.gguf_header import row_bytes
-from infra.plan import (
-    GB,
-    GIB,
-    MIB,
+from infra.config import ConfigError, parse_stack
+from infra.plan.deepseek4 import (
     AttentionShape,
-    LlamaCppPlanInputs,
-    ModelWeights,
-    PlanError,
-    VllmPlanInputs,
     attention_shape,
-    deepseek4_kv_bytes,
     kv_cache_layers,
     kv_layout,
     pad,
-    parse_vllm_bytes,
+)
+from infra.plan.llamacpp import (
+    LlamaCppPlanInputs,
+    ModelWeights,
     placement,
     plan_llamacpp,
-    plan_vllm,
     suggest,
 )
+from infra.plan.report import GB, GIB, MIB, PlanError
+from infra.plan.stack import llamacpp_inputs, stack_plan
+from infra.plan.vllm import VllmPlanInputs, plan_vllm
+from tests.conftest import stack_values, strix, unlocked_source
 
 # DeepSeek-V4-Flash as llama.cpp reads it: 43 layers, K-only head 512, one KV head, a
 # 128-token window, 2 uncompressed + 21 ratio-4 + 20 ratio-128 layers, indexer head 128.
@@ -77,7 +77,8 @@ def reference_formula_kv(ctx: int, ubatch: int, cache: str) -> int:
 
 
 def test_deepseek4_kv_at_64k_q8_0_one_slot_is_about_257_mib() -> None:
-    kv = deepseek4_kv_bytes(V4_SHAPE, 65536, 1, "q8_0")
+    layers = kv_cache_layers(V4_SHAPE, 65536, 1, "q8_0", "q8_0")
+    kv = layers.cache_bytes + layers.state_bytes
     assert kv == reference_formula_kv(65536, 512, "q8_0")
     assert kv / MIB == pytest.approx(257.2, abs=0.1)
 
@@ -112,9 +113,8 @@ def test_seed_budget_is_reproduced_with_b11434_layer_placement() -> None:
     assert vram.items["weights"] == pytest.approx(39 * per_layer, abs=64)
     assert 78 * GIB < vram.items["weights"] < 81.5 * GIB
     assert 6 * GIB < ram.items["weights"] < 8.5 * GIB
-    assert vram.items["kv_cache"] + ram.items["kv_cache"] == deepseek4_kv_bytes(
-        V4_SHAPE, 65536, 1, "q8_0"
-    )
+    kv = kv_cache_layers(V4_SHAPE, 65536, 1, "q8_0", "q8_0")
+    assert vram.items["kv_cache"] + ram.items["kv_cache"] == kv.cache_bytes + kv.state_bytes
     assert vram.items["compute"] == 2 * GIB
     assert plan.fits
     free = vram.capacity_bytes - vram.used_bytes if vram.capacity_bytes else 0
@@ -310,10 +310,26 @@ def test_mi300x_ram_and_disk_refusals() -> None:
     assert len(disk) == 1 and disk[0].startswith("plan: does not fit on disk: ")
 
 
-def test_vllm_byte_sizes_parse_like_vllm() -> None:
-    assert parse_vllm_bytes("20G") == 20 * GB
-    assert parse_vllm_bytes("20GiB") == 20 * GIB
-    assert parse_vllm_bytes("512M") == 512 * 10**6
-    assert parse_vllm_bytes(1234) == 1234
-    with pytest.raises(ValueError, match="not a byte size"):
-        parse_vllm_bytes("20X")
+NO_WEIGHT_SIZE = "model.sizeGib: required until the model is locked"
+
+
+def test_strix_halo_plan_without_lock_or_size_is_a_config_error(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    del strix_halo_values["model"]["sizeGib"]
+    stack = strix(strix_halo_values)
+    with pytest.raises(ConfigError) as caught:
+        llamacpp_inputs(stack, unlocked_source(stack))
+    (problem,) = caught.value.problems
+    assert problem.startswith(NO_WEIGHT_SIZE)
+    assert "llm-infra lock STACK" in problem
+
+
+def test_mi300x_plan_without_lock_or_size_is_a_config_error() -> None:
+    values = stack_values("mi300x")
+    del values["model"]["sizeGib"]
+    stack = parse_stack(values)
+    with pytest.raises(ConfigError) as caught:
+        stack_plan(stack, unlocked_source(stack))
+    (problem,) = caught.value.problems
+    assert problem.startswith(NO_WEIGHT_SIZE)

@@ -8,27 +8,27 @@ from typing import Any
 import pytest
 import yaml
 
-from components.vllm_rocm_builders import (
-    CaddySettings,
-    PatchOverlay,
-    VllmFlags,
-    base_url,
-    caddyfile,
+from components.caddyfile import CaddySite, base_url, caddyfile
+from components.host_scripts import (
     check_script,
-    compose_file,
-    compose_yaml,
     down_script,
     env_file_content,
     env_file_script,
     fetch_script,
-    lock_json,
-    patch_remote_path,
     preflight_script,
     remote_command,
-    remote_paths,
     up_script,
     verify_patches_script,
     verify_script,
+)
+from components.vllm_rocm_builders import (
+    PatchOverlay,
+    VllmFlags,
+    compose_file,
+    compose_yaml,
+    lock_json,
+    patch_remote_path,
+    remote_paths,
     vllm_serve_args,
 )
 
@@ -58,7 +58,7 @@ def sample_flags() -> VllmFlags:
     }
 
 
-def sample_caddy(**overrides: object) -> CaddySettings:
+def sample_caddy(**overrides: object) -> CaddySite:
     """A domain site with automatic HTTPS and one allowed network."""
     settings: dict[str, object] = {
         "site": "llm.example.com",
@@ -186,38 +186,26 @@ def test_a_new_patch_content_is_a_new_mount_source() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"image": "vllm/vllm-openai-rocm:latest"}, "pinned by digest"),
-        ({"model_dir": "relative/models"}, "model_dir"),
-        ({"model_dir": "/srv/models/my dir"}, "model_dir"),
-        ({"patches": [sample_patch("A" * 64)]}, "sha256"),
-        ({"patches": [sample_patch(), sample_patch("b" * 64)]}, "same target"),
-        ({"caddy": sample_caddy(image="caddy:latest")}, "caddy.image"),
-    ],
-)
-def test_compose_refuses_unsafe_inputs(overrides: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        sample_compose(**overrides)
-
-
 def test_caddyfile_for_a_domain_uses_acme_with_the_email() -> None:
-    text = caddyfile(sample_caddy())
+    text = caddyfile(sample_caddy(), upstream="vllm:8000")
     assert "\temail ops@example.com\n" in text
     assert "llm.example.com {\n" in text
     assert "tls internal" not in text
 
 
 def test_caddyfile_for_an_ip_uses_the_internal_ca_without_touching_trust_stores() -> None:
-    text = caddyfile(sample_caddy(site="203.0.113.10", tls="internal", acme_email=None))
+    text = caddyfile(
+        sample_caddy(site="203.0.113.10", tls="internal", acme_email=None), upstream="vllm:8000"
+    )
     assert "203.0.113.10 {\n\ttls internal\n" in text
     assert "\tskip_install_trust\n" in text
     assert "email" not in text
 
 
 def test_caddyfile_denies_outside_the_allowlist_by_peer_address() -> None:
-    text = caddyfile(sample_caddy(allowed_cidrs=["198.51.100.0/24", "2001:db8::/32"]))
+    text = caddyfile(
+        sample_caddy(allowed_cidrs=["198.51.100.0/24", "2001:db8::/32"]), upstream="vllm:8000"
+    )
     assert "@denied not remote_ip 198.51.100.0/24 2001:db8::/32 127.0.0.1/32 ::1/128\n" in text
     assert 'respond @denied "Forbidden" 403' in text
     assert "trusted_proxies" not in text
@@ -225,7 +213,7 @@ def test_caddyfile_denies_outside_the_allowlist_by_peer_address() -> None:
 
 
 def test_caddyfile_streams_and_waits_long_and_hides_metrics() -> None:
-    text = caddyfile(sample_caddy())
+    text = caddyfile(sample_caddy(), upstream="vllm:8000")
     assert "reverse_proxy vllm:8000 {" in text
     assert "flush_interval -1" in text
     assert "response_header_timeout 30m" in text
@@ -239,23 +227,6 @@ def test_caddyfile_ports_and_upstream_can_be_moved_for_tests() -> None:
     assert "\thttp_port 8080\n\thttps_port 8443\n" in text
     assert "llm.example.com:8443 {" in text
     assert "reverse_proxy 127.0.0.1:9000 {" in text
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        ({"allowed_cidrs": []}, "empty"),
-        ({"allowed_cidrs": ["10.0.0.1/8"]}, "host bits"),
-        ({"allowed_cidrs": ["everyone"]}, "everyone"),
-        ({"site": "203.0.113.10"}, "needs a domain"),
-        ({"acme_email": None}, "acme_email"),
-        ({"site": "not a host"}, "caddy.site"),
-        ({"tls": "off"}, "caddy.tls"),
-    ],
-)
-def test_caddyfile_refuses_bad_settings(overrides: dict[str, object], message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        caddyfile(sample_caddy(**overrides))
 
 
 def test_base_url_is_https_on_the_site() -> None:
@@ -288,7 +259,7 @@ def all_scripts() -> list[str]:
         up_script(PATHS, "llm", "3" * 64, 3600),
         down_script(PATHS, "llm", MODEL_DIR),
         check_script(PATHS, "llm", sample_caddy(), 8000, "deepseek-v4-flash-0731"),
-        verify_script("/opt/llm", "llm", "python:3.12.11-slim", 8000, "4" * 64),
+        verify_script("/opt/llm", "llm", "python:3.12.11-slim", "vllm:8000", "4" * 64),
     ]
 
 
@@ -311,14 +282,6 @@ def test_fetch_runs_the_fetcher_in_the_pinned_image_as_the_ssh_user() -> None:
     assert f"-v {MODEL_DIR}:/models" in script
     assert "fetcher.py fetch --lock /opt/llm-infra/lock.json" in script
     assert "1" * 64 in script and "2" * 64 in script
-    with pytest.raises(ValueError, match="fetch_image"):
-        fetch_script(
-            paths=PATHS,
-            model_dir=MODEL_DIR,
-            fetch_image="python:slim",
-            lock_sha256="",
-            fetcher_sha256="",
-        )
 
 
 def test_up_waits_and_down_keeps_the_model() -> None:
@@ -364,8 +327,6 @@ def test_remote_command_runs_the_script_under_bash_verbatim() -> None:
 def test_lock_json_is_the_fetcher_format() -> None:
     lock = {"version": 1, "repo": "r", "revision": "v", "files": [{"path": "a", "name": "a"}]}
     assert json.loads(lock_json(lock)) == lock
-    with pytest.raises(ValueError, match="version 1"):
-        lock_json({"version": 2, "files": [{}]})
 
 
 def test_compose_document_round_trips_as_yaml() -> None:
@@ -374,11 +335,11 @@ def test_compose_document_round_trips_as_yaml() -> None:
 
 
 def test_verify_script_runs_on_the_compose_network_without_the_key_in_argv() -> None:
-    script = verify_script("/opt/llm", "llm", "python:3.12.11-slim", 8000, "4" * 64)
+    script = verify_script("/opt/llm", "llm", "python:3.12.11-slim", "vllm:8000", "4" * 64)
     assert "docker run --rm --network llm_default" in script
     assert "-v /opt/llm/vllm.env:/run/llm-infra/vllm.env:ro" in script
     assert "http://vllm:8000" in script and "/opt/llm-infra-verify/expect.json" in script
     assert "VLLM_API_KEY=" not in script
     assert "--min-decode-tps" not in script
-    floor = verify_script("/opt/llm", "llm", "python:3.12.11-slim", 8000, "4" * 64, 120)
+    floor = verify_script("/opt/llm", "llm", "python:3.12.11-slim", "vllm:8000", "4" * 64, 120)
     assert floor.rstrip().endswith("--min-decode-tps 120.0")

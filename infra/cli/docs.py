@@ -10,9 +10,9 @@ from pathlib import Path
 
 from components.vllm_rocm_builders import vllm_serve_args
 from infra.config import ConfigError, StackConfig, StrixHaloStack, lock_path_for, project_root
-from infra.config_docker_host import Mi300xStack
+from infra.config.docker_host import Mi300xStack
 from infra.lock import ModelSource, model_source
-from infra.stack_plan import llamacpp_inputs, load_seconds, stack_plan
+from infra.plan.stack import llamacpp_inputs, load_seconds, stack_plan
 
 LLAMA_FLAGS = {
     "-m": "Model file: the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder.",
@@ -88,8 +88,8 @@ def _flag_rows(argv: list[str], meanings: dict[str, str]) -> list[str]:
 
 
 def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[str]:
-    from components.llamacpp_vulkan_server import probe_window_seconds, server_container
-    from infra.kubernetes_target import server_args
+    from components.llamacpp_manifests import probe_window_seconds, server_container
+    from infra.targets.kubernetes import server_args
 
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
     args = server_args(stack, source, volume)  # type: ignore[arg-type]
@@ -159,7 +159,7 @@ def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[s
 
 
 def _mi300x(stack: Mi300xStack, source: ModelSource, name: str) -> list[str]:
-    from infra.docker_host_target import vllm_flags
+    from infra.targets.docker_host import vllm_flags
 
     argv = vllm_serve_args(vllm_flags(stack))
     caddy = stack.caddy

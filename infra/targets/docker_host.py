@@ -7,12 +7,13 @@ from typing import Any
 
 import pulumi
 
-from components.gguf_model_store import ModelFile, model_lock
-from components.vllm_rocm_builders import CaddySettings, PatchOverlay, VllmFlags
+from components.caddyfile import CaddySite, base_url
+from components.model_store_manifests import ModelFile, model_lock
+from components.vllm_rocm_builders import PatchOverlay, VllmFlags
 from components.vllm_rocm_server import VllmRocmServer, VllmRocmServerArgs
-from infra.config import StackSecrets, project_root
-from infra.config_docker_host import Mi300xStack
+from infra.config import Mi300xStack, StackSecrets, project_root
 from infra.lock import ModelSource
+from infra.targets.litellm import litellm_entry
 
 MODELS_IN_CONTAINER = "/models"
 
@@ -28,23 +29,32 @@ def deploy(
     args["verify_expectations"] = verify_expectations
     args["min_decode_tps"] = stack.server.min_decode_tps
     server = VllmRocmServer("vllm", args)
-    name = stack.server.served_model_name
     pulumi.export("url", server.url)
     pulumi.export("servedModelName", server.served_model_name)
     pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
-    pulumi.export("litellmModel", server.url.apply(lambda url: litellm_entry(name, url)))
+    pulumi.export("litellmModel", server.url.apply(lambda url: litellm_route(stack, url)))
 
 
-def litellm_entry(name: str, url: str) -> dict[str, Any]:
-    """The LiteLLM `model_list` entry for the public endpoint (the key from LiteLLM's env)."""
+def litellm_route(stack: Mi300xStack, url: str) -> dict[str, Any]:
+    """The LiteLLM entry of the public endpoint (Caddy always demands the API key)."""
+    return litellm_entry(stack.server.served_model_name, url, api_key=True)
+
+
+def caddy_site(stack: Mi300xStack) -> CaddySite:
+    """The Caddy site of the stack, as VllmRocmServer takes it."""
+    caddy = stack.caddy
     return {
-        "model_name": name,
-        "litellm_params": {
-            "model": f"openai/{name}",
-            "api_base": f"{url}/v1",
-            "api_key": "os.environ/LLM_INFRA_API_KEY",
-        },
+        "site": caddy.site,
+        "tls": caddy.tls,
+        "allowed_cidrs": list(caddy.allowed_cidrs),
+        "image": caddy.image,
+        "acme_email": caddy.acme_email,
     }
+
+
+def endpoint_url(stack: Mi300xStack) -> str:
+    """The public HTTPS base URL of the stack."""
+    return base_url(caddy_site(stack))
 
 
 def vllm_flags(stack: Mi300xStack) -> VllmFlags:
@@ -79,7 +89,7 @@ def server_args(
     stack: Mi300xStack, source: ModelSource, secrets: StackSecrets
 ) -> VllmRocmServerArgs:
     """VllmRocmServer inputs from the stack config, the lock and the secrets."""
-    host, caddy = stack.host, stack.caddy
+    host = stack.host
     if secrets.ssh_private_key is None or secrets.api_key is None:
         raise ValueError("docker-host stacks need the sshPrivateKey and apiKey secrets")
     files: list[ModelFile] = [
@@ -88,13 +98,6 @@ def server_args(
     lock = model_lock(stack.model.repo, source.revision, files)
     if not source.locked and not files:
         lock["unresolved_patterns"] = list(stack.model.files)
-    caddy_settings: CaddySettings = {
-        "site": caddy.site,
-        "tls": caddy.tls,
-        "allowed_cidrs": list(caddy.allowed_cidrs),
-        "image": caddy.image,
-        "acme_email": caddy.acme_email,
-    }
     root = project_root()
     patches: list[PatchOverlay] = [
         {"source": str(root / p.source), "target": p.target, "sha256": p.sha256}
@@ -113,7 +116,7 @@ def server_args(
         "fetch_image": stack.fetch_image,
         "image": stack.server.image,
         "flags": vllm_flags(stack),
-        "caddy": caddy_settings,
+        "caddy": caddy_site(stack),
         "api_key": secrets.api_key,
         "requirements": {
             "min_free_disk_gib": host.min_free_disk_gib,

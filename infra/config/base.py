@@ -1,7 +1,13 @@
-"""Building blocks of the stack config models: strict camelCase models, shared types, errors."""
+"""Building blocks of the stack config models: strict camelCase models, grammars, errors.
+
+Every string that becomes a name, host, path, CIDR or URL passes one of the grammars here
+before anything is rendered; builders downstream take the validated values as they are.
+"""
 
 from __future__ import annotations
 
+import ipaddress
+import posixpath
 import re
 from typing import Annotated
 
@@ -111,6 +117,7 @@ def _key(loc: tuple[int | str, ...]) -> str:
 
 
 def validation_problems(error: ValidationError) -> list[str]:
+    """pydantic's errors as `key: what is wrong` lines."""
     problems = []
     for item in error.errors():
         message = item["msg"]
@@ -118,14 +125,76 @@ def validation_problems(error: ValidationError) -> list[str]:
             message = "unknown key"
         elif item["type"] == "missing":
             message = "is required"
+        elif item["type"] == "value_error":
+            # Our grammars word their messages to follow the value: `'x' is not a network`.
+            message = f"{item['input']!r} {message.removeprefix('Value error, ')}"
         elif "input" in item and not isinstance(item["input"], dict | list):
             message = f"{item['input']!r}: {message}"
         problems.append(f"{_key(item['loc'])}: {message}")
     return problems
 
 
+def _cidr(value: str) -> str:
+    # Digits, hex, dots, colons and one slash: ipaddress alone admits IPv6 zone ids (`%...`).
+    if not re.fullmatch(r"[0-9A-Fa-f.:]+/[0-9]{1,3}", value):
+        raise ValueError("is not a network address/prefix such as 10.0.0.0/8 or fd00::/8")
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as exc:
+        raise ValueError(f"is not a network ({exc})") from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+"""A network in CIDR notation, normalised (`10.0.0.0/8`, `fd00::/8`); host bits must be zero."""
+
+_DNS_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+
+
+def is_ip_address(value: str) -> bool:
+    """True for a plain IPv4 or IPv6 address (no zone id, no brackets)."""
+    if not re.fullmatch(r"[0-9A-Fa-f.:]+", value):
+        return False
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _site(value: str) -> str:
+    if not (_DNS_NAME.match(value) or is_ip_address(value)):
+        raise ValueError("is not a lowercase DNS name or an IP address")
+    return value
+
+
+SiteAddress = Annotated[str, AfterValidator(_site)]
+"""A lowercase DNS name (`llm.example.com`) or a plain IP address."""
+Email = Annotated[
+    str, Field(pattern=r"^[A-Za-z0-9._%+-]+@([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
+]
+"""An e-mail address of plain characters (it goes into a Caddyfile)."""
+
+
+def _absolute_path(value: str) -> str:
+    if not re.fullmatch(r"/[A-Za-z0-9._@+/-]*", value):
+        raise ValueError("must be an absolute path of the characters A-Za-z0-9._@+-/")
+    if value == "/" or posixpath.normpath(value) != value:
+        raise ValueError(
+            f"must be a normal absolute path below / (no ., .., // or trailing /: "
+            f"{posixpath.normpath(value)!r}?)"
+        )
+    return value
+
+
+AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
+"""A normalised absolute path below `/` that needs no quoting in a script or compose file."""
+
+
 def _valid_image(value: str) -> str:
-    parse_image(value)
+    try:
+        parse_image(value)
+    except ValueError as exc:
+        raise ValueError(f"is not an image reference: {exc}") from None
     return value
 
 

@@ -17,10 +17,12 @@ from components import (
     ModelFile,
     ModelVolume,
 )
-from components.gguf_model_store import MODELS_MOUNT
+from components.llamacpp_manifests import service_url
+from components.model_store_manifests import MODELS_MOUNT
 from components.network_policies import NetworkClient
 from infra.config import ConfigError, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.lock import ModelSource
+from infra.targets.litellm import litellm_entry
 
 
 def deploy(
@@ -72,7 +74,7 @@ def deploy(
     pulumi.export("modelPath", store.model_path)
     pulumi.export("lockDigest", store.lock_digest)
     pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
-    entry = server.url.apply(lambda url: litellm_entry(stack.server.alias, url))
+    entry = server.url.apply(lambda url: litellm_route(stack, url))
     pulumi.export("litellmModel", entry)
     if stack.litellm.manage == "configmap":
         k8s.core.v1.ConfigMap(
@@ -88,12 +90,19 @@ def deploy(
         )
 
 
-def litellm_entry(alias: str, url: str) -> dict[str, Any]:
-    """The LiteLLM `model_list` entry that routes the alias to this server."""
-    return {
-        "model_name": alias,
-        "litellm_params": {"model": f"openai/{alias}", "api_base": f"{url}/v1"},
-    }
+def service_port(stack: StrixHaloStack) -> int:
+    """The port of the server's Service."""
+    return stack.server.service_port or stack.server.port
+
+
+def endpoint_url(stack: StrixHaloStack) -> str:
+    """The in-cluster base URL of the server's Service."""
+    return service_url(stack.server.resource_name, stack.kubernetes.namespace, service_port(stack))
+
+
+def litellm_route(stack: StrixHaloStack, url: str) -> dict[str, Any]:
+    """The LiteLLM entry of this server (with the key from LiteLLM's env when one is required)."""
+    return litellm_entry(stack.server.alias, url, api_key=stack.server.api_key)
 
 
 def allowed_clients(stack: StrixHaloStack) -> list[NetworkClient] | None:
@@ -179,7 +188,7 @@ def server_args(
             "readiness": _probe(server.probes.readiness),
             "liveness": _probe(server.probes.liveness),
         },
-        "service_port": server.service_port or server.port,
+        "service_port": service_port(stack),
         "gpu_access": server.gpu_access,
         "gpu_gate": server.gpu_gate,
         "gpu_resource": server.gpu_resource,

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from components.verify import API_KEY_ENV, EndpointError, model_id
+from components.payloads.verify import API_KEY_ENV, EndpointError, model_id
 
 # Seed 002: DeepSeek V4 Flash on one MI300X, vLLM, DSpark-7 speculative decoding.
 SEED_002: dict[str, str] = {

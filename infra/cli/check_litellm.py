@@ -18,10 +18,13 @@ from typing import Any
 
 import yaml
 
+from infra.cli.errors import report_config_error
+from infra.config import ConfigError, StackFile, project_root, read_stack_file
+from infra.targets import route
+
 EXIT_OK = 0
 EXIT_MISMATCH = 1
 EXIT_USAGE = 2
-NAMESPACE = "llm-infra"
 # LiteLLM's way of reading a value from its environment: not a URL we can compare.
 _ENV_REFERENCE = "os.environ/"
 
@@ -47,58 +50,15 @@ class Report:
     warnings: list[str] = field(default_factory=list)
 
 
-def _stack_values(path: Path) -> dict[str, Any]:
-    """The `llm-infra:` keys of a stack file, namespace stripped."""
-    try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise LitellmError(f"cannot read stack file {path}: {exc}") from exc
-    config = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(config, dict):
-        raise LitellmError(f"{path}: no `config:` mapping")
-    values = {}
-    for key, value in config.items():
-        namespace, _, name = str(key).rpartition(":")
-        if namespace in ("", NAMESPACE):
-            values[name] = value
-    return values
-
-
 def _mapping(values: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = values.get(key) or {}
     return value if isinstance(value, Mapping) else {}
 
 
-def stack_route(stack: str, path: Path) -> StackRoute:
-    """Alias and `/v1` base URL of a stack, read from its YAML (with the config's defaults)."""
-    # The defaults come from the config models, so this cannot drift from what is deployed.
-    from infra.config import KubernetesSettings, ServerSettings
-
-    values = _stack_values(path)
-    server = _mapping(values, "server")
-    target = values.get("target")
-    if target == "kubernetes":
-        alias = server.get("alias")
-        if not isinstance(alias, str) or not alias:
-            raise LitellmError(f"{path}: server.alias is not set")
-        namespace = _mapping(values, "kubernetes").get(
-            "namespace", KubernetesSettings.model_fields["namespace"].default
-        )
-        service = server.get("name") or alias
-        port = server.get("servicePort") or server.get(
-            "port", ServerSettings.model_fields["port"].default
-        )
-        return StackRoute(stack, alias, f"http://{service}.{namespace}.svc:{port}/v1")
-    if target == "docker-host":
-        name = server.get("servedModelName")
-        if not isinstance(name, str) or not name:
-            raise LitellmError(f"{path}: server.servedModelName is not set")
-        site = str(_mapping(values, "caddy").get("site", ""))
-        if not site:
-            raise LitellmError(f"{path}: caddy.site is not set")
-        host = f"[{site}]" if ":" in site else site
-        return StackRoute(stack, name, f"https://{host}/v1")
-    raise LitellmError(f"{path}: target {target!r} is not kubernetes or docker-host")
+def stack_route(stack_file: StackFile) -> StackRoute:
+    """The model name and `/v1` base URL of a stack: its `litellmModel` output, from its config."""
+    entry = route(stack_file.stack())
+    return StackRoute(stack_file.name, entry["model_name"], entry["litellm_params"]["api_base"])
 
 
 def model_list(path: Path) -> list[Mapping[str, Any]]:
@@ -149,14 +109,11 @@ def check_routes(entries: list[Mapping[str, Any]], route: StackRoute) -> Report:
     return report
 
 
-def _stack_files(stack: str | None) -> list[tuple[str, Path]]:
-    from infra.cli import resolve_stack
-    from infra.config import project_root
-
+def _stack_files(stack: str | None) -> list[StackFile]:
     if stack is not None:
-        return [resolve_stack(stack)]
+        return [read_stack_file(stack)]
     found = sorted((project_root() / "stacks").glob("Pulumi.*.yaml"))
-    return [resolve_stack(str(path)) for path in found]
+    return [read_stack_file(path) for path in found]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,25 +133,21 @@ def main(argv: list[str] | None = None) -> int:
         if not stacks:
             raise LitellmError("no stack files in stacks/")
         reports = []
-        for name, stack_path in stacks:
-            if not stack_path.is_file():
-                raise LitellmError(f"no stack file {stack_path}")
-            route = stack_route(name, stack_path)
-            reports.append((route, check_routes(entries, route)))
+        for stack_file in stacks:
+            checked = stack_route(stack_file)
+            reports.append((checked, check_routes(entries, checked)))
     except LitellmError as exc:
         print(f"llm-infra check-litellm: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ConfigError as exc:
+        return report_config_error(exc, "invalid stack configuration")
     failed = False
-    for route, report in reports:
+    for checked, report in reports:
         for warning in report.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         for error in report.errors:
             print(f"error: {error}", file=sys.stderr)
         failed = failed or bool(report.errors)
         if not report.errors:
-            print(f"stack {route.stack}: {route.alias!r} is routed ({args.path})")
+            print(f"stack {checked.stack}: {checked.alias!r} is routed ({args.path})")
     return EXIT_MISMATCH if failed else EXIT_OK
-
-
-if __name__ == "__main__":
-    sys.exit(main())

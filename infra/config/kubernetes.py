@@ -1,53 +1,25 @@
-"""Typed stack configuration: the only module that reads `pulumi.Config`.
-
-A stack file sets keys in the `llm-infra` namespace (`llm-infra:server`, `llm-infra:model`, ...);
-each is validated here, before any resource exists, into a `StackConfig`. Problems are reported
-one per line as `path.to.key: what is wrong (what is allowed)`.
-"""
+"""Config models of target `kubernetes`: a llama.cpp Vulkan server and its model volume on k3s."""
 
 from __future__ import annotations
 
-import ipaddress
-import json
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field
 
-from components.images import parse_image
-from components.llamacpp_vulkan_server import CACHE_TYPES, DEFAULT_IMAGE, CacheType
-from infra.config_base import (
-    LOCATION_KEYS,
-    NAMESPACE,
-    SECRET_KEYS,
-    SECRET_PLACEHOLDER,
-    ConfigError,
+from components.llamacpp_manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
+from infra.config.base import (
+    Cidr,
     DnsLabel,
     ImageReference,
     Port,
     Quantity,
     RepoModelSettings,
     Strict,
+    image_problems,
     is_pattern,
     quantity_value,
     shard_set_problems,
-    validation_problems,
 )
-from infra.config_docker_host import Mi300xStack, docker_host_checks
-
-__all__ = [
-    "LOCATION_KEYS",
-    "NAMESPACE",
-    "SECRET_KEYS",
-    "SECRET_PLACEHOLDER",
-    "ConfigError",
-    "RepoModelSettings",
-    "is_pattern",
-    "quantity_value",
-    "shard_set_problems",
-]
 
 
 class KubernetesSettings(Strict):
@@ -196,7 +168,7 @@ class NetworkSettings(Strict):
 
     policies: bool = True
     clients: list[NetworkClientSettings] = [NetworkClientSettings(namespace="litellm")]
-    allow_cidrs: list[str] = []
+    allow_cidrs: list[Cidr] = []
     """Extra sources (ipBlock), e.g. the node's address where the CNI subjects kubelet probes
     to NetworkPolicies (k3s dual-stack, k3s-io/k3s#10030)."""
 
@@ -219,13 +191,6 @@ class StrixHaloStack(Strict):
     model: ModelSettings
     store: StoreSettings
     server: ServerSettings
-
-
-StackConfig = StrixHaloStack | Mi300xStack
-TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
-    "kubernetes": StrixHaloStack,
-    "docker-host": Mi300xStack,
-}
 
 
 def cross_checks(stack: StrixHaloStack) -> list[str]:
@@ -268,13 +233,12 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         ("server.image", server.image, server.allow_floating_image),
         ("store.fetchImage", stack.store.fetch_image, stack.store.allow_floating_image),
     ):
-        if not allowed and not parse_image(image).pinned:
-            flag = key.rsplit(".", 1)[0] + ".allowFloatingImage"
-            problems.append(
-                f"{key}: {image!r} is a floating tag (pin a build tag such as "
-                "server-vulkan-b11434, "
-                f"a full version, or a digest; or set {flag}: true)"
-            )
+        problems += image_problems(
+            key,
+            image,
+            allowed,
+            "a build tag such as server-vulkan-b11434, a full version, or a digest",
+        )
     startup = server.probes.startup
     if startup.window_seconds < server.min_load_seconds:
         problems.append(
@@ -286,11 +250,6 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             "server.renderGroupId: only used with server.gpuAccess: device-plugin (a privileged "
             "container reaches /dev/dri as root)"
         )
-    for index, cidr in enumerate(stack.network.allow_cidrs):
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except ValueError as exc:
-            problems.append(f"network.allowCidrs[{index}]: {cidr!r} is not a network ({exc})")
     if stack.network.policies and not stack.network.clients:
         problems.append(
             "network.clients: empty, so nothing could reach the server (list the client "
@@ -304,133 +263,3 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
                 f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
             )
     return problems
-
-
-def parse_stack(values: Mapping[str, Any]) -> StackConfig:
-    """Validate the `llm-infra` config values (keys without namespace) into a StackConfig."""
-    target = values.get("target")
-    if target not in TARGETS:
-        allowed = ", ".join(TARGETS)
-        got = "missing" if target is None else f"{target!r} is not a known target"
-        raise ConfigError([f"target: {got} (allowed: {allowed})"])
-    try:
-        stack = TARGETS[target].model_validate(dict(values))
-    except ValidationError as exc:
-        raise ConfigError(validation_problems(exc)) from None
-    if isinstance(stack, StrixHaloStack):
-        problems = cross_checks(stack)
-    else:
-        problems = docker_host_checks(stack, project_root())
-    if problems:
-        raise ConfigError(problems)
-    return stack
-
-
-def _namespace_values() -> dict[str, Any]:
-    """Every config value in the `llm-infra` namespace, objects decoded."""
-    raw = {**pulumi.runtime.config.get_config_env(), **pulumi.runtime.config.CONFIG.get()}
-    values: dict[str, Any] = {}
-    for full_key, value in raw.items():
-        namespace, _, key = full_key.partition(":")
-        if namespace != NAMESPACE or key in SECRET_KEYS or key in LOCATION_KEYS:
-            continue
-        try:
-            values[key] = json.loads(value) if isinstance(value, str) else value
-        except ValueError:
-            values[key] = value
-    return values
-
-
-def project_root(start: Path | None = None) -> Path:
-    """The nearest directory upward with this project's Pulumi.yaml (else the installed tree)."""
-    here = (start or Path.cwd()).resolve()
-    for directory in (here, *here.parents):
-        candidate = directory / "Pulumi.yaml"
-        if candidate.is_file() and "name: llm-infra" in candidate.read_text():
-            return directory
-    return Path(__file__).resolve().parent.parent
-
-
-def lock_path_for(stack_file: Path) -> Path:
-    """Where a stack's lock lives: beside its stack file, `STACK.lock.json`."""
-    name = stack_file.name.removeprefix("Pulumi.").rsplit(".", 1)[0]
-    return stack_file.with_name(f"{name}.lock.json")
-
-
-class StackSecrets(BaseModel):
-    """Secret config values, as Outputs (never plain values in the config model)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
-
-    hf_token: pulumi.Output[str] | None
-    api_key: pulumi.Output[str] | None
-    ssh_private_key: pulumi.Output[str] | None = None
-
-
-def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], list[str]]:
-    """Secrets the stack needs but the config lacks: (always errors, errors only for `up`).
-
-    A feature switched on without its secret is a mistake in any run. The secrets a target
-    always needs (the MI300X host's SSH key and API key) cannot live in a committed stack file,
-    so a preview or render shows the stack without them and `pulumi up` refuses.
-    """
-    feature: dict[str, str] = {}
-    target: dict[str, str] = {}
-    if isinstance(stack, Mi300xStack):
-        target["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
-        target["apiKey"] = "the API key clients send to the public endpoint"
-    elif stack.server.api_key:
-        feature["apiKey"] = "server.apiKey is true"
-
-    def lines(needed: dict[str, str]) -> list[str]:
-        return [
-            f"{key}: required ({why}): pulumi config set --secret {key} ..."
-            for key, why in needed.items()
-            if key not in present
-        ]
-
-    return lines(feature), lines(target)
-
-
-def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
-    """Read and validate the stack's config; secrets come back as Outputs, never in the model.
-
-    Returns the stack, the path of its lock file (which may not exist yet) and its secrets.
-    """
-    config = pulumi.Config(NAMESPACE)
-    stack = parse_stack(_namespace_values())
-    secrets = StackSecrets(
-        hf_token=config.get_secret("hfToken"),
-        api_key=config.get_secret("apiKey"),
-        ssh_private_key=config.get_secret("sshPrivateKey"),
-    )
-    present = {
-        key
-        for key, value in (
-            ("hfToken", secrets.hf_token),
-            ("apiKey", secrets.api_key),
-            ("sshPrivateKey", secrets.ssh_private_key),
-        )
-        if value is not None
-    }
-    always, for_up = missing_secrets(stack, present)
-    if always or (for_up and not pulumi.runtime.is_dry_run()):
-        raise ConfigError(always + for_up)
-    if for_up:
-        # A preview (and a render) shows the stack with a placeholder; `pulumi up` refuses.
-        placeholder = pulumi.Output.secret(SECRET_PLACEHOLDER)
-        missing = {line.split(":", 1)[0] for line in for_up}
-        secrets = StackSecrets(
-            hf_token=secrets.hf_token,
-            api_key=placeholder if "apiKey" in missing else secrets.api_key,
-            ssh_private_key=placeholder if "sshPrivateKey" in missing else secrets.ssh_private_key,
-        )
-        for line in for_up:
-            pulumi.log.warn(f"{line} (preview only: pulumi up refuses)")
-    lock_file = config.get("lockFile")
-    lock_path = (
-        Path(lock_file)
-        if lock_file
-        else project_root() / "stacks" / f"{pulumi.get_stack()}.lock.json"
-    )
-    return stack, lock_path, secrets

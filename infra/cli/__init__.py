@@ -10,31 +10,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from components import fetcher
+from components.payloads import fetcher
 from infra.config import (
-    LOCATION_KEYS,
-    NAMESPACE,
-    SECRET_KEYS,
     ConfigError,
     StackConfig,
     StrixHaloStack,
     lock_path_for,
-    parse_stack,
     project_root,
+    read_stack_file,
+    resolve_stack,
 )
 
 EXIT_CONFIG = 2
-
-
-def resolve_stack(stack: str) -> tuple[str, Path]:
-    """A stack name (`stacks/Pulumi.NAME.yaml`) or a path to a stack file → (name, path)."""
-    path = Path(stack)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        name = path.name
-        if name.startswith("Pulumi."):
-            name = name[len("Pulumi.") :]
-        return name.rsplit(".", 1)[0], path
-    return stack, project_root() / "stacks" / f"Pulumi.{stack}.yaml"
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -47,9 +34,11 @@ def _render(args: argparse.Namespace) -> int:
             f"llm-infra: no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)", file=sys.stderr
         )
         return EXIT_CONFIG
-    config, secret_keys = render.stack_config(path)
     try:
-        rendered = render.run_program(program.main, config, secret_keys, stack=name)
+        stack_file = read_stack_file(path)
+        rendered = render.run_program(
+            program.main, stack_file.config, stack_file.secret_keys, stack=name
+        )
     except ConfigError as exc:
         print(f"llm-infra: invalid configuration in {path}:", file=sys.stderr)
         for problem in exc.problems:
@@ -68,19 +57,8 @@ def _render(args: argparse.Namespace) -> int:
 
 def _load_stack(stack: str) -> tuple[str, Path, StackConfig]:
     """A stack file validated as the program validates it (ConfigError on problems)."""
-    from infra import render
-
-    name, path = resolve_stack(stack)
-    if not path.is_file():
-        raise ConfigError([f"no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)"])
-    config, _ = render.stack_config(path)
-    values = {
-        key.split(":", 1)[1]: _decoded(value)
-        for key, value in config.items()
-        if key.startswith(f"{NAMESPACE}:")
-        and key.split(":", 1)[1] not in (*SECRET_KEYS, *LOCATION_KEYS)
-    }
-    return name, path, parse_stack(values)
+    stack_file = read_stack_file(stack)
+    return stack_file.name, stack_file.path, stack_file.stack()
 
 
 def _report(exc: ConfigError, what: str) -> int:
@@ -113,8 +91,8 @@ def _lock(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from components.gguf_header import read_gguf_header, summarize
     from infra.lock import model_source
-    from infra.plan import suggest
-    from infra.stack_plan import llamacpp_inputs, stack_plan
+    from infra.plan.llamacpp import suggest
+    from infra.plan.stack import llamacpp_inputs, stack_plan
 
     try:
         _, path, stack = _load_stack(args.stack)
@@ -155,7 +133,7 @@ def _plan(args: argparse.Namespace) -> int:
 def stack_url(stack: StackConfig) -> str:
     """The endpoint a stack serves (in-cluster for kubernetes: reach it by port-forward)."""
     if isinstance(stack, StrixHaloStack):
-        from components.llamacpp_vulkan_server import service_url
+        from components.llamacpp_manifests import service_url
 
         port = stack.server.service_port or stack.server.port
         return service_url(stack.server.resource_name, stack.kubernetes.namespace, port)
@@ -164,8 +142,8 @@ def stack_url(stack: StackConfig) -> str:
 
 def _endpoint_tool(args: argparse.Namespace, rest: list[str]) -> int:
     """`verify` and `bench`: the stack's endpoint (or --url) and its expectations file."""
-    from components import verify
-    from infra import serve_bench
+    from components.payloads import verify
+    from infra.cli import bench as serve_bench
 
     try:
         name, path, stack = _load_stack(args.stack)
@@ -271,19 +249,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _passthrough(command: str, rest: list[str]) -> int:
     """Commands that parse their own arguments."""
     if command == "gpu-gate":
-        from components import gpu_gate
+        from components.payloads import gpu_gate
 
         return gpu_gate.main(rest)
     if command == "diff":
-        from infra import diff
+        from infra.cli import diff
 
         return diff.main(rest)
     if command == "docs":
-        from infra import docs
+        from infra.cli import docs
 
         return docs.main(rest)
     if command == "check-litellm":
-        from infra import litellm
+        from infra.cli import litellm
 
         return litellm.main(rest)
     return fetcher.main(["fetch" if command == "fetch" else "check", *rest])

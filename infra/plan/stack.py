@@ -6,22 +6,24 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from infra.config import StackConfig, StrixHaloStack, quantity_value
-from infra.config_docker_host import Mi300xStack
+from infra.config import ConfigError, StackConfig, StrixHaloStack, quantity_value
+from infra.config.docker_host import Mi300xStack
 from infra.lock import ModelSource
-from infra.plan import (
+from infra.plan.deepseek4 import attention_shape
+from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
-    GB,
-    GIB,
-    MIB,
     LlamaCppPlanInputs,
     ModelWeights,
-    Plan,
-    VllmPlanInputs,
     WeightSource,
-    attention_shape,
     plan_llamacpp,
-    plan_vllm,
+)
+from infra.plan.report import GB, GIB, MIB, Plan
+from infra.plan.vllm import VllmPlanInputs, plan_vllm
+
+# Before a lock records the files' sizes the plan takes the weight size from the config.
+NO_WEIGHT_SIZE = (
+    "model.sizeGib: required until the model is locked (the plan needs the weight size; run: "
+    "llm-infra lock STACK, or set model.sizeGib)"
 )
 
 
@@ -45,7 +47,7 @@ def llamacpp_inputs(
         elif model.size_gib is not None:
             total = int(model.size_gib * GIB)
         else:
-            raise ValueError("model: no lock sizes and no model.sizeGib to plan with")
+            raise ConfigError([NO_WEIGHT_SIZE])
         weights = ModelWeights.from_file_sizes(total, model.layers)
         metadata = dict(model.metadata)
         vocab = None
@@ -75,7 +77,7 @@ def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
     elif stack.model.size_gib is not None:
         weights = int(stack.model.size_gib * GIB)
     else:
-        raise ValueError("model: no lock sizes and no model.sizeGib to plan with")
+        raise ConfigError([NO_WEIGHT_SIZE])
     memory, server = stack.memory, stack.server
     return VllmPlanInputs(
         weights_bytes=weights,

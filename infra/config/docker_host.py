@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 import hashlib
-import ipaddress
-import re
 from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field
 
 from components.images import parse_image
-from infra.config_base import (
+from infra.config.base import (
+    AbsolutePath,
+    Cidr,
+    Email,
     ImageReference,
     Port,
     RepoModelSettings,
+    SiteAddress,
     Strict,
     image_problems,
+    is_ip_address,
 )
-
-_DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
-_EMAIL = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
-AbsolutePath = Annotated[str, Field(pattern=r"^/[^\s]*$")]
 
 
 class HostSettings(Strict):
@@ -78,10 +77,10 @@ class VllmSettings(Strict):
 class CaddySettings(Strict):
     """The HTTPS front: site, certificates and who may connect."""
 
-    site: Annotated[str, Field(min_length=1)]
+    site: SiteAddress
     tls: Literal["auto", "internal"]
-    acme_email: str | None = None
-    allowed_cidrs: list[str]
+    acme_email: Email | None = None
+    allowed_cidrs: list[Cidr]
     image: ImageReference = "caddy:2.11.7-alpine"
     allow_floating_image: bool = False
 
@@ -139,26 +138,18 @@ def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
         "caddy.image", caddy.image, caddy.allow_floating_image, "a full version such as 2.11.7"
     )
     problems += image_problems("fetchImage", stack.fetch_image, False, "a full version")
-    site_is_ip = _is_ip(caddy.site)
-    if not site_is_ip and not _DOMAIN.match(caddy.site):
-        problems.append(f"caddy.site: {caddy.site!r} is not a DNS name or an IP address")
-    if caddy.tls == "auto" and site_is_ip:
+    if caddy.tls == "auto" and is_ip_address(caddy.site):
         problems.append(
             f"caddy.tls: auto needs a domain for its certificate; {caddy.site} is an IP address "
             "(use tls: internal)"
         )
-    if caddy.tls == "auto" and not (caddy.acme_email and _EMAIL.match(caddy.acme_email)):
+    if caddy.tls == "auto" and not caddy.acme_email:
         problems.append("caddy.acmeEmail: a valid email is required with caddy.tls: auto")
     if not caddy.allowed_cidrs:
         problems.append(
             "caddy.allowedCidrs: empty, so nobody could connect (list the client networks; "
             "write 0.0.0.0/0 and ::/0 to allow everyone)"
         )
-    for index, cidr in enumerate(caddy.allowed_cidrs):
-        try:
-            ipaddress.ip_network(cidr, strict=True)
-        except ValueError as exc:
-            problems.append(f"caddy.allowedCidrs[{index}]: {cidr!r} is not a network ({exc})")
     for index, patch in enumerate(stack.patches):
         path = root / patch.source
         if not path.is_file():
@@ -171,17 +162,15 @@ def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
     targets = [p.target for p in stack.patches]
     if len(set(targets)) != len(targets):
         problems.append("patches: two patches overlay the same target")
-    if not stack.host.model_dir.startswith("/") or stack.host.model_dir.rstrip("/") in (
-        stack.host.base_dir.rstrip("/"),
-        "",
-    ):
-        problems.append("host.modelDir: must be its own directory, not host.baseDir or /")
+    model_dir, base_dir = stack.host.model_dir, stack.host.base_dir
+    if model_dir == base_dir:
+        problems.append(
+            f"host.modelDir: {model_dir!r} is host.baseDir (the compose files and the API key env "
+            "file live there, and vLLM mounts the model directory): give the model its own"
+        )
+    elif f"{base_dir}/".startswith(f"{model_dir}/"):
+        problems.append(
+            f"host.baseDir: {base_dir!r} is inside host.modelDir {model_dir!r}, which vLLM mounts: "
+            "the API key env file would be in the mount"
+        )
     return problems
-
-
-def _is_ip(site: str) -> bool:
-    try:
-        ipaddress.ip_address(site)
-    except ValueError:
-        return False
-    return True

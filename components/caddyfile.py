@@ -1,0 +1,105 @@
+"""The Caddyfile of the MI300X host: HTTPS site, client allowlist, streaming reverse proxy."""
+
+import ipaddress
+from typing import NotRequired, TypedDict
+
+# Processes inside the Caddy container reach it over its own loopback, which no outside packet
+# can claim as its source: the deploy's final check uses it, the allowlist lets it through.
+CONTAINER_LOOPBACK = ("127.0.0.1/32", "::1/128")
+# Paths of vLLM that are for operators on the host, never for API clients.
+INTERNAL_PATHS = ("/metrics", "/metrics/*")
+
+
+class CaddySite(TypedDict):
+    """The HTTPS front door: site address, certificates and the client allowlist."""
+
+    site: str
+    """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
+    tls: str
+    """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
+    allowed_cidrs: list[str]
+    """Client networks allowed through; everything else gets 403. Never empty."""
+    image: str
+    """A pinned Caddy 2.11 image (version tag or digest)."""
+    acme_email: NotRequired[str | None]
+    """ACME account email; required with `tls: auto`."""
+
+
+def site_is_ip(site: str) -> bool:
+    """True when the site address is an IP address rather than a DNS name."""
+    try:
+        ipaddress.ip_address(site)
+    except ValueError:
+        return False
+    return True
+
+
+def caddyfile(
+    caddy: CaddySite,
+    *,
+    upstream: str,
+    http_port: int = 80,
+    https_port: int = 443,
+) -> str:
+    """The Caddyfile: HTTPS site, IP allowlist (403), no /metrics, streaming reverse proxy."""
+    cidrs = caddy["allowed_cidrs"]
+    site = caddy["site"]
+    globals_ = ["\tadmin off"]
+    if caddy["tls"] == "auto":
+        globals_.append(f"\temail {caddy.get('acme_email')}")
+    else:
+        # Never touch a trust store: clients pin or skip the internal root themselves.
+        globals_.append("\tskip_install_trust")
+    if http_port != 80:
+        globals_.append(f"\thttp_port {http_port}")
+    if https_port != 443:
+        globals_.append(f"\thttps_port {https_port}")
+    # A client without SNI (the in-container check over 127.0.0.1) still gets the site's cert.
+    globals_.append(f"\tdefault_sni {site}")
+    globals_ += [
+        "\tservers {",
+        "\t\ttimeouts {",
+        "\t\t\tread_body 10m",
+        "\t\t\tread_header 1m",
+        "\t\t\tidle 10m",
+        "\t\t}",
+        "\t}",
+    ]
+    allowed = " ".join([*cidrs, *CONTAINER_LOOPBACK])
+    site_address = site if https_port == 443 else f"{site}:{https_port}"
+    lines = [
+        "{",
+        *globals_,
+        "}",
+        "",
+        f"{site_address} {{",
+    ]
+    if caddy["tls"] == "internal":
+        lines.append("\ttls internal")
+    lines += [
+        "\t# remote_ip is the TCP peer: X-Forwarded-For cannot widen the allowlist.",
+        f"\t@denied not remote_ip {allowed}",
+        '\trespond @denied "Forbidden" 403',
+        f"\t@internal path {' '.join(INTERNAL_PATHS)}",
+        '\trespond @internal "Not Found" 404',
+        f"\treverse_proxy {upstream} {{",
+        "\t\t# Server-sent events reach the client as vLLM writes them.",
+        "\t\tflush_interval -1",
+        "\t\ttransport http {",
+        "\t\t\tdial_timeout 10s",
+        "\t\t\t# A 256k-token prompt is minutes of prefill before the first byte.",
+        "\t\t\tresponse_header_timeout 30m",
+        "\t\t\tread_timeout 30m",
+        "\t\t\twrite_timeout 30m",
+        "\t\t}",
+        "\t}",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def base_url(caddy: CaddySite) -> str:
+    """The public HTTPS base URL (without `/v1`)."""
+    site = caddy["site"]
+    host = f"[{site}]" if site_is_ip(site) and ":" in site else site
+    return f"https://{host}"

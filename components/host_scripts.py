@@ -1,0 +1,272 @@
+"""Pure builders of VllmRocmServer's remote commands: preflight, fetch, env file, up, check, down.
+
+Each is a bash script (shellcheck-clean) that pulumi-command runs over SSH.
+"""
+
+import posixpath
+from typing import TypedDict
+
+from components.caddyfile import CaddySite
+from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
+from components.vllm_rocm_builders import (
+    CADDY_SERVICE,
+    VLLM_SERVICE,
+    PatchOverlay,
+    RemotePaths,
+    patch_remote_path,
+    remote_paths,
+)
+
+SCRIPT_END = "LLM_INFRA_SCRIPT"
+
+
+class HostRequirements(TypedDict):
+    """What the preflight demands of the host before anything is downloaded or started."""
+
+    min_free_disk_gib: float
+    """Free disk in the model directory's filesystem, counting what the model already uses."""
+    min_ram_gib: float
+    """Installed RAM (MemTotal): the CPU KV tier is pinned, so available RAM varies at run time."""
+
+
+def remote_command(script: str) -> str:
+    """A script as one SSH command: bash runs it whatever the login shell, stdin left alone."""
+    if SCRIPT_END in script:
+        raise ValueError(f"a script may not contain {SCRIPT_END}")
+    return f"bash -c \"$(cat <<'{SCRIPT_END}'\n{script}{SCRIPT_END}\n)\"\n"
+
+
+def _script(body: list[str]) -> str:
+    return "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *body]) + "\n"
+
+
+def preflight_script(
+    *,
+    base_dir: str,
+    model_dir: str,
+    requirements: HostRequirements,
+    devices: tuple[str, str] = ("/dev/kfd", "/dev/dri"),
+) -> str:
+    """Host checks that report every problem with its numbers; creates only the directories."""
+    kfd, dri = devices
+    patches_dir = remote_paths(base_dir)["patches_dir"]
+    disk_kib = int(requirements["min_free_disk_gib"] * 1024 * 1024)
+    ram_kib = int(requirements["min_ram_gib"] * 1024 * 1024)
+    return _script(
+        [
+            "problems=0",
+            'problem() { echo "preflight: $*" >&2; problems=$((problems + 1)); }',
+            'gib() { awk -v k="$1" \'BEGIN { printf "%.1f GiB", k / 1048576 }\'; }',
+            "if ! command -v docker >/dev/null 2>&1; then",
+            '  problem "docker is not installed"',
+            "elif ! docker info >/dev/null 2>&1; then",
+            '  problem "docker daemon not reachable as $(id -un) (is it running? docker group?)"',
+            "else",
+            "  compose=$(docker compose version --short 2>/dev/null || true)",
+            '  case "$compose" in',
+            "    v2.* | 2.* | v[3-9].* | [3-9].*) ;;",
+            '    *) problem "docker compose v2 is required (found: ${compose:-none})" ;;',
+            "  esac",
+            "fi",
+            f'[ -e {kfd} ] || problem "{kfd} is missing (amdgpu kernel driver not loaded?)"',
+            f'[ -d {dri} ] || problem "{dri} is missing (no GPU render nodes)"',
+            f"for dir in {base_dir} {patches_dir} {model_dir}; do",
+            '  if ! mkdir -p "$dir" 2>/dev/null || [ ! -w "$dir" ]; then',
+            '    problem "$dir: not writable by $(id -un)"',
+            "  fi",
+            "done",
+            f"if [ -d {model_dir} ]; then",
+            f"  free_kib=$(df -Pk {model_dir} | awk 'NR == 2 {{ print $4 }}')",
+            "  # The model already downloaded counts as free: a re-run must not fail on it.",
+            f"  have_kib=$(du -sk {model_dir} | awk '{{ print $1 }}')",
+            f"  need_kib={disk_kib}",
+            '  if [ $((free_kib + have_kib)) -lt "$need_kib" ]; then',
+            '    problem "disk: $(gib "$free_kib") free + $(gib "$have_kib") already in'
+            f' {model_dir}, need $(gib "$need_kib")"',
+            "  fi",
+            "fi",
+            "ram_kib=$(free -k | awk '/^Mem:/ { print $2 }')",
+            f"need_ram_kib={ram_kib}",
+            'if [ "${ram_kib:-0}" -lt "$need_ram_kib" ]; then',
+            '  problem "RAM: $(gib "${ram_kib:-0}") installed, need $(gib "$need_ram_kib")"',
+            "fi",
+            'if [ "$problems" -gt 0 ]; then',
+            '  echo "preflight: $problems problem(s); nothing was started" >&2',
+            "  exit 1",
+            "fi",
+            'echo "preflight: ok"',
+        ]
+    )
+
+
+def verify_patches_script(paths: RemotePaths, patches: list[PatchOverlay]) -> str:
+    """Checks every copied overlay against its pinned sha256; any mismatch fails the deploy."""
+    body = [
+        "status=0",
+        "verify() {",
+        '  if [ ! -f "$1" ]; then',
+        '    echo "patch $1: missing on the host" >&2',
+        "    return 1",
+        "  fi",
+        "  local actual",
+        "  actual=$(sha256sum \"$1\" | awk '{ print $1 }')",
+        '  if [ "$actual" != "$2" ]; then',
+        '    echo "patch $1: sha256 $actual, the config pins $2: stopping" >&2',
+        "    return 1",
+        "  fi",
+        '  echo "patch $1: sha256 ok"',
+        "}",
+    ]
+    for patch in patches:
+        body.append(f"verify {patch_remote_path(paths, patch)} {patch['sha256']} || status=1")
+    body.append('exit "$status"')
+    return _script(body)
+
+
+def fetch_script(
+    *,
+    paths: RemotePaths,
+    model_dir: str,
+    fetch_image: str,
+    lock_sha256: str,
+    fetcher_sha256: str,
+    parallel: int = 3,
+) -> str:
+    """Runs the fetcher in a stock Python image: resumable, skips complete files, never deletes."""
+    return _script(
+        [
+            f"# lock sha256 {lock_sha256}, fetcher sha256 {fetcher_sha256}",
+            f"mkdir -p {model_dir}",
+            "# As the SSH user, so the model files are not root's.",
+            'docker run --rm --user "$(id -u):$(id -g)" --network host \\',
+            "  -e PYTHONUNBUFFERED=1 \\",
+            f"  -v {paths['fetcher']}:{FETCHER_MOUNT}/fetcher.py:ro \\",
+            f"  -v {paths['lock']}:{FETCHER_MOUNT}/lock.json:ro \\",
+            f"  -v {model_dir}:/models \\",
+            f"  {fetch_image} \\",
+            f"  python3 {FETCHER_MOUNT}/fetcher.py fetch --lock {FETCHER_MOUNT}/lock.json \\",
+            f"  --dest /models --parallel {parallel}",
+        ]
+    )
+
+
+def env_file_script(paths: RemotePaths, project: str) -> str:
+    """Writes the API key env file (0600) from stdin; a running vLLM is recreated to apply it."""
+    env_file = paths["env_file"]
+    compose = f"docker compose -f {paths['compose']} -p {project}"
+    return _script(
+        [
+            "umask 077",
+            f"mkdir -p {posixpath.dirname(env_file)}",
+            f"cat > {env_file}.new",
+            f"chmod 600 {env_file}.new",
+            f"if cmp -s {env_file}.new {env_file}; then",
+            f"  rm -f {env_file}.new",
+            '  echo "env file unchanged"',
+            "  exit 0",
+            "fi",
+            f"mv -f {env_file}.new {env_file}",
+            'echo "env file written"',
+            "# vLLM reads its key only at start: apply a rotated key to a running server now.",
+            f"running=$({compose} ps -q {VLLM_SERVICE} 2>/dev/null || true)",
+            'if [ -n "$running" ]; then',
+            f"  {compose} up -d --wait {VLLM_SERVICE}",
+            "fi",
+        ]
+    )
+
+
+def env_file_content(api_key: str) -> str:
+    """The env file line for compose: single-quoted, so compose does not interpolate `$`."""
+    if not api_key or any(c in api_key for c in "'\n\r\0"):
+        raise ValueError("api_key: must be non-empty, without quotes or line breaks")
+    return f"VLLM_API_KEY='{api_key}'\n"
+
+
+def up_script(paths: RemotePaths, project: str, compose_sha256: str, wait_seconds: int) -> str:
+    """Starts or updates the project; compose recreates only services whose config changed."""
+    return _script(
+        [
+            f"# compose.yaml sha256 {compose_sha256}",
+            f"docker compose -f {paths['compose']} -p {project} up -d --wait \\",
+            f"  --wait-timeout {wait_seconds} --remove-orphans",
+        ]
+    )
+
+
+def down_script(paths: RemotePaths, project: str, model_dir: str) -> str:
+    """Stops and removes the containers; keeps the model directory and Caddy's certificates."""
+    return _script(
+        [
+            f"# Leaves {model_dir} in place: a redeploy must not download 157 GiB again.",
+            f"if [ -f {paths['compose']} ]; then",
+            f"  docker compose -f {paths['compose']} -p {project} down \\",
+            "    --remove-orphans --timeout 60",
+            "fi",
+        ]
+    )
+
+
+def models_probe(port: int, served_model_name: str) -> str:
+    """Python run inside the vLLM container: `/v1/models` with the key from its environment."""
+    return (
+        "import json, os, urllib.request as u; "
+        f"r = u.Request('http://127.0.0.1:{port}/v1/models', "
+        "headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']}); "
+        "ids = [m['id'] for m in json.load(u.urlopen(r, timeout=30))['data']]; "
+        f"assert {served_model_name!r} in ids, ids; print('served:', ids)"
+    )
+
+
+def check_script(
+    paths: RemotePaths, project: str, caddy: CaddySite, port: int, served_model_name: str
+) -> str:
+    """Final check: /health through Caddy's TLS site, then the served model with the API key."""
+    compose = f"docker compose -f {paths['compose']} -p {project}"
+    return _script(
+        [
+            "# Through Caddy on its container loopback (allowed); retried while a cert is issued.",
+            "for attempt in $(seq 1 30); do",
+            f"  if {compose} exec -T {CADDY_SERVICE} wget -q -O /dev/null \\",
+            f"    --header 'Host: {caddy['site']}' https://127.0.0.1/health; then",
+            '    echo "caddy -> vllm /health: ok"',
+            "    break",
+            "  fi",
+            '  if [ "$attempt" -eq 30 ]; then',
+            '    echo "check: /health through Caddy failed 30 times" >&2',
+            "    exit 1",
+            "  fi",
+            "  sleep 10",
+            "done",
+            "# The key stays in the container's environment: no argv ever holds it.",
+            f"{compose} exec -T {VLLM_SERVICE} \\",
+            f'  python3 -c "{models_probe(port, served_model_name)}"',
+        ]
+    )
+
+
+def verify_script(
+    base_dir: str,
+    project: str,
+    image: str,
+    vllm_address: str,
+    expectations_sha256: str,
+    min_decode_tps: float | None = None,
+) -> str:
+    """Runs verify.py on the compose network against vLLM (`vllm_address`, host:port); fails when
+    the answers differ."""
+    verify_dir = posixpath.join(base_dir, "verify")
+    env_file = remote_paths(base_dir)["env_file"]
+    return _script(
+        [
+            f"# expectations sha256 {expectations_sha256}",
+            # The key is read from the mounted 0600 env file: never in argv or the environment.
+            f"docker run --rm --network {project}_default \\",
+            f"  -v {verify_dir}:{VERIFY_MOUNT}:ro \\",
+            f"  -v {env_file}:/run/llm-infra/vllm.env:ro \\",
+            f"  {image} python3 {VERIFY_MOUNT}/verify.py http://{vllm_address} \\",
+            f"  --expect {VERIFY_MOUNT}/expect.json \\",
+            "  --api-key-env-file /run/llm-infra/vllm.env"
+            + ("" if min_decode_tps is None else f" --min-decode-tps {float(min_decode_tps)!r}"),
+        ]
+    )

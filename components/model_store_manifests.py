@@ -1,0 +1,251 @@
+"""Pure builders of GgufModelStore: the PVC, the fetcher ConfigMap, the fetch Job, the check."""
+
+import hashlib
+import json
+import urllib.parse
+from typing import Any, NotRequired, TypedDict
+
+from components.payloads import FETCHER_MOUNT
+from components.payloads.fetcher import lock_digest
+from components.pod_security import (
+    DEFAULT_UID,
+    SCRATCH_MOUNT,
+    checkov_skips,
+    image_skips,
+    restricted_container,
+    restricted_pod,
+    scratch_mount,
+    scratch_volume,
+)
+
+MODELS_MOUNT = "/models"
+
+
+HF_TOKEN_KEY = "token"
+
+
+class ModelFile(TypedDict):
+    """One file of the model as it is in the hub repo."""
+
+    path: str
+    """Path inside the repo, e.g. `UD-IQ1_M/Model-UD-IQ1_M-00001-of-00003.gguf`."""
+    name: str
+    """File name on the volume (the server's `-m` points at the first shard's name)."""
+    size: NotRequired[int | None]
+    """Size in bytes, when known (from the lock)."""
+    sha256: NotRequired[str | None]
+    """sha256 of the content (the LFS oid), when known (from the lock)."""
+
+
+def store_labels(name: str) -> dict[str, str]:
+    """Labels shared by the store's objects."""
+    return {
+        "app.kubernetes.io/name": "model-store",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/managed-by": "llm-infra",
+    }
+
+
+def content_digest(lock: dict[str, Any], fetcher_source: str) -> str:
+    """sha256 of what the Job runs (lock and fetcher): a change makes a new ConfigMap and Job."""
+    return hashlib.sha256((lock_digest(lock) + fetcher_source).encode()).hexdigest()
+
+
+def fetch_pod_labels(name: str) -> dict[str, str]:
+    """Labels of the fetch pod (its NetworkPolicy selects them)."""
+    return {**store_labels(name), "app.kubernetes.io/component": "fetch"}
+
+
+def hub_port(endpoint: str | None) -> int:
+    """TCP port of the hub endpoint (443 for huggingface.co)."""
+    parsed = urllib.parse.urlsplit(endpoint or "https://huggingface.co")
+    return parsed.port or (80 if parsed.scheme == "http" else 443)
+
+
+def store_names(name: str, digest: str) -> dict[str, str]:
+    """Object names; the content digest in the Job and ConfigMap names makes a change a new Job."""
+    return {
+        "pvc": name,
+        "config_map": f"{name}-fetcher-{digest[:8]}",
+        "job": f"{name}-fetch-{digest[:8]}",
+        "token_secret": f"{name}-hf-token",
+    }
+
+
+def model_lock(repo: str, revision: str, files: list[ModelFile]) -> dict[str, Any]:
+    """The lock document (version 1) that the fetcher reads."""
+    return {
+        "version": 1,
+        "repo": repo,
+        "revision": revision,
+        "files": [
+            {
+                "path": f["path"],
+                "name": f["name"],
+                "size": f.get("size"),
+                "sha256": f.get("sha256"),
+            }
+            for f in files
+        ],
+    }
+
+
+def fetcher_config_map(
+    name: str, namespace: str, labels: dict[str, str], lock: dict[str, Any], fetcher_source: str
+) -> dict[str, Any]:
+    """The fetcher's source and the lock, delivered to a stock Python image without pip."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "data": {
+            "fetcher.py": fetcher_source,
+            "lock.json": json.dumps(lock, indent=2, sort_keys=True) + "\n",
+        },
+        "immutable": True,
+    }
+
+
+def model_pvc(
+    name: str, namespace: str, labels: dict[str, str], size: str, storage_class: str
+) -> dict[str, Any]:
+    """The model volume: one node, read-write by the Job, read-only by the server."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": size}},
+        },
+    }
+
+
+def model_volumes(claim_name: str, config_map: str, read_only: bool) -> list[dict[str, Any]]:
+    """Pod volumes for the models PVC and the fetcher ConfigMap."""
+    return [
+        {
+            "name": "models",
+            "persistentVolumeClaim": {"claimName": claim_name, "readOnly": read_only},
+        },
+        {"name": "fetcher", "configMap": {"name": config_map, "defaultMode": 0o444}},
+    ]
+
+
+def fetcher_command(action: str, extra: list[str] | None = None) -> list[str]:
+    """argv of the fetcher inside a pod that mounts the ConfigMap and the models volume."""
+    return [
+        "python3",
+        f"{FETCHER_MOUNT}/fetcher.py",
+        action,
+        "--lock",
+        f"{FETCHER_MOUNT}/lock.json",
+        "--dest",
+        MODELS_MOUNT,
+        *(extra or []),
+    ]
+
+
+def _mounts(read_only: bool) -> list[dict[str, Any]]:
+    return [
+        {"name": "models", "mountPath": MODELS_MOUNT, "readOnly": read_only},
+        {"name": "fetcher", "mountPath": FETCHER_MOUNT, "readOnly": True},
+        scratch_mount(),
+    ]
+
+
+def model_check_container(image: str, run_as_user: int = DEFAULT_UID) -> dict[str, Any]:
+    """Init container that refuses to start the server on an incomplete shard set (no download)."""
+    return {
+        "name": "model-check",
+        "image": image,
+        "command": fetcher_command("check"),
+        "securityContext": restricted_container(run_as_user),
+        "volumeMounts": _mounts(read_only=True),
+        "resources": {
+            "requests": {"cpu": "50m", "memory": "32Mi"},
+            "limits": {"cpu": "500m", "memory": "128Mi"},
+        },
+    }
+
+
+def fetch_job(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    *,
+    image: str,
+    claim_name: str,
+    config_map: str,
+    node_selector: dict[str, str],
+    retired: list[str],
+    parallel: int,
+    timeout_seconds: int,
+    hf_endpoint: str | None,
+    token_secret: str | None,
+    run_as_user: int = DEFAULT_UID,
+) -> dict[str, Any]:
+    """The fetch Job: resumable across pod restarts since partial files stay on the volume."""
+    extra = ["--parallel", str(parallel)]
+    for pattern in retired:
+        extra += ["--retire", pattern]
+    env: list[dict[str, Any]] = [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "HOME", "value": SCRATCH_MOUNT},
+    ]
+    if hf_endpoint:
+        env.append({"name": "HF_ENDPOINT", "value": hf_endpoint})
+    if token_secret:
+        env.append(
+            {
+                "name": "HF_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": token_secret, "key": HF_TOKEN_KEY}},
+            }
+        )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": checkov_skips(image_skips(image)),
+        },
+        "spec": {
+            "backoffLimit": 6,
+            "activeDeadlineSeconds": timeout_seconds,
+            "template": {
+                "metadata": {"labels": {**labels, "app.kubernetes.io/component": "fetch"}},
+                "spec": {
+                    "restartPolicy": "OnFailure",
+                    "nodeSelector": node_selector,
+                    "automountServiceAccountToken": False,
+                    # fsGroup makes a fresh volume writable for the non-root fetcher.
+                    "securityContext": {
+                        **restricted_pod(),
+                        "fsGroup": run_as_user,
+                        "fsGroupChangePolicy": "OnRootMismatch",
+                    },
+                    "containers": [
+                        {
+                            "name": "fetch",
+                            "image": image,
+                            "command": fetcher_command("fetch", extra),
+                            "env": env,
+                            "securityContext": restricted_container(run_as_user),
+                            "volumeMounts": _mounts(read_only=False),
+                            "resources": {
+                                "requests": {"cpu": "250m", "memory": "256Mi"},
+                                "limits": {"cpu": "2000m", "memory": "1Gi"},
+                            },
+                        }
+                    ],
+                    "volumes": [
+                        *model_volumes(claim_name, config_map, read_only=False),
+                        scratch_volume(),
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,19 @@
+"""Standard-library scripts shipped into pods and hosts, and where they are mounted there.
+
+Each file here runs as it is in a stock Python image (the fetch Job, the verify Job, the
+MI300X host) and is also the back-end of its `llm-infra` command.
+"""
+
+from pathlib import Path
+
+_HERE = Path(__file__).parent
+FETCHER_SOURCE = _HERE / "fetcher.py"
+"""The model fetcher (`llm-infra fetch`, `llm-infra check-model`)."""
+VERIFY_SOURCE = _HERE / "verify.py"
+"""The answer check (`llm-infra verify`)."""
+GPU_GATE_SOURCE = _HERE / "gpu_gate.py"
+"""The GPU gate's load-log check (`llm-infra gpu-gate`)."""
+FETCHER_MOUNT = "/opt/llm-infra"
+"""Where a container finds the fetcher and its lock."""
+VERIFY_MOUNT = "/opt/llm-infra-verify"
+"""Where a container finds verify.py and its expectations."""

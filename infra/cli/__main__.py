@@ -1,0 +1,7 @@
+"""`python -m infra.cli`: the `llm-infra` command."""
+
+import sys
+
+from infra.cli import main
+
+sys.exit(main())

@@ -1,0 +1,248 @@
+"""A stack: the one reader of a stack's config (a stack file, or Pulumi's), and its validation.
+
+A stack file (`stacks/Pulumi.STACK.yaml`) sets keys in the `llm-infra` namespace; `pulumi up`
+hands the same keys to the program as Pulumi config. Both reach `parse_stack` through
+`namespace_values`, so the CLI, the render and the program see one and the same `StackConfig`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from infra.config.base import (
+    LOCATION_KEYS,
+    NAMESPACE,
+    SECRET_KEYS,
+    SECRET_PLACEHOLDER,
+    ConfigError,
+    validation_problems,
+)
+from infra.config.docker_host import Mi300xStack, docker_host_checks
+from infra.config.kubernetes import StrixHaloStack, cross_checks
+
+StackConfig = StrixHaloStack | Mi300xStack
+
+
+TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
+    "kubernetes": StrixHaloStack,
+    "docker-host": Mi300xStack,
+}
+
+
+def parse_stack(values: Mapping[str, Any]) -> StackConfig:
+    """Validate the `llm-infra` config values (keys without namespace) into a StackConfig."""
+    target = values.get("target")
+    if target not in TARGETS:
+        allowed = ", ".join(TARGETS)
+        got = "missing" if target is None else f"{target!r} is not a known target"
+        raise ConfigError([f"target: {got} (allowed: {allowed})"])
+    try:
+        stack = TARGETS[target].model_validate(dict(values))
+    except ValidationError as exc:
+        raise ConfigError(validation_problems(exc)) from None
+    if isinstance(stack, StrixHaloStack):
+        problems = cross_checks(stack)
+    else:
+        problems = docker_host_checks(stack, project_root())
+    if problems:
+        raise ConfigError(problems)
+    return stack
+
+
+def namespace_values(config: Mapping[str, object]) -> dict[str, Any]:
+    """The stack's keys from Pulumi config (`llm-infra:key` → text), namespace stripped.
+
+    Objects, lists, numbers and booleans arrive as JSON text and are decoded; secrets and the
+    keys that locate files (`lockFile`) are left out: they are not part of the stack model.
+    """
+    values: dict[str, Any] = {}
+    for full_key, value in config.items():
+        namespace, _, key = full_key.partition(":")
+        if namespace != NAMESPACE or key in SECRET_KEYS or key in LOCATION_KEYS:
+            continue
+        try:
+            values[key] = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            values[key] = value
+    return values
+
+
+def _pulumi_config() -> dict[str, object]:
+    # The engine's config for this run: the SDK offers no public way to list its keys, and an
+    # unknown key must be an error rather than silently ignored.
+    return {**pulumi.runtime.config.get_config_env(), **pulumi.runtime.config.CONFIG.get()}
+
+
+@dataclass(frozen=True)
+class StackFile:
+    """A stack file read as Pulumi would hand it to the program."""
+
+    name: str
+    """The stack name (`strix-halo` for `stacks/Pulumi.strix-halo.yaml`)."""
+    path: Path
+    config: dict[str, str]
+    """Pulumi config as the engine holds it: `namespace:key` → text (objects as JSON)."""
+    secret_keys: list[str]
+    """Keys set as encrypted secrets; their values stand as `[secret]` (render has no key)."""
+
+    @property
+    def lock_path(self) -> Path:
+        """The stack's lock file (it may not exist yet)."""
+        return lock_path_for(self.path)
+
+    @property
+    def expectations_path(self) -> Path:
+        """The stack's recorded verify expectations (they may not exist yet)."""
+        return expectations_path_for(self.lock_path)
+
+    def values(self) -> dict[str, Any]:
+        """The stack's keys, namespace stripped (what `parse_stack` validates)."""
+        return namespace_values(self.config)
+
+    def stack(self) -> StackConfig:
+        """The validated stack (ConfigError on problems)."""
+        return parse_stack(self.values())
+
+
+def resolve_stack(stack: str) -> tuple[str, Path]:
+    """A stack name (`stacks/Pulumi.NAME.yaml`) or a path to a stack file → (name, path)."""
+    path = Path(stack)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return path.name.removeprefix("Pulumi.").rsplit(".", 1)[0], path
+    return stack, project_root() / "stacks" / f"Pulumi.{stack}.yaml"
+
+
+def read_stack_file(stack: str | Path) -> StackFile:
+    """Read a stack file (by stack name or path); ConfigError when it is missing or malformed."""
+    name, path = resolve_stack(str(stack))
+    if not path.is_file():
+        raise ConfigError([f"no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)"])
+    try:
+        document = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError([f"{path}: not a readable YAML file ({exc})"]) from None
+    entries = document.get("config") if isinstance(document, dict) else None
+    if not isinstance(entries, dict):
+        raise ConfigError([f"{path}: no `config:` mapping (a Pulumi stack file has one)"])
+    config: dict[str, str] = {}
+    secret_keys: list[str] = []
+    for key, value in entries.items():
+        full_key = key if ":" in str(key) else f"{NAMESPACE}:{key}"
+        if isinstance(value, dict) and set(value) == {"secure"}:
+            # Encrypted with the stack's key, which render does not have: a secret is present.
+            config[full_key] = SECRET_PLACEHOLDER
+            secret_keys.append(full_key)
+        elif isinstance(value, str):
+            config[full_key] = value
+        else:
+            config[full_key] = json.dumps(value)
+    config.setdefault(f"{NAMESPACE}:lockFile", str(lock_path_for(path)))
+    return StackFile(name=name, path=path, config=config, secret_keys=secret_keys)
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The nearest directory upward with this project's Pulumi.yaml (else the installed tree)."""
+    here = (start or Path.cwd()).resolve()
+    for directory in (here, *here.parents):
+        candidate = directory / "Pulumi.yaml"
+        if candidate.is_file() and "name: llm-infra" in candidate.read_text():
+            return directory
+    return Path(__file__).resolve().parents[2]
+
+
+def lock_path_for(stack_file: Path) -> Path:
+    """Where a stack's lock lives: beside its stack file, `STACK.lock.json`."""
+    name = stack_file.name.removeprefix("Pulumi.").rsplit(".", 1)[0]
+    return stack_file.with_name(f"{name}.lock.json")
+
+
+def expectations_path_for(lock_path: Path) -> Path:
+    """Where a stack's verify expectations live: beside its lock, `STACK.verify.json`."""
+    return lock_path.with_name(lock_path.name.removesuffix(".lock.json") + ".verify.json")
+
+
+class StackSecrets(BaseModel):
+    """Secret config values, as Outputs (never plain values in the config model)."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
+
+    hf_token: pulumi.Output[str] | None
+    api_key: pulumi.Output[str] | None
+    ssh_private_key: pulumi.Output[str] | None = None
+
+
+def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], list[str]]:
+    """Secrets the stack needs but the config lacks: (always errors, errors only for `up`).
+
+    A feature switched on without its secret is a mistake in any run. The secrets a target
+    always needs (the MI300X host's SSH key and API key) cannot live in a committed stack file,
+    so a preview or render shows the stack without them and `pulumi up` refuses.
+    """
+    feature: dict[str, str] = {}
+    target: dict[str, str] = {}
+    if isinstance(stack, Mi300xStack):
+        target["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
+        target["apiKey"] = "the API key clients send to the public endpoint"
+    elif stack.server.api_key:
+        feature["apiKey"] = "server.apiKey is true"
+
+    def lines(needed: dict[str, str]) -> list[str]:
+        return [
+            f"{key}: required ({why}): pulumi config set --secret {key} ..."
+            for key, why in needed.items()
+            if key not in present
+        ]
+
+    return lines(feature), lines(target)
+
+
+def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
+    """Read and validate the stack's config; secrets come back as Outputs, never in the model.
+
+    Returns the stack, the path of its lock file (which may not exist yet) and its secrets.
+    """
+    config = pulumi.Config(NAMESPACE)
+    stack = parse_stack(namespace_values(_pulumi_config()))
+    secrets = StackSecrets(
+        hf_token=config.get_secret("hfToken"),
+        api_key=config.get_secret("apiKey"),
+        ssh_private_key=config.get_secret("sshPrivateKey"),
+    )
+    present = {
+        key
+        for key, value in (
+            ("hfToken", secrets.hf_token),
+            ("apiKey", secrets.api_key),
+            ("sshPrivateKey", secrets.ssh_private_key),
+        )
+        if value is not None
+    }
+    always, for_up = missing_secrets(stack, present)
+    if always or (for_up and not pulumi.runtime.is_dry_run()):
+        raise ConfigError(always + for_up)
+    if for_up:
+        # A preview (and a render) shows the stack with a placeholder; `pulumi up` refuses.
+        placeholder = pulumi.Output.secret(SECRET_PLACEHOLDER)
+        missing = {line.split(":", 1)[0] for line in for_up}
+        secrets = StackSecrets(
+            hf_token=secrets.hf_token,
+            api_key=placeholder if "apiKey" in missing else secrets.api_key,
+            ssh_private_key=placeholder if "sshPrivateKey" in missing else secrets.ssh_private_key,
+        )
+        for line in for_up:
+            pulumi.log.warn(f"{line} (preview only: pulumi up refuses)")
+    lock_file = config.get("lockFile")
+    lock_path = (
+        Path(lock_file)
+        if lock_file
+        else project_root() / "stacks" / f"{pulumi.get_stack()}.lock.json"
+    )
+    return stack, lock_path, secrets

@@ -1,0 +1,429 @@
+"""The llama-server memory and disk plan: weights, placement, KV cache, compute buffers.
+
+Pure functions over plain inputs. A llama.cpp plan places the weights, KV cache and compute
+buffers the way llama-server b11434 does:
+
+- `-ngl N` offloads the output layer first, then the last N-1 repeating layers
+  (`i_gpu_start = n_layer + 1 - N`); `token_embd` always stays on the CPU. So `-ngl 43` of a
+  43-layer model still keeps layer 0 on the CPU; `-ngl 44` offloads everything.
+- The KV cache of a layer lives on that layer's device (`--kv-offload`, the default); its cells,
+  streams and bytes are `infra.plan.deepseek4`'s.
+- Host memory in the container: CPU-resident weights and KV, the CPU compute buffer, the
+  prompt cache (`--cache-ram`, default 8192 MiB) and a runtime allowance.
+
+Compute buffers are an estimate (see `compute_buffer_bytes`), overridable per device.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from infra.plan.deepseek4 import (
+    DEFAULT_BATCH,
+    DEFAULT_UBATCH,
+    AttentionShape,
+    KvLayers,
+    kv_cache_layers,
+    kv_layout,
+    pad,
+)
+from infra.plan.report import (
+    GIB,
+    MIB,
+    Device,
+    Plan,
+    TableRow,
+    fmt_num,
+    fmt_size,
+    gib,
+)
+
+DEFAULT_CACHE_RAM_MIB = 8192
+# Tensors llama.cpp loads as the input layer, which it never offloads.
+_INPUT_TENSORS = ("token_embd.", "position_embd.", "token_types.")
+
+WeightSource = Literal["GGUF header", "lock summary", "file sizes + layer structure"]
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """Where a model's weight bytes are: per repeating layer, the input layer, the rest."""
+
+    layer_bytes: tuple[int, ...]
+    input_bytes: int
+    """`token_embd` and other input tensors: always on the CPU."""
+    output_bytes: int
+    """Every other non-layer tensor (output, output_norm, ...): the output layer's device."""
+    source: WeightSource
+
+    @property
+    def total_bytes(self) -> int:
+        """All weight bytes."""
+        return sum(self.layer_bytes) + self.input_bytes + self.output_bytes
+
+    @classmethod
+    def from_summary(
+        cls, summary: Mapping[str, Any], source: WeightSource = "lock summary"
+    ) -> ModelWeights:
+        """From a `components.gguf_header.summarize` summary."""
+        other: Mapping[str, int] = summary["other_tensors"]
+        inputs = sum(b for n, b in other.items() if n.startswith(_INPUT_TENSORS))
+        return cls(
+            layer_bytes=tuple(int(b) for b in summary["layer_bytes"]),
+            input_bytes=inputs,
+            output_bytes=sum(other.values()) - inputs,
+            source=source,
+        )
+
+    @classmethod
+    def from_file_sizes(cls, total_bytes: int, n_layer: int) -> ModelWeights:
+        """Without a header: the files' bytes spread evenly over the layers (conservative for
+        the GPU, since the CPU-only input layer is counted as layer weight)."""
+        per_layer, rest = divmod(total_bytes, n_layer)
+        layers = tuple(per_layer + (1 if i < rest else 0) for i in range(n_layer))
+        return cls(layers, 0, 0, "file sizes + layer structure")
+
+
+@dataclass(frozen=True)
+class LlamaCppPlanInputs:
+    """Everything a llama-server memory plan depends on."""
+
+    weights: ModelWeights
+    attention: AttentionShape
+    gpu_layers: int
+    """`-ngl` (`server.gpuLayers`)."""
+    ctx_size: int
+    """`-c` (`server.contextSize`)."""
+    parallel: int = 1
+    """`-np` (`server.parallel`)."""
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    ubatch: int = DEFAULT_UBATCH
+    batch: int = DEFAULT_BATCH
+    kv_unified: bool = False
+    """llama-server turns it on only when `-np` is auto; the renderer always passes `-np`."""
+    flash_attn: bool = True
+    """`-fa auto` resolves to on for Vulkan and CPU (and quantized V caches require it)."""
+    swa_full: bool = False
+    vram_bytes: int | None = None
+    """GPU memory available to llama-server; None: no GPU (everything on the CPU)."""
+    memory_limit_bytes: int | None = None
+    """Container memory limit (`server.resources.limits.memory`); None: not checked."""
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    """`--cache-ram`: prompt cache in host RAM, counted against the memory limit."""
+    runtime_bytes: int = 512 * MIB
+    """Process, driver and allocator overhead in host RAM."""
+    compute_override_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Measured compute buffers by device (`vram`, `ram`), replacing the estimate."""
+    disk_bytes: int | None = None
+    """Model volume size (`store.size`); None: not checked."""
+    model_file_bytes: int | None = None
+    """Bytes of the model files on disk (lock sizes); default: the weight bytes."""
+    disk_headroom_fraction: float = 0.02
+    """Free space kept on the volume (temporary download names, filesystem overhead)."""
+    n_rs_seq: int = 0
+    """deepseek4 compressor-state rollback planes (speculative decoding only)."""
+
+
+# -- compute buffers ------------------------------------------------------------------------
+
+
+def compute_buffer_bytes(
+    shape: AttentionShape, ctx_size: int, ubatch: int, *, flash_attn: bool = True
+) -> int:
+    """Estimated compute buffer of one backend holding the whole graph.
+
+    llama.cpp reserves the graph of one ubatch: per token the logits (n_vocab), the residual
+    stream and attention/FFN intermediates (a few n_embd, n_head x head, n_ff) in F32, plus the
+    KQ mask over the context (F16, and its padded copy); without flash attention also one
+    layer's KQ scores (n_head x context, F32). A 64 MiB floor covers the scheduler's fixed
+    reservations. Over-estimates the small models of the calibration test (it prints both).
+    """
+    tokens = ubatch
+    per_token = 4 * (
+        shape.n_vocab + 8 * shape.n_embd + 3 * shape.n_head * shape.head_k + 3 * shape.n_ff
+    )
+    mask = 2 * 2 * pad(ctx_size) * tokens
+    scores = 0 if flash_attn else 4 * max(shape.n_head, 1) * pad(ctx_size) * tokens
+    return 64 * MIB + tokens * per_token + mask + scores
+
+
+# -- llama.cpp plan -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which repeating layers and which non-layer tensors go to the GPU for an `-ngl`."""
+
+    gpu_layers: tuple[int, ...]
+    cpu_layers: tuple[int, ...]
+    output_on_gpu: bool
+
+
+def placement(n_layer: int, gpu_layers: int, has_gpu: bool = True) -> Placement:
+    """llama.cpp's assignment: output layer first, then the last `gpu_layers - 1` layers."""
+    if not has_gpu or gpu_layers <= 0:
+        return Placement((), tuple(range(n_layer)), False)
+    start = max(n_layer + 1 - gpu_layers, 0)
+    return Placement(tuple(range(start, n_layer)), tuple(range(start)), True)
+
+
+def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Placement]:
+    weights = inputs.weights
+    n_layer = len(weights.layer_bytes)
+    has_gpu = inputs.vram_bytes is not None
+    place = placement(n_layer, inputs.gpu_layers, has_gpu)
+    kv = _kv_layers(inputs).total
+    n_kv = len(kv)
+    gpu_kv = sum(kv[il] for il in place.gpu_layers if il < n_kv)
+    cpu_kv = sum(kv[il] for il in place.cpu_layers if il < n_kv)
+    estimate = compute_buffer_bytes(
+        inputs.attention,
+        inputs.ctx_size,
+        min(inputs.ubatch, inputs.batch),
+        flash_attn=inputs.flash_attn,
+    )
+    override = inputs.compute_override_bytes
+    gpu_weights = sum(weights.layer_bytes[il] for il in place.gpu_layers)
+    cpu_weights = sum(weights.layer_bytes[il] for il in place.cpu_layers) + weights.input_bytes
+    if place.output_on_gpu:
+        gpu_weights += weights.output_bytes
+    else:
+        cpu_weights += weights.output_bytes
+    devices: dict[str, Device] = {}
+    if has_gpu:
+        devices["vram"] = Device(
+            inputs.vram_bytes,
+            {
+                "weights": gpu_weights,
+                "kv_cache": gpu_kv,
+                "compute": override.get("vram", estimate if place.output_on_gpu else 0),
+            },
+        )
+    # With every layer on the GPU the CPU graph only embeds the input tokens.
+    cpu_compute = estimate if place.cpu_layers or not has_gpu else 64 * MIB
+    devices["ram"] = Device(
+        inputs.memory_limit_bytes,
+        {
+            "weights": cpu_weights,
+            "kv_cache": cpu_kv,
+            "compute": override.get("ram", cpu_compute),
+            "prompt_cache": max(inputs.cache_ram_mib, 0) * MIB,
+            "runtime": inputs.runtime_bytes,
+        },
+    )
+    if inputs.disk_bytes is not None:
+        files = inputs.model_file_bytes or weights.total_bytes
+        reserve = int(inputs.disk_bytes * inputs.disk_headroom_fraction)
+        devices["disk"] = Device(inputs.disk_bytes, {"model_files": files, "reserve": reserve})
+    return devices, place
+
+
+def _fits(inputs: LlamaCppPlanInputs, headroom_bytes: int = 0) -> bool:
+    devices, _ = _llamacpp_devices(inputs)
+    for name in ("vram", "ram"):
+        device = devices.get(name)
+        if device is None or device.capacity_bytes is None:
+            continue
+        if device.used_bytes + headroom_bytes * (name == "vram") > device.capacity_bytes:
+            return False
+    return True
+
+
+def max_gpu_layers(inputs: LlamaCppPlanInputs, headroom_bytes: int = 0) -> int | None:
+    """The highest `-ngl` whose VRAM budget fits with `headroom_bytes` spare (None: not even 0).
+
+    Only VRAM is checked: fewer GPU layers need more host memory, which is reported apart.
+    """
+    best = None
+    for ngl in range(len(inputs.weights.layer_bytes) + 2):
+        devices, _ = _llamacpp_devices(replace(inputs, gpu_layers=ngl))
+        vram = devices.get("vram")
+        if vram is None or vram.capacity_bytes is None:
+            return len(inputs.weights.layer_bytes) + 1
+        if vram.used_bytes + headroom_bytes <= vram.capacity_bytes:
+            best = ngl
+    return best
+
+
+def max_context(
+    inputs: LlamaCppPlanInputs, headroom_bytes: int = 0, step: int = 1024, limit: int = 1 << 24
+) -> int | None:
+    """The largest `-c` (a multiple of `step`) that fits VRAM (with headroom) and host memory."""
+    if not _fits(replace(inputs, ctx_size=step * inputs.parallel), headroom_bytes):
+        return None
+    low, high = 1, limit // step
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _fits(replace(inputs, ctx_size=mid * step), headroom_bytes):
+            low = mid
+        else:
+            high = mid - 1
+    return low * step
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The highest `-ngl`, then the largest context at it, that fit with the headroom."""
+
+    gpu_layers: int | None
+    ctx_size: int | None
+    headroom_bytes: int
+
+
+def suggest(inputs: LlamaCppPlanInputs, headroom_gib: float = 4.0, step: int = 1024) -> Suggestion:
+    """Highest `-ngl` and largest context (at that `-ngl`) that leave `headroom_gib` free."""
+    headroom = int(headroom_gib * GIB)
+    ngl = max_gpu_layers(inputs, headroom)
+    if ngl is None:
+        return Suggestion(None, None, headroom)
+    ctx = max_context(replace(inputs, gpu_layers=ngl), headroom, step)
+    return Suggestion(ngl, ctx, headroom)
+
+
+def _layers_text(place: Placement, n_layer: int) -> tuple[str, str]:
+    gpu = len(place.gpu_layers)
+    out = " + output" if place.output_on_gpu else ""
+    if place.cpu_layers:
+        cpu = f"layers 0-{place.cpu_layers[-1]}" if len(place.cpu_layers) > 1 else "layer 0"
+    else:
+        cpu = "no layers"
+    return f"{gpu} of {n_layer} layers{out}", cpu
+
+
+def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
+    """The llama-server plan: VRAM, container memory, model volume, with refusals and advice."""
+    devices, place = _llamacpp_devices(inputs)
+    weights = inputs.weights
+    n_layer = len(weights.layer_bytes)
+    gpu_text, cpu_text = _layers_text(place, n_layer)
+    layout = kv_layout(inputs.ctx_size, inputs.parallel, inputs.kv_unified)
+    kv_what = (
+        f"KV cache ({inputs.cache_type_k}/{inputs.cache_type_v}, "
+        f"{layout.cells} cells x {layout.streams} slot{'s' if layout.streams > 1 else ''})"
+    )
+    rows: list[TableRow] = []
+    vram, ram = devices.get("vram"), devices["ram"]
+    if vram is not None:
+        rows += [
+            TableRow(f"weights ({gpu_text})", vram.items["weights"], "VRAM"),
+            TableRow(kv_what, vram.items["kv_cache"], "VRAM"),
+            TableRow("compute buffers", vram.items["compute"], "VRAM"),
+        ]
+    rows += [
+        TableRow(f"weights ({cpu_text} + token_embd)", ram.items["weights"], "RAM (container)"),
+        TableRow("KV cache (CPU layers)", ram.items["kv_cache"], "RAM (container)"),
+        TableRow("compute buffers (CPU)", ram.items["compute"], "RAM (container)"),
+        TableRow(f"prompt cache (--cache-ram {inputs.cache_ram_mib})", ram.items["prompt_cache"],
+                 "RAM (container)"),
+        TableRow("runtime", ram.items["runtime"], "RAM (container)"),
+    ]  # fmt: skip
+    if "disk" in devices:
+        rows.append(TableRow("model files", devices["disk"].items["model_files"], "model volume"))
+    notes = _notes(inputs)
+    problems: list[str] = []
+    advice: list[str] = []
+    if vram is not None and not vram.fits:
+        problems.append(_vram_refusal(inputs, vram, gpu_text))
+    if not ram.fits:
+        problems.append(_ram_refusal(inputs, ram, cpu_text))
+    disk = devices.get("disk")
+    if disk is not None and not disk.fits:
+        need = math.ceil(gib(disk.items["model_files"]) / (1 - inputs.disk_headroom_fraction))
+        problems.append(
+            f"plan: does not fit on the model volume: {fmt_size(disk.used_bytes)} needed of "
+            f"{fmt_size(disk.capacity_bytes or 0)} "
+            f"(model files {fmt_size(disk.items['model_files'])}, "
+            f"reserve {fmt_size(disk.items['reserve'])}): raise store.size to at least {need}Gi"
+        )
+    if vram is not None and vram.fits and place.cpu_layers:
+        best = max_gpu_layers(inputs)
+        if best is not None and best > inputs.gpu_layers:
+            advice.append(
+                f"server.gpuLayers {inputs.gpu_layers} fits with "
+                f"{fmt_size((vram.capacity_bytes or 0) - vram.used_bytes)} VRAM free; up to {best} "
+                "would still fit (with no headroom)"
+            )
+    return Plan(devices, advice, problems, rows, notes, weights.source)
+
+
+def _kv_layers(inputs: LlamaCppPlanInputs) -> KvLayers:
+    """The KV cache per layer for the plan's settings."""
+    return kv_cache_layers(
+        inputs.attention,
+        inputs.ctx_size,
+        inputs.parallel,
+        inputs.cache_type_k,
+        inputs.cache_type_v,
+        ubatch=inputs.ubatch,
+        batch=inputs.batch,
+        kv_unified=inputs.kv_unified,
+        swa_full=inputs.swa_full,
+        n_rs_seq=inputs.n_rs_seq,
+    )
+
+
+def _notes(inputs: LlamaCppPlanInputs) -> list[str]:
+    notes = []
+    shape = inputs.attention
+    if shape.kind == "deepseek4":
+        kv = _kv_layers(inputs)
+        notes.append(
+            f"deepseek4 KV cache {fmt_size(kv.cache_bytes + kv.state_bytes)} (compressor state "
+            f"{fmt_size(kv.state_bytes)} included): K-only, a {shape.sliding_window}-token window "
+            "and 4x/128x compressed layers, not the 576-elements/token/layer MLA of DeepSeek "
+            "V2/V3 that seed 000 assumed (~1.6 GiB at 64k q8_0, 1 slot)"
+        )
+    n_layer = len(inputs.weights.layer_bytes)
+    if 0 < inputs.gpu_layers <= n_layer:
+        notes.append(
+            f"-ngl {inputs.gpu_layers} puts the output layer and {inputs.gpu_layers - 1} "
+            f"repeating layers on the GPU (llama.cpp offloads the output layer first); "
+            f"-ngl {n_layer + 1} offloads all {n_layer} layers"
+        )
+    return notes
+
+
+def _vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> str:
+    cap = vram.capacity_bytes or 0
+    items = vram.items
+    detail = (
+        f"weights {fmt_size(items['weights'])} for {gpu_text}, "
+        f"KV cache {fmt_size(items['kv_cache'])}, compute {fmt_size(items['compute'])}"
+    )
+    fixes = []
+    best = max_gpu_layers(inputs)
+    if best is not None:
+        fixes.append(f"set server.gpuLayers to at most {best}")
+    ctx = max_context(inputs)
+    if ctx is not None and ctx >= 256:
+        fixes.append(f"lower server.contextSize to at most {ctx}")
+    if not fixes:
+        fixes.append("the model does not fit this GPU at any server.gpuLayers")
+    return (
+        f"plan: does not fit in VRAM: {fmt_size(vram.used_bytes)} needed of "
+        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(fixes)}"
+    )
+
+
+def _ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> str:
+    cap = ram.capacity_bytes or 0
+    items = ram.items
+    detail = (
+        f"weights {fmt_size(items['weights'])} for {cpu_text} + token_embd, "
+        f"KV cache {fmt_size(items['kv_cache'])}, compute {fmt_size(items['compute'])}, "
+        f"prompt cache {fmt_size(items['prompt_cache'])} (--cache-ram {inputs.cache_ram_mib}), "
+        f"runtime {fmt_size(items['runtime'])}"
+    )
+    need_gi = math.ceil(gib(ram.used_bytes))
+    fixes = [f"raise server.resources.limits.memory to at least {need_gi}Gi"]
+    over = ram.used_bytes - cap
+    if items["prompt_cache"] >= over:
+        fixes.append(f"set server.cacheRam to at most {(items['prompt_cache'] - over) // MIB} MiB")
+    return (
+        f"plan: does not fit in the container memory limit: {fmt_size(ram.used_bytes)} needed of "
+        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(fixes)}"
+    )

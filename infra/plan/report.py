@@ -1,0 +1,125 @@
+"""The plan output contract: devices and their items, the text table, refusals; byte units."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+GIB = 1 << 30
+MIB = 1 << 20
+GB = 10**9
+
+
+class PlanError(ValueError):
+    """A stack whose plan does not fit: one line per device, each with the numbers and a fix."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+def gib(value: float) -> float:
+    """Bytes as GiB."""
+    return value / GIB
+
+
+def fmt_size(value_bytes: float) -> str:
+    """A size for people: GiB above 1 GiB, else MiB."""
+    if abs(value_bytes) >= GIB:
+        return f"{value_bytes / GIB:.1f} GiB"
+    return f"{value_bytes / MIB:.0f} MiB"
+
+
+def fmt_num(value: float) -> str:
+    """A number for people: integers without a fraction, else one decimal."""
+    return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
+
+
+@dataclass(frozen=True)
+class Device:
+    """One budget: a capacity and what is placed in it."""
+
+    capacity_bytes: int | None
+    items: dict[str, int]
+
+    @property
+    def used_bytes(self) -> int:
+        """Sum of the items."""
+        return sum(self.items.values())
+
+    @property
+    def fits(self) -> bool:
+        """Whether the items fit the capacity (an unknown capacity fits)."""
+        return self.capacity_bytes is None or self.used_bytes <= self.capacity_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan contract's device object, in GiB."""
+        capacity = self.capacity_bytes
+        return {
+            "capacity_gib": None if capacity is None else round(gib(capacity), 3),
+            "used_gib": round(gib(self.used_bytes), 3),
+            "free_gib": None if capacity is None else round(gib(capacity - self.used_bytes), 3),
+            "items": {k: round(gib(v), 3) for k, v in self.items.items()},
+        }
+
+
+@dataclass(frozen=True)
+class TableRow:
+    """One line of the plan table."""
+
+    component: str
+    size_bytes: int
+    where: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A memory/disk plan: devices with their items, advice, and the rows of its table."""
+
+    devices: dict[str, Device]
+    advice: list[str]
+    problems: list[str]
+    """Refusal lines (`plan: does not fit in ...`); empty when the plan fits."""
+    rows: list[TableRow]
+    notes: list[str]
+    source: str
+
+    @property
+    def fits(self) -> bool:
+        """Whether every device fits."""
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan output contract (`llm-infra plan --json`)."""
+        return {
+            "fits": self.fits,
+            "devices": {name: device.to_json() for name, device in self.devices.items()},
+            "advice": [*self.problems, *self.advice],
+        }
+
+    def check(self) -> None:
+        """Raise PlanError when the plan does not fit."""
+        if self.problems:
+            raise PlanError(self.problems)
+
+    def table(self) -> str:
+        """The budget as a text table (component, size, where), the totals and the verdict."""
+        width = max([len(r.component) for r in self.rows] + [len("component")])
+        lines = [f"{'component':<{width}}  {'size':>10}  where", "-" * (width + 24)]
+        lines += [
+            f"{r.component:<{width}}  {fmt_size(r.size_bytes):>10}  {r.where}" for r in self.rows
+        ]
+        lines.append("-" * (width + 24))
+        for name, device in self.devices.items():
+            capacity = device.capacity_bytes
+            limit = "no limit" if capacity is None else f"of {fmt_size(capacity)}"
+            free = "" if capacity is None else f", {fmt_size(capacity - device.used_bytes)} free"
+            lines.append(
+                f"{'total ' + name:<{width}}  {fmt_size(device.used_bytes):>10}  {limit}{free}"
+            )
+        lines.append(f"weights from: {self.source}")
+        lines += [f"note: {n}" for n in self.notes]
+        lines.append("verdict: fits" if self.fits else "verdict: DOES NOT FIT")
+        lines += self.problems
+        lines += [f"advice: {a}" for a in self.advice]
+        return "\n".join(lines)
