@@ -5,7 +5,7 @@ from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, Mode
 from components.host_scripts import HostRequirements
 from components.llamacpp_manifests import HttpProbe, LlamaServerFlags, ServerProbes
 from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
-from components.model_store_manifests import ModelFile
+from components.payloads.fetcher import ModelFile
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
 from components.vllm_rocm_server import SshConnection, VllmRocmServer, VllmRocmServerArgs
 

@@ -9,20 +9,18 @@ from components.children import inherited_dependencies, without_kind
 from components.model_store_manifests import (
     HF_TOKEN_KEY,
     MODELS_MOUNT,
-    ModelFile,
     content_digest,
     fetch_job,
     fetch_pod_labels,
     fetcher_config_map,
     hub_port,
-    model_lock,
     model_pvc,
     store_labels,
     store_names,
 )
 from components.network_policies import egress_policy
 from components.payloads import FETCHER_SOURCE
-from components.payloads.fetcher import lock_digest
+from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
 from components.pod_security import DEFAULT_UID
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
@@ -94,7 +92,7 @@ class GgufModelStore(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, name, None, opts)
         namespace = args["namespace"]
         labels = store_labels(name)
-        lock = model_lock(args["repo"], args["revision"], args["files"])
+        lock = fetch_document(args["repo"], args["revision"], args["files"])
         digest = lock_digest(lock)
         fetcher_source = FETCHER_SOURCE.read_text()
         names = store_names(name, content_digest(lock, fetcher_source))

@@ -3,7 +3,7 @@
 import hashlib
 import json
 import urllib.parse
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 from components.payloads import FETCHER_MOUNT
 from components.payloads.fetcher import lock_digest
@@ -22,19 +22,6 @@ MODELS_MOUNT = "/models"
 
 
 HF_TOKEN_KEY = "token"
-
-
-class ModelFile(TypedDict):
-    """One file of the model as it is in the hub repo."""
-
-    path: str
-    """Path inside the repo, e.g. `UD-IQ1_M/Model-UD-IQ1_M-00001-of-00003.gguf`."""
-    name: str
-    """File name on the volume (the server's `-m` points at the first shard's name)."""
-    size: NotRequired[int | None]
-    """Size in bytes, when known (from the lock)."""
-    sha256: NotRequired[str | None]
-    """sha256 of the content (the LFS oid), when known (from the lock)."""
 
 
 def store_labels(name: str) -> dict[str, str]:
@@ -69,24 +56,6 @@ def store_names(name: str, digest: str) -> dict[str, str]:
         "config_map": f"{name}-fetcher-{digest[:8]}",
         "job": f"{name}-fetch-{digest[:8]}",
         "token_secret": f"{name}-hf-token",
-    }
-
-
-def model_lock(repo: str, revision: str, files: list[ModelFile]) -> dict[str, Any]:
-    """The lock document (version 1) that the fetcher reads."""
-    return {
-        "version": 1,
-        "repo": repo,
-        "revision": revision,
-        "files": [
-            {
-                "path": f["path"],
-                "name": f["name"],
-                "size": f.get("size"),
-                "sha256": f.get("sha256"),
-            }
-            for f in files
-        ],
     }
 
 

@@ -15,22 +15,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from components.payloads.fetcher import LOCK_VERSION, ModelFile, model_file_problem
 from infra.config.base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
-
-LOCK_VERSION: Literal[1] = 1
-
-
-class LockedFile(BaseModel):
-    """One locked file: repo path, name on disk, size and sha256 (the LFS oid)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    path: str
-    name: str
-    size: int | None = Field(default=None, ge=0)
-    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class ModelLock(BaseModel):
@@ -39,11 +27,12 @@ class ModelLock(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: Literal[1]
+    """The lock format's version (`components.payloads.fetcher.LOCK_VERSION`)."""
     repo: str
     revision: str = Field(pattern=r"^[0-9a-f]{40}$")
     requested_revision: str
     patterns: list[str]
-    files: list[LockedFile] = Field(min_length=1)
+    files: list[ModelFile] = Field(min_length=1)
     gguf: dict[str, Any] | None = None
 
     def stale_problems(self, model: RepoModelSettings, path: Path) -> list[str]:
@@ -58,10 +47,22 @@ class ModelLock(BaseModel):
             f"{list(model.files)} (run: llm-infra lock STACK)"
         ]
 
+    @model_validator(mode="after")
+    def _files_are_sound(self) -> ModelLock:
+        names: set[str] = set()
+        for index, entry in enumerate(self.files):
+            problem = model_file_problem(entry)
+            if problem:
+                raise ValueError(f"files[{index}]: {problem}")
+            if entry["name"] in names:
+                raise ValueError(f"files[{index}]: a second file named {entry['name']!r}")
+            names.add(entry["name"])
+        return self
+
     @property
     def total_bytes(self) -> int:
         """Bytes of all locked files."""
-        return sum(f.size or 0 for f in self.files)
+        return sum(f.get("size") or 0 for f in self.files)
 
 
 def read_lock(path: Path) -> ModelLock:
@@ -72,7 +73,14 @@ def read_lock(path: Path) -> ModelLock:
         raise ConfigError([f"model: cannot read the lock {path}: {exc.strerror}"]) from None
     except ValidationError as exc:
         problems = [
-            f"{path}: {'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()
+            ": ".join(
+                [
+                    str(path),
+                    *([".".join(str(p) for p in e["loc"])] if e["loc"] else []),
+                    e["msg"].removeprefix("Value error, "),
+                ]
+            )
+            for e in exc.errors()
         ]
         raise ConfigError(problems) from None
 
@@ -93,6 +101,8 @@ def resolve_lock(
     model: RepoModelSettings, token: str | None = None, endpoint: str | None = None
 ) -> ModelLock:
     """Resolve the model through the hub to a lock; ConfigError with the key on every failure."""
+    # huggingface_hub 2.x speaks HTTP through httpx2 and lets its transport errors through.
+    from httpx2 import TransportError
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
         GatedRepoError,
@@ -131,7 +141,7 @@ def resolve_lock(
         raise ConfigError(
             [f"model.repo: {where} answered HTTP {status} for {model.repo}"]
         ) from None
-    except OSError as exc:
+    except (OSError, TransportError) as exc:
         raise ConfigError([f"model.repo: cannot reach {where}: {exc}"]) from None
 
     problems: list[str] = []
@@ -147,7 +157,7 @@ def resolve_lock(
     if problems:
         raise ConfigError(problems)
     files = [
-        LockedFile(
+        ModelFile(
             path=entry.path,
             name=entry.path.rsplit("/", 1)[-1],
             size=entry.size,
@@ -155,19 +165,19 @@ def resolve_lock(
         )
         for entry in sorted(selected.values(), key=lambda e: e.path)
     ]
-    gguf = [f for f in files if f.name.endswith(".gguf")]
+    gguf = [f for f in files if f["name"].endswith(".gguf")]
     summary = None
     if gguf:
-        problems = shard_set_problems([f.name for f in gguf], key="model.files")
+        problems = shard_set_problems([f["name"] for f in gguf], key="model.files")
         if problems:
             raise ConfigError(problems)
         base = (endpoint or "https://huggingface.co").rstrip("/")
         summary = gguf_summary(
-            [f"{base}/{model.repo}/resolve/{commit}/{urllib.parse.quote(f.path)}" for f in gguf],
+            [f"{base}/{model.repo}/resolve/{commit}/{urllib.parse.quote(f['path'])}" for f in gguf],
             token,
         )
     return ModelLock(
-        version=LOCK_VERSION,
+        version=LOCK_VERSION,  # type: ignore[arg-type]
         repo=model.repo,
         revision=commit,
         requested_revision=model.revision,
@@ -233,7 +243,7 @@ class ModelSource(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     revision: str
-    files: list[LockedFile]
+    files: list[ModelFile]
     locked: bool
     gguf: dict[str, Any] | None = None
     """The lock's GGUF header summary (`components.gguf_header.summarize`), when it has one."""
@@ -264,7 +274,7 @@ def model_source(model: RepoModelSettings, lock_path: Path, preview: bool) -> Mo
     return ModelSource(
         revision=model.revision,
         files=[
-            LockedFile(path=path, name=name)
+            ModelFile(path=path, name=name)
             for path, name in zip(model.files, model.file_names, strict=True)
         ],
         locked=False,

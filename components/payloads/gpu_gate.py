@@ -260,9 +260,8 @@ def check_script() -> str:
         return handle.read()
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: ``gpu_gate.py --log FILE --expect-layers N [--wait-url URL]``; 0 pass, 1 fail."""
-    parser = argparse.ArgumentParser(prog="gpu-gate", description=__doc__.splitlines()[0])
+def add_options(parser: argparse.ArgumentParser) -> None:
+    """The gate's options, for its own command line and `llm-infra gpu-gate`."""
     parser.add_argument("--log", required=True, help="llama-server log (stderr or --log-file)")
     parser.add_argument(
         "--expect-layers", default="all", help="configured -ngl (a number or 'all')"
@@ -271,7 +270,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-gpu-mib", type=float, default=0.0)
     parser.add_argument("--wait-url", help="poll URL/health first, so the log is complete")
     parser.add_argument("--wait-timeout", type=float, default=3600.0)
-    args = parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the log; 0 pass, 1 fail."""
     if args.wait_url and not wait_healthy(args.wait_url.rstrip("/"), args.wait_timeout):
         print(f"gpu-gate: FAIL: {args.wait_url}/health not 200 in time", file=sys.stderr)
         return 1
@@ -287,6 +289,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(result.summary(), file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``gpu_gate.py --log FILE --expect-layers N [--wait-url URL]``; 0 pass, 1 fail."""
+    parser = argparse.ArgumentParser(prog="gpu_gate.py", description=__doc__.splitlines()[0])
+    add_options(parser)
+    return run(parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -437,11 +437,17 @@ def key_from_env_file(path: Path) -> str:
     raise KeyError("LLM_INFRA_API_KEY or VLLM_API_KEY")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: ``verify BASE_URL --expect FILE [--record] [--api-key K]``; 0 all pass, 1 fail."""
-    parser = argparse.ArgumentParser(prog="llm-infra verify", description=__doc__.splitlines()[0])
-    parser.add_argument("base_url", help="e.g. http://127.0.0.1:8080 (no /v1)")
-    parser.add_argument("--expect", type=Path, required=True, help="expectations JSON")
+def add_options(parser: argparse.ArgumentParser, *, default_expect: str | None = None) -> None:
+    """verify's options (all but the endpoint), for its own command line and `llm-infra verify`.
+
+    `default_expect` describes where --expect defaults to; without one, --expect is required.
+    """
+    parser.add_argument(
+        "--expect",
+        type=Path,
+        required=default_expect is None,
+        help="expectations JSON" + (f" (default: {default_expect})" if default_expect else ""),
+    )
     parser.add_argument("--record", action="store_true", help="(re)write the reference")
     parser.add_argument(
         "--api-key",
@@ -460,7 +466,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--endpoint", choices=["chat", "completions"], help="override the file's endpoint"
     )
-    args = parser.parse_args(argv)
+
+
+def run(base_url: str, args: argparse.Namespace) -> int:
+    """Record or check the expectations against the endpoint; 0 all pass, 1 fail, 2 bad input."""
     if args.api_key_env_file:
         try:
             args.api_key = key_from_env_file(args.api_key_env_file)
@@ -483,11 +492,11 @@ def main(argv: list[str] | None = None) -> int:
         doc["endpoint"] = args.endpoint
     try:
         if args.record:
-            recorded = record(args.base_url, doc, api_key=args.api_key)
+            recorded = record(base_url, doc, api_key=args.api_key)
             args.expect.write_text(json.dumps(recorded, indent=2, ensure_ascii=False) + "\n")
             print(f"recorded {len(recorded['cases'])} cases to {args.expect}")
             return 0
-        results = verify(args.base_url, doc, api_key=args.api_key)
+        results = verify(base_url, doc, api_key=args.api_key)
     except (EndpointError, OSError, KeyError) as exc:
         print(f"llm-infra verify: {exc}", file=sys.stderr)
         return 1
@@ -498,6 +507,15 @@ def main(argv: list[str] | None = None) -> int:
         print(problem or f"decode speed: at or above the floor of {args.min_decode_tps:g} tok/s")
         ok = ok and problem is None
     return 0 if ok else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI: ``verify.py BASE_URL --expect FILE [--record] [--api-key K]``; 0 all pass, 1 fail."""
+    parser = argparse.ArgumentParser(prog="verify.py", description=__doc__.splitlines()[0])
+    parser.add_argument("base_url", help="e.g. http://127.0.0.1:8080 (no /v1)")
+    add_options(parser)
+    args = parser.parse_args(argv)
+    return run(args.base_url, args)
 
 
 if __name__ == "__main__":

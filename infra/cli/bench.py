@@ -26,6 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from components.payloads.verify import API_KEY_ENV, EndpointError, model_id
+from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.cli.verify import URL_HELP
+from infra.config import ConfigError, read_stack_file
+from infra.targets import endpoint_url
 
 # Seed 002: DeepSeek V4 Flash on one MI300X, vLLM, DSpark-7 speculative decoding.
 SEED_002: dict[str, str] = {
@@ -524,16 +528,14 @@ def format_table(report: BenchReport) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """CLI: ``bench BASE_URL [--out FILE.json] [--concurrency 1,8,64] ...``; 1 on errors."""
-    p = argparse.ArgumentParser(prog="llm-infra bench", description=__doc__.splitlines()[0])
-    p.add_argument("base_url", help="e.g. http://127.0.0.1:8080 (no /v1)")
+def add_options(p: argparse.ArgumentParser) -> None:
+    """bench's options (all but the endpoint)."""
     p.add_argument(
         "--api-key",
         default=os.environ.get(API_KEY_ENV),
         help=f"bearer token (default: ${API_KEY_ENV})",
     )
-    p.add_argument("--model")
+    p.add_argument("--model", help="model name to send (default: /v1/models data[0].id)")
     p.add_argument("--out", type=Path, help="write the JSON report here")
     p.add_argument("--decode-requests", type=int, default=BenchConfig.decode_requests)
     p.add_argument("--decode-tokens", type=int, default=BenchConfig.decode_tokens)
@@ -544,7 +546,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests-per-stream", type=int, default=BenchConfig.requests_per_stream)
     p.add_argument("--seed", type=int, help="prompt seed (default: a fresh one per run)")
     p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
-    a = p.parse_args(argv)
+
+
+def run(base_url: str, a: argparse.Namespace) -> int:
+    """Run the benchmark against base_url and print the table; 1 on errors."""
     cfg = BenchConfig(
         model=a.model, decode_requests=a.decode_requests, decode_tokens=a.decode_tokens,
         prefill_requests=a.prefill_requests, prefill_words=a.prefill_words,
@@ -556,7 +561,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.no_ignore_eos:
         cfg.extra_body.pop("ignore_eos", None)
     try:
-        report = run_bench(a.base_url, cfg, api_key=a.api_key)
+        report = run_bench(base_url, cfg, api_key=a.api_key)
     except (EndpointError, OSError, KeyError) as exc:
         print(f"llm-infra bench: {exc}", file=sys.stderr)
         return 1
@@ -567,5 +572,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not report.errors else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def add_parser(sub: Subparsers) -> None:
+    """Register `bench`: the stack, --url, and every option of the benchmark."""
+    parser = sub.add_parser(
+        "bench", help="measure decode, prefill, TTFT and concurrent throughput of the endpoint"
+    )
+    add_stack_argument(parser)
+    parser.add_argument("--url", help=URL_HELP)
+    add_options(parser)
+    parser.set_defaults(run=run_stack)
+
+
+def run_stack(args: argparse.Namespace) -> int:
+    """Benchmark the stack's endpoint (or --url)."""
+    try:
+        stack = read_stack_file(args.stack).stack()
+    except ConfigError as exc:
+        return report_config_error(exc, f"invalid configuration in {args.stack}")
+    return run(args.url or endpoint_url(stack), args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``BASE_URL [--out FILE.json] [--concurrency 1,8,64] ...``; 1 on errors."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("base_url", help="e.g. http://127.0.0.1:8080 (no /v1)")
+    add_options(p)
+    a = p.parse_args(argv)
+    return run(a.base_url, a)

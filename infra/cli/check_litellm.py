@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from infra.cli.errors import report_config_error
+from infra.cli.common import Subparsers, report_config_error
 from infra.config import ConfigError, StackFile, project_root, read_stack_file
 from infra.targets import route
 
@@ -116,17 +116,20 @@ def _stack_files(stack: str | None) -> list[StackFile]:
     return [read_stack_file(path) for path in found]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `llm-infra check-litellm`."""
-    parser = argparse.ArgumentParser(
-        prog="llm-infra check-litellm",
-        description="check that a LiteLLM config routes the stacks' model names to their URLs",
+def add_parser(sub: Subparsers) -> None:
+    """`llm-infra check-litellm PATH [--stack STACK]`."""
+    parser = sub.add_parser(
+        "check-litellm", help="check that a litellm.yaml routes each stack's model name"
     )
     parser.add_argument("path", type=Path, help="LiteLLM proxy config (litellm.yaml)")
     parser.add_argument(
         "--stack", help="stack name or stack file (default: every stacks/Pulumi.*.yaml)"
     )
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check the routes; 0 routed, 1 a model name missing, 2 unreadable input."""
     try:
         entries = model_list(args.path)
         stacks = _stack_files(args.stack)

@@ -16,6 +16,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from infra.cli.common import Subparsers, add_stack_argument
+from infra.config import names_a_file, resolve_stack
+
 EXIT_SAME = 0
 EXIT_DIFFERENT = 1
 EXIT_TROUBLE = 2
@@ -55,23 +58,14 @@ def default_ref(repo: Path) -> str:
 
 def stack_argument(stack: str, repo: Path, tree: Path) -> str:
     """STACK as the render in `tree` should see it: a stack name, or a path moved into tree."""
-    path = Path(stack)
-    if not (path.suffix in (".yaml", ".yml") or path.exists()):
+    if not names_a_file(stack):
         return stack
-    absolute = path.resolve()
+    absolute = Path(stack).resolve()
     try:
         return str(tree / absolute.relative_to(repo.resolve()))
     except ValueError:
         # A stack file outside the repository is the same file for both renders.
         return str(absolute)
-
-
-def stack_name(stack: str) -> str:
-    """The stack's name: STACK itself, or a stack file's name without `Pulumi.` and `.yaml`."""
-    path = Path(stack)
-    if path.suffix in (".yaml", ".yml") or path.exists():
-        return path.name.removeprefix("Pulumi.").rsplit(".", 1)[0]
-    return stack
 
 
 def render_tree(tree: Path, stack: str, out: Path) -> subprocess.CompletedProcess[str]:
@@ -109,7 +103,7 @@ def stack_diff(
     repo = repo_root(start or Path.cwd())
     ref = against or default_ref(repo)
     git(repo, "rev-parse", "--verify", "--quiet", ref + "^{commit}")
-    name = stack_name(stack)
+    name = resolve_stack(stack)[0]
     with tempfile.TemporaryDirectory(prefix="llm-infra-diff-") as tmp:
         work = Path(tmp)
         worktree = work / "ref"
@@ -133,19 +127,22 @@ def stack_diff(
         return diff_dirs(work, f"a/{name}", f"b/{name}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of `llm-infra diff`."""
-    parser = argparse.ArgumentParser(
-        prog="llm-infra diff",
-        description="diff a stack's render at a git ref against the working tree",
+def add_parser(sub: Subparsers) -> None:
+    """`llm-infra diff STACK [--against REF]`."""
+    parser = sub.add_parser(
+        "diff", help="the render diff of a stack against a git ref (what the PR preview posts)"
     )
-    parser.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+    add_stack_argument(parser)
     parser.add_argument(
         "--against",
         metavar="REF",
         help=f"git ref to compare with (default: {DEFAULT_REMOTE_REF} if it exists, else HEAD)",
     )
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the diff; 0 same, 1 different, 2 trouble."""
     try:
         status, text = stack_diff(args.stack, args.against)
     except DiffError as exc:
@@ -153,7 +150,3 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_TROUBLE
     sys.stdout.write(text)
     return status
-
-
-if __name__ == "__main__":
-    sys.exit(main())

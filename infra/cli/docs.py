@@ -9,8 +9,15 @@ import sys
 from pathlib import Path
 
 from components.vllm_rocm_builders import vllm_serve_args
-from infra.config import ConfigError, StackConfig, StrixHaloStack, lock_path_for, project_root
-from infra.config.docker_host import Mi300xStack
+from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.config import (
+    ConfigError,
+    Mi300xStack,
+    StackConfig,
+    StrixHaloStack,
+    project_root,
+    read_stack_file,
+)
 from infra.lock import ModelSource, model_source
 from infra.plan.stack import llamacpp_inputs, load_seconds, stack_plan
 
@@ -105,7 +112,7 @@ def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[s
     lines = [
         *_header(name, stack.model.repo, source),
         f"- **Architecture:** `{stack.model.architecture}`, {stack.model.layers} layers",
-        "- **Files:** " + ", ".join(f"`{f.name}`" for f in source.files),
+        "- **Files:** " + ", ".join(f"`{f['name']}`" for f in source.files),
         f"- **Image:** `{server.image}`",
         "",
         "## Argument by argument",
@@ -196,20 +203,24 @@ def render_docs(stack: StackConfig, source: ModelSource, name: str) -> str:
     return "\n".join(_mi300x(stack, source, name))
 
 
-def main(argv: list[str] | None = None) -> int:
+def add_parser(sub: Subparsers) -> None:
     """`llm-infra docs STACK [--out FILE] [--check]`."""
-    from infra.cli import _load_stack, _report
-
-    parser = argparse.ArgumentParser(prog="llm-infra docs", description=__doc__.splitlines()[0])
-    parser.add_argument("stack")
+    parser = sub.add_parser("docs", help=__doc__.splitlines()[0].split(": ", 1)[1])
+    add_stack_argument(parser)
     parser.add_argument("--out", type=Path, help="default: docs/STACK.md")
     parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
-    args = parser.parse_args(argv)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Write (or check) the stack's reference document."""
     try:
-        name, path, stack = _load_stack(args.stack)
-        source = model_source(stack.model, lock_path_for(path), preview=True)
+        stack_file = read_stack_file(args.stack)
+        stack = stack_file.stack()
+        source = model_source(stack.model, stack_file.lock_path, preview=True)
     except ConfigError as exc:
-        return _report(exc, f"invalid configuration in {args.stack}")
+        return report_config_error(exc, f"invalid configuration in {args.stack}")
+    name = stack_file.name
     text = render_docs(stack, source, name)
     out = args.out or project_root() / "docs" / f"{name}.md"
     if args.check:

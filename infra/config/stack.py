@@ -112,10 +112,16 @@ class StackFile:
         return parse_stack(self.values())
 
 
+def names_a_file(stack: str) -> bool:
+    """True when a STACK argument is a path to a stack file rather than a stack name."""
+    path = Path(stack)
+    return path.suffix in (".yaml", ".yml") or path.exists()
+
+
 def resolve_stack(stack: str) -> tuple[str, Path]:
     """A stack name (`stacks/Pulumi.NAME.yaml`) or a path to a stack file → (name, path)."""
     path = Path(stack)
-    if path.suffix in (".yaml", ".yml") or path.exists():
+    if names_a_file(stack):
         return path.name.removeprefix("Pulumi.").rsplit(".", 1)[0], path
     return stack, project_root() / "stacks" / f"Pulumi.{stack}.yaml"
 

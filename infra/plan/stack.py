@@ -41,7 +41,7 @@ def llamacpp_inputs(
         metadata = {**model.metadata, **summary["metadata"]}
         vocab = summary.get("vocab_size")
     else:
-        sizes = [f.size for f in source.files]
+        sizes = [f.get("size") for f in source.files]
         if sizes and all(size is not None for size in sizes):
             total = sum(size or 0 for size in sizes)
         elif model.size_gib is not None:
@@ -71,7 +71,7 @@ def llamacpp_inputs(
 
 def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
     """Planner inputs of a vLLM host: every weight in HBM, the CPU KV tier in host RAM."""
-    sizes = [f.size for f in source.files]
+    sizes = [f.get("size") for f in source.files]
     if sizes and all(size is not None for size in sizes):
         weights = sum(size or 0 for size in sizes)
     elif stack.model.size_gib is not None:

@@ -8,7 +8,7 @@ from typing import Any
 import pulumi
 
 from components.caddyfile import CaddySite, base_url
-from components.model_store_manifests import ModelFile, model_lock
+from components.payloads.fetcher import ModelFile, fetch_document
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
 from components.vllm_rocm_server import VllmRocmServer, VllmRocmServerArgs
 from infra.config import Mi300xStack, StackSecrets, project_root
@@ -92,10 +92,8 @@ def server_args(
     host = stack.host
     if secrets.ssh_private_key is None or secrets.api_key is None:
         raise ValueError("docker-host stacks need the sshPrivateKey and apiKey secrets")
-    files: list[ModelFile] = [
-        {"path": f.path, "name": f.name, "size": f.size, "sha256": f.sha256} for f in source.files
-    ]
-    lock = model_lock(stack.model.repo, source.revision, files)
+    files: list[ModelFile] = list(source.files)
+    lock = fetch_document(stack.model.repo, source.revision, files)
     if not source.locked and not files:
         lock["unresolved_patterns"] = list(stack.model.files)
     root = project_root()

@@ -130,9 +130,7 @@ def store_args(
 ) -> GgufModelStoreArgs:
     """GgufModelStore inputs from the stack config and the model lock."""
     store = stack.store
-    files: list[ModelFile] = [
-        {"path": f.path, "name": f.name, "size": f.size, "sha256": f.sha256} for f in source.files
-    ]
+    files: list[ModelFile] = list(source.files)
     return {
         "namespace": stack.kubernetes.namespace,
         "repo": stack.model.repo,
@@ -161,7 +159,7 @@ def server_args(
         "namespace": stack.kubernetes.namespace,
         "image": server.image,
         "flags": {
-            "model_path": f"{MODELS_MOUNT}/{source.files[0].name}",
+            "model_path": f"{MODELS_MOUNT}/{source.files[0]['name']}",
             "alias": server.alias,
             "host": server.host,
             "port": server.port,

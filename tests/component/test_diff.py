@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from infra import cli
 from infra.cli import diff
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ def test_unchanged_working_tree_prints_nothing_and_exits_0(
     clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(clone)
-    assert diff.main(["strix-halo", "--against", "HEAD"]) == 0
+    assert cli.main(["diff", "strix-halo", "--against", "HEAD"]) == 0
     assert capsys.readouterr().out == ""
 
 
@@ -50,7 +51,7 @@ def test_changed_stack_value_shows_the_flag_and_exits_1(
 ) -> None:
     replace_in(clone / "stacks/Pulumi.strix-halo.yaml", "gpuLayers: 40", "gpuLayers: 42")
     monkeypatch.chdir(clone)
-    assert diff.main(["strix-halo", "--against", "HEAD"]) == 1
+    assert cli.main(["diff", "strix-halo", "--against", "HEAD"]) == 1
     out = capsys.readouterr().out
     assert "--- a/strix-halo/manifests.yaml" in out
     assert "+++ b/strix-halo/manifests.yaml" in out
@@ -63,7 +64,7 @@ def test_changed_stack_value_shows_the_flag_and_exits_1(
 def test_ref_is_rendered_with_its_own_code(clone: Path) -> None:
     # A code change (not a stack change) shows only if each side ran its own tree's code.
     replace_in(
-        clone / "components/llamacpp_vulkan_server.py",
+        clone / "components/llamacpp_manifests.py",
         '"app.kubernetes.io/managed-by": "llm-infra"',
         '"app.kubernetes.io/managed-by": "llm-infra-next"',
     )
@@ -109,5 +110,5 @@ def test_unknown_ref_is_trouble_with_exit_2(
     clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(clone)
-    assert diff.main(["strix-halo", "--against", "no-such-ref"]) == 2
+    assert cli.main(["diff", "strix-halo", "--against", "no-such-ref"]) == 2
     assert "no-such-ref" in capsys.readouterr().err

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components.model_store_manifests import model_lock
 from components.payloads import FETCHER_SOURCE, fetcher
-from components.payloads.fetcher import FetchError, load_lock
+from components.payloads.fetcher import FetchError, fetch_document, load_lock
 from components.payloads.fetcher import fetch as fetch_files
 from tests.support.hub_emulator import Hub, running_hub
 
@@ -43,7 +42,7 @@ def write_lock(tmp_path: Path, hub: Hub, with_hashes: bool = True, **overrides: 
         }
         for path, name in zip(PATHS, NAMES, strict=True)
     ]
-    document = {**model_lock(REPO, "main", files), **overrides}  # type: ignore[arg-type]
+    document = {**fetch_document(REPO, "main", files), **overrides}  # type: ignore[arg-type]
     path = tmp_path / "lock.json"
     path.write_text(json.dumps(document))
     return path
@@ -299,7 +298,7 @@ def test_retired_files_make_room_only_when_needed_and_never_when_still_short(
     hub: Hub, tmp_path: Path
 ) -> None:
     lock = load_lock(write_lock(tmp_path, hub))
-    needed = sum(f.size or 0 for f in lock.files)
+    needed = sum(f.get("size") or 0 for f in lock.files)
     dest = tmp_path / "models"
     dest.mkdir()
     old = dest / "Qwen3.6-32B-Q4_K_M.gguf"

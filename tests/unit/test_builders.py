@@ -21,13 +21,12 @@ from components.model_store_manifests import (
     fetch_job,
     fetcher_config_map,
     hub_port,
-    model_lock,
     model_pvc,
     store_names,
 )
 from components.network_policies import egress_policy, ingress_policy
 from components.payloads import FETCHER_SOURCE
-from components.payloads.fetcher import lock_digest
+from components.payloads.fetcher import fetch_document, lock_digest
 from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import strix, unlocked_source
 
@@ -220,8 +219,8 @@ def test_job_without_token_has_no_token_env() -> None:
 
 def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
     files = [{"path": "a/m-00001-of-00001.gguf", "name": "m-00001-of-00001.gguf"}]
-    old = model_lock("o/r", "main", files)  # type: ignore[arg-type]
-    new = model_lock("o/r", "abc123", files)  # type: ignore[arg-type]
+    old = fetch_document("o/r", "main", files)  # type: ignore[arg-type]
+    new = fetch_document("o/r", "abc123", files)  # type: ignore[arg-type]
     assert lock_digest(old) != lock_digest(new)
     old_names, new_names = (
         store_names("models", content_digest(old, FETCHER_SOURCE.read_text())),
@@ -233,7 +232,7 @@ def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
 
 
 def test_config_map_carries_fetcher_and_lock() -> None:
-    lock = model_lock("o/r", "main", [{"path": "x.gguf", "name": "x.gguf"}])
+    lock = fetch_document("o/r", "main", [{"path": "x.gguf", "name": "x.gguf"}])
     config_map = fetcher_config_map("cm", "llm", {}, lock, FETCHER_SOURCE.read_text())
     assert "def main(" in config_map["data"]["fetcher.py"]
     assert '"repo": "o/r"' in config_map["data"]["lock.json"]

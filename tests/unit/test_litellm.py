@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from infra import cli
 from infra.cli import check_litellm as litellm
 from infra.config import read_stack_file
 
@@ -54,7 +55,7 @@ def test_routes_computed_from_the_stack_files_equal_the_rendered_outputs(tmp_pat
 
 def test_matching_entry_passes_quietly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_config(tmp_path, [entry("gpt-4o", None), entry(ALIAS, STRIX_URL + "/")])
-    assert litellm.main([str(path), "--stack", "strix-halo"]) == 0
+    assert cli.main(["check-litellm", str(path), "--stack", "strix-halo"]) == 0
     captured = capsys.readouterr()
     assert captured.err == ""
     assert f"stack strix-halo: {ALIAS!r} is routed" in captured.out
@@ -64,7 +65,7 @@ def test_missing_model_name_fails_naming_the_alias_and_the_url(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_config(tmp_path, [entry("gpt-4o", None), entry("deepseek-v4", STRIX_URL)])
-    assert litellm.main([str(path), "--stack", "strix-halo"]) == 1
+    assert cli.main(["check-litellm", str(path), "--stack", "strix-halo"]) == 1
     err = capsys.readouterr().err
     assert f"no model_list entry has model_name {ALIAS!r}" in err
     assert "found: deepseek-v4, gpt-4o" in err
@@ -75,7 +76,7 @@ def test_wrong_api_base_warns_but_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_config(tmp_path, [entry(ALIAS, "http://old-server.llm.svc:8080/v1")])
-    assert litellm.main([str(path), "--stack", "strix-halo"]) == 0
+    assert cli.main(["check-litellm", str(path), "--stack", "strix-halo"]) == 0
     err = capsys.readouterr().err
     assert err.startswith("warning: ")
     assert f"api_base http://old-server.llm.svc:8080/v1 is not the stack's URL {STRIX_URL}" in err
@@ -85,7 +86,7 @@ def test_api_base_from_litellm_environment_is_a_warning_not_a_pass(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = write_config(tmp_path, [entry(ALIAS, "os.environ/DS_API_BASE")])
-    assert litellm.main([str(path), "--stack", "mi300x"]) == 0
+    assert cli.main(["check-litellm", str(path), "--stack", "mi300x"]) == 0
     assert "cannot be checked here; it should be https://llm.example.com/v1" in (
         capsys.readouterr().err
     )
@@ -96,7 +97,7 @@ def test_without_stack_every_stack_is_checked(
 ) -> None:
     # Both stacks serve the same name: one entry routes it, so the other stack's URL is warned.
     path = write_config(tmp_path, [entry(ALIAS, MI300X_URL)])
-    assert litellm.main([str(path)]) == 0
+    assert cli.main(["check-litellm", str(path)]) == 0
     captured = capsys.readouterr()
     assert "stack mi300x:" in captured.out and "stack strix-halo:" in captured.out
     assert f"stack strix-halo: model_name {ALIAS!r}: api_base {MI300X_URL}" in captured.err
@@ -127,11 +128,11 @@ def test_file_that_is_not_a_litellm_config_is_a_usage_error(
 ) -> None:
     path = tmp_path / "litellm.yaml"
     path.write_text("general_settings: {}\n")
-    assert litellm.main([str(path), "--stack", "strix-halo"]) == 2
+    assert cli.main(["check-litellm", str(path), "--stack", "strix-halo"]) == 2
     assert "no `model_list:` list" in capsys.readouterr().err
 
 
 def test_unknown_stack_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = write_config(tmp_path, [entry(ALIAS, STRIX_URL)])
-    assert litellm.main([str(path), "--stack", "no-such-stack"]) == 2
+    assert cli.main(["check-litellm", str(path), "--stack", "no-such-stack"]) == 2
     assert "no stack file" in capsys.readouterr().err

@@ -17,7 +17,6 @@ only when every file is in place, and `check` (the server's init check) reads on
 and the file sizes, so it is fast.
 """
 
-from __future__ import annotations
 
 import argparse
 import concurrent.futures
@@ -37,7 +36,12 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired
+
+try:  # pydantic validates lock files as ModelFile, and wants this TypedDict before Python 3.12
+    from typing_extensions import TypedDict
+except ImportError:  # a stock Python image: the standard library's serves the fetcher alone
+    from typing import TypedDict
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 STATE_DIR = ".llm-infra"
@@ -65,14 +69,63 @@ class FetchError(Exception):
         self.exit_code = exit_code
 
 
-@dataclass(frozen=True)
-class LockedFile:
-    """One file of a lock: where it is in the repo, its name on disk, and what it must be."""
+class ModelFile(TypedDict):
+    """One file of a model, as a lock names it (the one shape from `llm-infra lock` to here)."""
 
     path: str
+    """Path inside the repo, e.g. `UD-IQ1_M/Model-UD-IQ1_M-00001-of-00003.gguf`."""
     name: str
-    size: int | None
-    sha256: str | None
+    """File name on the volume (the server's `-m` points at the first shard's name)."""
+    size: NotRequired[int | None]
+    """Size in bytes, when known (from the lock)."""
+    sha256: NotRequired[str | None]
+    """sha256 of the content, when known (from the lock)."""
+
+
+LOCK_VERSION = 1
+"""The lock format: `llm-infra lock` writes it, this fetcher reads its repo, revision and files."""
+
+
+def model_file_problem(entry: Any) -> str | None:
+    """What is wrong with one lock entry, or None: the same rule for `llm-infra lock`, render
+    and this fetcher, so a name that would escape the directory never reaches a volume."""
+    if not isinstance(entry, dict):
+        return "is not an object"
+    path, name = entry.get("path"), entry.get("name")
+    size, sha256 = entry.get("size"), entry.get("sha256")
+    controls = any(ord(c) < 32 or ord(c) == 127 for c in f"{path}{name}")
+    if (
+        not isinstance(path, str)
+        or not path
+        or path.startswith("/")
+        or controls
+        or any(part in ("", ".", "..") for part in path.split("/"))
+    ):
+        return f"path {path!r} is not a relative path inside the repo"
+    if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or controls:
+        return f"name {name!r} is not a plain file name (no /, no leading .)"
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        return f"size {size!r} is not a byte count"
+    if sha256 is not None and not (
+        isinstance(sha256, str)
+        and len(sha256) == 64
+        and all(c in "0123456789abcdef" for c in sha256)
+    ):
+        return f"sha256 {sha256!r} is not 64 lowercase hex digits"
+    return None
+
+
+def fetch_document(repo: str, revision: str, files: list[ModelFile]) -> dict[str, Any]:
+    """The lock document the fetcher is given: the repo, the revision and exactly these files."""
+    return {
+        "version": LOCK_VERSION,
+        "repo": repo,
+        "revision": revision,
+        "files": [
+            {"path": f["path"], "name": f["name"], "size": f.get("size"), "sha256": f.get("sha256")}
+            for f in files
+        ],
+    }
 
 
 @dataclass(frozen=True)
@@ -81,7 +134,7 @@ class Lock:
 
     repo: str
     revision: str
-    files: tuple[LockedFile, ...]
+    files: tuple[ModelFile, ...]
     digest: str
 
 
@@ -97,16 +150,21 @@ def load_lock(path: Path) -> Lock:
         document = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise FetchError(f"cannot read lock {path}: {exc}", EXIT_USAGE) from exc
-    if document.get("version") != 1:
+    if document.get("version") != LOCK_VERSION:
         raise FetchError(
             f"lock {path}: unsupported version {document.get('version')!r}", EXIT_USAGE
         )
     files = []
-    for entry in document.get("files", []):
+    for index, entry in enumerate(document.get("files", [])):
+        problem = model_file_problem(entry)
+        if problem:
+            raise FetchError(f"lock {path}: files[{index}]: {problem}", EXIT_USAGE)
         name = entry["name"]
-        if "/" in name or name.startswith("."):
-            raise FetchError(f"lock {path}: file name {name!r} must be a plain name", EXIT_USAGE)
-        files.append(LockedFile(entry["path"], name, entry.get("size"), entry.get("sha256")))
+        files.append(
+            ModelFile(
+                path=entry["path"], name=name, size=entry.get("size"), sha256=entry.get("sha256")
+            )
+        )
     if not files:
         raise FetchError(f"lock {path}: no files", EXIT_USAGE)
     return Lock(document["repo"], document["revision"], tuple(files), lock_digest(document))
@@ -122,10 +180,10 @@ def log(message: str) -> None:
     print(time.strftime("%Y-%m-%dT%H:%M:%S") + " " + message, flush=True)
 
 
-def file_url(lock: Lock, item: LockedFile) -> str:
+def file_url(lock: Lock, item: ModelFile) -> str:
     """The hub's resolve URL of a locked file."""
     endpoint = os.environ.get("HF_ENDPOINT", DEFAULT_ENDPOINT).rstrip("/")
-    quoted = urllib.parse.quote(item.path)
+    quoted = urllib.parse.quote(item["path"])
     revision = urllib.parse.quote(lock.revision, safe="")
     return f"{endpoint}/{lock.repo}/resolve/{revision}/{quoted}"
 
@@ -177,9 +235,9 @@ class Progress:
             log(f"progress {pct:5.1f}% {rate / 2**20:8.1f} MiB/s ETA {eta:6.0f}s")
 
 
-def _download(lock: Lock, item: LockedFile, dest: Path, progress: Progress, retries: int) -> None:
-    final = dest / item.name
-    part = dest / f".{item.name}.part"
+def _download(lock: Lock, item: ModelFile, dest: Path, progress: Progress, retries: int) -> None:
+    final = dest / item["name"]
+    part = dest / f".{item['name']}.part"
     url = file_url(lock, item)
     checksum_failures = 0
     for attempt in range(retries + 1):
@@ -190,29 +248,30 @@ def _download(lock: Lock, item: LockedFile, dest: Path, progress: Progress, retr
             if exc.exit_code == EXIT_CHECKSUM and checksum_failures == 0:
                 # The bad bytes are gone with the .part file: one fresh download, then give up.
                 checksum_failures += 1
-                log(f"{item.name}: {exc}; downloading it again")
+                log(f"{item['name']}: {exc}; downloading it again")
                 continue
             if exc.exit_code != EXIT_NETWORK or attempt == retries:
                 raise
             delay = min(2**attempt, 60)
-            log(f"{item.name}: {exc}; retry {attempt + 1}/{retries} in {delay}s")
+            log(f"{item['name']}: {exc}; retry {attempt + 1}/{retries} in {delay}s")
             time.sleep(delay)
 
 
-def _download_once(url: str, item: LockedFile, final: Path, part: Path, progress: Progress) -> None:
+def _download_once(url: str, item: ModelFile, final: Path, part: Path, progress: Progress) -> None:
     offset = part.stat().st_size if part.exists() else 0
-    if item.size is not None and offset > item.size:
+    expected = item.get("size")
+    if expected is not None and offset > expected:
         part.unlink()
         offset = 0
     digest = hashlib.sha256()
-    if offset and item.sha256:
+    if offset and item.get("sha256"):
         with part.open("rb") as existing:
             while block := existing.read(CHUNK):
                 digest.update(block)
     try:
         response = urllib.request.urlopen(_request(url, offset=offset), timeout=60)
     except urllib.error.HTTPError as exc:
-        if exc.code == 416 and item.size is not None and offset == item.size:
+        if exc.code == 416 and item.get("size") is not None and offset == item.get("size"):
             response = None
         else:
             raise _http_error(exc, url) from exc
@@ -245,29 +304,30 @@ def _download_once(url: str, item: LockedFile, final: Path, part: Path, progress
                     raise FetchError(f"{part}: disk full: {exc}", EXIT_DISK) from exc
                 raise
     size = part.stat().st_size
-    if item.size is not None and size != item.size:
+    sha256 = item.get("sha256")
+    if expected is not None and size != expected:
         raise FetchError(
-            f"{item.name}: got {size} bytes, expected {item.size} (connection ended early)",
+            f"{item['name']}: got {size} bytes, expected {expected} (connection ended early)",
             EXIT_NETWORK,
         )
-    if item.sha256 and digest.hexdigest() != item.sha256:
+    if sha256 and digest.hexdigest() != sha256:
         part.unlink()
         raise FetchError(
-            f"{item.name}: sha256 {digest.hexdigest()} does not match the lock's {item.sha256}",
+            f"{item['name']}: sha256 {digest.hexdigest()} does not match the lock's {sha256}",
             EXIT_CHECKSUM,
         )
     os.replace(part, final)
-    if item.sha256:
-        _write_record(final.parent, item, item.sha256)
-    log(f"{item.name}: complete ({size} bytes{', sha256 verified' if item.sha256 else ''})")
+    if sha256:
+        _write_record(final.parent, item, sha256)
+    log(f"{item['name']}: complete ({size} bytes{', sha256 verified' if sha256 else ''})")
 
 
-def _record_path(dest: Path, item: LockedFile) -> Path:
-    return dest / STATE_DIR / "verified" / f"{item.name}.json"
+def _record_path(dest: Path, item: ModelFile) -> Path:
+    return dest / STATE_DIR / "verified" / f"{item['name']}.json"
 
 
-def _write_record(dest: Path, item: LockedFile, sha256: str) -> None:
-    stat = (dest / item.name).stat()
+def _write_record(dest: Path, item: ModelFile, sha256: str) -> None:
+    stat = (dest / item["name"]).stat()
     record = _record_path(dest, item)
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
@@ -277,14 +337,14 @@ def _write_record(dest: Path, item: LockedFile, sha256: str) -> None:
     os.replace(tmp, record)
 
 
-def _has_current_record(dest: Path, item: LockedFile) -> bool:
+def _has_current_record(dest: Path, item: ModelFile) -> bool:
     try:
         record = json.loads(_record_path(dest, item).read_text())
     except (OSError, ValueError):
         return False
-    stat = (dest / item.name).stat()
+    stat = (dest / item["name"]).stat()
     return bool(
-        record.get("sha256") == item.sha256
+        record.get("sha256") == item.get("sha256")
         and record.get("size") == stat.st_size
         and record.get("mtime_ns") == stat.st_mtime_ns
     )
@@ -299,21 +359,22 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def is_complete(dest: Path, item: LockedFile) -> bool:
+def is_complete(dest: Path, item: ModelFile) -> bool:
     """True when the final file is this lock's file: size, and sha256 via a current record."""
-    final = dest / item.name
+    final = dest / item["name"]
     if not final.is_file():
         return False
-    if item.size is not None and final.stat().st_size != item.size:
-        log(f"{item.name}: size {final.stat().st_size} differs from the lock's {item.size}")
+    expected = item.get("size")
+    if expected is not None and final.stat().st_size != expected:
+        log(f"{item['name']}: size {final.stat().st_size} differs from the lock's {expected}")
         return False
-    if item.sha256 is None or _has_current_record(dest, item):
+    if item.get("sha256") is None or _has_current_record(dest, item):
         return True
     # A file from an earlier tool or an older lock: hash it once, then trust the record.
-    log(f"{item.name}: verifying the existing file")
+    log(f"{item['name']}: verifying the existing file")
     actual = sha256_of(final)
-    if actual != item.sha256:
-        log(f"{item.name}: sha256 {actual} differs from the lock's; downloading it again")
+    if actual != item.get("sha256"):
+        log(f"{item['name']}: sha256 {actual} differs from the lock's; downloading it again")
         return False
     _write_record(dest, item, actual)
     return True
@@ -321,7 +382,7 @@ def is_complete(dest: Path, item: LockedFile) -> bool:
 
 def retired_files(dest: Path, lock: Lock, patterns: list[str]) -> list[Path]:
     """Files matching the retired patterns, never a file (or partial) of this lock."""
-    keep = {f.name for f in lock.files} | {f".{f.name}.part" for f in lock.files}
+    keep = {f["name"] for f in lock.files} | {f".{f['name']}.part" for f in lock.files}
     return [
         entry
         for entry in sorted(dest.iterdir())
@@ -332,15 +393,16 @@ def retired_files(dest: Path, lock: Lock, patterns: list[str]) -> list[Path]:
     ]
 
 
-def bytes_still_needed(dest: Path, missing: list[LockedFile]) -> int:
+def bytes_still_needed(dest: Path, missing: list[ModelFile]) -> int:
     """Bytes left to download for the missing files whose size the lock knows."""
     needed = 0
     for item in missing:
-        if item.size is None:
+        size = item.get("size")
+        if size is None:
             continue
-        part = dest / f".{item.name}.part"
+        part = dest / f".{item['name']}.part"
         have = part.stat().st_size if part.exists() else 0
-        needed += max(item.size - have, 0)
+        needed += max(size - have, 0)
     return needed
 
 
@@ -372,7 +434,7 @@ def fetch(
         missing = [item for item in lock.files if not is_complete(dest, item)]
         for item in lock.files:
             if item not in missing:
-                log(f"{item.name}: already complete, skipped")
+                log(f"{item['name']}: already complete, skipped")
         needed = bytes_still_needed(dest, missing)
         free = free_space(dest)
         old = retired_files(dest, lock, retired)
@@ -397,7 +459,9 @@ def fetch(
         marker = marker_path(dest, lock)
         record = {
             "lock_digest": lock.digest,
-            "files": [{"name": i.name, "size": (dest / i.name).stat().st_size} for i in lock.files],
+            "files": [
+                {"name": i["name"], "size": (dest / i["name"]).stat().st_size} for i in lock.files
+            ],
         }
         tmp = marker.with_suffix(".tmp")
         tmp.write_text(json.dumps(record, indent=2) + "\n")
@@ -416,52 +480,69 @@ def check(lock: Lock, dest: Path) -> list[str]:
         problems.append(f"{marker}: written for another lock")
     sizes = {f["name"]: f["size"] for f in record.get("files", [])}
     for item in lock.files:
-        final = dest / item.name
+        final = dest / item["name"]
         if not final.is_file():
             problems.append(f"{final}: missing")
-        elif final.stat().st_size != sizes.get(item.name):
+        elif final.stat().st_size != sizes.get(item["name"]):
             problems.append(f"{final}: size {final.stat().st_size} differs from the marker's")
     return problems
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="llm-infra fetch", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("fetch", "check"):
-        cmd = sub.add_parser(name)
-        cmd.add_argument("--lock", type=Path, required=True, help="lock file (JSON)")
-        cmd.add_argument("--dest", type=Path, required=True, help="directory for the files")
-        if name == "fetch":
-            cmd.add_argument("--parallel", type=int, default=3, help="files downloaded at once")
-            cmd.add_argument(
-                "--retire",
-                action="append",
-                default=[],
-                metavar="GLOB",
-                help="delete files matching GLOB (never files of the lock)",
-            )
-            cmd.add_argument(
-                "--retries",
-                type=int,
-                default=5,
-                help="retries per file on connection errors and HTTP 5xx",
-            )
-    args = parser.parse_args(argv)
+def add_check_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `check` (`llm-infra check-model`)."""
+    parser.add_argument("--lock", type=Path, required=True, help="lock file (JSON)")
+    parser.add_argument("--dest", type=Path, required=True, help="directory for the files")
+
+
+def add_fetch_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `fetch` (`llm-infra fetch`)."""
+    add_check_options(parser)
+    parser.add_argument("--parallel", type=int, default=3, help="files downloaded at once")
+    parser.add_argument(
+        "--retire",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="delete files matching GLOB (never files of the lock)",
+    )
+    parser.add_argument(
+        "--retries", type=int, default=5, help="retries per file on connection errors and HTTP 5xx"
+    )
+
+
+def run_check(args: argparse.Namespace) -> int:
+    """The server's init check: 0 when the locked set is complete, 1 when not."""
     try:
         lock = load_lock(args.lock)
-        if args.command == "check":
-            problems = check(lock, args.dest)
-            for problem in problems:
-                log(f"model check: {problem}")
-            if not problems:
-                log(f"model check: {len(lock.files)} files complete")
-            return EXIT_INCOMPLETE if problems else EXIT_OK
-        fetch(lock, args.dest, args.parallel, args.retire, args.retries)
+    except FetchError as exc:
+        log(f"error: {exc}")
+        return exc.exit_code
+    problems = check(lock, args.dest)
+    for problem in problems:
+        log(f"model check: {problem}")
+    if not problems:
+        log(f"model check: {len(lock.files)} files complete")
+    return EXIT_INCOMPLETE if problems else EXIT_OK
+
+
+def run_fetch(args: argparse.Namespace) -> int:
+    """Fetch the locked set; the exit code says which kind of failure stopped it."""
+    try:
+        fetch(load_lock(args.lock), args.dest, args.parallel, args.retire, args.retries)
     except FetchError as exc:
         log(f"error: {exc}")
         return exc.exit_code
     return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (`fetcher.py fetch|check ...`); returns the exit code."""
+    parser = argparse.ArgumentParser(prog="fetcher.py", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_fetch_options(sub.add_parser("fetch", help="download the locked files"))
+    add_check_options(sub.add_parser("check", help="check that the locked set is complete"))
+    args = parser.parse_args(argv)
+    return run_check(args) if args.command == "check" else run_fetch(args)
 
 
 if __name__ == "__main__":

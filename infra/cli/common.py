@@ -1,0 +1,29 @@
+"""What every command shares: the stack argument, and how bad input is reported."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from infra.config import ConfigError
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
+else:
+    Subparsers = argparse._SubParsersAction
+
+EXIT_CONFIG = 2
+
+
+def add_stack_argument(parser: argparse.ArgumentParser) -> None:
+    """The positional STACK: a stack name (`stacks/Pulumi.NAME.yaml`) or a stack file."""
+    parser.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+
+
+def report_config_error(exc: ConfigError, what: str) -> int:
+    """Print `llm-infra: WHAT:` and the problems, one per line, to stderr; return exit 2."""
+    print(f"llm-infra: {what}:", file=sys.stderr)
+    for problem in exc.problems:
+        print(problem, file=sys.stderr)
+    return EXIT_CONFIG

@@ -1,0 +1,62 @@
+"""`llm-infra lock STACK`: resolve the stack's model to one commit, its files, sizes and sha256."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+
+from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.config import ConfigError, project_root, read_stack_file
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register `lock`."""
+    parser = sub.add_parser(
+        "lock", help="resolve the stack's model to a commit, files, sizes and sha256 (lock file)"
+    )
+    add_stack_argument(parser)
+    parser.add_argument(
+        "--endpoint", default=os.environ.get("HF_ENDPOINT"), help="hub endpoint (HF_ENDPOINT)"
+    )
+    parser.set_defaults(run=run)
+
+
+def hf_token(stack: str) -> str | None:
+    """The HF token from the environment, else from the stack's Pulumi secret config."""
+    token = os.environ.get("HF_TOKEN")
+    if token:
+        return token
+    pulumi_cli = shutil.which("pulumi")
+    if pulumi_cli is None:
+        return None
+    result = subprocess.run(
+        [pulumi_cli, "config", "get", "hfToken", "--stack", stack],
+        capture_output=True, text=True, check=False, cwd=project_root(),
+    )  # fmt: skip
+    return result.stdout.strip() or None if result.returncode == 0 else None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Resolve and write the lock beside the stack file."""
+    from infra import lock
+
+    try:
+        stack_file = read_stack_file(args.stack)
+        stack = stack_file.stack()
+        resolved = lock.resolve_lock(
+            stack.model, token=hf_token(stack_file.name), endpoint=args.endpoint
+        )
+    except ConfigError as exc:
+        return report_config_error(exc, f"cannot lock {args.stack}")
+    target = stack_file.lock_path
+    previous = lock.read_lock(target) if target.is_file() else None
+    lock.write_lock(target, resolved)
+    size = resolved.total_bytes / 2**30
+    change = "unchanged" if previous == resolved else ("updated" if previous else "created")
+    print(
+        f"locked {resolved.repo}@{resolved.revision} ({len(resolved.files)} files, "
+        f"{size:.2f} GiB) → {target} ({change})"
+    )
+    return 0

@@ -1,0 +1,75 @@
+"""`llm-infra plan STACK`: the memory and disk budget of a stack, before anything is downloaded."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.config import ConfigError, StrixHaloStack, read_stack_file
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register `plan`."""
+    parser = sub.add_parser("plan", help="the memory and disk budget of a stack, and its verdict")
+    add_stack_argument(parser)
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    parser.add_argument(
+        "--suggest", action="store_true", help="the highest -ngl and largest context that fit"
+    )
+    parser.add_argument(
+        "--headroom", type=float, default=4.0, help="GiB of VRAM --suggest keeps free (4)"
+    )
+    parser.add_argument(
+        "--gguf", nargs="+", metavar="SHARD", help="plan from these GGUF files' headers"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the plan; 0 when the stack fits, 1 when it does not, 2 on bad input."""
+    from components.gguf_header import GgufError, read_gguf_header, summarize
+    from infra.lock import model_source
+    from infra.plan.llamacpp import suggest
+    from infra.plan.stack import llamacpp_inputs, stack_plan
+
+    try:
+        stack_file = read_stack_file(args.stack)
+        stack = stack_file.stack()
+        source = model_source(stack.model, stack_file.lock_path, preview=True)
+        header = None
+        if args.gguf:
+            headers = []
+            for shard in args.gguf:
+                try:
+                    with Path(shard).open("rb") as handle:
+                        headers.append(read_gguf_header(handle))
+                except (OSError, GgufError) as exc:
+                    problem = f"--gguf: cannot read the GGUF header of {shard}: {exc}"
+                    raise ConfigError([problem]) from None
+            header = summarize(headers)
+        plan = stack_plan(stack, source, header)
+        best = None
+        if args.suggest and isinstance(stack, StrixHaloStack):
+            best = suggest(llamacpp_inputs(stack, source, header), headroom_gib=args.headroom)
+    except ConfigError as exc:
+        return report_config_error(exc, f"invalid configuration in {args.stack}")
+    if args.json:
+        document = plan.to_json()
+        if best is not None:
+            document["suggest"] = {
+                "headroom_gib": args.headroom,
+                "gpu_layers": best.gpu_layers,
+                "context_size": best.ctx_size,
+            }
+        print(json.dumps(document, indent=2, sort_keys=True))
+    else:
+        print(plan.table())
+        if best is not None and isinstance(stack, StrixHaloStack):
+            print(
+                f"suggest (keeping {args.headroom:g} GiB VRAM free): server.gpuLayers: "
+                f"{best.gpu_layers}, server.contextSize: {best.ctx_size} "
+                f"(at server.gpuLayers {stack.server.gpu_layers})"
+            )
+    return 0 if plan.fits else 1

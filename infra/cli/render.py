@@ -1,0 +1,45 @@
+"""`llm-infra render STACK [--out DIR]`: write what a stack would create, offline."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.config import ConfigError, read_stack_file
+
+
+def add_parser(sub: Subparsers) -> None:
+    """Register `render`."""
+    parser = sub.add_parser(
+        "render", help="write what a stack would create (no cluster, no Pulumi CLI, no account)"
+    )
+    add_stack_argument(parser)
+    parser.add_argument("--out", type=Path, help="output directory (default: rendered/STACK)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Render the stack into the output directory; exit 2 on invalid configuration."""
+    # Imported here: pulumi and its Kubernetes SDK are slow to import, and `fetch` needs neither.
+    from infra import program, render
+
+    try:
+        stack_file = read_stack_file(args.stack)
+    except ConfigError as exc:
+        return report_config_error(exc, f"cannot render {args.stack}")
+    try:
+        rendered = render.run_program(
+            program.main, stack_file.config, stack_file.secret_keys, stack=stack_file.name
+        )
+    except ConfigError as exc:
+        return report_config_error(exc, f"invalid configuration in {stack_file.path}")
+    out = args.out or Path("rendered") / stack_file.name
+    written = render.write(rendered, out)
+    print(
+        f"rendered stack {stack_file.name}: {len(rendered.resources)} resources, "
+        f"{len(rendered.manifests)} Kubernetes objects → {out}/"
+    )
+    for path in written:
+        print(f"  {path}")
+    return 0
