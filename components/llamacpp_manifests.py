@@ -45,39 +45,42 @@ class LlamaServerFlags(TypedDict):
     """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
 
     model_path: str
-    """`-m`: the first shard; llama.cpp finds `-0000N-of-0000M` beside it."""
+    """`-m`: model file, the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder."""
     alias: str
-    """`--alias`: the model id in `/v1/models`; LiteLLM routes by it."""
+    """`--alias`: name in `GET /v1/models`; must match LiteLLM's `model_name` for this server."""
     host: str
-    """`--host`: bind address (`0.0.0.0` so the Service reaches the pod)."""
+    """`--host`: bind address; `0.0.0.0` so the Service reaches the pod."""
     port: int
-    """`--port`: listen port, also the containerPort."""
+    """`--port`: listen port (containerPort and Service targetPort)."""
     jinja: bool
-    """`--jinja`: use the chat template in the GGUF."""
+    """`--jinja`: use the chat template in the GGUF (reasoning comes back in
+    `reasoning_content`)."""
     gpu_layers: int
-    """`-ngl`: layers offloaded to the GPU."""
+    """`-ngl`: GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers."""
     ctx_size: int
-    """`-c`: total KV-cache context, shared by all slots."""
+    """`-c`: total KV-cache context, shared by the slots."""
     parallel: int
-    """`-np`: parallel slots; each gets ctx_size / parallel tokens."""
+    """`-np`: parallel slots; each gets `-c / -np` tokens."""
     cont_batching: bool
-    """`--cont-batching` (or `--no-cont-batching`)."""
+    """`--cont-batching` (or `--no-cont-batching`): continuous batching across slots."""
     cache_type_k: str
-    """`--cache-type-k`: K cache type (one of CACHE_TYPES)."""
+    """`--cache-type-k`: K cache type, one of CACHE_TYPES (deepseek4 needs K = V)."""
     cache_type_v: str
-    """`--cache-type-v`: V cache type (one of CACHE_TYPES)."""
+    """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
     temperature: float
-    """`--temp`: default sampling temperature."""
+    """`--temp`: default sampling temperature (clients may override per request)."""
     top_p: float
-    """`--top-p`: default nucleus-sampling threshold."""
+    """`--top-p`: default nucleus-sampling threshold (clients may override)."""
     threads: int
-    """`--threads`: CPU threads (sampling and CPU-resident layers)."""
+    """`--threads`: CPU threads: sampling and the CPU-resident layers."""
     cache_ram_mib: NotRequired[int | None]
-    """`--cache-ram`: prompt-cache MiB in host RAM (omitted: llama-server's default, 8192)."""
+    """`--cache-ram`: prompt cache in host RAM (MiB), counted against the container limit (omitted:
+    llama-server's 8192).
+    """
     log_verbosity: NotRequired[int | None]
-    """`-lv`: 4 writes the `load_tensors` offload lines the GPU gate reads."""
+    """`-lv`: log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads."""
     log_file: NotRequired[str | None]
-    """`--log-file`: where the GPU gate reads the load log."""
+    """`--log-file`: load log for the GPU gate's startup probe."""
 
 
 class HttpProbe(TypedDict):

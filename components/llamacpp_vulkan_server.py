@@ -56,7 +56,9 @@ class LlamaCppVulkanServerArgs(TypedDict):
     supplemental_groups: NotRequired[list[int]]
     """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
     api_key: NotRequired[pulumi.Input[str] | None]
-    """API key clients must send; stored as a Secret and passed as `--api-key-file`."""
+    """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
+    Secret, read from a file.
+    """
     allowed_clients: NotRequired[list[NetworkClient] | None]
     """Who may reach the server (a NetworkPolicy); None creates no policy."""
     gpu_gate: NotRequired[bool]

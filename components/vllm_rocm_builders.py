@@ -37,35 +37,39 @@ class VllmFlags(TypedDict):
     model: str
     """Positional MODEL: the model directory inside the container, e.g. `/models/<dir>`."""
     served_model_name: str
-    """`--served-model-name`: the id in `/v1/models`; LiteLLM routes by it."""
+    """`--served-model-name`: model id in `/v1/models`; LiteLLM routes by it."""
     host: str
-    """`--host`: bind address inside the container (`0.0.0.0`: Caddy reaches it by name)."""
+    """`--host`: bind address inside the compose network (never published on the host)."""
     port: int
-    """`--port`: listen port on the compose network (vLLM's default 8000)."""
+    """`--port`: vLLM's port behind Caddy, on the compose network."""
     tensor_parallel_size: int
-    """`-tp`: GPUs the model is split over."""
+    """`-tp`: tensor parallel size, the GPUs the model is split over."""
     max_model_len: int
-    """`--max-model-len`: context length in tokens (262144 = 256k)."""
+    """`--max-model-len`: longest context in tokens (262144 = 256k)."""
     max_num_batched_tokens: int
-    """`--max-num-batched-tokens`: scheduler budget per step (the seed recommends 2048)."""
+    """`--max-num-batched-tokens`: scheduler budget per step (seed 002: 2048)."""
     kv_cache_memory_bytes: int
-    """`--kv-cache-memory-bytes`: GPU KV cache size; overrides `--gpu-memory-utilization`."""
+    """`--kv-cache-memory-bytes`: GPU KV cache in bytes (replaces --gpu-memory-utilization)."""
     kv_offloading_size_gib: float
-    """`--kv-offloading-size`: CPU KV tier in GiB (pinned host RAM)."""
+    """`--kv-offloading-size`: CPU KV tier in GiB, pinned host memory for prefix-cache entries."""
     kv_offloading_backend: str
-    """`--kv-offloading-backend`."""
+    """`--kv-offloading-backend`: CPU KV tier implementation."""
     enable_prefix_caching: bool
-    """`--enable-prefix-caching` (or `--no-enable-prefix-caching`)."""
+    """`--enable-prefix-caching` (or `--no-enable-prefix-caching`): reuses the KV of shared prompt
+    prefixes.
+    """
     speculative_config: NotRequired[SpeculativeConfig | None]
-    """`--speculative-config`, rendered as compact JSON."""
+    """`--speculative-config`: speculative decoding (DSpark, draft tokens), as compact JSON."""
     reasoning_parser: NotRequired[str | None]
-    """`--reasoning-parser`, e.g. `deepseek_v4`."""
+    """`--reasoning-parser`: splits reasoning into `reasoning_content` (e.g. `deepseek_v4`)."""
     tool_call_parser: NotRequired[str | None]
-    """`--tool-call-parser`; also turns on `--enable-auto-tool-choice`."""
+    """`--tool-call-parser` (and `--enable-auto-tool-choice`): parses the model's tool calls; lets
+    the model call tools the client offers.
+    """
     max_num_seqs: NotRequired[int | None]
     """`--max-num-seqs`: concurrent sequences (vLLM's default when unset)."""
     kv_cache_dtype: NotRequired[str | None]
-    """`--kv-cache-dtype` (for DeepSeek V4 any fp8 becomes `fp8_ds_mla`)."""
+    """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4)."""
 
 
 class PatchOverlay(TypedDict):

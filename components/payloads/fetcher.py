@@ -17,7 +17,6 @@ only when every file is in place, and `check` (the server's init check) reads on
 and the file sizes, so it is fast.
 """
 
-
 import argparse
 import concurrent.futures
 import contextlib
@@ -93,16 +92,25 @@ def model_file_problem(entry: Any) -> str | None:
         return "is not an object"
     path, name = entry.get("path"), entry.get("name")
     size, sha256 = entry.get("size"), entry.get("sha256")
-    controls = any(ord(c) < 32 or ord(c) == 127 for c in f"{path}{name}")
+
+    def controls(text: str) -> bool:
+        return any(ord(c) < 32 or ord(c) == 127 for c in text)
+
     if (
         not isinstance(path, str)
         or not path
         or path.startswith("/")
-        or controls
+        or controls(path)
         or any(part in ("", ".", "..") for part in path.split("/"))
     ):
         return f"path {path!r} is not a relative path inside the repo"
-    if not isinstance(name, str) or not name or "/" in name or name.startswith(".") or controls:
+    if (
+        not isinstance(name, str)
+        or not name
+        or "/" in name
+        or name.startswith(".")
+        or controls(name)
+    ):
         return f"name {name!r} is not a plain file name (no /, no leading .)"
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
         return f"size {size!r} is not a byte count"

@@ -1,7 +1,7 @@
 """Acceleration gate: did llama-server really put the configured layers on a GPU?
 
 Standard library only, so the same file can run as a check script in a stock ``python``
-image (``python3 gpu_gate.py --log FILE --expect-layers N``), like ``components/fetcher.py``.
+image (``python3 gpu_gate.py --log FILE --expect-layers N``), like the fetcher beside it.
 
 What llama-server b11434 prints (from its source and a real CPU-build run):
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from infra.config import ConfigError
@@ -19,6 +20,14 @@ EXIT_CONFIG = 2
 def add_stack_argument(parser: argparse.ArgumentParser) -> None:
     """The positional STACK: a stack name (`stacks/Pulumi.NAME.yaml`) or a stack file."""
     parser.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+
+
+def shown_path(path: Path) -> str:
+    """A path as the user would type it: relative to the working directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def report_config_error(exc: ConfigError, what: str) -> int:

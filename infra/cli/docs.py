@@ -5,10 +5,17 @@ is generated from what is deployed, and a test fails when a committed `docs/STAC
 """
 
 import argparse
+import ast
+import inspect
+import itertools
+import re
 import sys
+import textwrap
 from pathlib import Path
 
-from components.vllm_rocm_builders import vllm_serve_args
+from components.llamacpp_manifests import LlamaServerFlags
+from components.llamacpp_vulkan_server import LlamaCppVulkanServerArgs
+from components.vllm_rocm_builders import VllmFlags, vllm_serve_args
 from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import (
     ConfigError,
@@ -21,45 +28,37 @@ from infra.config import (
 from infra.lock import ModelSource, model_source
 from infra.plan.stack import llamacpp_inputs, load_seconds, stack_plan
 
-LLAMA_FLAGS = {
-    "-m": "Model file: the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder.",
-    "--alias": "Name in `GET /v1/models`; must match LiteLLM's `model_name` for this server.",
-    "--host": "Bind address; `0.0.0.0` so the Service reaches the pod.",
-    "--port": "Listen port (containerPort and Service targetPort).",
-    "--jinja": "Use the chat template in the GGUF (reasoning comes back in `reasoning_content`).",
-    "-ngl": "GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers.",
-    "-c": "Total KV-cache context, shared by the slots.",
-    "-np": "Parallel slots; each gets `-c / -np` tokens.",
-    "--cont-batching": "Continuous batching across slots.",
-    "--no-cont-batching": "No continuous batching.",
-    "--cache-type-k": "K cache type (deepseek4 needs K = V).",
-    "--cache-type-v": "V cache type.",
-    "--temp": "Default sampling temperature (clients may override per request).",
-    "--top-p": "Default nucleus-sampling threshold (clients may override).",
-    "--threads": "CPU threads: sampling and the CPU-resident layers.",
-    "--cache-ram": "Prompt cache in host RAM (MiB), counted against the container limit.",
-    "-lv": "Log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads.",
-    "--log-file": "Load log for the GPU gate's startup probe.",
-    "--api-key-file": "API key from a Kubernetes Secret (clients send it as a Bearer token).",
-}
-VLLM_FLAGS = {
-    "--served-model-name": "Model id in `/v1/models`; LiteLLM routes by it.",
-    "--host": "Bind address inside the compose network (never published on the host).",
-    "--port": "vLLM's port behind Caddy.",
-    "-tp": "Tensor parallel size: one MI300X.",
-    "--max-model-len": "Longest context (tokens).",
-    "--max-num-batched-tokens": "Scheduler budget per step (seed 002: 2048).",
-    "--max-num-seqs": "Concurrent sequences.",
-    "--kv-cache-memory-bytes": "GPU KV cache in bytes (replaces --gpu-memory-utilization).",
-    "--kv-offloading-size": "CPU KV tier in GiB: pinned host memory for prefix-cache entries.",
-    "--kv-offloading-backend": "CPU KV tier implementation.",
-    "--kv-cache-dtype": "KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4).",
-    "--speculative-config": "Speculative decoding (DSpark, draft tokens).",
-    "--reasoning-parser": "Splits reasoning into `reasoning_content`.",
-    "--enable-auto-tool-choice": "Lets the model call tools when the client offers them.",
-    "--tool-call-parser": "Parses the model's tool calls.",
-    "--enable-prefix-caching": "Reuses the KV of shared prompt prefixes.",
-}
+_FLAG_DOC = re.compile(r"^`(-[-\w]+)`(?: \((?:or|and) `(-[-\w]+)`\))?: (.+)$")
+
+
+def flag_meanings(*types: type) -> dict[str, str]:
+    """Flag → meaning, read from the field docstrings of the builders' flag types.
+
+    The docstring of each field (`` `-ngl`: GPU layers. ...``) is the one place a flag is
+    explained: the component schema shows it, and this reference quotes it.
+    """
+    meanings: dict[str, str] = {}
+    for cls in types:
+        body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        for node, after in itertools.pairwise(body.body):
+            if not (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(after, ast.Expr)
+                and isinstance(after.value, ast.Constant)
+                and isinstance(after.value.value, str)
+            ):
+                continue
+            match = _FLAG_DOC.match(" ".join(after.value.value.split()))
+            if match is None:
+                continue
+            text = match[3]
+            # Sentence case, but a name such as vLLM keeps its own.
+            meaning = text[0].upper() + text[1:] if text[1:2].islower() else text
+            for flag in (match[1], match[2]):
+                if flag:
+                    meanings[flag] = meaning
+    return meanings
 
 
 def _header(name: str, repo: str, source: ModelSource) -> list[str]:
@@ -117,7 +116,7 @@ def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[s
         "",
         "## Argument by argument",
         "",
-        *_flag_rows(argv, LLAMA_FLAGS),
+        *_flag_rows(argv, flag_meanings(LlamaServerFlags, LlamaCppVulkanServerArgs)),
         "",
         "## Memory budget",
         "",
@@ -179,7 +178,7 @@ def _mi300x(stack: Mi300xStack, source: ModelSource, name: str) -> list[str]:
         "",
         "## Argument by argument",
         "",
-        *_flag_rows(argv[3:], VLLM_FLAGS),
+        *_flag_rows(argv[3:], flag_meanings(VllmFlags)),
         f"| *(model)* | `{argv[2]}` | The host's modelDir, mounted read-only. |",
         "",
         "## Memory budget",
@@ -218,10 +217,10 @@ def run(args: argparse.Namespace) -> int:
         stack_file = read_stack_file(args.stack)
         stack = stack_file.stack()
         source = model_source(stack.model, stack_file.lock_path, preview=True)
+        name = stack_file.name
+        text = render_docs(stack, source, name)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
-    name = stack_file.name
-    text = render_docs(stack, source, name)
     out = args.out or project_root() / "docs" / f"{name}.md"
     if args.check:
         if not out.is_file() or out.read_text() != text:

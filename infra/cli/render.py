@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.cli.common import Subparsers, add_stack_argument, report_config_error, shown_path
 from infra.config import ConfigError, read_stack_file
 
 
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
             program.main, stack_file.config, stack_file.secret_keys, stack=stack_file.name
         )
     except ConfigError as exc:
-        return report_config_error(exc, f"invalid configuration in {stack_file.path}")
+        return report_config_error(exc, f"invalid configuration in {shown_path(stack_file.path)}")
     out = args.out or Path("rendered") / stack_file.name
     written = render.write(rendered, out)
     print(

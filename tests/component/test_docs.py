@@ -42,3 +42,35 @@ def test_reference_has_the_seed_sections() -> None:
         assert heading in text
     assert "| `--alias` | `deepseek-v4-flash-0731` |" in text
     assert "limits: cpu 4000m, memory 20Gi" in text
+
+
+@pytest.mark.parametrize(
+    ("stack", "server_key"),
+    [("strix-halo", "apiKey: true"), ("strix-halo", "contBatching: false"), ("mi300x", None)],
+)
+def test_every_rendered_flag_is_explained_from_its_field_docstring(
+    stack: str, server_key: str | None, tmp_path: Path
+) -> None:
+    from components.llamacpp_manifests import LlamaServerFlags
+    from infra.cli.docs import flag_meanings
+
+    text = (STACKS / f"Pulumi.{stack}.yaml").read_text()
+    if server_key:
+        text = text.replace("  llm-infra:server:\n", f"  llm-infra:server:\n    {server_key}\n")
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(text)
+    out = tmp_path / "reference.md"
+    result = docs(str(path), "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| `-")]
+    flag = (
+        server_key
+        and {"apiKey": "--api-key-file", "contBatching": "--no-cont-batching"}[
+            server_key.split(":")[0]
+        ]
+    )
+    assert not flag or any(row.startswith(f"| `{flag}` |") for row in rows), rows
+    unexplained = [row for row in rows if row.rstrip().endswith("|  |")]
+    assert unexplained == [], unexplained
+    # The meaning is the field's own docstring, not a second copy.
+    assert flag_meanings(LlamaServerFlags)["-ngl"].startswith("GPU layers.")

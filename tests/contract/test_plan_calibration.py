@@ -129,8 +129,3 @@ def test_planned_model_and_kv_buffers_match_llama_server_log(
     )
     assert _within(predicted_model, model), f"model buffer {predicted_model:.2f} vs {model:.2f}"
     assert _within(predicted_kv, kv_logged), f"KV cache {predicted_kv:.2f} vs {kv_logged:.2f}"
-
-
-def test_tolerance_rejects_a_figure_3_percent_off() -> None:
-    assert _within(102.0, 100.0)
-    assert not _within(103.0, 100.0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.payloads.fetcher import FetchError, load_lock
 from infra import program
 from infra.config import ConfigError, read_stack_file
 from infra.render import run_program
@@ -176,3 +178,51 @@ def test_a_lock_of_another_architecture_is_refused(hub: Hub, tmp_path: Path) -> 
     assert (
         "model.architecture: 'deepseek4', but the locked GGUF header says 'llama'" in result.stderr
     )
+
+
+def test_lock_with_the_hub_unreachable_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    result = cli(Hub(repos={}), "lock", str(stack_file(tmp_path)), "--endpoint", closed)
+    assert result.returncode == 2
+    assert f"model.repo: cannot reach {closed}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "tiny.lock.json").exists()
+
+
+def test_the_lock_file_is_what_the_fetcher_reads(hub: Hub, tmp_path: Path) -> None:
+    # One model-file shape: the stack's lock is itself a document the fetcher accepts.
+    assert cli(hub, "lock", str(stack_file(tmp_path))).returncode == 0
+    lock_path = tmp_path / "tiny.lock.json"
+    fetched = load_lock(lock_path)
+    document = json.loads(lock_path.read_text())
+    assert list(fetched.files) == document["files"]
+    assert fetched.revision == COMMIT
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"path": "../../../etc/x.gguf", "name": "x.gguf"}, "is not a relative path"),
+        ({"path": "/etc/x.gguf", "name": "x.gguf"}, "is not a relative path"),
+        ({"path": "a.gguf", "name": ""}, "is not a plain file name"),
+        ({"path": "a.gguf", "name": "../x.gguf"}, "is not a plain file name"),
+        ({"path": "a.gguf", "name": "a\nb.gguf"}, "is not a plain file name"),
+        ({"path": "a.gguf", "name": "a.gguf", "size": -1}, "is not a byte count"),
+    ],
+)
+def test_a_lock_entry_that_could_escape_the_volume_stops_the_render(
+    hub: Hub, tmp_path: Path, entry: dict[str, object], problem: str
+) -> None:
+    assert cli(hub, "lock", str(stack_file(tmp_path))).returncode == 0
+    lock_path = tmp_path / "tiny.lock.json"
+    document = json.loads(lock_path.read_text())
+    document["files"][0] = entry
+    lock_path.write_text(json.dumps(document))
+    result = cli(hub, "render", str(stack_file(tmp_path)), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "tiny.lock.json: files[0]: " in result.stderr and problem in result.stderr
+    assert "Traceback" not in result.stderr
+    with pytest.raises(FetchError, match=problem):
+        load_lock(lock_path)

@@ -1,0 +1,111 @@
+"""The `llm-infra` command line as a user types it: help, usage, bad input, exit codes."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components.payloads.verify import new_expectations
+from tests.conftest import ROOT, STACKS
+
+
+def llm_infra(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """Run `llm-infra ARGS` as the console script does."""
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", *args],
+        cwd=cwd, capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+@pytest.mark.parametrize(
+    ("command", "options"),
+    [
+        ("render", ["--out"]),
+        ("lock", ["--endpoint"]),
+        ("plan", ["--json", "--suggest", "--headroom", "--gguf"]),
+        (
+            "verify",
+            ["--url", "--expect", "--record", "--api-key", "--api-key-env-file",
+             "--min-decode-tps", "--model", "--endpoint"],
+        ),
+        (
+            "bench",
+            ["--url", "--api-key", "--model", "--out", "--decode-requests", "--decode-tokens",
+             "--prefill-requests", "--prefill-words", "--concurrency", "--concurrent-tokens",
+             "--requests-per-stream", "--seed", "--no-ignore-eos"],
+        ),
+        ("gpu-gate", ["--log", "--expect-layers", "--device-prefix", "--min-gpu-mib",
+                      "--wait-url"]),
+        ("diff", ["--against"]),
+        ("check-litellm", ["--stack"]),
+        ("docs", ["--out", "--check"]),
+        ("fetch", ["--lock", "--dest", "--parallel", "--retire", "--retries"]),
+        ("check-model", ["--lock", "--dest"]),
+    ],
+)  # fmt: skip
+def test_each_command_help_shows_all_its_options_under_its_own_name(
+    command: str, options: list[str]
+) -> None:
+    result = llm_infra(command, "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: llm-infra {command} "), result.stdout
+    for option in options:
+        assert f" {option}" in result.stdout, (option, result.stdout)
+
+
+def test_a_mistyped_option_prints_that_commands_usage() -> None:
+    result = llm_infra("plan", "strix-halo", "--jsn")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: llm-infra plan ")
+    assert "llm-infra plan: error: unrecognized arguments: --jsn" in result.stderr
+
+
+def test_verify_checks_against_the_expectations_given_with_expect(tmp_path: Path) -> None:
+    # The stack has no recorded expectations; --expect names a file, so the check goes ahead
+    # and reaches the (closed) endpoint instead of stopping at the missing default file.
+    assert not (STACKS / "strix-halo.verify.json").exists()
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps(new_expectations()))
+    url = f"http://127.0.0.1:{closed_port()}"
+    result = llm_infra("verify", "strix-halo", "--url", url, "--expect", str(expect))
+    assert result.returncode == 1, result.stderr
+    assert "llm-infra verify:" in result.stderr and "no expectations" not in result.stderr
+    without = llm_infra("verify", "strix-halo", "--url", url)
+    assert without.returncode == 2
+    assert "no expectations" in without.stderr
+
+
+@pytest.mark.parametrize("command", ["render", "plan", "docs"])
+def test_a_stack_without_lock_or_size_is_one_line_naming_the_key(
+    command: str, tmp_path: Path
+) -> None:
+    document = yaml.safe_load((STACKS / "Pulumi.strix-halo.yaml").read_text())
+    del document["config"]["llm-infra:model"]["sizeGib"]
+    path = tmp_path / "Pulumi.strix-halo.yaml"
+    path.write_text(yaml.safe_dump(document))
+    args = [command, str(path)] + (["--out", str(tmp_path / "out")] if command != "plan" else [])
+    result = llm_infra(*args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "model.sizeGib: required until the model is locked" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_an_unknown_stack_names_the_file_it_looked_for() -> None:
+    result = llm_infra("render", "no-such-stack")
+    assert result.returncode == 2
+    assert "no stack file" in result.stderr and "Pulumi.no-such-stack.yaml" in result.stderr
+    assert "Traceback" not in result.stderr
