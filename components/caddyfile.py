@@ -6,8 +6,9 @@ from typing import NotRequired, TypedDict
 # Processes inside the Caddy container reach it over its own loopback, which no outside packet
 # can claim as its source: the deploy's final check uses it, the allowlist lets it through.
 CONTAINER_LOOPBACK = ("127.0.0.1/32", "::1/128")
-# Paths of vLLM that are for operators on the host, never for API clients.
-INTERNAL_PATHS = ("/metrics", "/metrics/*")
+# What API clients need of vLLM. Everything else (/metrics, /invocations, /tokenize, /pooling,
+# ...) is 404 at Caddy: vLLM checks the API key only under /v1 and a few other prefixes.
+CLIENT_PATHS = ("/v1/*", "/health")
 
 
 class CaddySite(TypedDict):
@@ -80,8 +81,8 @@ def caddyfile(
         "\t# remote_ip is the TCP peer: X-Forwarded-For cannot widen the allowlist.",
         f"\t@denied not remote_ip {allowed}",
         '\trespond @denied "Forbidden" 403',
-        f"\t@internal path {' '.join(INTERNAL_PATHS)}",
-        '\trespond @internal "Not Found" 404',
+        f"\t@not_api not path {' '.join(CLIENT_PATHS)}",
+        '\trespond @not_api "Not Found" 404',
         f"\treverse_proxy {upstream} {{",
         "\t\t# Server-sent events reach the client as vLLM writes them.",
         "\t\tflush_interval -1",

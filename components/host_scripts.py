@@ -4,6 +4,7 @@ Each is a bash script (shellcheck-clean) that pulumi-command runs over SSH.
 """
 
 import posixpath
+import shlex
 from typing import TypedDict
 
 from components.caddyfile import CaddySite
@@ -18,6 +19,9 @@ from components.vllm_rocm_builders import (
 )
 
 SCRIPT_END = "LLM_INFRA_SCRIPT"
+
+q = shlex.quote
+"""Every value enters a script as one quoted word."""
 
 
 class HostRequirements(TypedDict):
@@ -68,17 +72,17 @@ def preflight_script(
             '    *) problem "docker compose v2 is required (found: ${compose:-none})" ;;',
             "  esac",
             "fi",
-            f'[ -e {kfd} ] || problem "{kfd} is missing (amdgpu kernel driver not loaded?)"',
-            f'[ -d {dri} ] || problem "{dri} is missing (no GPU render nodes)"',
-            f"for dir in {base_dir} {patches_dir} {model_dir}; do",
+            f'[ -e {q(kfd)} ] || problem "{kfd} is missing (amdgpu kernel driver not loaded?)"',
+            f'[ -d {q(dri)} ] || problem "{dri} is missing (no GPU render nodes)"',
+            f"for dir in {q(base_dir)} {q(patches_dir)} {q(model_dir)}; do",
             '  if ! mkdir -p "$dir" 2>/dev/null || [ ! -w "$dir" ]; then',
             '    problem "$dir: not writable by $(id -un)"',
             "  fi",
             "done",
-            f"if [ -d {model_dir} ]; then",
-            f"  free_kib=$(df -Pk {model_dir} | awk 'NR == 2 {{ print $4 }}')",
+            f"if [ -d {q(model_dir)} ]; then",
+            f"  free_kib=$(df -Pk {q(model_dir)} | awk 'NR == 2 {{ print $4 }}')",
             "  # The model already downloaded counts as free: a re-run must not fail on it.",
-            f"  have_kib=$(du -sk {model_dir} | awk '{{ print $1 }}')",
+            f"  have_kib=$(du -sk {q(model_dir)} | awk '{{ print $1 }}')",
             f"  need_kib={disk_kib}",
             '  if [ $((free_kib + have_kib)) -lt "$need_kib" ]; then',
             '    problem "disk: $(gib "$free_kib") free + $(gib "$have_kib") already in'
@@ -118,7 +122,7 @@ def verify_patches_script(paths: RemotePaths, patches: list[PatchOverlay]) -> st
         "}",
     ]
     for patch in patches:
-        body.append(f"verify {patch_remote_path(paths, patch)} {patch['sha256']} || status=1")
+        body.append(f"verify {q(patch_remote_path(paths, patch))} {q(patch['sha256'])} || status=1")
     body.append('exit "$status"')
     return _script(body)
 
@@ -136,14 +140,14 @@ def fetch_script(
     return _script(
         [
             f"# lock sha256 {lock_sha256}, fetcher sha256 {fetcher_sha256}",
-            f"mkdir -p {model_dir}",
+            f"mkdir -p {q(model_dir)}",
             "# As the SSH user, so the model files are not root's.",
             'docker run --rm --user "$(id -u):$(id -g)" --network host \\',
             "  -e PYTHONUNBUFFERED=1 \\",
-            f"  -v {paths['fetcher']}:{FETCHER_MOUNT}/fetcher.py:ro \\",
-            f"  -v {paths['lock']}:{FETCHER_MOUNT}/lock.json:ro \\",
-            f"  -v {model_dir}:/models \\",
-            f"  {fetch_image} \\",
+            f"  -v {bind(paths['fetcher'], FETCHER_MOUNT + '/fetcher.py', read_only=True)} \\",
+            f"  -v {bind(paths['lock'], FETCHER_MOUNT + '/lock.json', read_only=True)} \\",
+            f"  -v {bind(model_dir, '/models')} \\",
+            f"  {q(fetch_image)} \\",
             f"  python3 {FETCHER_MOUNT}/fetcher.py fetch --lock {FETCHER_MOUNT}/lock.json \\",
             f"  --dest /models --parallel {parallel}",
         ]
@@ -153,19 +157,19 @@ def fetch_script(
 def env_file_script(paths: RemotePaths, project: str) -> str:
     """Writes the API key env file (0600) from stdin; a running vLLM is recreated to apply it."""
     env_file = paths["env_file"]
-    compose = f"docker compose -f {paths['compose']} -p {project}"
+    compose = f"docker compose -f {q(paths['compose'])} -p {q(project)}"
     return _script(
         [
             "umask 077",
-            f"mkdir -p {posixpath.dirname(env_file)}",
-            f"cat > {env_file}.new",
-            f"chmod 600 {env_file}.new",
-            f"if cmp -s {env_file}.new {env_file}; then",
-            f"  rm -f {env_file}.new",
+            f"mkdir -p {q(posixpath.dirname(env_file))}",
+            f"cat > {q(env_file)}.new",
+            f"chmod 600 {q(env_file)}.new",
+            f"if cmp -s {q(env_file)}.new {q(env_file)}; then",
+            f"  rm -f {q(env_file)}.new",
             '  echo "env file unchanged"',
             "  exit 0",
             "fi",
-            f"mv -f {env_file}.new {env_file}",
+            f"mv -f {q(env_file)}.new {q(env_file)}",
             'echo "env file written"',
             "# vLLM reads its key only at start: apply a rotated key to a running server now.",
             f"running=$({compose} ps -q {VLLM_SERVICE} 2>/dev/null || true)",
@@ -188,7 +192,7 @@ def up_script(paths: RemotePaths, project: str, compose_sha256: str, wait_second
     return _script(
         [
             f"# compose.yaml sha256 {compose_sha256}",
-            f"docker compose -f {paths['compose']} -p {project} up -d --wait \\",
+            f"docker compose -f {q(paths['compose'])} -p {q(project)} up -d --wait \\",
             f"  --wait-timeout {wait_seconds} --remove-orphans",
         ]
     )
@@ -199,36 +203,42 @@ def down_script(paths: RemotePaths, project: str, model_dir: str) -> str:
     return _script(
         [
             f"# Leaves {model_dir} in place: a redeploy must not download 157 GiB again.",
-            f"if [ -f {paths['compose']} ]; then",
-            f"  docker compose -f {paths['compose']} -p {project} down \\",
+            f"if [ -f {q(paths['compose'])} ]; then",
+            f"  docker compose -f {q(paths['compose'])} -p {q(project)} down \\",
             "    --remove-orphans --timeout 60",
             "fi",
         ]
     )
 
 
-def models_probe(port: int, served_model_name: str) -> str:
-    """Python run inside the vLLM container: `/v1/models` with the key from its environment."""
-    return (
-        "import json, os, urllib.request as u; "
-        f"r = u.Request('http://127.0.0.1:{port}/v1/models', "
-        "headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']}); "
-        "ids = [m['id'] for m in json.load(u.urlopen(r, timeout=30))['data']]; "
-        f"assert {served_model_name!r} in ids, ids; print('served:', ids)"
-    )
+# Run inside the vLLM container with the port and the served name as arguments: the key stays
+# in the container's environment, and no value is ever part of the program text.
+MODELS_PROBE = (
+    "import json, os, sys, urllib.request as u; "
+    "port, name = int(sys.argv[1]), sys.argv[2]; "
+    'r = u.Request(f"http://127.0.0.1:{port}/v1/models", '
+    'headers={"Authorization": "Bearer " + os.environ["VLLM_API_KEY"]}); '
+    'ids = [m["id"] for m in json.load(u.urlopen(r, timeout=30))["data"]]; '
+    'assert name in ids, ids; print("served:", ids)'
+)
+
+
+def bind(source: str, target: str, *, read_only: bool = False) -> str:
+    """A `docker run -v` bind mount, quoted as one argument."""
+    return q(f"{source}:{target}" + (":ro" if read_only else ""))
 
 
 def check_script(
     paths: RemotePaths, project: str, caddy: CaddySite, port: int, served_model_name: str
 ) -> str:
     """Final check: /health through Caddy's TLS site, then the served model with the API key."""
-    compose = f"docker compose -f {paths['compose']} -p {project}"
+    compose = f"docker compose -f {q(paths['compose'])} -p {q(project)}"
     return _script(
         [
             "# Through Caddy on its container loopback (allowed); retried while a cert is issued.",
             "for attempt in $(seq 1 30); do",
             f"  if {compose} exec -T {CADDY_SERVICE} wget -q -O /dev/null \\",
-            f"    --header 'Host: {caddy['site']}' https://127.0.0.1/health; then",
+            f"    --header {q('Host: ' + caddy['site'])} https://127.0.0.1/health; then",
             '    echo "caddy -> vllm /health: ok"',
             "    break",
             "  fi",
@@ -240,7 +250,7 @@ def check_script(
             "done",
             "# The key stays in the container's environment: no argv ever holds it.",
             f"{compose} exec -T {VLLM_SERVICE} \\",
-            f'  python3 -c "{models_probe(port, served_model_name)}"',
+            f"  python3 -c {q(MODELS_PROBE)} {int(port)} {q(served_model_name)}",
         ]
     )
 
@@ -261,10 +271,10 @@ def verify_script(
         [
             f"# expectations sha256 {expectations_sha256}",
             # The key is read from the mounted 0600 env file: never in argv or the environment.
-            f"docker run --rm --network {project}_default \\",
-            f"  -v {verify_dir}:{VERIFY_MOUNT}:ro \\",
-            f"  -v {env_file}:/run/llm-infra/vllm.env:ro \\",
-            f"  {image} python3 {VERIFY_MOUNT}/verify.py http://{vllm_address} \\",
+            f"docker run --rm --network {q(project + '_default')} \\",
+            f"  -v {bind(verify_dir, VERIFY_MOUNT, read_only=True)} \\",
+            f"  -v {bind(env_file, '/run/llm-infra/vllm.env', read_only=True)} \\",
+            f"  {q(image)} python3 {VERIFY_MOUNT}/verify.py {q('http://' + vllm_address)} \\",
             f"  --expect {VERIFY_MOUNT}/expect.json \\",
             "  --api-key-env-file /run/llm-infra/vllm.env"
             + ("" if min_decode_tps is None else f" --min-decode-tps {float(min_decode_tps)!r}"),

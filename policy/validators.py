@@ -10,6 +10,7 @@ directory; `python -m policy.validators RENDER_DIR...` does that from the shell.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import re
 import shlex
@@ -21,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from components.addresses import covers_every_address
 from components.images import parse_image
 
 Resource = Mapping[str, Any]
@@ -44,7 +46,6 @@ _SECRET_VALUE = re.compile(
 _SECRET_FLAGS = ("--api-key", "--hf-token", "--token", "--password", "--secret")
 # A flag whose value is expanded at run time names a variable, not a literal secret.
 _REFERENCE = re.compile(r"^(\$\(\w+\)|\$\{?\w+\}?|\"?\$\{?\w+\}?\"?)$")
-_OPEN_CIDRS = ("0.0.0.0/0", "::/0")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)")
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 0.000001}
 _GPU_SERVER_HINT = re.compile(r"llama-server|llama\.cpp|vllm", re.IGNORECASE)
@@ -364,13 +365,21 @@ def check_caddy_allowlist(
             f"{found[0]}: no remote_ip/client_ip allowlist, so the endpoint is open to the "
             "world (set allowWorld in the policy config if that is intended)"
         ]
-    open_ranges = sorted({c for line in matchers for c in line.split() if c in _OPEN_CIDRS})
-    if open_ranges:
+    ranges = [c for line in matchers for c in line.split() if _is_cidr(c)]
+    if covers_every_address(ranges):
         return [
-            f"{found[0]}: the allowlist admits {' and '.join(open_ranges)}, i.e. the whole "
-            "internet (set allowWorld in the policy config if that is intended)"
+            f"{found[0]}: the allowlist {' '.join(ranges)} together admits every address, i.e. "
+            "the whole internet (set allowWorld in the policy config if that is intended)"
         ]
     return []
+
+
+def _is_cidr(text: str) -> bool:
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError:
+        return False
+    return True
 
 
 # --- running them ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
+import urllib.parse
 from typing import Annotated
 
 import pulumi
@@ -50,11 +51,69 @@ class ConfigError(pulumi.RunError):
         self.problems = problems
 
 
+def _repo_path(value: str) -> str:
+    if len(value) > 1024 or any(len(part) > 255 for part in value.split("/")):
+        raise ValueError("is too long for a path (1024 characters, 255 per name)")
+    if not re.fullmatch(r"[A-Za-z0-9._*?\[\]+=@-]+(/[A-Za-z0-9._*?\[\]+=@-]+)*", value):
+        raise ValueError("is not a repo path (letters, digits, ._-+=@ and glob characters, /)")
+    if any(part in (".", "..") for part in value.split("/")):
+        raise ValueError("is not a repo path (no . or .. parts)")
+    return value
+
+
+RepoPath = Annotated[str, AfterValidator(_repo_path)]
+"""A path (or glob) inside a Hugging Face repo: relative, no `..`, no spaces or quotes."""
+ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127}$")]
+"""A model id clients send (`deepseek-v4-flash-0731`, `org/model:tag`): no spaces or quotes."""
+Identifier = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_]{0,63}$")]
+"""A lowercase identifier such as a parser or dtype name (`deepseek_v4`, `fp8`)."""
+_LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LabelKey = Annotated[
+    str,
+    Field(
+        pattern=rf"^([a-z0-9]([-a-z0-9]{{0,61}}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{{0,61}}[a-z0-9])?)*/)?{_LABEL_NAME}$"
+    ),
+]
+"""A Kubernetes label key (`kubernetes.io/hostname`, `gpu`)."""
+LabelValue = Annotated[str, Field(pattern=rf"^({_LABEL_NAME})?$")]
+"""A Kubernetes label value (63 characters at most)."""
+KubeContext = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._@:/-]{0,252}$")]
+"""A kubeconfig context name."""
+
+
+def _http_url(value: str) -> str:
+    if not re.fullmatch(r"https?://[A-Za-z0-9.:\[\]-]+(/[A-Za-z0-9._~/-]*)?", value):
+        raise ValueError(
+            "is not an http(s) URL of a host, an optional port and a path (no credentials, "
+            "query or spaces)"
+        )
+    try:
+        parsed = urllib.parse.urlsplit(value)
+        port = parsed.port
+    except ValueError as exc:
+        raise ValueError(f"is not a valid URL ({exc})") from None
+    host = parsed.hostname or ""
+    if not (_DNS_NAME.match(host) or is_ip_address(host) or host == "localhost"):
+        raise ValueError(f"names no valid host ({host!r})")
+    if port is not None and not 1 <= port <= 65535:
+        raise ValueError("has a port outside 1-65535")
+    return value
+
+
+HttpUrl = Annotated[str, AfterValidator(_http_url)]
+"""An http(s) endpoint such as a hub mirror: `https://host[:port][/path]`, nothing else."""
+
+
 class Strict(BaseModel):
     """Base of every config model: camelCase keys, unknown keys rejected, immutable."""
 
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        # 1e400 is inf and nan compares false with every bound: neither is a size or a speed.
+        allow_inf_nan=False,
     )
 
 
@@ -62,8 +121,8 @@ class RepoModelSettings(Strict):
     """A model in a Hugging Face repo: which revision and which files (exact paths or globs)."""
 
     repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*$")]
-    revision: Annotated[str, Field(min_length=1)] = "main"
-    files: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+    revision: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")] = "main"
+    files: Annotated[list[RepoPath], Field(min_length=1)]
     size_gib: Annotated[float, Field(gt=0)] | None = None
     """Weight size for the memory plan before a lock records the files' sizes."""
 
@@ -116,6 +175,12 @@ def _key(loc: tuple[int | str, ...]) -> str:
     return key
 
 
+def _shown(value: object) -> str:
+    # A value as an error quotes it: repr (control characters visible), long ones cut short.
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value))} characters)"
+
+
 def validation_problems(error: ValidationError) -> list[str]:
     """pydantic's errors as `key: what is wrong` lines."""
     problems = []
@@ -127,9 +192,9 @@ def validation_problems(error: ValidationError) -> list[str]:
             message = "is required"
         elif item["type"] == "value_error":
             # Our grammars word their messages to follow the value: `'x' is not a network`.
-            message = f"{item['input']!r} {message.removeprefix('Value error, ')}"
+            message = f"{_shown(item['input'])} {message.removeprefix('Value error, ')}"
         elif "input" in item and not isinstance(item["input"], dict | list):
-            message = f"{item['input']!r}: {message}"
+            message = f"{_shown(item['input'])}: {message}"
         problems.append(f"{_key(item['loc'])}: {message}")
     return problems
 
@@ -146,6 +211,7 @@ def _cidr(value: str) -> str:
 
 Cidr = Annotated[str, AfterValidator(_cidr)]
 """A network in CIDR notation, normalised (`10.0.0.0/8`, `fd00::/8`); host bits must be zero."""
+
 
 _DNS_NAME = re.compile(r"^(?=.{1,253}$)([a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 
@@ -167,6 +233,14 @@ def _site(value: str) -> str:
     return value
 
 
+def _ip_address(value: str) -> str:
+    if not is_ip_address(value):
+        raise ValueError("is not an IP address")
+    return value
+
+
+IpAddress = Annotated[str, AfterValidator(_ip_address)]
+"""A plain IPv4 or IPv6 address (no zone id)."""
 SiteAddress = Annotated[str, AfterValidator(_site)]
 """A lowercase DNS name (`llm.example.com`) or a plain IP address."""
 Email = Annotated[
@@ -176,6 +250,8 @@ Email = Annotated[
 
 
 def _absolute_path(value: str) -> str:
+    if len(value) > 1024 or any(len(part) > 255 for part in value.split("/")):
+        raise ValueError("is too long for a path (1024 characters, 255 per name)")
     if not re.fullmatch(r"/[A-Za-z0-9._@+/-]*", value):
         raise ValueError("must be an absolute path of the characters A-Za-z0-9._@+-/")
     if value == "/" or posixpath.normpath(value) != value:
@@ -198,7 +274,7 @@ def _valid_image(value: str) -> str:
     return value
 
 
-ImageReference = Annotated[str, AfterValidator(_valid_image)]
+ImageReference = Annotated[str, Field(max_length=512), AfterValidator(_valid_image)]
 """A well-formed image reference (`repo[:tag][@sha256:...]`); pinning is checked per stack."""
 
 

@@ -8,41 +8,61 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from components.addresses import covers_every_address
 from components.images import parse_image
 from infra.config.base import (
     AbsolutePath,
     Cidr,
     Email,
+    Identifier,
     ImageReference,
+    ModelName,
     Port,
     RepoModelSettings,
+    RepoPath,
     SiteAddress,
     Strict,
     image_problems,
     is_ip_address,
 )
 
+_KEY_TYPES = r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+)"
+# Directories of the operating system: no model or compose project goes there.
+SYSTEM_DIRS = (
+    "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root", "/run",
+    "/sbin", "/sys", "/usr", "/var",
+)  # fmt: skip
+
 
 class HostSettings(Strict):
     """The GPU host and what it must offer."""
 
-    address: Annotated[str, Field(min_length=1, pattern=r"^[A-Za-z0-9.:-]+$")]
-    user: Annotated[str, Field(min_length=1, pattern=r"^[a-z_][a-z0-9_-]*$")]
+    address: SiteAddress
+    """The host's DNS name or IP address."""
+    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
     port: Port = 22
-    host_key: Annotated[str, Field(pattern=r"^(ssh|ecdsa)-[a-z0-9-]+ [A-Za-z0-9+/=]+")] | None = (
-        None
-    )
+    host_key: (
+        Annotated[
+            str,
+            Field(pattern=rf"^{_KEY_TYPES} [A-Za-z0-9+/]+={{0,3}}$"),
+        ]
+        | None
+    ) = None
+    """The host's public key (`ssh-keyscan -t ed25519 HOST`, without the host name): any other
+    key refuses the connection, so nobody in between receives the API key."""
+    insecure_ignore_host_key: bool = False
+    """Connect without checking the host key (render and preview warn)."""
     base_dir: AbsolutePath = "/opt/llm"
     model_dir: AbsolutePath
     """Where the model lives on the host; `pulumi destroy` leaves it."""
-    min_free_disk_gib: Annotated[float, Field(ge=0)]
-    min_ram_gib: Annotated[float, Field(ge=0)]
+    min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
+    min_ram_gib: Annotated[float, Field(ge=0, le=100_000)]
 
 
 class SpeculativeSettings(Strict):
     """`--speculative-config`."""
 
-    method: Annotated[str, Field(min_length=1)]
+    method: Identifier
     num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
 
 
@@ -51,7 +71,7 @@ class VllmSettings(Strict):
 
     image: ImageReference
     allow_floating_image: bool = False
-    served_model_name: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+    served_model_name: ModelName
     port: Port = 8000
     tensor_parallel_size: Annotated[int, Field(ge=1, le=8)] = 1
     max_model_len: Annotated[int, Field(ge=1024)]
@@ -62,10 +82,10 @@ class VllmSettings(Strict):
     kv_offloading_size: Annotated[float, Field(ge=0)]
     """CPU KV tier in GiB (`--kv-offloading-size`), pinned host memory."""
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
-    kv_cache_dtype: str | None = None
+    kv_cache_dtype: Identifier | None = None
     speculative: SpeculativeSettings | None = None
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
+    reasoning_parser: Identifier | None = None
+    tool_call_parser: Identifier | None = None
     prefix_caching: bool = True
     startup_timeout_seconds: Annotated[int, Field(ge=60)] = 3600
     verify_after_up: bool = False
@@ -81,6 +101,8 @@ class CaddySettings(Strict):
     tls: Literal["auto", "internal"]
     acme_email: Email | None = None
     allowed_cidrs: list[Cidr]
+    allow_world: bool = False
+    """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to it)."""
     image: ImageReference = "caddy:2.11.7-alpine"
     allow_floating_image: bool = False
 
@@ -88,8 +110,8 @@ class CaddySettings(Strict):
 class PatchSettings(Strict):
     """A patched file mounted read-only over the image's file, pinned by sha256."""
 
-    source: Annotated[str, Field(min_length=1)]
-    """Path of the patch file, relative to the project root."""
+    source: RepoPath
+    """Path of the patch file, relative to the project root (and inside it)."""
     target: AbsolutePath
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
@@ -148,11 +170,36 @@ def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
     if not caddy.allowed_cidrs:
         problems.append(
             "caddy.allowedCidrs: empty, so nobody could connect (list the client networks; "
-            "write 0.0.0.0/0 and ::/0 to allow everyone)"
+            "write 0.0.0.0/0 and ::/0 and set caddy.allowWorld: true to allow everyone)"
         )
+    elif covers_every_address(list(caddy.allowed_cidrs)) and not caddy.allow_world:
+        problems.append(
+            f"caddy.allowedCidrs: {list(caddy.allowed_cidrs)} together admit every address "
+            "(list the client networks, or set caddy.allowWorld: true to serve the internet)"
+        )
+    host = stack.host
+    if host.host_key is None and not host.insecure_ignore_host_key:
+        problems.append(
+            "host.hostKey: required, so that nobody in between can pose as the host and receive "
+            "the API key (ssh-keyscan -t ed25519 HOST, without the host name; or set "
+            "host.insecureIgnoreHostKey: true)"
+        )
+    elif host.host_key is not None and host.insecure_ignore_host_key:
+        problems.append("host.insecureIgnoreHostKey: true contradicts host.hostKey (drop one)")
+    for key, directory in (("host.modelDir", host.model_dir), ("host.baseDir", host.base_dir)):
+        top = "/" + directory.split("/")[1]
+        if top in SYSTEM_DIRS:
+            problems.append(
+                f"{key}: {directory!r} is in the system directory {top} (use /opt, /srv, /data "
+                "or /home)"
+            )
     for index, patch in enumerate(stack.patches):
         path = root / patch.source
-        if not path.is_file():
+        if not path.resolve().is_relative_to(root.resolve()):
+            problems.append(
+                f"patches[{index}].source: {patch.source!r} leads outside the project (a link?)"
+            )
+        elif not path.is_file():
             problems.append(f"patches[{index}].source: {patch.source!r} does not exist")
         elif hashlib.sha256(path.read_bytes()).hexdigest() != patch.sha256:
             problems.append(

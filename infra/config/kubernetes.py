@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from pydantic import Field
 
+from components.addresses import covers_every_address
 from components.llamacpp_manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
 from infra.config.base import (
     Cidr,
     DnsLabel,
+    HttpUrl,
+    Identifier,
     ImageReference,
+    IpAddress,
+    KubeContext,
+    LabelKey,
+    LabelValue,
+    ModelName,
     Port,
     Quantity,
     RepoModelSettings,
@@ -27,15 +36,18 @@ class KubernetesSettings(Strict):
 
     namespace: DnsLabel = "default"
     create_namespace: bool = False
-    context: str | None = None
+    context: KubeContext | None = None
 
 
 class ModelSettings(RepoModelSettings):
     """A GGUF model: one quant's files, with the structure the memory plan needs."""
 
-    architecture: Annotated[str, Field(min_length=1)]
+    architecture: Identifier
     layers: Annotated[int, Field(ge=1)]
-    metadata: dict[str, int | float | str | list[int]] = {}
+    metadata: dict[
+        Annotated[str, Field(max_length=256, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")],
+        int | float | Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{0,256}$")] | list[int],
+    ] = {}
     """GGUF structure keys (`deepseek4.attention.*`, ...) for the plan before a lock has them."""
 
 
@@ -44,19 +56,24 @@ class StoreSettings(Strict):
 
     name: DnsLabel = "models"
     size: Quantity
-    storage_class: Annotated[str, Field(min_length=1)] = "local-path"
+    storage_class: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")] = (
+        "local-path"
+    )
     fetch_image: ImageReference = "python:3.12.8-slim-bookworm"
     allow_floating_image: bool = False
-    retired_patterns: list[Annotated[str, Field(min_length=1)]] = []
+    retired_patterns: list[
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]+=@][A-Za-z0-9._*?\[\]+=@-]{0,254}$")]
+    ] = []
+    """Glob patterns of file names on the volume (no `/`; a leading `-` would read as a flag)."""
     parallel_downloads: Annotated[int, Field(ge=1, le=16)] = 3
-    fetch_timeout_hours: Annotated[float, Field(gt=0, le=168)] = 12
-    hf_endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+(/\S*)?$")] | None = None
+    fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
+    hf_endpoint: HttpUrl | None = None
 
 
 class ProbeSettings(Strict):
     """An HTTP GET probe."""
 
-    path: Annotated[str, Field(pattern=r"^/\S*$")] = "/health"
+    path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._~/-]*$")] = "/health"
     initial_delay_seconds: Annotated[int, Field(ge=0)]
     period_seconds: Annotated[int, Field(ge=1)]
     failure_threshold: Annotated[int, Field(ge=1)]
@@ -114,10 +131,10 @@ class ServerSettings(Strict):
     """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
 
     name: DnsLabel | None = None
-    alias: Annotated[str, Field(min_length=1, pattern=r"^\S+$")]
+    alias: ModelName
     image: ImageReference = DEFAULT_IMAGE
     allow_floating_image: bool = False
-    host: Annotated[str, Field(min_length=1)] = "0.0.0.0"
+    host: IpAddress = "0.0.0.0"
     port: Port = 8080
     service_port: Port | None = None
     jinja: bool = True
@@ -131,7 +148,7 @@ class ServerSettings(Strict):
     temperature: Annotated[float, Field(ge=0)]
     top_p: Annotated[float, Field(gt=0, le=1)]
     threads: Annotated[int, Field(ge=1)]
-    node_selector: dict[str, str] = {}
+    node_selector: dict[LabelKey, LabelValue] = {}
     resources: ResourceSettings
     probes: ProbesSettings = ProbesSettings()
     min_load_seconds: Annotated[int, Field(ge=0)] = 300
@@ -160,7 +177,7 @@ class NetworkClientSettings(Strict):
     """Pods allowed to reach the server: a namespace, optionally narrowed by pod labels."""
 
     namespace: DnsLabel
-    pod_labels: dict[str, str] = {}
+    pod_labels: dict[LabelKey, LabelValue] = {}
 
 
 class NetworkSettings(Strict):
@@ -171,6 +188,8 @@ class NetworkSettings(Strict):
     allow_cidrs: list[Cidr] = []
     """Extra sources (ipBlock), e.g. the node's address where the CNI subjects kubelet probes
     to NetworkPolicies (k3s dual-stack, k3s-io/k3s#10030)."""
+    allow_world: bool = False
+    """Accept allowCidrs that together admit every address (the policy then protects nothing)."""
 
 
 class LitellmSettings(Strict):
@@ -191,6 +210,36 @@ class StrixHaloStack(Strict):
     model: ModelSettings
     store: StoreSettings
     server: ServerSettings
+
+
+# The longest names the components derive: `<server>-verify-<8 hex>` and `<store>-fetcher-<8 hex>`.
+SERVER_NAME_MAX = 63 - len("-verify-") - 8
+STORE_NAME_MAX = 63 - len("-fetcher-") - 8
+
+
+def kubernetes_name_problems(stack: StrixHaloStack) -> list[str]:
+    """Names that would not be valid Kubernetes names once the components derive theirs."""
+    problems = []
+    server = stack.server
+    key = "server.name" if server.name else "server.alias"
+    name = server.resource_name
+    if not re.fullmatch(r"[a-z]([-a-z0-9]*[a-z0-9])?", name):
+        problems.append(
+            f"{key}: {name!r} is not a Kubernetes name (lowercase letters, digits and -, starting "
+            "with a letter)" + ("; set server.name" if key == "server.alias" else "")
+        )
+    elif len(name) > SERVER_NAME_MAX:
+        problems.append(
+            f"{key}: {name!r} is {len(name)} characters; the server's objects add up to 16 "
+            f"(`-verify-<digest>`), so at most {SERVER_NAME_MAX}"
+            + ("; set a shorter server.name" if key == "server.alias" else "")
+        )
+    if len(stack.store.name) > STORE_NAME_MAX:
+        problems.append(
+            f"store.name: {stack.store.name!r} is {len(stack.store.name)} characters; the fetch "
+            f"Job and ConfigMap add 17 (`-fetcher-<digest>`), so at most {STORE_NAME_MAX}"
+        )
+    return problems
 
 
 def cross_checks(stack: StrixHaloStack) -> list[str]:
@@ -250,6 +299,14 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             "server.renderGroupId: only used with server.gpuAccess: device-plugin (a privileged "
             "container reaches /dev/dri as root)"
         )
+    network = stack.network
+    if covers_every_address(list(network.allow_cidrs)) and not network.allow_world:
+        problems.append(
+            f"network.allowCidrs: {list(network.allow_cidrs)} together admit every address, so "
+            "the NetworkPolicy protects nothing (list the node addresses, or set "
+            "network.allowWorld: true)"
+        )
+    problems += kubernetes_name_problems(stack)
     if stack.network.policies and not stack.network.clients:
         problems.append(
             "network.clients: empty, so nothing could reach the server (list the client "

@@ -40,7 +40,7 @@ TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
 def parse_stack(values: Mapping[str, Any]) -> StackConfig:
     """Validate the `llm-infra` config values (keys without namespace) into a StackConfig."""
     target = values.get("target")
-    if target not in TARGETS:
+    if not isinstance(target, str) or target not in TARGETS:
         allowed = ", ".join(TARGETS)
         got = "missing" if target is None else f"{target!r} is not a known target"
         raise ConfigError([f"target: {got} (allowed: {allowed})"])
@@ -75,7 +75,7 @@ def namespace_values(config: Mapping[str, object]) -> dict[str, Any]:
     return values
 
 
-def _pulumi_config() -> dict[str, object]:
+def _pulumi_config() -> dict[str, str]:
     # The engine's config for this run: the SDK offers no public way to list its keys, and an
     # unknown key must be an error rather than silently ignored.
     return {**pulumi.runtime.config.get_config_env(), **pulumi.runtime.config.CONFIG.get()}
@@ -132,8 +132,8 @@ def read_stack_file(stack: str | Path) -> StackFile:
     if not path.is_file():
         raise ConfigError([f"no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)"])
     try:
-        document = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
+        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError([f"{path}: not a readable YAML file ({exc})"]) from None
     entries = document.get("config") if isinstance(document, dict) else None
     if not isinstance(entries, dict):
@@ -146,6 +146,8 @@ def read_stack_file(stack: str | Path) -> StackFile:
             # Encrypted with the stack's key, which render does not have: a secret is present.
             config[full_key] = SECRET_PLACEHOLDER
             secret_keys.append(full_key)
+        elif full_key.partition(":")[2] in SECRET_KEYS and full_key.startswith(f"{NAMESPACE}:"):
+            raise ConfigError([plaintext_secret_problem(full_key.partition(":")[2], str(path))])
         elif isinstance(value, str):
             config[full_key] = value
         else:
@@ -210,17 +212,60 @@ def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], l
     return lines(feature), lines(target)
 
 
+def plaintext_secret_problem(key: str, where: str) -> str:
+    """A secret written in plain text: the line to use instead (never the value)."""
+    return (
+        f"{key}: a secret in plain text in {where}; remove it and run: "
+        f"pulumi config set --secret {key} ..."
+    )
+
+
+def secret_problems(key: str, value: object) -> list[str]:
+    """What is wrong with a secret's value, never quoting it (one line naming the key)."""
+    if value is None or value == SECRET_PLACEHOLDER:
+        return []
+    how = f"set it again: pulumi config set --secret {key} ..."
+    if not isinstance(value, str) or not value.strip():
+        return [f"{key}: empty ({how})"]
+    text = value.strip()
+    if key == "sshPrivateKey":
+        if "PRIVATE KEY-----" not in text or any(ord(c) < 32 and c != "\n" for c in text):
+            return [f"{key}: not a PEM or OpenSSH private key ({how} < ~/.ssh/id_ed25519)"]
+        return []
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 or c in "'\"\\" for c in text):
+        return [f"{key}: contains whitespace, quotes or control characters inside ({how})"]
+    return []
+
+
+def _secret(value: str | None, keep_final_newline: bool = False) -> pulumi.Output[str] | None:
+    # Stripped of the newline a shell or a file adds; an OpenSSH key must end in one.
+    if value is None:
+        return None
+    text = value.strip() + ("\n" if keep_final_newline and value != SECRET_PLACEHOLDER else "")
+    return pulumi.Output.secret(text)
+
+
 def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
     """Read and validate the stack's config; secrets come back as Outputs, never in the model.
 
     Returns the stack, the path of its lock file (which may not exist yet) and its secrets.
     """
     config = pulumi.Config(NAMESPACE)
-    stack = parse_stack(namespace_values(_pulumi_config()))
+    raw = _pulumi_config()
+    stack = parse_stack(namespace_values(raw))
+    values = {key: raw.get(f"{NAMESPACE}:{key}") for key in SECRET_KEYS}
+    problems = [p for key, value in values.items() for p in secret_problems(key, value)]
+    problems += [
+        plaintext_secret_problem(key, "the stack's config")
+        for key, value in values.items()
+        if value is not None and not pulumi.runtime.config.is_config_secret(f"{NAMESPACE}:{key}")
+    ]
+    if problems:
+        raise ConfigError(problems)
     secrets = StackSecrets(
-        hf_token=config.get_secret("hfToken"),
-        api_key=config.get_secret("apiKey"),
-        ssh_private_key=config.get_secret("sshPrivateKey"),
+        hf_token=_secret(values["hfToken"]),
+        api_key=_secret(values["apiKey"]),
+        ssh_private_key=_secret(values["sshPrivateKey"], keep_final_newline=True),
     )
     present = {
         key

@@ -53,9 +53,14 @@ def llamacpp_inputs(
         vocab = None
     metadata.setdefault(f"{model.architecture}.block_count", model.layers)
     compute = {"vram": int(memory.compute_gib * GIB)} if memory.compute_gib is not None else {}
+    try:
+        attention = attention_shape(model.architecture, metadata, vocab)
+    except ValueError as exc:
+        # What the plan needs and neither the lock nor model.metadata gives.
+        raise ConfigError([f"model.metadata: {exc} (lock the model, or add the key)"]) from None
     return LlamaCppPlanInputs(
         weights=weights,
-        attention=attention_shape(model.architecture, metadata, vocab),
+        attention=attention,
         gpu_layers=server.gpu_layers,
         ctx_size=server.context_size,
         parallel=server.parallel,
@@ -100,7 +105,13 @@ def stack_plan(
     """The stack's memory plan."""
     if isinstance(stack, Mi300xStack):
         return plan_vllm(vllm_inputs(stack, source))
-    return plan_llamacpp(llamacpp_inputs(stack, source, header_summary))
+    inputs = llamacpp_inputs(stack, source, header_summary)
+    try:
+        return plan_llamacpp(inputs)
+    except ValueError as exc:
+        # A layer structure llama.cpp would refuse too (an odd compression ratio, a head size
+        # that is not a whole number of blocks): the metadata is wrong, not the planner.
+        raise ConfigError([f"model.metadata: {exc}"]) from None
 
 
 # The startup probe must outlast the estimate by this factor: disks slow down when busy.

@@ -25,6 +25,11 @@ def deploy(
     verify_expectations: str | None = None,
 ) -> None:
     """Create the stack's resources and export its outputs."""
+    if stack.host.insecure_ignore_host_key:
+        pulumi.log.warn(
+            "host.insecureIgnoreHostKey: true: any host answering at "
+            f"{stack.host.address} receives the API key; set host.hostKey instead"
+        )
     args = server_args(stack, source, secrets)
     args["verify_expectations"] = verify_expectations
     args["min_decode_tps"] = stack.server.min_decode_tps

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from infra import program
-from infra.config import read_stack_file
+from infra.config import ConfigError, read_stack_file
 from infra.render import run_program, write
 from tests.conftest import ROOT, STACKS
 
@@ -95,6 +95,29 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("model dir not normal", "mi300x", [("host", "modelDir", "/opt//llm")], "host.modelDir"),
     ("IPv6 zone id in the allowlist", "mi300x", [("caddy", "allowedCidrs", ["fe80::1%eth0/128"])], "caddy.allowedCidrs[0]"),
     ("node CIDR with a zone id", "strix-halo", [("network", "allowCidrs", ["fe80::%1/64"])], "network.allowCidrs[0]"),
+    ("alias that is no Kubernetes name", "strix-halo", [("server", "alias", "DeepSeek-V4-Flash:UD-IQ1_M")], "server.alias"),
+    ("server name too long for its Job", "strix-halo", [("server", "name", "s" * 50)], "server.name"),
+    ("store name too long for its Job", "strix-halo", [("store", "name", "m" * 60)], "store.name"),
+    ("fetch deadline of nothing", "strix-halo", [("store", "fetchTimeoutHours", 1e-9)], "store.fetchTimeoutHours"),
+    ("infinite size", "strix-halo", [("memory", "vramGib", "1e400")], "memory.vramGib"),
+    ("hub endpoint with credentials", "strix-halo", [("store", "hfEndpoint", "https://user:pw@mirror.example")], "store.hfEndpoint"),
+    ("hub endpoint port out of range", "strix-halo", [("store", "hfEndpoint", "https://mirror.example:99999")], "store.hfEndpoint"),
+    ("hub endpoint half an IPv6", "strix-halo", [("store", "hfEndpoint", "https://[::1")], "store.hfEndpoint"),
+    ("world-open node CIDRs", "strix-halo", [("network", "allowCidrs", ["0.0.0.0/0"])], "network.allowCidrs"),
+    ("retired pattern read as a flag", "strix-halo", [("store", "retiredPatterns", ["-rf"])], "store.retiredPatterns[0]"),
+    ("bind address that is no address", "strix-halo", [("server", "host", "0.0.0.0; id")], "server.host"),
+    ("node selector with a newline", "strix-halo", [("server", "nodeSelector", {"kubernetes.io/hostname": "a\nb"})], "server.nodeSelector.kubernetes.io/hostname"),
+    ("served name with backticks", "mi300x", [("server", "servedModelName", "`{touch,PWNED}`")], "server.servedModelName"),
+    ("site with a Caddyfile block", "mi300x", [("caddy", "site", "llm.example.com\nhandle { reverse_proxy vllm:8000 }")], "caddy.site"),
+    ("allowlist with a zone id", "mi300x", [("caddy", "allowedCidrs", ["fe80::1%$(id)/128"])], "caddy.allowedCidrs[0]"),
+    ("world-open allowlist in halves", "mi300x", [("caddy", "allowedCidrs", ["0.0.0.0/1", "128.0.0.0/1"])], "caddy.allowedCidrs"),
+    ("no host key", "mi300x", [("host", "hostKey", DELETE)], "host.hostKey"),
+    ("host key with a trailer", "mi300x", [("host", "hostKey", "ssh-ed25519 AAAA $(id)")], "host.hostKey"),
+    ("model dir ending in ..", "mi300x", [("host", "modelDir", "/opt/llm/models/..")], "host.modelDir"),
+    ("model dir in /etc", "mi300x", [("host", "modelDir", "/etc")], "host.modelDir"),
+    ("model dir with a substitution", "mi300x", [("host", "modelDir", "/opt/$(x)")], "host.modelDir"),
+    ("RAM that overflows bash", "mi300x", [("host", "minRamGib", 1e30)], "host.minRamGib"),
+    ("patch from outside the project", "mi300x", [("patches", "", [{"source": "../../etc/passwd", "target": "/x.py", "sha256": "a" * 64}])], "patches[0].source"),
     ("HBM overcommitted", "mi300x", [("server", "kvCacheMemoryBytes", 60_000_000_000)], "plan"),
     ("spec tokens out of range", "mi300x", [("server", "speculative.numSpeculativeTokens", 99)], "server.speculative.numSpeculativeTokens"),
 ]  # fmt: skip
@@ -155,3 +178,38 @@ def test_secrets_appear_in_no_rendered_file_argv_env_or_log(
     else:
         env_file = next(r for r in rendered.resources if r["name"] == "vllm-env-file")
         assert env_file["inputs"]["stdin"] == "[secret]"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("llm-infra:apiKey", "sk-live-with-a-'quote"),
+        ("llm-infra:apiKey", "sk-live-two\nlines"),
+        ("llm-infra:hfToken", "hf_live with a space"),
+        ("llm-infra:hfToken", "hf_live\x00nul"),
+        ("llm-infra:sshPrivateKey", "garbage-key-material-xyz"),
+    ],
+)
+def test_a_malformed_secret_is_named_and_never_shown(
+    key: str, value: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    stack = "mi300x" if key != "llm-infra:hfToken" else "strix-halo"
+    stack_file = read_stack_file(STACKS / f"Pulumi.{stack}.yaml")
+    config = {**stack_file.config, **SECRETS, key: value}
+    with pytest.raises(ConfigError) as raised:
+        run_program(program.main, config, [*stack_file.secret_keys, *SECRETS], stack=stack)
+    name = key.split(":", 1)[1]
+    assert [p for p in raised.value.problems if p.startswith(f"{name}: ")], raised.value.problems
+    logs = capfd.readouterr()
+    for text in (str(raised.value), logs.out, logs.err):
+        assert value not in text and value.strip().split()[0] not in text
+
+
+def test_a_secret_with_a_trailing_newline_is_stripped(tmp_path: Path) -> None:
+    stack_file = read_stack_file(STACKS / "Pulumi.mi300x.yaml")
+    config = {**stack_file.config, **SECRETS, "llm-infra:apiKey": "sk-live-key-0123456789\n"}
+    rendered = run_program(
+        program.main, config, [*stack_file.secret_keys, *SECRETS], stack="mi300x"
+    )
+    env_file = next(r for r in rendered.resources if r["name"] == "vllm-env-file")
+    assert env_file["inputs"]["stdin"] == "[secret]"

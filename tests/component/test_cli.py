@@ -109,3 +109,44 @@ def test_an_unknown_stack_names_the_file_it_looked_for() -> None:
     assert result.returncode == 2
     assert "no stack file" in result.stderr and "Pulumi.no-such-stack.yaml" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("config:\n  - target\n", "no `config:` mapping"),
+        ("config:\n  llm-infra:target: [kubernetes]\n", "target: ['kubernetes'] is not a known"),
+        ("config:\n\tllm-infra:target: kubernetes\n", "not a readable YAML file"),
+        ("config: !!python/object/apply:os.system ['touch PWNED']\n", "not a readable YAML"),
+        (b"config:\n  llm-infra:target: \xff\xfe\n", "not a readable YAML file"),
+        ("- just\n- a list\n", "no `config:` mapping"),
+    ],
+)
+def test_a_malformed_stack_file_is_one_line_not_a_traceback(
+    text: str | bytes, message: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "Pulumi.bad.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    result = llm_infra("render", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "PWNED").exists()
+
+
+def test_a_plaintext_secret_in_a_stack_file_is_refused_without_repeating_it(
+    tmp_path: Path,
+) -> None:
+    document = yaml.safe_load((STACKS / "Pulumi.mi300x.yaml").read_text())
+    document["config"]["llm-infra:apiKey"] = "sk-live-plaintext-0123456789"
+    path = tmp_path / "Pulumi.mi300x.yaml"
+    path.write_text(yaml.safe_dump(document))
+    for command in ("render", "plan", "docs"):
+        result = llm_infra(command, str(path))
+        assert result.returncode == 2, (command, result.stderr)
+        assert "apiKey: a secret in plain text" in result.stderr
+        assert "pulumi config set --secret apiKey" in result.stderr
+        assert "sk-live-plaintext" not in result.stdout + result.stderr

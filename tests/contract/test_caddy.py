@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shlex
 import shutil
 import socket
 import ssl
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -29,6 +30,7 @@ from tests.unit.test_vllm_builders import sample_caddy
 
 pytestmark = pytest.mark.contract
 SITE = "llm.test"
+KEY = "test-key"
 CHUNKS = 5
 CHUNK_DELAY_S = 0.4
 
@@ -126,13 +128,26 @@ def test_the_vllm_port_reaches_compose_caddy_and_the_check_from_one_value(
     caddy_config = adapted(rendered.files["/opt/llm/Caddyfile"].decode(), tmp_path)
     assert upstream_dials(caddy_config) == [f"vllm:{port}"]
     check = next(s for name, s in rendered.commands.items() if name.endswith("-vllm-check.sh"))
-    assert f"http://127.0.0.1:{port}/v1/models" in check
+    probe = next(line for line in check.splitlines() if "python3 -c" in line)
+    assert shlex.split(probe)[-2:] == [str(port), "deepseek-v4-flash-0731"]
 
 
 class FakeVllm(BaseHTTPRequestHandler):
-    """An OpenAI-compatible upstream: /v1/models, streamed chat completions, /metrics, /health."""
+    """An OpenAI-compatible upstream: /v1/models, streamed chat completions, /metrics, /health.
+
+    Like vLLM's `serve/middleware/authenticate.py`, it demands the key under /v1 only and
+    serves /invocations, /tokenize, /pooling and /metrics to anyone who reaches it.
+    """
 
     protocol_version = "HTTP/1.1"
+    reached: ClassVar[list[str]] = []
+
+    def _authorised(self) -> bool:
+        FakeVllm.reached.append(self.path)
+        if self.path.startswith("/v1") and self.headers.get("Authorization") != f"Bearer {KEY}":
+            self._send(401, b'{"error": "Unauthorized"}')
+            return False
+        return True
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: pytest shows failures, not access logs."""
@@ -147,6 +162,8 @@ class FakeVllm(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
     def do_GET(self) -> None:
+        if not self._authorised():
+            return
         if self.path == "/v1/models":
             seen = {"forwarded_for": self.headers.get("X-Forwarded-For")}
             body = {"data": [{"id": "deepseek-v4-flash-0731"}], "seen": seen}
@@ -161,6 +178,8 @@ class FakeVllm(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.close_connection = True
         self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        if not self._authorised():
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -267,10 +286,12 @@ def request(
     source: str = "127.0.0.1",
     headers: dict[str, str] | None = None,
     sni: str | None = SITE,
+    key: bool = True,
 ) -> tuple[int, bytes]:
     conn = connection(port, root_ca, source, sni)
     try:
-        conn.request(method, path, headers={"Host": SITE, **(headers or {})})
+        auth = {"Authorization": f"Bearer {KEY}"} if key else {}
+        conn.request(method, path, headers={"Host": SITE, **auth, **(headers or {})})
         response = conn.getresponse()
         return response.status, response.read()
     finally:
@@ -313,6 +334,26 @@ def test_metrics_are_not_reachable_through_caddy(live_caddy: LiveCaddy) -> None:
     assert b"vllm:" not in body
 
 
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("POST", "/invocations"), ("POST", "/tokenize"), ("POST", "/pooling"), ("GET", "/metrics"),
+     ("GET", "/v1"), ("GET", "/v2/models"), ("GET", "/docs"), ("GET", "/openapi.json")],
+)  # fmt: skip
+def test_only_the_api_and_health_reach_vllm(live_caddy: LiveCaddy, method: str, path: str) -> None:
+    # vLLM would answer these without a key: Caddy must not let them through at all.
+    FakeVllm.reached.clear()
+    status, _ = request(live_caddy.https_port, live_caddy.root_ca, method, path, key=False)
+    assert status == 404
+    assert FakeVllm.reached == []
+
+
+def test_the_api_answers_only_with_the_key(live_caddy: LiveCaddy) -> None:
+    port, ca = live_caddy.https_port, live_caddy.root_ca
+    assert request(port, ca, "GET", "/v1/models", key=False)[0] == 401
+    assert request(port, ca, "GET", "/v1/models")[0] == 200
+    assert request(port, ca, "GET", "/health", key=False)[0] == 200
+
+
 def test_client_without_sni_gets_the_site_certificate(live_caddy: LiveCaddy) -> None:
     """The deploy's final check connects to 127.0.0.1 without SNI, naming the site in Host."""
     status, _ = request(live_caddy.https_port, live_caddy.root_ca, "GET", "/health", sni=None)
@@ -326,7 +367,11 @@ def test_server_sent_events_arrive_before_the_response_ends(live_caddy: LiveCadd
         "POST",
         "/v1/chat/completions",
         body=json.dumps({"model": "deepseek-v4-flash-0731", "stream": True}),
-        headers={"Host": SITE, "Content-Type": "application/json"},
+        headers={
+            "Host": SITE,
+            "Content-Type": "application/json",
+            "Authorization": f"Bearer {KEY}",
+        },
     )
     response = conn.getresponse()
     assert response.status == 200

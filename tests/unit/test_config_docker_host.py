@@ -51,9 +51,52 @@ def test_empty_allowlist_is_rejected(values: dict[str, Any]) -> None:
     assert "0.0.0.0/0" in problem
 
 
-def test_world_open_allowlist_must_be_written_out(values: dict[str, Any]) -> None:
-    values["caddy"]["allowedCidrs"] = ["0.0.0.0/0", "::/0"]
+@pytest.mark.parametrize(
+    "cidrs",
+    [["0.0.0.0/0", "::/0"], ["0.0.0.0/1", "128.0.0.0/1"], ["::/1", "8000::/1"], ["0.0.0.0/0"]],
+)
+def test_an_allowlist_admitting_everyone_needs_allow_world(
+    values: dict[str, Any], cidrs: list[str]
+) -> None:
+    values["caddy"]["allowedCidrs"] = cidrs
+    (problem,) = problems_of(values)
+    assert problem.startswith("caddy.allowedCidrs: ") and "admit every address" in problem
+    values["caddy"]["allowWorld"] = True
     assert isinstance(parse_stack(values), Mi300xStack)
+
+
+def test_an_allowlist_of_some_networks_needs_no_allow_world(values: dict[str, Any]) -> None:
+    values["caddy"]["allowedCidrs"] = ["0.0.0.0/1", "192.168.0.0/16", "2001:db8::/32"]
+    assert isinstance(parse_stack(values), Mi300xStack)
+
+
+def test_the_host_key_is_required_unless_explicitly_ignored(values: dict[str, Any]) -> None:
+    del values["host"]["hostKey"]
+    (problem,) = problems_of(values)
+    assert problem.startswith("host.hostKey: required") and "ssh-keyscan" in problem
+    values["host"]["insecureIgnoreHostKey"] = True
+    assert isinstance(parse_stack(values), Mi300xStack)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4 $(touch /tmp/x)",
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4\nhandle",
+        "host.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4",
+    ],
+)
+def test_a_host_key_is_one_key_and_nothing_after_it(values: dict[str, Any], key: str) -> None:
+    values["host"]["hostKey"] = key
+    (problem,) = problems_of(values)
+    assert problem.startswith("host.hostKey: ")
+
+
+@pytest.mark.parametrize("directory", ["/etc", "/etc/llm", "/usr/local/models", "/var/lib/x"])
+def test_system_directories_are_refused(values: dict[str, Any], directory: str) -> None:
+    values["host"]["modelDir"] = directory
+    (problem,) = problems_of(values)
+    assert problem.startswith(f"host.modelDir: {directory!r} is in the system directory")
 
 
 @pytest.mark.parametrize("cidr", ["10.0.0.1/8", "300.1.1.0/24", "example.com"])

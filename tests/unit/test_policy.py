@@ -213,17 +213,24 @@ def test_unprotected_model_pvc_fails(strix: Render) -> None:
     ]
 
 
-def test_caddy_allowlist_open_to_the_world_fails_unless_allowed(mi300x: Render) -> None:
+@pytest.mark.parametrize(
+    "world", ["0.0.0.0/0 ::/0", "0.0.0.0/1 128.0.0.0/1", "::/1 8000::/1", "0.0.0.0/0"]
+)
+def test_caddy_allowlist_open_to_the_world_fails_unless_allowed(mi300x: Render, world: str) -> None:
+    resources, files = mi300x
+    files["/opt/llm/Caddyfile"] = files["/opt/llm/Caddyfile"].replace("198.51.100.0/24", world)
+    (message,) = messages(resources, files)
+    assert message.startswith("[caddy-allowlist] vllm-caddyfile: /opt/llm/Caddyfile: the allowlist")
+    assert "together admits every address, i.e. the whole internet" in message
+    assert messages(resources, files, allow_world=True) == []
+
+
+def test_caddy_allowlist_of_large_networks_passes(mi300x: Render) -> None:
     resources, files = mi300x
     files["/opt/llm/Caddyfile"] = files["/opt/llm/Caddyfile"].replace(
-        "198.51.100.0/24", "0.0.0.0/0 ::/0"
+        "198.51.100.0/24", "0.0.0.0/1 10.0.0.0/8 ::/1"
     )
-    assert messages(resources, files) == [
-        "[caddy-allowlist] vllm-caddyfile: /opt/llm/Caddyfile: the allowlist admits 0.0.0.0/0 "
-        "and ::/0, i.e. the whole internet (set allowWorld in the policy config if that is "
-        "intended)"
-    ]
-    assert messages(resources, files, allow_world=True) == []
+    assert messages(resources, files) == []
 
 
 def test_caddyfile_without_an_allowlist_fails(mi300x: Render) -> None:
@@ -285,8 +292,9 @@ def test_pack_reads_caddyfile_from_the_copied_asset_and_honours_allow_world(
     props = {"remotePath": "/opt/llm/Caddyfile", "source": pulumi.StringAsset(caddyfile)}
     args = policy_args("command:remote:CopyToRemote", props)
     assert run_policy("caddy-allowlist", args) == [
-        "/opt/llm/Caddyfile: the allowlist admits 0.0.0.0/0, i.e. the whole internet (set "
-        "allowWorld in the policy config if that is intended)"
+        "/opt/llm/Caddyfile: the allowlist 0.0.0.0/0 127.0.0.1/32 ::1/128 together admits "
+        "every address, i.e. the whole internet (set allowWorld in the policy config if that "
+        "is intended)"
     ]
     allowed = policy_args("command:remote:CopyToRemote", props, allowWorld=True)
     assert run_policy("caddy-allowlist", allowed) == []

