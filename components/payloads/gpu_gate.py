@@ -3,18 +3,28 @@
 Standard library only, so the same file can run as a check script in a stock ``python``
 image (``python3 gpu_gate.py --log FILE --expect-layers N``), like the fetcher beside it.
 
-What llama-server b11434 prints (from its source and a real CPU-build run):
+What llama-server b11434 prints, and all the gate takes as evidence (from its source and from
+real runs: the CPU build here, the Vulkan build on an NVIDIA H200, ``tests/fixtures/gpu_gate/``):
 
 * ``warning: no usable GPU found, --gpu-layers option will be ignored`` - a plain
-  ``fprintf(stderr)`` while parsing ``-ngl``, at any verbosity and never into ``--log-file``;
-* ``load_tensors: offloaded N/M layers to GPU`` (M = layers + 1, the output layer counts),
-  ``load_tensors: offloading N repeating layers to GPU`` and
-  ``load_tensors: <buffer> model buffer size = X MiB`` (``Vulkan0``, ``CPU_Mapped``, ...) - libllama
-  INFO, which the server's logger maps to verbosity 4: they appear only with ``-lv 4`` or higher,
-  and the offload lines are not printed at all by a build without a GPU backend;
-* ``device_info:`` then ``  - Vulkan0 : <description> (T MiB, F MiB free)`` - also ``-lv 4``;
-* ``ggml_vulkan: Found N Vulkan devices:`` and ``ggml_vulkan: 0 = <name> (<driver>) | uma: ...``
-  - ggml DEBUG, ``-lv 5`` only; informative, never required.
+  ``fprintf(stderr)`` while parsing ``-ngl`` when no GPU device exists, at any verbosity and
+  never in ``--log-file``;
+* ``common_params_print_info: verbosity = N`` - INFO (``-lv 3``), so a log says its own
+  verbosity;
+* ``device_info:`` then ``  - Vulkan0 : <description> (T MiB, F MiB free)`` per device - ``-lv 4``;
+* ``load_tensors: loading model tensors, ...``, ``load_tensors: offloaded N/M layers to GPU``
+  (M = layers + 1, the output layer counts) and ``load_tensors: <buffer> model buffer size =
+  X MiB`` (``Vulkan0``, ``CPU_Mapped``, ...) - libllama INFO, which the server's logger maps to
+  verbosity 4 (``-lv 4``); the offload lines exist only when a GPU device exists. At ``-lv 5``
+  the memory fit's dry run prints its own load (``Vulkan0 model buffer size = 0.00 MiB``):
+  only the last load counts, and a zero-size buffer is never evidence;
+* ``llama_server: model loaded`` and ``listening on ...`` - INFO: the load has finished.
+
+``ggml_vulkan:`` lines are not printed at ``-lv 4`` or ``-lv 5`` by b11434, so they are not read.
+
+The log volume stays bounded: in the pod, ``--log-file`` is a FIFO (``server_command``) whose
+reader keeps the load, up to ``listening on``, in the log file the probe reads and drops what
+follows; the container's stdout (``kubectl logs``, rotated by the kubelet) keeps everything.
 """
 
 from __future__ import annotations
@@ -37,24 +47,39 @@ VERBOSITY_HINT = (
     "llama-server b11434 logs load_tensors lines only at verbosity >= 4: "
     "pass -lv 4 (or LLAMA_ARG_LOG_VERBOSITY=4)"
 )
+NO_GPU_CAUSE = (
+    "likely cause: llama-server found no usable GPU and runs every layer on the CPU - the "
+    "container cannot open the GPU (/dev/dri not mounted, or not readable without the render "
+    "group: the pod supplementalGroups), or the Vulkan driver (ICD) of the image does not see the "
+    "device; `llama-server --list-devices` in the container shows what it sees"
+)
+FEWER_LAYERS_CAUSE = (
+    "likely cause: -ngl is lower than configured, or the memory fit of llama-server (-fit, on by "
+    "default) lowered it because the device had too little free memory (see device_info and "
+    "the common_params_fit lines)"
+)
+LOADED_MARKER = "listening on http"
+"""The line after which the load log is complete (``llama_server: listening on http://...``)."""
+LOAD_LOG_LIMIT = 16 * 1024 * 1024
+"""Most bytes the pod's load log may hold: a -lv 4 load of the 87 GiB model is a few dozen KiB."""
 
 # "0.00.010.672 I load_tensors: ..." - timestamp and level letter are optional prefixes
 # (--log-prefix/--log-timestamps), so they are stripped rather than required.
 _PREFIX = re.compile(r"^(?:\d+\.\d+\.\d+\.\d+\s+)?(?:[IWEDT]\s+)?")
+_LOADING = "load_tensors: loading model tensors"
 _OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 _REPEATING = re.compile(r"load_tensors: offloading (\d+) repeating layers to GPU")
 _BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([0-9.]+) MiB")
 _DEVICE_INFO = re.compile(r"^\s+- (\S+)\s*: (.*) \((\d+) MiB, (\d+) MiB free\)")
-_VK_DEVICE = re.compile(r"ggml_vulkan: (\d+) = (.*?) \((.*?)\) \| uma: (\d)")
-_VK_FOUND = re.compile(r"ggml_vulkan: Found (\d+) Vulkan devices")
-_VK_NONE = "ggml_vulkan: No devices found."
+_VERBOSITY = re.compile(r"common_params_print_info: verbosity = (\d+)")
+_FINISHED = re.compile(r"llama_server: model loaded|listening on http")
 # Buffer types that live in host RAM: CPU, CPU_Mapped, CPU_REPACK, Vulkan_Host, CUDA_Host ...
 _HOST_BUFFER = re.compile(r"^CPU|_Host$")
 
 
 @dataclass
 class LoadEvidence:
-    """What a llama-server load log says about devices and offload."""
+    """What a llama-server load log says about devices and offload (its last load)."""
 
     offloaded: int | None = None
     offloadable: int | None = None
@@ -62,11 +87,30 @@ class LoadEvidence:
     gpu_buffers_mib: dict[str, float] = field(default_factory=dict)
     host_buffers_mib: dict[str, float] = field(default_factory=dict)
     devices: dict[str, str] = field(default_factory=dict)
-    vulkan_devices: list[str] = field(default_factory=list)
-    vulkan_found: int | None = None
     no_gpu_warning: bool = False
-    vulkan_no_devices: bool = False
     saw_load_tensors: bool = False
+    verbosity: int | None = None
+    load_finished: bool = False
+    loads: int = 0
+    lines: int = 0
+
+    def seen(self) -> str:
+        """One line of what the log showed, for every verdict."""
+        devices = ", ".join(f"{k} ({v})" for k, v in self.devices.items()) or "none listed"
+        offload = (
+            f"{self.offloaded}/{self.offloadable} layers offloaded"
+            if self.offloaded is not None
+            else "no offload line"
+        )
+        buffers = {**self.gpu_buffers_mib, **self.host_buffers_mib}
+        bufs = ", ".join(f"{k} {v:.2f} MiB" for k, v in buffers.items()) or "none"
+        state = "load finished" if self.load_finished else "load not finished"
+        verbosity = "?" if self.verbosity is None else str(self.verbosity)
+        warning = f"; stderr: '{NO_GPU_WARNING}'" if self.no_gpu_warning else ""
+        return (
+            f"seen: devices {devices}; {offload}; model buffers {bufs}; {state}; "
+            f"-lv {verbosity}; {self.lines} lines{warning}"
+        )
 
 
 @dataclass
@@ -78,7 +122,7 @@ class GateResult:
     evidence: LoadEvidence
 
     def summary(self) -> str:
-        """One human-readable paragraph (first line: PASS/FAIL)."""
+        """One human-readable paragraph (first line: PASS/FAIL, then what was seen)."""
         ev = self.evidence
         head = "PASS" if self.ok else "FAIL"
         layers = (
@@ -88,6 +132,7 @@ class GateResult:
         )
         gpu = ", ".join(f"{k} {v:.2f} MiB" for k, v in ev.gpu_buffers_mib.items()) or "none"
         lines = [f"gpu-gate: {head}: {layers}; GPU model buffers: {gpu}"]
+        lines.append(f"gpu-gate:   {ev.seen()}")
         lines += [f"gpu-gate:   - {p}" for p in self.problems]
         return "\n".join(lines)
 
@@ -107,28 +152,32 @@ def _message(line: str) -> str:
 
 
 def parse_load_log(text: str) -> LoadEvidence:
-    """Collect offload, buffer and device lines from a llama-server log."""
+    """Collect offload, buffer and device lines of the last load in a llama-server log."""
     ev = LoadEvidence()
     in_device_info = False
     for raw in text.splitlines():
+        ev.lines += 1
         msg = _message(raw)
         if NO_GPU_WARNING in msg:
             ev.no_gpu_warning = True
-        if _VK_NONE in msg:
-            ev.vulkan_no_devices = True
+        if m := _VERBOSITY.search(msg):
+            ev.verbosity = int(m[1])
+        if _FINISHED.search(msg):
+            ev.load_finished = True
         if "load_tensors:" in msg:
             ev.saw_load_tensors = True
-        if m := _OFFLOADED.search(msg):
+        if _LOADING in msg:
+            # A new load (the -lv 5 memory-fit dry run comes first): only the last one counts.
+            ev.loads += 1
+            ev.offloaded = ev.offloadable = ev.repeating = None
+            ev.gpu_buffers_mib, ev.host_buffers_mib = {}, {}
+        elif m := _OFFLOADED.search(msg):
             ev.offloaded, ev.offloadable = int(m[1]), int(m[2])
         elif m := _REPEATING.search(msg):
             ev.repeating = int(m[1])
         elif m := _BUFFER.search(msg):
             target = ev.host_buffers_mib if _HOST_BUFFER.search(m[1]) else ev.gpu_buffers_mib
             target[m[1]] = target.get(m[1], 0.0) + float(m[2])
-        elif m := _VK_FOUND.search(msg):
-            ev.vulkan_found = int(m[1])
-        elif m := _VK_DEVICE.search(msg):
-            ev.vulkan_devices.append(f"{m[2]} ({m[3]}), uma={m[4]}")
         if "device_info:" in msg:
             in_device_info = True
             continue
@@ -138,6 +187,23 @@ def parse_load_log(text: str) -> LoadEvidence:
             else:
                 in_device_info = False
     return ev
+
+
+def _no_offload_problem(ev: LoadEvidence) -> str:
+    """Why the offload line is missing: low verbosity, still loading, or no GPU at all."""
+    missing = f"no '{OFFLOADED_LINE}' line"
+    if ev.verbosity is not None and ev.verbosity < 4:
+        return f"{missing}: the log is at verbosity {ev.verbosity}; {VERBOSITY_HINT}"
+    if not ev.saw_load_tensors:
+        if ev.load_finished:
+            return (
+                f"{missing} and no load_tensors line at all after a finished load; {VERBOSITY_HINT}"
+            )
+        return f"{missing} yet: the model load has not reached load_tensors (still loading?)"
+    if ev.load_finished or ev.gpu_buffers_mib or ev.host_buffers_mib:
+        # The buffer lines follow the offload decision in the same function: it was made.
+        return f"{missing} after a finished load: no GPU was used; {NO_GPU_CAUSE}"
+    return f"{missing} yet: the model is still loading"
 
 
 def evaluate(
@@ -150,33 +216,36 @@ def evaluate(
     """Decide from parsed evidence; ``expect_layers`` None means all layers (``-ngl all``)."""
     problems: list[str] = []
     if ev.no_gpu_warning:
-        problems.append(
-            f"llama-server printed 'warning: {NO_GPU_WARNING}': this build or container has "
-            "no usable GPU backend (missing Vulkan driver/ICD, /dev/dri or render group)"
-        )
-    if ev.vulkan_no_devices:
-        problems.append(f"llama-server printed '{_VK_NONE}'")
+        problems.append(f"llama-server printed 'warning: {NO_GPU_WARNING}'; {NO_GPU_CAUSE}")
     if ev.offloaded is None or ev.offloadable is None:
-        hint = "" if ev.saw_load_tensors else f" (no load_tensors line at all; {VERBOSITY_HINT})"
-        problems.append(f"expected the line '{OFFLOADED_LINE}' and did not find it{hint}")
+        problems.append(_no_offload_problem(ev))
     else:
         wanted = ev.offloadable if expect_layers is None else min(expect_layers, ev.offloadable)
         if ev.offloaded < wanted:
             problems.append(
                 f"only {ev.offloaded}/{ev.offloadable} layers offloaded, expected {wanted} "
-                f"(configured {'all' if expect_layers is None else expect_layers})"
+                f"(configured {'all' if expect_layers is None else expect_layers}); "
+                f"{FEWER_LAYERS_CAUSE}"
             )
-    gpu = {k: v for k, v in ev.gpu_buffers_mib.items() if k.startswith(device_prefix)}
+    device = {k: v for k, v in ev.gpu_buffers_mib.items() if k.startswith(device_prefix)}
+    nonzero = {k: v for k, v in device.items() if v > 0}
     if not ev.gpu_buffers_mib and not ev.host_buffers_mib:
-        problems.append(f"expected '{BUFFER_LINE}' lines and found none ({VERBOSITY_HINT})")
-    elif not gpu:
-        found = ", ".join([*ev.gpu_buffers_mib, *ev.host_buffers_mib])
-        problems.append(
-            f"expected a '{device_prefix}<N> model buffer size' line; only found: {found}"
+        if ev.saw_load_tensors or ev.load_finished:
+            problems.append(f"expected '{BUFFER_LINE}' lines and found none ({VERBOSITY_HINT})")
+    elif not nonzero:
+        found = ", ".join(
+            f"{k} {v:.2f} MiB" for k, v in {**ev.gpu_buffers_mib, **ev.host_buffers_mib}.items()
         )
-    elif sum(gpu.values()) <= min_gpu_buffer_mib:
+        if device:
+            what = "only zero-size ones (a dry run's or no-alloc load's: never evidence)"
+        else:
+            what = "only other buffers"
         problems.append(
-            f"{device_prefix} model buffers total {sum(gpu.values()):.2f} MiB, "
+            f"expected a non-zero '{device_prefix}<N> model buffer size' line; {what}: {found}"
+        )
+    elif sum(nonzero.values()) <= min_gpu_buffer_mib:
+        problems.append(
+            f"{device_prefix} model buffers total {sum(nonzero.values()):.2f} MiB, "
             f"expected more than {min_gpu_buffer_mib:.2f} MiB"
         )
     return GateResult(ok=not problems, problems=problems, evidence=ev)
@@ -213,6 +282,10 @@ def wait_healthy(base_url: str, timeout: float, interval: float = 2.0) -> bool:
         time.sleep(interval)
 
 
+# grep -E for a model buffer line of the device with a size above zero (%8.2f: "0.00" is zero).
+_NONZERO_MIB = r"= *(0*[1-9][0-9]*\.[0-9]+|0*\.[0-9]*[1-9][0-9]*) MiB"
+
+
 def probe_shell(
     log_path: str,
     expect_layers: int,
@@ -222,28 +295,61 @@ def probe_shell(
     """POSIX sh for an exec startupProbe in the server image (no python there): exit 0 = on GPU.
 
     Needs ``--log-file LOG_PATH -lv 4``. The CPU-fallback warning does not reach the log file,
-    so a GPU-less container is caught by the offload line being absent or short instead.
+    so a GPU-less container is caught by the offload line being absent after a finished load.
+    Only the last load in the log counts (at ``-lv 5`` the memory fit's dry run logs one first).
+    Every failure prints one line: what was seen and the likely cause (the probe's event).
     With ``health_url`` (e.g. ``http://127.0.0.1:8080``) it first requires ``/health`` 200 via
     curl, which the llama.cpp server images ship for their own healthcheck.
     """
     log = shlex.quote(log_path)
+    prefix = shlex.quote(device_prefix)
     health = ""
     if health_url:
         url = shlex.quote(health_url.rstrip("/") + "/health")
         health = (
             f"curl -fsS -o /dev/null --max-time 5 {url} || "
-            '{ echo "gpu-gate: not healthy yet"; exit 1; }\n'
+            '{ echo "gpu-gate: not healthy yet (the model is still loading)"; exit 1; }\n'
         )
+    no_gpu = shlex.quote(NO_GPU_CAUSE)
+    fewer = shlex.quote(FEWER_LAYERS_CAUSE)
+    verbosity = shlex.quote(VERBOSITY_HINT)
     return health + (
-        f"line=$(grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' {log} 2>/dev/null | tail -n 1)\n"
-        '[ -n "$line" ] || { echo "gpu-gate: no \'load_tensors: offloaded N/M layers to GPU\' '
-        'line yet (need -lv 4)"; exit 1; }\n'
-        "n=${line#offloaded }; n=${n%%/*}; m=${line#*/}; m=${m%% *}\n"
+        f"log={log}; dev={prefix}\n"
+        '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
+        'it with --log-file)"; exit 1; }\n'
+        # The last load only: from its 'loading model tensors' line to the end.
+        "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
+        "cut -d: -f1)\n"
+        'last=$(sed -n "${start:-1},\\$p" "$log")\n'
+        "devs=$(sed -n 's/^.*common_param: *- \\([^ ]*\\) *: \\(.*\\) "
+        "(\\([0-9]*\\) MiB, .*/\\1 (\\2)/p'"
+        ' "$log" | tr "\\n" "," | sed "s/,$//")\n'
+        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
+        "size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
+        "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
+        "tail -n 1)\n"
+        'seen="seen: devices ${devs:-none listed}; ${off:-no offload line}; model buffers '
+        '${bufs:-none}"\n'
+        'if [ -z "$off" ]; then\n'
+        "  if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
+        f"    echo \"gpu-gate: FAIL: no '{OFFLOADED_LINE}' line: the log is below -lv 4; \""
+        f"{verbosity}; exit 1\n"
+        "  fi\n"
+        '  if grep -q \'llama_server: model loaded\' "$log" || [ -n "$bufs" ]; then\n'
+        f"    echo \"gpu-gate: FAIL: no GPU used: no '{OFFLOADED_LINE}' line after a finished "
+        f'load ($seen); "{no_gpu}; exit 1\n'
+        "  fi\n"
+        f"  echo \"gpu-gate: no '{OFFLOADED_LINE}' line yet: still loading ($seen)\"; exit 1\n"
+        "fi\n"
+        "n=${off#offloaded }; n=${n%%/*}; m=${off#*/}; m=${m%% *}\n"
         f'want={int(expect_layers)}; [ "$want" -gt "$m" ] && want=$m\n'
-        '[ "$n" -ge "$want" ] || { echo "gpu-gate: $n/$m layers on GPU, want $want"; exit 1; }\n'
-        f"grep -q 'load_tensors: *{device_prefix}[0-9]* model buffer size' {log} || "
-        f"{{ echo 'gpu-gate: no {device_prefix} model buffer line'; exit 1; }}\n"
-        'echo "gpu-gate: PASS $n/$m layers on GPU"\n'
+        '[ "$n" -ge "$want" ] || { echo "gpu-gate: FAIL: $n/$m layers on GPU, want $want '
+        f'($seen); "{fewer}; exit 1; }}\n'
+        'printf \'%s\\n\' "$last" | grep -Eq "load_tensors: *${dev}[0-9]+ model buffer size '
+        f'{_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
+        "exit 1; }\n"
+        'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
     )
 
 
@@ -252,6 +358,38 @@ def probe_command(
 ) -> list[str]:
     """``exec.command`` for a Kubernetes probe running ``probe_shell``."""
     return ["sh", "-c", probe_shell(log_path, expect_layers, device_prefix, health_url)]
+
+
+def load_log_shell(
+    log_path: str, binary: str = "/app/llama-server", limit: int = LOAD_LOG_LIMIT
+) -> str:
+    """POSIX sh that runs llama-server (``"$@"``) with a log file that holds the load only.
+
+    ``--log-file LOG_PATH`` in the arguments is pointed at a FIFO beside it; a reader copies the
+    FIFO into LOG_PATH up to the ``listening on`` line (at most ``limit`` bytes), then drains it
+    to /dev/null. So LOG_PATH is the gate's evidence, written once per start, and never grows
+    with traffic; the console output (the container log) is untouched. llama-server stays the
+    process the kubelet signals (``exec``), and it ignores SIGPIPE: a dead reader loses log
+    lines, never the server.
+    """
+    log = shlex.quote(log_path)
+    fifo = shlex.quote(log_path.rsplit("/", 1)[0] + "/.llama-server-log.fifo")
+    return (
+        f"log={log}; fifo={fifo}\n"
+        'rm -f "$fifo" && mkfifo "$fifo" || { echo "llama-server-log: cannot make $fifo" >&2; '
+        "exit 1; }\n"
+        'n=$#; prev=\nfor a in "$@"; do\n'
+        '  if [ "$prev" = --log-file ] && [ "$a" = "$log" ]; then a=$fifo; fi\n'
+        '  set -- "$@" "$a"; prev=$a\ndone\nshift "$n"\n'
+        f"{{ sed -e '/{LOADED_MARKER}/q' | head -c {int(limit)} > \"$log\"; "
+        'exec cat > /dev/null; } < "$fifo" &\n'
+        f'exec {shlex.quote(binary)} "$@"\n'
+    )
+
+
+def server_command(log_path: str, binary: str = "/app/llama-server") -> list[str]:
+    """Container ``command`` running ``load_log_shell``; the llama-server argv are its ``args``."""
+    return ["sh", "-c", load_log_shell(log_path, binary), "llama-server"]
 
 
 def check_script() -> str:

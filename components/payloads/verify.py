@@ -11,6 +11,7 @@ with a tolerance and the greedy text decides. Standard library only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -67,7 +68,13 @@ DEFAULT_REQUEST: dict[str, Any] = {
     "max_tokens": 32,
     "top_logprobs": 5,
 }
-DEFAULT_TOLERANCE: dict[str, float] = {"logprob_abs": 0.5, "min_top1_agreement": 1.0}
+DEFAULT_TOLERANCE: dict[str, float] = {
+    "logprob_abs": 0.5,
+    "min_top1_agreement": 1.0,
+    # A silent CPU fallback gives the same answers but decodes several times slower: fail
+    # below this fraction of the decode speed recorded on the trusted (GPU) deployment.
+    "min_decode_fraction": 0.5,
+}
 
 
 class EndpointError(RuntimeError):
@@ -340,7 +347,9 @@ def record(
     Hand-written ``contains``/``regex`` expectations are kept.
     """
     model = doc.get("model") or model_id(base_url, api_key)
+    warm_up(base_url, doc, model=model, api_key=api_key)
     out = {**doc, "cases": []}
+    speeds: list[float | None] = []
     for case in doc["cases"]:
         got = complete(
             base_url,
@@ -356,12 +365,28 @@ def record(
         if got.steps:
             new["reference"] = {"steps": [step.to_json() for step in got.steps]}
         out["cases"].append(new)
+        speeds.append(got.decode_tps)
     out["recorded"] = {
         "at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "base_url": base_url,
         "model": model,
+        "decode_tps": median_speed(speeds),
     }
     return out
+
+
+def warm_up(base_url: str, doc: dict[str, Any], *, model: str, api_key: str | None) -> None:
+    """One throwaway request: the first after a load compiles GPU pipelines (slow, not steady)."""
+    # A failure here is the measured requests' to report.
+    with contextlib.suppress(EndpointError, KeyError, IndexError, OSError):
+        complete(base_url, doc["cases"][0], doc["request"], model=model,
+                 endpoint=doc.get("endpoint", "chat"), api_key=api_key)  # fmt: skip
+
+
+def median_speed(speeds: list[float | None]) -> float | None:
+    """The median of the decode speeds that were measured."""
+    present = sorted(v for v in speeds if v)
+    return present[len(present) // 2] if present else None
 
 
 def verify(
@@ -373,6 +398,7 @@ def verify(
     """Run every case of an expectations document and check it."""
     model = doc.get("model") or model_id(base_url, api_key)
     tolerance = {**DEFAULT_TOLERANCE, **doc.get("tolerance", {})}
+    warm_up(base_url, doc, model=model, api_key=api_key)
     results = []
     for case in doc["cases"]:
         try:
@@ -395,16 +421,40 @@ def verify(
 
 def decode_floor_problem(results: list[CaseResult], floor: float) -> str | None:
     """A median decode speed below the floor: the server may be running on the CPU."""
-    speeds = sorted(r.decode_tps for r in results if r.decode_tps)
-    if not speeds:
+    median = median_speed([r.decode_tps for r in results])
+    if median is None:
         return "decode speed: the server reported no timings and no token usage"
-    median = speeds[len(speeds) // 2]
     if median < floor:
         return (
             f"decode speed: median {median:.1f} tok/s is below the floor of {floor:g} tok/s "
             "(a GPU fallback to the CPU, or a slower build)"
         )
     return None
+
+
+def recorded_speed_problem(
+    results: list[CaseResult], doc: dict[str, Any], fraction: float
+) -> tuple[str | None, str]:
+    """(problem, report line): the median decode speed against the one recorded with the file.
+
+    The reference is recorded on a deployment you trust, on its GPU; a silent fallback to the
+    CPU answers the same text and logprobs, only several times slower, so the speed is the
+    signal. An old file without a recorded speed, or ``fraction`` 0, checks nothing.
+    """
+    recorded = (doc.get("recorded") or {}).get("decode_tps")
+    if not recorded or fraction <= 0:
+        return None, "decode speed vs the recording: not checked (no speed recorded: --record)"
+    median = median_speed([r.decode_tps for r in results])
+    if median is None:
+        return "decode speed: the server reported no timings and no token usage", ""
+    share = median / float(recorded)
+    line = (
+        f"decode speed: median {median:.1f} tok/s, {share:.0%} of the {float(recorded):.1f} "
+        f"tok/s recorded (need {fraction:.0%})"
+    )
+    if share < fraction:
+        return f"{line}: the server may have fallen back to the CPU (no usable GPU)", line
+    return None, line
 
 
 def format_table(results: list[CaseResult]) -> str:
@@ -502,6 +552,10 @@ def run(base_url: str, args: argparse.Namespace) -> int:
         return 1
     print(format_table(results))
     ok = all(r.ok for r in results)
+    fraction = {**DEFAULT_TOLERANCE, **doc.get("tolerance", {})}["min_decode_fraction"]
+    problem, line = recorded_speed_problem(results, doc, float(fraction))
+    print(problem or line)
+    ok = ok and problem is None
     if args.min_decode_tps is not None:
         problem = decode_floor_problem(results, args.min_decode_tps)
         print(problem or f"decode speed: at or above the floor of {args.min_decode_tps:g} tok/s")

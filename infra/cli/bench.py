@@ -6,6 +6,13 @@ from what the server says (llama-server ``timings.predicted_n`` with ``timings_p
 vLLM ``usage.completion_tokens`` with ``continuous_usage_stats``, or ``logprobs``), never as
 one per chunk, because speculative decoding sends several tokens in one chunk. Every prompt
 starts with a unique nonce so the prefix cache cannot flatter prefill or TTFT.
+
+Each figure is printed beside the server's own (llama-server ``timings``): the warm-up first
+runs every shape the levels use (a long prompt, then each level's width), so the first
+requests' pipeline compilation (Vulkan) is not measured; before each prefill request a tiny
+one takes the previous slot's prompt-cache save, reported as its own line; a level with more
+streams than the server has slots (``/props`` ``total_slots``, or ``--slots``) is labelled
+queued and never set beside seed 002's batched figures.
 """
 
 from __future__ import annotations
@@ -23,13 +30,14 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from components.payloads.verify import API_KEY_ENV, EndpointError, model_id
-from infra.cli.common import Subparsers, add_stack_argument, report_config_error
-from infra.cli.verify import URL_HELP
-from infra.config import ConfigError, read_stack_file
-from infra.targets import endpoint_url
+# The only project import: a standard-library payload, so `bench/serve.py` can load this file
+# and verify.py by path on a plain Python (importing the `components` package needs pulumi).
+from components.payloads.verify import API_KEY_ENV, EndpointError, model_id, request_json
+
+if TYPE_CHECKING:
+    from infra.cli.common import Subparsers
 
 # Seed 002: DeepSeek V4 Flash on one MI300X, vLLM, DSpark-7 speculative decoding.
 SEED_002: dict[str, str] = {
@@ -88,6 +96,7 @@ class StreamResult:
     t_start: float = 0.0
     t_first_token: float | None = None
     t_last_token: float | None = None
+    t_end: float | None = None
     tokens_at_first: int = 0
     output_tokens: int = 0
     prompt_tokens: int | None = None
@@ -100,6 +109,14 @@ class StreamResult:
     def ttft(self) -> float | None:
         """Seconds from sending to the first generated token."""
         return None if self.t_first_token is None else self.t_first_token - self.t_start
+
+    @property
+    def server_busy(self) -> tuple[float, float] | None:
+        """(start, end) of the server's work on this request: its prompt + predicted time."""
+        t = self.timings or {}
+        if self.t_end is None or "prompt_ms" not in t or "predicted_ms" not in t:
+            return None
+        return self.t_end - (t["prompt_ms"] + t["predicted_ms"]) / 1000, self.t_end
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -188,6 +205,7 @@ def stream_chat(
                     if res.t_first_token is None:
                         res.t_first_token, res.tokens_at_first = now, count
                     res.t_last_token = now
+        res.t_end = time.monotonic()
         res.output_tokens = count
         res.ok = count > 0
         if not res.ok:
@@ -222,6 +240,11 @@ class BenchConfig:
     # A fresh seed per run: a rerun on the same server must not hit its own earlier prompts.
     seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**31))
     timeout: float = 900.0
+    """Seconds a request may go without a byte: a queued stream waits for a slot that long."""
+    warmup_rounds: int = 2
+    """Rounds of the warm-up (a long prompt, then every level's width); 0 skips it."""
+    slots: int | None = None
+    """The server's parallel slots; None asks llama-server's ``/props`` (``total_slots``)."""
     # Polling /slots and /metrics costs the server a little; 4 Hz is invisible on a real model.
     sample_interval: float = 0.25
     extra_body: dict[str, Any] = field(
@@ -245,6 +268,12 @@ class LevelResult:
     median_ttft_ms: float | None
     max_busy_slots: int | None
     max_requests_processing: int | None
+    queued: bool = False
+    """More streams than slots: the server ran at most ``slots`` at once, the rest waited."""
+    server_aggregate_tok_s: float | None = None
+    """Output tokens over the time the server was working on any request (its timings)."""
+    server_stream_decode_tok_s: float | None = None
+    """Median of the server's ``predicted_per_second`` over the level's requests."""
 
 
 @dataclass
@@ -266,6 +295,11 @@ class BenchReport:
     decode_runs: list[dict[str, Any]]
     prefill_runs: list[dict[str, Any]]
     errors: list[str]
+    slots: int | None = None
+    cache_save_ms: float | None = None
+    """Median extra TTFT of a tiny request sent after a prefill request: the server saving
+    the previous slot's long prompt to its prompt cache, kept out of the prefill figure."""
+    warmup_s: float | None = None
 
     def to_json(self) -> str:
         """The report as indented JSON, seed 002's figures included for comparison."""
@@ -362,6 +396,51 @@ def _body(model: str, prompt: str, max_tokens: int, cfg: BenchConfig) -> dict[st
     }
 
 
+def busy_seconds(windows: list[tuple[float, float]]) -> float:
+    """Length of the union of (start, end) intervals: time the server worked on any request."""
+    total, end = 0.0, float("-inf")
+    for start, stop in sorted(windows):
+        if stop <= end:
+            continue
+        total += stop - max(start, end)
+        end = stop
+    return total
+
+
+def server_slots(base_url: str, api_key: str | None = None) -> int | None:
+    """llama-server's parallel slots (``/props`` ``total_slots``); None where not served."""
+    try:
+        props = request_json(base_url, "/props", api_key=api_key, timeout=30.0)
+    except (EndpointError, OSError, ValueError):
+        return None
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    return slots if isinstance(slots, int) and slots > 0 else None
+
+
+def _concurrently(
+    base_url: str,
+    bodies: list[list[dict[str, Any]]],
+    cfg: BenchConfig,
+    api_key: str | None,
+) -> list[StreamResult]:
+    """One thread per stream, each sending its bodies back to back; every result."""
+    results: list[StreamResult] = []
+    lock = threading.Lock()
+
+    def worker(stream: list[dict[str, Any]]) -> None:
+        for body in stream:
+            r = stream_chat(base_url, body, api_key=api_key, timeout=cfg.timeout)
+            with lock:
+                results.append(r)
+
+    threads = [threading.Thread(target=worker, args=(b,)) for b in bodies]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
 def run_level(
     base_url: str,
     model: str,
@@ -370,51 +449,77 @@ def run_level(
     *,
     api_key: str | None = None,
     first_index: int = 0,
+    slots: int | None = None,
 ) -> tuple[LevelResult, list[StreamResult]]:
     """``concurrency`` threads, each sending ``requests_per_stream`` requests back to back."""
-    results: list[StreamResult] = []
-    lock = threading.Lock()
-
-    def worker(stream: int) -> None:
-        for k in range(cfg.requests_per_stream):
-            index = first_index + stream * cfg.requests_per_stream + k
-            prompt = varied_prompt(index, 48, cfg.seed)
-            r = stream_chat(
-                base_url,
-                _body(model, prompt, cfg.concurrent_tokens, cfg),
-                api_key=api_key,
-                timeout=cfg.timeout,
-            )
-            with lock:
-                results.append(r)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    bodies = [
+        [
+            _body(model, varied_prompt(first_index + i * cfg.requests_per_stream + k, 48,
+                                       cfg.seed), cfg.concurrent_tokens, cfg)
+            for k in range(cfg.requests_per_stream)
+        ]
+        for i in range(concurrency)
+    ]  # fmt: skip
     with ServerSampler(base_url, api_key, cfg.sample_interval) as sampler:
         started = time.monotonic()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        results = _concurrently(base_url, bodies, cfg, api_key)
         wall = time.monotonic() - started
-    tokens = sum(r.output_tokens for r in results if r.ok)
+    ok = [r for r in results if r.ok]
+    tokens = sum(r.output_tokens for r in ok)
+    windows = [w for r in ok if (w := r.server_busy) is not None]
+    busy = busy_seconds(windows) if len(windows) == len(ok) and ok else 0.0
     level = LevelResult(
         concurrency=concurrency,
         requests=len(results),
-        failed=sum(not r.ok for r in results),
+        failed=len(results) - len(ok),
         output_tokens=tokens,
         wall_s=wall,
         aggregate_tok_s=tokens / wall if wall > 0 else 0.0,
-        median_stream_decode_tok_s=_median([r.decode_tok_s for r in results if r.ok]),
+        median_stream_decode_tok_s=_median([r.decode_tok_s for r in ok]),
         median_ttft_ms=_median([r.ttft * 1000 if r.ttft is not None else None for r in results]),
         max_busy_slots=sampler.max_busy_slots,
         max_requests_processing=sampler.max_processing,
+        queued=slots is not None and concurrency > slots,
+        server_aggregate_tok_s=tokens / busy if busy > 0 else None,
+        server_stream_decode_tok_s=_median(
+            [(r.timings or {}).get("predicted_per_second") for r in ok]
+        ),
     )
     return level, results
+
+
+def warm_up(
+    base_url: str,
+    model: str,
+    cfg: BenchConfig,
+    slots: int | None,
+    next_index: Any,
+    *,
+    api_key: str | None = None,
+) -> float:
+    """Run every shape the measurements use, ``warmup_rounds`` times; seconds it took.
+
+    The first requests after a load compile GPU pipelines (Vulkan: a first 159-token prefill
+    took 6.4 s against 21.5 ms warm on an H200), per batch shape: a long prompt compiles the
+    prefill kernels, each level's width (capped at the slots) the batched decode kernels.
+    """
+    started = time.monotonic()
+    widths = sorted({1, *(min(c, slots) if slots else c for c in cfg.concurrency)})
+    for _ in range(cfg.warmup_rounds):
+        long_prompt = varied_prompt(next_index(), cfg.prefill_words, cfg.seed)
+        stream_chat(base_url, _body(model, long_prompt, 4, cfg), api_key=api_key,
+                    timeout=cfg.timeout)  # fmt: skip
+        for width in widths:
+            bodies = [[_body(model, varied_prompt(next_index(), 48, cfg.seed), 16, cfg)]
+                      for _ in range(width)]  # fmt: skip
+            _concurrently(base_url, bodies, cfg, api_key)
+    return time.monotonic() - started
 
 
 def run_bench(base_url: str, cfg: BenchConfig, *, api_key: str | None = None) -> BenchReport:
     """Warm up, then single-stream decode, prefill, and every concurrency level."""
     model = cfg.model or model_id(base_url, api_key)
+    slots = cfg.slots or server_slots(base_url, api_key)
     errors: list[str] = []
     index = 0
 
@@ -423,13 +528,11 @@ def run_bench(base_url: str, cfg: BenchConfig, *, api_key: str | None = None) ->
         index += 1
         return index
 
-    # One throwaway request: first-request costs (graph build, allocations) are not steady state.
-    stream_chat(
-        base_url,
-        _body(model, varied_prompt(next_index(), 16, cfg.seed), 8, cfg),
-        api_key=api_key,
-        timeout=cfg.timeout,
-    )
+    def tiny() -> StreamResult:
+        body = _body(model, varied_prompt(next_index(), 4, cfg.seed), 1, cfg)
+        return stream_chat(base_url, body, api_key=api_key, timeout=cfg.timeout)
+
+    warmup_s = warm_up(base_url, model, cfg, slots, next_index, api_key=api_key)
 
     decode = [
         stream_chat(
@@ -440,15 +543,28 @@ def run_bench(base_url: str, cfg: BenchConfig, *, api_key: str | None = None) ->
         )
         for _ in range(cfg.decode_requests)
     ]
-    prefill = [
-        stream_chat(
-            base_url,
-            _body(model, varied_prompt(next_index(), cfg.prefill_words, cfg.seed), 1, cfg),
-            api_key=api_key,
-            timeout=cfg.timeout,
+    # Before a new task llama-server saves the previous slot to its prompt cache (1.4 s after
+    # a 24k-token prompt): a tiny request before each prefill request takes that cost, and
+    # the tiny request after a long one against the one after a short one measures it.
+    prefill: list[StreamResult] = []
+    after_short: list[float | None] = []
+    after_long: list[float | None] = []
+    for _ in range(cfg.prefill_requests):
+        after = tiny().ttft
+        (after_long if prefill else after_short).append(after)
+        prefill.append(
+            stream_chat(
+                base_url,
+                _body(model, varied_prompt(next_index(), cfg.prefill_words, cfg.seed), 1, cfg),
+                api_key=api_key,
+                timeout=cfg.timeout,
+            )
         )
-        for _ in range(cfg.prefill_requests)
-    ]
+    if prefill:
+        after_long.append(tiny().ttft)
+        after_short.append(tiny().ttft)
+    short, long_ = _median(after_short), _median(after_long)
+    cache_save_ms = None if short is None or long_ is None else max(0.0, long_ - short) * 1000
     for r in (*decode, *prefill):
         if not r.ok:
             errors.append(r.error or "failed")
@@ -462,8 +578,9 @@ def run_bench(base_url: str, cfg: BenchConfig, *, api_key: str | None = None) ->
     levels = []
     for c in cfg.concurrency:
         level, runs = run_level(
-            base_url, model, c, cfg, api_key=api_key, first_index=next_index() * 100_000
-        )
+            base_url, model, c, cfg, api_key=api_key, first_index=next_index() * 100_000,
+            slots=slots,
+        )  # fmt: skip
         levels.append(level)
         errors += [r.error or "failed" for r in runs if not r.ok]
 
@@ -488,6 +605,9 @@ def run_bench(base_url: str, cfg: BenchConfig, *, api_key: str | None = None) ->
         decode_runs=[_run_summary(r) for r in decode],
         prefill_runs=[_run_summary(r) for r in prefill],
         errors=errors,
+        slots=slots,
+        cache_save_ms=cache_save_ms,
+        warmup_s=warmup_s,
     )
 
 
@@ -495,8 +615,30 @@ def _fmt(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _ratio(measured: float | None, server: float | None) -> str | None:
+    if measured is None or not server:
+        return None
+    return f"{measured / server:.3f}"
+
+
+def agreement(report: BenchReport) -> dict[str, str]:
+    """Client figure over the server's own, per figure that has both (1.000 = equal)."""
+    pairs: dict[str, tuple[float | None, float | None]] = {
+        "decode": (report.decode_tok_s, report.decode_server_tok_s),
+        "prefill": (report.prefill_tok_s, report.prefill_server_tok_s),
+    }
+    for level in report.levels:
+        c = level.concurrency
+        pairs[f"stream decode @{c}"] = (
+            level.median_stream_decode_tok_s,
+            level.server_stream_decode_tok_s,
+        )
+        pairs[f"aggregate @{c}"] = (level.aggregate_tok_s, level.server_aggregate_tok_s)
+    return {k: r for k, (m, srv) in pairs.items() if (r := _ratio(m, srv)) is not None}
+
+
 def format_table(report: BenchReport) -> str:
-    """Measured figures beside seed 002's (MI300X, vLLM, DSpark-7)."""
+    """Measured figures beside the server's own and seed 002's (MI300X, vLLM, DSpark-7)."""
     rows = [
         ("metric", "measured", "server-side", "seed 002 (MI300X)"),
         ("single-stream decode tok/s (median)", _fmt(report.decode_tok_s),
@@ -504,25 +646,36 @@ def format_table(report: BenchReport) -> str:
         (f"prefill tok/s (median, ~{report.prefill_prompt_tokens or '?'} tok prompt)",
          _fmt(report.prefill_tok_s), _fmt(report.prefill_server_tok_s),
          SEED_002["prefill_tok_s"]),
+        ("prompt-cache save of the previous slot, ms (not in prefill)",
+         _fmt(report.cache_save_ms), "-", "-"),
         ("TTFT ms (median, short prompt)", _fmt(report.ttft_ms), "-", SEED_002["ttft_ms"]),
     ]  # fmt: skip
+    slots = report.slots
     measured = {level.concurrency: level for level in report.levels}
     for c in sorted({*measured, 8, 64}):
         level = measured.get(c)
         seed = SEED_002.get(f"aggregate_{c}", "-")
+        name = f"aggregate output tok/s @ {c} streams"
         if level is None:
-            rows.append((f"aggregate output tok/s @ {c} streams", "not run", "-", seed))
+            rows.append((name, "not run", "-", seed))
             continue
         seen = level.max_busy_slots
         seen = level.max_requests_processing if seen is None else seen
-        busy = f"max busy {seen if seen is not None else '?'}"
-        rows.append((f"aggregate output tok/s @ {c} streams", _fmt(level.aggregate_tok_s),
-                     busy, seed))  # fmt: skip
+        busy = f"{_fmt(level.server_aggregate_tok_s)} (max busy {'?' if seen is None else seen})"
+        if level.queued:
+            # One request per slot at a time: not a batched figure, never beside seed 002's.
+            name = f"{name}, QUEUED ({slots} slot{'s' if slots != 1 else ''})"
+            seed = "- (not batched)"
+        rows.append((name, _fmt(level.aggregate_tok_s), busy, seed))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    ratios = agreement(report)
+    if ratios:
+        lines.append("measured / server-side: " + ", ".join(f"{k} {v}" for k, v in ratios.items()))
     lines.append(
-        f"tokens counted from: {report.count_source}; "
-        f"prefill cached tokens (max): {report.prefill_cached_tokens}"
+        f"tokens counted from: {report.count_source}; slots: {slots or '?'}; "
+        f"prefill cached tokens (max): {report.prefill_cached_tokens}; "
+        f"warm-up: {_fmt(report.warmup_s)} s"
     )
     lines += [f"error: {e}" for e in report.errors[:10]]
     return "\n".join(lines)
@@ -546,6 +699,26 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests-per-stream", type=int, default=BenchConfig.requests_per_stream)
     p.add_argument("--seed", type=int, help="prompt seed (default: a fresh one per run)")
     p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=BenchConfig.timeout,
+        help="seconds a request may go without a byte (a queued stream waits for a slot; "
+        f"default {BenchConfig.timeout:g})",
+    )
+    p.add_argument(
+        "--warmup-rounds",
+        type=int,
+        default=BenchConfig.warmup_rounds,
+        help="warm-up rounds: a long prompt and every level's width each (default "
+        f"{BenchConfig.warmup_rounds}; 0: none)",
+    )
+    p.add_argument(
+        "--slots",
+        type=int,
+        help="the server's parallel slots (default: llama-server /props total_slots); a level "
+        "with more streams is labelled queued",
+    )
 
 
 def run(base_url: str, a: argparse.Namespace) -> int:
@@ -555,6 +728,7 @@ def run(base_url: str, a: argparse.Namespace) -> int:
         prefill_requests=a.prefill_requests, prefill_words=a.prefill_words,
         concurrency=[int(c) for c in a.concurrency.split(",") if c.strip()],
         concurrent_tokens=a.concurrent_tokens, requests_per_stream=a.requests_per_stream,
+        timeout=a.timeout, warmup_rounds=a.warmup_rounds, slots=a.slots,
     )  # fmt: skip
     if a.seed is not None:
         cfg.seed = a.seed
@@ -574,6 +748,9 @@ def run(base_url: str, a: argparse.Namespace) -> int:
 
 def add_parser(sub: Subparsers) -> None:
     """Register `bench`: the stack, --url, and every option of the benchmark."""
+    from infra.cli.common import add_stack_argument
+    from infra.cli.verify import URL_HELP
+
     parser = sub.add_parser(
         "bench", help="measure decode, prefill, TTFT and concurrent throughput of the endpoint"
     )
@@ -585,6 +762,10 @@ def add_parser(sub: Subparsers) -> None:
 
 def run_stack(args: argparse.Namespace) -> int:
     """Benchmark the stack's endpoint (or --url)."""
+    from infra.cli.common import report_config_error
+    from infra.config import ConfigError, read_stack_file
+    from infra.targets import endpoint_url
+
     try:
         stack = read_stack_file(args.stack).stack()
     except ConfigError as exc:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from infra.cli import bench as serve_bench
+from tests.conftest import ROOT
 from tests.support.llama_server import run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -28,8 +31,8 @@ def report_and_table(
     model = write_tiny_split_model(root / "model", "tiny", 3)[0]
     cfg = serve_bench.BenchConfig(
         decode_requests=3, decode_tokens=128, prefill_requests=2, prefill_words=250,
-        concurrency=[1, SLOTS], concurrent_tokens=256, requests_per_stream=1,
-        sample_interval=0.01,
+        concurrency=[1, SLOTS, 2 * SLOTS], concurrent_tokens=256, requests_per_stream=1,
+        sample_interval=0.01, warmup_rounds=1,
     )  # fmt: skip
     argv = tiny_server_argv(model, "--metrics", "--api-key", "k", parallel=SLOTS)
     with run_llama_server(argv) as url:
@@ -39,8 +42,19 @@ def report_and_table(
             url, "--api-key", "k", "--out", str(out), "--decode-requests", "1",
             "--decode-tokens", "16", "--prefill-requests", "1", "--prefill-words", "100",
             "--concurrency", "2", "--concurrent-tokens", "16", "--requests-per-stream", "1",
+            "--timeout", "120", "--warmup-rounds", "0",
         ])  # fmt: skip
         assert rc == 0
+        # As documented: a plain Python, no site-packages (no pulumi), runs bench/serve.py.
+        plain = subprocess.run(
+            [sys.executable, "-I", "-S", str(ROOT / "bench" / "serve.py"), url, "--api-key", "k",
+             "--decode-requests", "1", "--decode-tokens", "8", "--prefill-requests", "1",
+             "--prefill-words", "50", "--concurrency", "1", "--concurrent-tokens", "8",
+             "--requests-per-stream", "1", "--warmup-rounds", "0"],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+        assert plain.returncode == 0, plain.stderr
+        assert "single-stream decode tok/s" in plain.stdout
     yield report, serve_bench.format_table(report), json.loads(out.read_text())
 
 
@@ -52,11 +66,19 @@ def test_every_figure_is_produced(
     for value in (report.decode_tok_s, report.decode_server_tok_s, report.ttft_ms,
                   report.prefill_tok_s, report.prefill_server_tok_s):  # fmt: skip
         assert value is not None and value > 0
-    assert [lvl.concurrency for lvl in report.levels] == [1, SLOTS]
+    assert [lvl.concurrency for lvl in report.levels] == [1, SLOTS, 2 * SLOTS]
     assert all(lvl.aggregate_tok_s > 0 and lvl.failed == 0 for lvl in report.levels)
-    # Side by side with seed 002's figures.
-    for figure in ("168.6", "7,900-8,500", "542", "830"):
+    assert report.slots == SLOTS  # from /props total_slots
+    # Side by side with seed 002's figures, except where the server queued the streams.
+    for figure in ("168.6", "7,900-8,500", "830"):
         assert figure in table
+    (queued,) = [line for line in table.splitlines() if "@ 8 streams" in line]
+    assert "QUEUED (4 slots)" in queued and "- (not batched)" in queued
+    assert "542" not in table
+    assert [lvl.queued for lvl in report.levels] == [False, False, True]
+    assert report.cache_save_ms is not None and report.warmup_s is not None
+    assert "prompt-cache save of the previous slot" in table
+    assert "measured / server-side: decode " in table
     assert saved["seed_002"] == serve_bench.SEED_002
     assert saved["levels"][0]["concurrency"] == 2  # type: ignore[index]
     assert isinstance(saved["prefill_cached_tokens"], int)
@@ -92,10 +114,28 @@ def test_prefill_uses_fresh_prompts(
     assert report.prefill_tok_s < 1.2 * report.prefill_server_tok_s
 
 
+def test_figures_agree_with_the_servers_own_timings(
+    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+) -> None:
+    ratios = {k: float(v) for k, v in serve_bench.agreement(report_and_table[0]).items()}
+    assert 0.95 <= ratios["decode"] <= 1.05, ratios
+    for c in (1, SLOTS, 2 * SLOTS):
+        assert 0.9 <= ratios[f"stream decode @{c}"] <= 1.1, ratios
+        # The client's wall clock also holds HTTP and the gaps between requests.
+        assert 0.75 <= ratios[f"aggregate @{c}"] <= 1.02, ratios
+    assert 0.5 <= ratios["prefill"] <= 1.05, ratios
+
+
+def test_busy_seconds_is_the_union_of_the_windows() -> None:
+    assert serve_bench.busy_seconds([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == 4.0
+    assert serve_bench.busy_seconds([]) == 0.0
+
+
 def test_concurrency_is_really_reached_server_side(
     report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
 ) -> None:
-    single, full = report_and_table[0].levels
+    single, full, queued = report_and_table[0].levels
+    assert queued.max_busy_slots == SLOTS  # 8 streams, 4 slots: never more than 4 at once
     assert (single.max_busy_slots, single.max_requests_processing) == (1, 1)
     assert full.max_busy_slots == SLOTS  # /slots: is_processing
     assert full.max_requests_processing == SLOTS  # /metrics: llamacpp:requests_processing

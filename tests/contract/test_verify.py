@@ -129,3 +129,36 @@ def test_decode_speed_floor(
     out = capsys.readouterr().out
     assert "at or above the floor of 1 tok/s" in out
     assert "is below the floor of 1e+09 tok/s" in out
+
+
+def test_record_keeps_the_decode_speed(reference: Path) -> None:
+    recorded = json.loads(reference.read_text())["recorded"]
+    assert recorded["decode_tps"] > 0
+
+
+def test_a_silent_cpu_fallback_fails_on_the_recorded_speed(
+    models: dict[str, Path], reference: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CPU build is the fallback: the same answers as the GPU that recorded the file, slower.
+
+    The reference stands for one recorded on a GPU 10x faster (on the H200, a 43-layer model
+    decoded at 253 tok/s on the GPU and 51-61 tok/s in each fallback: bench/gpu_run.py).
+    """
+    doc = json.loads(reference.read_text())
+    on_gpu = tmp_path / "recorded-on-gpu.json"
+    on_gpu.write_text(
+        json.dumps({**doc, "recorded": {**doc["recorded"],
+                                        "decode_tps": 10 * doc["recorded"]["decode_tps"]}})
+    )  # fmt: skip
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps({**doc, "recorded": {"model": "x"}}))
+    with run_llama_server(tiny_server_argv(models["a"], "--api-key", "sekret")) as url:
+        common = ["--api-key", "sekret"]
+        assert verify.main([url, "--expect", str(on_gpu), *common]) == 1
+        first = capsys.readouterr().out
+        assert verify.main([url, "--expect", str(old), *common]) == 0
+        second = capsys.readouterr().out
+    assert f"{len(verify.DEFAULT_CASES)}/{len(verify.DEFAULT_CASES)} cases passed" in first
+    assert "of the " in first and "tok/s recorded (need 50%)" in first
+    assert "the server may have fallen back to the CPU" in first
+    assert "not checked (no speed recorded" in second

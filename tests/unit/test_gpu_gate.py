@@ -1,7 +1,14 @@
-"""The acceleration gate on synthetic b11434 Vulkan logs (lines built from its format strings)."""
+"""The acceleration gate on real llama-server b11434 Vulkan load logs (tests/fixtures/gpu_gate).
+
+The fixtures are the load logs the pod's wrapper kept, from the rendered strix-halo argv run on
+an NVIDIA H200 through the Vulkan build (bench/gpu_run.py; provenance in the fixtures' README):
+a 43-layer model at the rendered ``-ngl 40`` and llama.cpp's tiny deepseek4, on the GPU and in
+each simulated fallback. Both the Python check and the probe's shell must decide each one.
+"""
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import subprocess
@@ -12,174 +19,241 @@ import pytest
 
 from components.payloads import gpu_gate
 
-# ggml-vulkan.cpp: "ggml_vulkan: Found %zu Vulkan devices:\n" and
-# "ggml_vulkan: %zu = %s (%s) | uma: %d | fp16: %s | bf16: %d | fp4: %d | warp size: %zu |
-#  shared memory: %d | int dot: %d | matrix cores: %s\n" (GGML_LOG_DEBUG, -lv 5).
-# common.cpp: "  - %-8s: %s (%zu MiB, %zu MiB free)\n" under "device_info:" (-lv 4).
-# llama-model.cpp: "%s: offloading output layer to GPU\n", "%s: offloading %d repeating layers
-# to GPU\n", "%s: offloaded %d/%d layers to GPU\n", "%s: %12s model buffer size = %8.2f MiB\n".
-VULKAN_LOG = """\
-ggml_vulkan: Found 1 Vulkan devices:
-ggml_vulkan: 0 = Radeon 8060S Graphics (RADV GFX1151) (radv) | uma: 1 | fp16: 1 | bf16: 0 | \
-fp4: 0 | warp size: 64 | shared memory: 65536 | int dot: 1 | matrix cores: KHR_coopmat
-0.00.004.142 I cmn  common_param: common_params_print_info: build 11434 (abcdef0) with GNU 13
-0.00.004.169 I cmn  common_param: device_info:
-0.00.004.198 I cmn  common_param:   - {dev:<8}: Radeon 8060S Graphics (RADV GFX1151) \
-(98304 MiB, 97000 MiB free)
-0.00.004.315 I cmn  common_param: system_info: n_threads = 16
-0.00.010.292 I load_tensors: loading model tensors, this can take a while... (load_mode = none)
-0.00.010.300 I load_tensors: offloading output layer to GPU
-0.00.010.301 I load_tensors: offloading {rep} repeating layers to GPU
-0.00.010.302 I load_tensors: offloaded {n}/44 layers to GPU
-0.00.010.672 I load_tensors: {dev:>12} model buffer size = 88123.45 MiB
-0.00.010.673 I load_tensors: {host:>12} model buffer size =   412.00 MiB
-"""
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu_gate"
 
 
-def vulkan_log(n: int = 43, dev: str = "Vulkan0", host: str = "CPU_Mapped") -> str:
-    return VULKAN_LOG.format(n=n, rep=max(n - 1, 0), dev=dev, host=host)
-
-
-def test_full_offload_passes() -> None:
-    result = gpu_gate.check_log(vulkan_log(43), 43)
-    assert result.ok, result.summary()
-    ev = result.evidence
-    assert (ev.offloaded, ev.offloadable, ev.repeating) == (43, 44, 42)
-    assert ev.gpu_buffers_mib == {"Vulkan0": 88123.45}
-    assert ev.host_buffers_mib == {"CPU_Mapped": 412.0}
-    assert ev.devices == {"Vulkan0": "Radeon 8060S Graphics (RADV GFX1151)"}
-    assert ev.vulkan_found == 1
-    assert ev.vulkan_devices == ["Radeon 8060S Graphics (RADV GFX1151) (radv), uma=1"]
-    assert result.summary().startswith("gpu-gate: PASS: 43/44 layers on GPU")
-
-
-def test_all_layers_means_every_offloadable_layer() -> None:
-    assert gpu_gate.check_log(vulkan_log(44), None).ok
-    result = gpu_gate.check_log(vulkan_log(43), None)
-    assert not result.ok
-    assert "only 43/44 layers offloaded, expected 44 (configured all)" in result.problems[0]
-
-
-def test_more_layers_than_the_model_has_is_capped() -> None:
-    assert gpu_gate.check_log(vulkan_log(44), 999).ok
-
-
-def test_partial_offload_fails() -> None:
-    result = gpu_gate.check_log(vulkan_log(20), 43)
-    assert not result.ok
-    assert result.problems == ["only 20/44 layers offloaded, expected 43 (configured 43)"]
-
-
-def test_weights_in_host_buffers_only_fail() -> None:
-    text = vulkan_log(43).replace("     Vulkan0 model", "         CPU model")
-    result = gpu_gate.check_log(text, 43)
-    assert not result.ok
-    assert (
-        "expected a 'Vulkan<N> model buffer size' line; only found: CPU, CPU_Mapped"
-        in (result.problems[0])
-    )
-
-
-def test_vulkan_host_buffer_is_not_gpu_memory() -> None:
-    text = vulkan_log(43).replace("     Vulkan0 model", " Vulkan_Host model")
-    assert not gpu_gate.check_log(text, 43).ok
-
-
-@pytest.mark.parametrize(
-    "reworded",
-    [
-        "0.00.010.302 I load_tensors: offloaded 43 of 44 layers to the GPU",
-        "0.00.010.302 I load_tensors: 43/44 layers on device Vulkan0",
-        "",
-    ],
-)
-def test_a_reworded_or_dropped_offload_line_fails_loudly(reworded: str) -> None:
-    text = vulkan_log(43).replace("0.00.010.302 I load_tensors: offloaded 43/44 layers to GPU",
-                                  reworded)  # fmt: skip
-    result = gpu_gate.check_log(text, 43)
-    assert not result.ok
-    assert result.problems == [
-        "expected the line 'load_tensors: offloaded N/M layers to GPU' and did not find it"
-    ]
-
-
-def test_a_reworded_buffer_line_fails_loudly() -> None:
-    text = vulkan_log(43).replace("model buffer size", "weights buffer")
-    result = gpu_gate.check_log(text, 43)
-    assert result.problems == [
-        "expected 'load_tensors: <device> model buffer size = X MiB' lines and found none "
-        f"({gpu_gate.VERBOSITY_HINT})"
-    ]
-
-
-def test_a_log_without_load_tensors_lines_points_at_the_verbosity() -> None:
-    result = gpu_gate.check_log("0.00.002.923 I srv  llama_server: initializing ...\n", 43)
-    assert not result.ok
-    assert "pass -lv 4" in result.problems[0]
-
-
-def test_no_gpu_warning_fails_even_with_offload_lines() -> None:
-    text = "warning: no usable GPU found, --gpu-layers option will be ignored\n" + vulkan_log()
-    result = gpu_gate.check_log(text, 43)
-    assert not result.ok
-    assert "no usable GPU found" in result.problems[0]
-
-
-def test_vulkan_no_devices_fails() -> None:
-    result = gpu_gate.check_log("ggml_vulkan: No devices found.\n" + vulkan_log(), 43)
-    assert result.problems == ["llama-server printed 'ggml_vulkan: No devices found.'"]
-
-
-def test_jsonl_log_format() -> None:
-    # --log-jsonl: {"type":"log","time":...,"level":...,"msg":...} per line, no text prefix.
-    records = [
-        {"type": "log", "time": 1, "level": "I", "msg": gpu_gate._PREFIX.sub("", line) + "\n"}
-        for line in vulkan_log(43).splitlines()
-    ]
-    records.append({"type": "fit_memory_breakdown", "unit": "MiB", "rows": []})
-    assert gpu_gate.check_log("\n".join(json.dumps(r) for r in records), 43).ok
-
-
-def test_other_device_prefix() -> None:
-    text = vulkan_log(43, dev="ROCm0")
-    assert not gpu_gate.check_log(text, 43).ok
-    assert gpu_gate.check_log(text, 43, device_prefix="ROCm").ok
-
-
-def test_min_gpu_buffer() -> None:
-    assert not gpu_gate.check_log(vulkan_log(43), 43, min_gpu_buffer_mib=90_000).ok
-
-
-def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    log = tmp_path / "server.log"
-    log.write_text(vulkan_log(43))
-    assert gpu_gate.main(["--log", str(log), "--expect-layers", "43"]) == 0
-    assert "PASS" in capsys.readouterr().out
-    assert gpu_gate.main(["--log", str(log), "--expect-layers", "all"]) == 1
-    assert gpu_gate.main(["--log", str(tmp_path / "missing.log"), "--expect-layers", "1"]) == 1
-    assert "cannot read" in capsys.readouterr().err
+def fixture(name: str) -> str:
+    path = FIXTURES / name
+    if path.suffix == ".gz":
+        return gzip.decompress(path.read_bytes()).decode()
+    return path.read_text()
 
 
 def run_probe(script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=False)
 
 
-def test_probe_shell(tmp_path: Path) -> None:
+def probe_on(tmp_path: Path, text: str, layers: int) -> subprocess.CompletedProcess[str]:
+    log = tmp_path / "llama-server.log"
+    log.write_text(text)
+    return run_probe(gpu_gate.probe_shell(str(log), layers))
+
+
+GPU = fixture("llama43-gpu.load.log")
+
+
+def test_real_vulkan_load_passes(tmp_path: Path) -> None:
+    result = gpu_gate.check_log(GPU, 40)
+    assert result.ok, result.summary()
+    ev = result.evidence
+    assert (ev.offloaded, ev.offloadable, ev.repeating) == (40, 44, 39)
+    assert ev.gpu_buffers_mib == {"Vulkan0": 547.05}
+    assert ev.host_buffers_mib == {"CPU_Mapped": 56.77}
+    assert ev.devices == {"Vulkan0": "NVIDIA H200", "CPU": "Intel(R) Xeon(R) Processor"}
+    assert (ev.verbosity, ev.load_finished, ev.loads) == (4, True, 1)
+    assert result.summary().startswith("gpu-gate: PASS: 40/44 layers on GPU")
+    probe = probe_on(tmp_path, GPU, 40)
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert probe.stdout.startswith("gpu-gate: PASS 40/44 layers on GPU (seen: devices Vulkan0 ")
+
+
+def test_the_wrapper_kept_the_load_only() -> None:
+    # The load log ends at the line the wrapper's reader stops at.
+    assert (
+        GPU.rstrip("\n")
+        .splitlines()[-1]
+        .endswith("llama_server: listening on http://0.0.0.0:56191")
+    )
+
+
+def test_deepseek4_passes_with_all_its_layers(tmp_path: Path) -> None:
+    text = fixture("deepseek4-gpu.load.log")
+    result = gpu_gate.check_log(text, 40)  # -ngl 40 on a 4-layer model: capped at 5
+    assert result.ok, result.summary()
+    assert (result.evidence.offloaded, result.evidence.offloadable) == (5, 5)
+    assert gpu_gate.check_log(text, None).ok
+    assert probe_on(tmp_path, text, 40).returncode == 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "llama43-no-visible-devices.load.log",  # GGML_VK_VISIBLE_DEVICES=""
+        "llama43-driver-hidden.load.log",  # VK_DRIVER_FILES pointing nowhere
+        "deepseek4-driver-hidden.load.log",
+    ],
+)
+def test_no_gpu_after_a_finished_load_says_what_and_why(name: str, tmp_path: Path) -> None:
+    text = fixture(name)
+    result = gpu_gate.check_log(text, 40)
+    assert not result.ok
+    ev = result.evidence
+    assert ev.offloaded is None and not ev.gpu_buffers_mib and ev.load_finished
+    assert ev.devices.keys() == {"CPU"}
+    first = result.problems[0]
+    assert "after a finished load: no GPU was used" in first
+    assert "/dev/dri" in first and "render group" in first and "Vulkan driver" in first
+    assert "need -lv 4" not in result.summary() and "pass -lv 4" not in result.summary()
+    assert "seen: devices CPU (Intel(R) Xeon(R) Processor); no offload line" in result.summary()
+    probe = probe_on(tmp_path, text, 40)
+    assert probe.returncode == 1
+    assert probe.stdout.startswith("gpu-gate: FAIL: no GPU used: ")
+    assert "seen: devices CPU (Intel(R) Xeon(R) Processor); no offload line; model buffers " \
+        "CPU_Mapped" in probe.stdout  # fmt: skip
+    assert "/dev/dri" in probe.stdout and "render group" in probe.stdout
+    assert "-lv 4" not in probe.stdout
+
+
+def test_ngl_0_on_a_real_gpu_fails_on_layers(tmp_path: Path) -> None:
+    result = gpu_gate.check_log(fixture("llama43-ngl-0.load.log"), 40)
+    assert not result.ok
+    assert result.problems[0].startswith("only 0/44 layers offloaded, expected 40 (configured 40)")
+    assert "memory fit" in result.problems[0]
+    probe = probe_on(tmp_path, fixture("llama43-ngl-0.load.log"), 40)
+    assert probe.returncode == 1
+    assert probe.stdout.startswith(
+        "gpu-gate: FAIL: 0/44 layers on GPU, want 40 (seen: devices Vulkan0"
+    )
+
+
+@pytest.mark.parametrize("name", ["llama43-gpu-lv5.load.log.gz", "deepseek4-gpu-lv5.load.log.gz"])
+def test_lv5_dry_run_is_not_the_load(name: str, tmp_path: Path) -> None:
+    text = fixture(name)
+    # The memory fit's dry run (load_mode = none) logs zero-size Vulkan buffers first.
+    assert "Vulkan0 model buffer size =     0.00 MiB" in text
+    assert "ggml_vulkan:" not in text  # b11434 prints none at -lv 5 either
+    result = gpu_gate.check_log(text, 40)
+    assert result.ok, result.summary()
+    assert result.evidence.loads == 2 and result.evidence.gpu_buffers_mib["Vulkan0"] > 0
+    assert probe_on(tmp_path, text, 40).returncode == 0
+    # The dry run alone, then a finished start: zero-size buffers are never evidence.
+    lines = text.splitlines()
+    second = [i for i, line in enumerate(lines) if "loading model tensors" in line][1]
+    dry = "\n".join([*lines[:second], "0.00.300.000 I srv  llama_server: model loaded"]) + "\n"
+    dry_result = gpu_gate.check_log(dry, 40)
+    assert not dry_result.ok
+    assert any("only zero-size ones" in p for p in dry_result.problems), dry_result.problems
+    probe = probe_on(tmp_path, dry, 40)
+    assert probe.returncode == 1
+    assert "no non-zero Vulkan model buffer" in probe.stdout
+
+
+def test_a_zero_size_vulkan_buffer_in_the_only_load_fails() -> None:
+    text = GPU.replace(
+        "Vulkan0 model buffer size =   547.05 MiB", "Vulkan0 model buffer size =     0.00 MiB"
+    )
+    result = gpu_gate.check_log(text, 40)
+    assert not result.ok
+    assert "only zero-size ones" in result.problems[0]
+
+
+def test_more_layers_than_the_model_has_is_capped(tmp_path: Path) -> None:
+    assert not gpu_gate.check_log(GPU, None).ok  # all = 44, 40 on the GPU
+    assert probe_on(tmp_path, GPU, 41).returncode == 1
+    assert "want 41" in probe_on(tmp_path, GPU, 41).stdout
+
+
+def test_vulkan_host_buffer_is_not_gpu_memory() -> None:
+    text = GPU.replace("     Vulkan0 model", " Vulkan_Host model")
+    assert not gpu_gate.check_log(text, 40).ok
+
+
+@pytest.mark.parametrize(
+    "reworded",
+    [
+        "0.00.238.704 I load_tensors: offloaded 40 of 44 layers to the GPU",
+        "0.00.238.704 I load_tensors: 40/44 layers on device Vulkan0",
+        "",
+    ],
+)
+def test_a_reworded_or_dropped_offload_line_fails_loudly(reworded: str, tmp_path: Path) -> None:
+    text = GPU.replace("0.00.238.704 I load_tensors: offloaded 40/44 layers to GPU", reworded)
+    result = gpu_gate.check_log(text, 40)
+    assert not result.ok
+    assert result.problems[0].startswith(
+        "no 'load_tensors: offloaded N/M layers to GPU' line after a finished load"
+    )
+    assert probe_on(tmp_path, text, 40).returncode == 1
+
+
+def test_a_reworded_buffer_line_fails_loudly() -> None:
+    text = GPU.replace("model buffer size", "weights buffer")
+    result = gpu_gate.check_log(text, 40)
+    assert result.problems == [
+        "expected 'load_tensors: <device> model buffer size = X MiB' lines and found none "
+        f"({gpu_gate.VERBOSITY_HINT})"
+    ]
+
+
+def test_a_log_below_lv4_says_so(tmp_path: Path) -> None:
+    text = (
+        "0.00.004.463 I cmn  common_param: common_params_print_info: verbosity = 3 (adjust with "
+        "the `-lv N` CLI arg)\n0.00.033.655 I srv  llama_server: model loaded\n"
+    )
+    result = gpu_gate.check_log(text, 40)
+    assert not result.ok
+    assert "the log is at verbosity 3" in result.problems[0]
+    assert "pass -lv 4" in result.problems[0]
+    probe = probe_on(tmp_path, text, 40)
+    assert probe.returncode == 1 and "below -lv 4" in probe.stdout
+
+
+def test_a_log_still_loading_says_so(tmp_path: Path) -> None:
+    head = "\n".join(GPU.splitlines()[:20]) + "\n"  # device_info, the fit, no load_tensors yet
+    result = gpu_gate.check_log(head, 40)
+    assert not result.ok
+    assert "still loading" in result.problems[0]
+    probe = probe_on(tmp_path, head, 40)
+    assert probe.returncode == 1 and "still loading" in probe.stdout
+    assert "FAIL" not in probe.stdout
+
+
+def test_no_gpu_warning_fails_even_with_offload_lines() -> None:
+    text = "warning: no usable GPU found, --gpu-layers option will be ignored\n" + GPU
+    result = gpu_gate.check_log(text, 40)
+    assert not result.ok
+    assert "no usable GPU found" in result.problems[0]
+    assert "/dev/dri" in result.problems[0]
+
+
+def test_jsonl_log_format() -> None:
+    # --log-jsonl: {"type":"log","time":...,"level":...,"msg":...} per line, no text prefix.
+    records = [
+        {"type": "log", "time": 1, "level": "I", "msg": gpu_gate._PREFIX.sub("", line) + "\n"}
+        for line in GPU.splitlines()
+    ]
+    records.append({"type": "fit_memory_breakdown", "unit": "MiB", "rows": []})
+    assert gpu_gate.check_log("\n".join(json.dumps(r) for r in records), 40).ok
+
+
+def test_other_device_prefix() -> None:
+    text = GPU.replace("Vulkan0 model", "  ROCm0 model")
+    assert not gpu_gate.check_log(text, 40).ok
+    assert gpu_gate.check_log(text, 40, device_prefix="ROCm").ok
+
+
+def test_min_gpu_buffer() -> None:
+    assert not gpu_gate.check_log(GPU, 40, min_gpu_buffer_mib=600).ok
+    assert gpu_gate.check_log(GPU, 40, min_gpu_buffer_mib=500).ok
+
+
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log = tmp_path / "server.log"
-    log.write_text(vulkan_log(43))
-    ok = run_probe(gpu_gate.probe_shell(str(log), 43))
-    assert (ok.returncode, ok.stdout) == (0, "gpu-gate: PASS 43/44 layers on GPU\n"), ok.stderr
-    assert run_probe(gpu_gate.probe_shell(str(log), 44)).returncode == 1
-    log.write_text(vulkan_log(44))
-    # -ngl 99 on a 43-layer model: capped at the 44 offloadable layers, as llama.cpp does.
-    assert run_probe(gpu_gate.probe_shell(str(log), 99)).returncode == 0
-    log.write_text(vulkan_log(20))
-    assert "20/44 layers on GPU, want 43" in run_probe(gpu_gate.probe_shell(str(log), 43)).stdout
-    log.write_text(vulkan_log(43, dev="   CPU"))
-    assert run_probe(gpu_gate.probe_shell(str(log), 43)).returncode == 1
-    log.write_text("")
-    assert "need -lv 4" in run_probe(gpu_gate.probe_shell(str(log), 43)).stdout
-    assert run_probe(gpu_gate.probe_shell(str(tmp_path / "nope"), 43)).returncode == 1
+    log.write_text(GPU)
+    assert gpu_gate.main(["--log", str(log), "--expect-layers", "40"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert gpu_gate.main(["--log", str(log), "--expect-layers", "all"]) == 1
+    log.write_text(fixture("llama43-no-visible-devices.load.log"))
+    assert gpu_gate.main(["--log", str(log), "--expect-layers", "40"]) == 1
+    err = capsys.readouterr().err
+    assert "seen: devices CPU" in err and "no GPU was used" in err
+    assert gpu_gate.main(["--log", str(tmp_path / "missing.log"), "--expect-layers", "1"]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_probe_without_a_log(tmp_path: Path) -> None:
+    probe = run_probe(gpu_gate.probe_shell(str(tmp_path / "nope"), 40))
+    assert probe.returncode == 1 and "no load log at" in probe.stdout
 
 
 def test_check_script_is_this_module() -> None:
@@ -209,16 +283,38 @@ class _Health(http.server.BaseHTTPRequestHandler):
 
 def test_probe_command_checks_health_first(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    log.write_text(vulkan_log(43))
+    log.write_text(GPU)
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        command = gpu_gate.probe_command(str(log), 43, health_url=url)
+        command = gpu_gate.probe_command(str(log), 40, health_url=url)
         assert command[:2] == ["sh", "-c"]
         ok = subprocess.run(command, capture_output=True, text=True, check=False)
         assert ok.returncode == 0, ok.stdout + ok.stderr
     finally:
         server.shutdown()
     down = subprocess.run(command, capture_output=True, text=True, check=False)
-    assert (down.returncode, down.stdout) == (1, "gpu-gate: not healthy yet\n")
+    assert down.returncode == 1
+    assert down.stdout == "gpu-gate: not healthy yet (the model is still loading)\n"
+
+
+def test_server_command_hands_the_args_to_llama_server(tmp_path: Path) -> None:
+    # A stand-in binary that prints its argv: --log-file LOG becomes the FIFO, nothing else moves.
+    # It writes one line to the FIFO as llama-server would; the reader copies it into LOG.
+    fake = tmp_path / "llama-server"
+    fake.write_text(
+        '#!/bin/sh\nprintf "%s\\n" "$@"\n'
+        'for a; do case $a in *.fifo) echo "I srv  llama_server: listening on http://x" > "$a";; '
+        "esac; done\n"
+    )
+    fake.chmod(0o755)
+    log = str(tmp_path / "llama-server.log")
+    command = gpu_gate.server_command(log, str(fake))
+    assert command[0:2] == ["sh", "-c"] and command[3] == "llama-server"
+    args = ["-m", "/models/a b.gguf", "--log-file", log, "--alias", "x;y", "-lv", "4"]
+    out = subprocess.run([*command, *args], capture_output=True, text=True, check=True, timeout=10)
+    fifo = str(tmp_path / ".llama-server-log.fifo")
+    assert out.stdout.splitlines() == ["-m", "/models/a b.gguf", "--log-file", fifo,
+                                       "--alias", "x;y", "-lv", "4"]  # fmt: skip
+    assert Path(log).read_text() == "I srv  llama_server: listening on http://x\n"

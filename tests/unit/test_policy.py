@@ -349,3 +349,23 @@ def test_pack_serves_its_policies_to_the_pulumi_engine(tmp_path: Path) -> None:
         process.wait(timeout=30)
     assert info.name == pack.PACK_NAME
     assert tuple(p.name for p in info.policies) == validators.POLICY_NAMES
+
+
+def test_a_run_to_completion_job_in_the_server_image_is_no_gpu_server(strix: Render) -> None:
+    resources, files = strix
+    deployment = named(resources, "deepseek-v4-flash-0731-deployment")
+    job: dict[str, Any] = {
+        "type": "kubernetes:batch/v1:Job",
+        "name": "models-preflight",
+        "inputs": {
+            "kind": "Job",
+            "spec": {"template": copy.deepcopy(deployment["inputs"]["spec"]["template"])},
+        },
+    }
+    for container in job["inputs"]["spec"]["template"]["spec"]["containers"]:
+        container.pop("startupProbe", None)
+        container.pop("livenessProbe", None)
+    assert validators.check_gpu_server_probes(job, files) == []
+    as_deployment = {**job, "type": "kubernetes:apps/v1:Deployment"}
+    as_deployment["inputs"] = {**job["inputs"], "kind": "Deployment"}
+    assert validators.check_gpu_server_probes(as_deployment, files)
