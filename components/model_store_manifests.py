@@ -154,11 +154,15 @@ def fetch_job(
     hf_endpoint: str | None,
     token_secret: str | None,
     run_as_user: int = DEFAULT_UID,
+    upgrade: str = "keep",
 ) -> dict[str, Any]:
     """The fetch Job: resumable across pod restarts since partial files stay on the volume."""
     extra = ["--parallel", str(parallel)]
     for pattern in retired:
         extra += ["--retire", pattern]
+    if upgrade != "keep":
+        # keep is the fetcher's default: the old model stays until the new one is verified.
+        extra += ["--upgrade", upgrade]
     env: list[dict[str, Any]] = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": SCRATCH_MOUNT},

@@ -9,6 +9,7 @@ commit shows up as a diff of the lock. The HF token is used to resolve, never wr
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import urllib.parse
 import urllib.request
@@ -49,20 +50,58 @@ class ModelLock(BaseModel):
 
     @model_validator(mode="after")
     def _files_are_sound(self) -> ModelLock:
-        names: set[str] = set()
-        for index, entry in enumerate(self.files):
-            problem = model_file_problem(entry)
-            if problem:
-                raise ValueError(f"files[{index}]: {problem}")
-            if entry["name"] in names:
-                raise ValueError(f"files[{index}]: a second file named {entry['name']!r}")
-            names.add(entry["name"])
+        problem = lock_files_problem(self.files, self.patterns)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property
     def total_bytes(self) -> int:
         """Bytes of all locked files."""
         return sum(f.get("size") or 0 for f in self.files)
+
+
+def repo_path_matches(path: str, pattern: str) -> bool:
+    """Whether a repo path matches a `model.files` pattern, part by part: `*` stays within one
+    folder (`*.json` is `config.json`, not `inference/config.json`), as in a shell glob."""
+    parts, wanted = path.split("/"), pattern.split("/")
+    return len(parts) == len(wanted) and all(
+        fnmatch.fnmatchcase(part, glob) for part, glob in zip(parts, wanted, strict=True)
+    )
+
+
+def lock_files_problem(files: list[ModelFile], patterns: list[str]) -> str | None:
+    """What makes a lock's file list unusable, or None: an entry the fetcher would refuse, one
+    without a size or sha256, two entries for one file on the volume, a file no pattern names
+    or a pattern that names no file, an incomplete GGUF shard set."""
+    names: dict[str, str] = {}
+    for index, entry in enumerate(files):
+        problem = model_file_problem(entry)
+        if problem:
+            return f"files[{index}]: {problem}"
+        for key in ("size", "sha256"):
+            if entry.get(key) is None:
+                return (
+                    f"files[{index}]: {entry['path']!r} has no {key}; every locked file has one "
+                    "(re-run: llm-infra lock STACK)"
+                )
+        if entry["name"] in names:
+            return (
+                f"files[{index}]: {entry['path']!r} and {names[entry['name']]!r} would both be "
+                f"{entry['name']!r} on the volume"
+            )
+        names[entry["name"]] = entry["path"]
+        if not any(repo_path_matches(entry["path"], pattern) for pattern in patterns):
+            return f"files[{index}]: {entry['path']!r} matches none of the patterns {patterns}"
+    for index, pattern in enumerate(patterns):
+        if not any(repo_path_matches(entry["path"], pattern) for entry in files):
+            return f"patterns[{index}]: {pattern!r} matches no file of the lock"
+    gguf = [name for name in names if name.endswith(".gguf")]
+    if gguf:
+        problems = shard_set_problems(gguf, key="files")
+        if problems:
+            return problems[0]
+    return None
 
 
 def read_lock(path: Path) -> ModelLock:
@@ -147,35 +186,57 @@ def resolve_lock(
     problems: list[str] = []
     selected: dict[str, RepoFile] = {}
     for index, pattern in enumerate(model.files):
-        matches = [e for e in tree if fnmatch.fnmatchcase(e.path, pattern)]
+        matches = [e for e in tree if repo_path_matches(e.path, pattern)]
         if not matches:
             problems.append(
                 f"model.files[{index}]: {pattern!r} matches no file of {model.repo}@{commit[:12]}"
             )
         for entry in matches:
             selected[entry.path] = entry
+    by_name: dict[str, list[str]] = {}
+    for path in sorted(selected):
+        by_name.setdefault(path.rsplit("/", 1)[-1], []).append(path)
+    for name, paths in by_name.items():
+        if len(paths) > 1:
+            problems.append(
+                f"model.files: {' and '.join(paths)} would both be {name!r} on the volume (files "
+                "are placed by name): narrow the patterns to one of them"
+            )
     if problems:
         raise ConfigError(problems)
-    files = [
-        ModelFile(
-            path=entry.path,
-            name=entry.path.rsplit("/", 1)[-1],
-            size=entry.size,
-            sha256=entry.lfs.sha256 if entry.lfs is not None else None,
+    base = (endpoint or "https://huggingface.co").rstrip("/")
+
+    def url(path: str) -> str:
+        return f"{base}/{model.repo}/resolve/{commit}/{urllib.parse.quote(path)}"
+
+    files = []
+    for entry in sorted(selected.values(), key=lambda e: e.path):
+        problem = model_file_problem(
+            {"path": entry.path, "name": entry.path.rsplit("/", 1)[-1], "size": entry.size}
         )
-        for entry in sorted(selected.values(), key=lambda e: e.path)
-    ]
+        if problem:
+            raise ConfigError([f"model.files: {entry.path!r} in {model.repo}: {problem}"])
+        # Git files (config.json, the chat template) carry no LFS sha256: hash them here.
+        sha256 = (
+            entry.lfs.sha256
+            if entry.lfs is not None
+            else small_file_sha256(url(entry.path), entry.size, token)
+        )
+        files.append(
+            ModelFile(
+                path=entry.path,
+                name=entry.path.rsplit("/", 1)[-1],
+                size=entry.size,
+                sha256=sha256,
+            )
+        )
     gguf = [f for f in files if f["name"].endswith(".gguf")]
     summary = None
     if gguf:
         problems = shard_set_problems([f["name"] for f in gguf], key="model.files")
         if problems:
             raise ConfigError(problems)
-        base = (endpoint or "https://huggingface.co").rstrip("/")
-        summary = gguf_summary(
-            [f"{base}/{model.repo}/resolve/{commit}/{urllib.parse.quote(f['path'])}" for f in gguf],
-            token,
-        )
+        summary = gguf_summary([url(f["path"]) for f in gguf], token)
     return ModelLock(
         version=LOCK_VERSION,  # type: ignore[arg-type]
         repo=model.repo,
@@ -185,6 +246,35 @@ def resolve_lock(
         files=files,
         gguf=summary,
     )
+
+
+SMALL_FILE_LIMIT = 64 * 1024 * 1024
+"""Largest git (non-LFS) file `llm-infra lock` downloads to hash (the hub keeps them small)."""
+
+
+def small_file_sha256(url: str, size: int, token: str | None) -> str:
+    """sha256 of a small git file of the repo, downloaded once; its size must be the tree's."""
+    if size > SMALL_FILE_LIMIT:
+        raise ConfigError(
+            [f"model.files: {url} is a {size}-byte file outside LFS: too large to hash at lock"]
+        )
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    digest = hashlib.sha256()
+    got = 0
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            while block := response.read(1024 * 1024):
+                digest.update(block)
+                got += len(block)
+    except OSError as exc:
+        raise ConfigError([f"model.files: cannot read {url} to hash it: {exc}"]) from None
+    if got != size:
+        raise ConfigError(
+            [f"model.files: {url} sent {got} bytes, the repo tree says {size}: try again"]
+        )
+    return digest.hexdigest()
 
 
 class RangeReader:

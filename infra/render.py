@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_in_stack
 
-from infra.config import NAMESPACE, SECRET_PLACEHOLDER
+from infra.config import NAMESPACE, SECRET_PLACEHOLDER, ConfigError
 
 STACK_TYPE = "pulumi:pulumi:Stack"
 # Apply order of Kubernetes kinds (as Helm installs them): what a kind needs comes first.
@@ -286,33 +285,105 @@ def manifests_yaml(manifests: list[dict[str, Any]]) -> str:
     return yaml.dump_all(manifests, Dumper=_Dumper, sort_keys=False, width=100)
 
 
+RENDER_MARKER = ".llm-infra-render.json"
+"""The file that makes a directory a render's: it lists what the last render wrote there."""
+
+
+class RenderOutError(ConfigError):
+    """An output directory that `render` does not own: it writes nothing there."""
+
+
+_CONTRACT_ENTRIES = ("resources.json", "outputs.json", "manifests.yaml", "files", "commands")
+
+
+def _is_unmarked_render(out: Path) -> bool:
+    """A directory an older render wrote: only the contract's entries, a render's resources."""
+    entries = {entry.name for entry in out.iterdir()}
+    if "resources.json" not in entries or not entries <= set(_CONTRACT_ENTRIES):
+        return False
+    try:
+        resources = json.loads((out / "resources.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(resources, list) and all(
+        isinstance(r, dict) and {"type", "name", "inputs"} <= set(r) for r in resources
+    )
+
+
+def _owned_files(out: Path) -> list[Path]:
+    """The files an earlier render recorded in out's marker (refuses a directory without one)."""
+    if not out.exists():
+        return []
+    if not out.is_dir():
+        raise RenderOutError([f"--out {out}: not a directory"])
+    marker = out / RENDER_MARKER
+    if not marker.is_file():
+        if _is_unmarked_render(out):
+            # Written before renders had a marker: the contract's own files and nothing else.
+            return sorted(path for path in out.rglob("*") if path.is_file())
+        if any(out.iterdir()):
+            raise RenderOutError(
+                [
+                    f"--out {out}: not empty and not written by llm-infra render (no "
+                    f"{RENDER_MARKER}); nothing was written: choose a new or empty directory"
+                ]
+            )
+        return []
+    try:
+        listed = json.loads(marker.read_text())["written"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RenderOutError([f"--out {out}: unreadable {RENDER_MARKER} ({exc})"]) from None
+    owned = []
+    for name in listed:
+        parts = Path(name).parts if isinstance(name, str) else ("..",)
+        # Only paths inside out: a hand-edited marker cannot point a delete elsewhere.
+        if not parts or Path(name).is_absolute() or ".." in parts:
+            raise RenderOutError([f"--out {out}: {RENDER_MARKER} lists {name!r}"])
+        owned.append(out / name)
+    return owned
+
+
 def write(rendered: Rendered, out: Path) -> list[Path]:
-    """Write the render contract files into out (replacing an earlier render there)."""
-    files = {
-        "resources.json": json.dumps(rendered.resources, indent=2) + "\n",
-        "outputs.json": json.dumps(rendered.outputs, indent=2, sort_keys=True) + "\n",
+    """Write the render contract files into out, replacing only what an earlier render wrote.
+
+    out is a render's directory: new or empty, or holding the marker of an earlier render.
+    Files that render did not write there are never deleted or overwritten.
+    """
+    files: dict[str, bytes] = {
+        "resources.json": (json.dumps(rendered.resources, indent=2) + "\n").encode(),
+        "outputs.json": (json.dumps(rendered.outputs, indent=2, sort_keys=True) + "\n").encode(),
     }
     if rendered.manifests:
-        files["manifests.yaml"] = manifests_yaml(rendered.manifests)
-    out.mkdir(parents=True, exist_ok=True)
-    for stale in ("resources.json", "outputs.json", "manifests.yaml", "files", "commands"):
-        target = out / stale
-        if target.is_dir():
-            shutil.rmtree(target)
-        elif target.exists():
-            target.unlink()
-    written = []
-    for name, text in files.items():
-        (out / name).write_text(text)
-        written.append(out / name)
+        files["manifests.yaml"] = manifests_yaml(rendered.manifests).encode()
     for remote_path, content in rendered.files.items():
-        target = out / "files" / remote_path.lstrip("/")
+        files[str(Path("files") / remote_path.lstrip("/"))] = content
+    for name, script in rendered.commands.items():
+        files[str(Path("commands") / name)] = (
+            script if script.endswith("\n") else script + "\n"
+        ).encode()
+    owned = _owned_files(out)
+    owned_set = set(owned)
+    for name in files:
+        target = out / name
+        if target.exists() and target not in owned_set:
+            raise RenderOutError(
+                [f"--out {out}: {name} exists and no earlier render wrote it; nothing was written"]
+            )
+    for stale in owned:
+        if stale.is_file() or stale.is_symlink():
+            stale.unlink()
+        parent = stale.parent
+        # Folders the last render made and left empty now (files/opt/llm, commands).
+        while parent != out and parent.is_dir() and not any(parent.iterdir()):
+            parent.rmdir()
+            parent = parent.parent
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, content in files.items():
+        target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
         written.append(target)
-    for name, script in rendered.commands.items():
-        target = out / "commands" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(script if script.endswith("\n") else script + "\n")
-        written.append(target)
+    marker = {"written": sorted(files)}
+    (out / RENDER_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     return written

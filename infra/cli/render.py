@@ -35,7 +35,10 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {shown_path(stack_file.path)}")
     out = args.out or Path("rendered") / stack_file.name
-    written = render.write(rendered, out)
+    try:
+        written = render.write(rendered, out)
+    except ConfigError as exc:
+        return report_config_error(exc, f"cannot write {out}")
     print(
         f"rendered stack {stack_file.name}: {len(rendered.resources)} resources, "
         f"{len(rendered.manifests)} Kubernetes objects → {out}/"

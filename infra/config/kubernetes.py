@@ -9,6 +9,7 @@ from pydantic import Field
 
 from components.addresses import covers_every_address
 from components.llamacpp_manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
+from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
     Cidr,
     DnsLabel,
@@ -68,6 +69,14 @@ class StoreSettings(Strict):
     parallel_downloads: Annotated[int, Field(ge=1, le=16)] = 3
     fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
     hf_endpoint: HttpUrl | None = None
+    upgrade: Literal["keep", "replace"] = "keep"
+    """`keep`: on a new lock the old model stays on the volume, and serving, until the new one is
+    verified (the volume must hold both); `replace`: when it cannot, the retired files go first
+    and the server is down until the new model is in place."""
+    node_preflight: bool = False
+    """Run a Job on the server's node before the download that checks the render node, the
+    amdgpu VRAM + GTT against `memory.vramGib`, the disk, and that the server image sees a Vulkan
+    device; it fails in a minute with the numbers and what to change."""
 
 
 class ProbeSettings(Strict):
@@ -248,6 +257,12 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
     problems = []
     if not any(is_pattern(path) for path in model.files):
         problems += shard_set_problems(model.file_names, key="model.files")
+    # Exact model.files are checked here; names a lock resolves, by the plan (infra.plan.stack).
+    exact = [] if any(is_pattern(path) for path in model.files) else model.file_names
+    for index, pattern in enumerate(stack.store.retired_patterns):
+        problem = retire_pattern_problem(pattern, exact)
+        if problem:
+            problems.append(f"store.retiredPatterns[{index}]: {problem}")
     # llama.cpp counts the output layer too: -ngl N+1 offloads all N repeating layers and it.
     if server.gpu_layers > model.layers + 1:
         problems.append(

@@ -76,9 +76,17 @@ def namespace_values(config: Mapping[str, object]) -> dict[str, Any]:
 
 
 def _pulumi_config() -> dict[str, str]:
-    # The engine's config for this run: the SDK offers no public way to list its keys, and an
-    # unknown key must be an error rather than silently ignored.
-    return {**pulumi.runtime.config.get_config_env(), **pulumi.runtime.config.CONFIG.get()}
+    # Every value is read through pulumi.Config (which also honours PULUMI_CONFIG_<KEY>). Only
+    # the key names come from the runtime's maps: the SDK has no public way to list them, and
+    # an unknown key must be an error rather than silently ignored.
+    keys = {*pulumi.runtime.get_config_env(), *pulumi.runtime.config.CONFIG.get()}
+    config: dict[str, str] = {}
+    for full_key in sorted(k for k in keys if ":" in k):
+        namespace, _, key = full_key.partition(":")
+        value = pulumi.Config(namespace).get(key)
+        if value is not None:
+            config[full_key] = value
+    return config
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,8 @@ class LlamaCppPlanInputs:
     """Bytes of the model files on disk (lock sizes); default: the weight bytes."""
     disk_headroom_fraction: float = 0.02
     """Free space kept on the volume (temporary download names, filesystem overhead)."""
+    upgrade_keeps_old_model: bool = False
+    """`store.upgrade: keep`: during an upgrade the volume holds the old model and the new one."""
     n_rs_seq: int = 0
     """deepseek4 compressor-state rollback planes (speculative decoding only)."""
 
@@ -339,6 +341,8 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             f"(model files {fmt_size(disk.items['model_files'])}, "
             f"reserve {fmt_size(disk.items['reserve'])}): raise store.size to at least {need}Gi"
         )
+    if disk is not None and disk.fits and inputs.upgrade_keeps_old_model:
+        advice += _two_models_advice(inputs, disk)
     if vram is not None and vram.fits and place.cpu_layers:
         best = max_gpu_layers(inputs)
         if best is not None and best > inputs.gpu_layers:
@@ -348,6 +352,22 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
                 "would still fit (with no headroom)"
             )
     return Plan(devices, advice, problems, rows, notes, weights.source)
+
+
+def _two_models_advice(inputs: LlamaCppPlanInputs, disk: Device) -> list[str]:
+    """What an upgrade needs when the old model serves until the new one is verified."""
+    files, reserve = disk.items["model_files"], disk.items["reserve"]
+    both = 2 * files + reserve
+    capacity = disk.capacity_bytes or 0
+    if both <= capacity:
+        return []
+    need = math.ceil(gib(2 * files) / (1 - inputs.disk_headroom_fraction))
+    return [
+        f"store.upgrade: keep holds the old and the new model during an upgrade, but the volume "
+        f"cannot: {fmt_size(both)} needed (2 x model files {fmt_size(files)}, reserve "
+        f"{fmt_size(reserve)}) of {fmt_size(capacity)}; raise store.size to at least {need}Gi, "
+        "or set store.upgrade: replace to accept the downtime (the old files go first)"
+    ]
 
 
 def _kv_layers(inputs: LlamaCppPlanInputs) -> KvLayers:

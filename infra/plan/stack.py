@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from components.payloads.fetcher import retire_pattern_problem
 from infra.config import ConfigError, StackConfig, StrixHaloStack, quantity_value
 from infra.config.docker_host import Mi300xStack
 from infra.lock import ModelSource
@@ -34,6 +35,9 @@ def llamacpp_inputs(
 ) -> LlamaCppPlanInputs:
     """Planner inputs; weights from a GGUF header at hand, else the lock, else the config."""
     model, server, memory = stack.model, stack.server, stack.memory
+    retire = retire_problems(stack, source)
+    if retire:
+        raise ConfigError(retire)
     summary = header_summary or source.gguf
     if summary is not None:
         label: WeightSource = "GGUF header" if header_summary else "lock summary"
@@ -71,7 +75,20 @@ def llamacpp_inputs(
         cache_ram_mib=server.cache_ram if server.cache_ram is not None else DEFAULT_CACHE_RAM_MIB,
         compute_override_bytes=compute,
         disk_bytes=int(quantity_value(stack.store.size)),
+        upgrade_keeps_old_model=stack.store.upgrade == "keep",
     )
+
+
+def retire_problems(stack: StrixHaloStack, source: ModelSource) -> list[str]:
+    """Retired patterns that would delete a file of the model the lock resolved (the config's
+    own checks cover exact `model.files`): the disk plan never counts those as reclaimable."""
+    names = [f["name"] for f in source.files]
+    problems = []
+    for index, pattern in enumerate(stack.store.retired_patterns):
+        problem = retire_pattern_problem(pattern, names)
+        if problem:
+            problems.append(f"store.retiredPatterns[{index}]: {problem}")
+    return problems
 
 
 def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
@@ -108,7 +125,7 @@ def stack_plan(
     inputs = llamacpp_inputs(stack, source, header_summary)
     try:
         return plan_llamacpp(inputs)
-    except ValueError as exc:
+    except (ValueError, ArithmeticError) as exc:
         # A layer structure llama.cpp would refuse too (an odd compression ratio, a head size
         # that is not a whole number of blocks): the metadata is wrong, not the planner.
         raise ConfigError([f"model.metadata: {exc}"]) from None

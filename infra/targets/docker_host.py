@@ -8,9 +8,9 @@ from typing import Any
 import pulumi
 
 from components.caddyfile import CaddySite, base_url
-from components.payloads.fetcher import ModelFile, fetch_document
+from components.payloads.fetcher import ModelFile
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
-from components.vllm_rocm_server import VllmRocmServer, VllmRocmServerArgs
+from components.vllm_rocm_server import ModelLock, VllmRocmServer, VllmRocmServerArgs
 from infra.config import Mi300xStack, StackSecrets, project_root
 from infra.lock import ModelSource
 from infra.targets.litellm import litellm_entry
@@ -98,7 +98,7 @@ def server_args(
     if secrets.ssh_private_key is None or secrets.api_key is None:
         raise ValueError("docker-host stacks need the sshPrivateKey and apiKey secrets")
     files: list[ModelFile] = list(source.files)
-    lock = fetch_document(stack.model.repo, source.revision, files)
+    lock: ModelLock = {"repo": stack.model.repo, "revision": source.revision, "files": files}
     if not source.locked and not files:
         lock["unresolved_patterns"] = list(stack.model.files)
     root = project_root()

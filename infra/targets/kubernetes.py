@@ -147,6 +147,15 @@ def store_args(
         "hf_token": hf_token,
         "network_policy": stack.network.policies,
         "run_as_user": stack.server.run_as_user,
+        "upgrade": store.upgrade,
+        # The server's image and GPU access: the preflight sees the node as the server will.
+        "node_preflight": {
+            "image": stack.server.image,
+            "gpu_access": stack.server.gpu_access,
+            "min_gpu_memory_gib": stack.memory.vram_gib,
+        }
+        if store.node_preflight
+        else None,
     }
 
 

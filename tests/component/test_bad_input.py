@@ -120,6 +120,11 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("patch from outside the project", "mi300x", [("patches", "", [{"source": "../../etc/passwd", "target": "/x.py", "sha256": "a" * 64}])], "patches[0].source"),
     ("HBM overcommitted", "mi300x", [("server", "kvCacheMemoryBytes", 60_000_000_000)], "plan"),
     ("spec tokens out of range", "mi300x", [("server", "speculative.numSpeculativeTokens", 99)], "server.speculative.numSpeculativeTokens"),
+    ("retire pattern matching everything", "strix-halo", [("store", "retiredPatterns", ["*"])], "store.retiredPatterns[0]"),
+    ("retire pattern matching the model", "strix-halo", [("store", "retiredPatterns", ["Qwen3.6*.gguf", "DeepSeek-V4-Flash-0731-UD-IQ1_M-*.gguf"])], "store.retiredPatterns[1]"),
+    ("retire pattern with a folder", "strix-halo", [("store", "retiredPatterns", ["old/*.gguf"])], "store.retiredPatterns[0]"),
+    ("unknown upgrade mode", "strix-halo", [("store", "upgrade", "swap")], "store.upgrade"),
+    ("preflight not a boolean", "strix-halo", [("store", "nodePreflight", "yes please")], "store.nodePreflight"),
 ]  # fmt: skip
 
 

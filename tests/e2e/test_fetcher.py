@@ -149,11 +149,35 @@ def test_retired_models_are_deleted_but_never_the_current_ones(hub: Hub, tmp_pat
     (dest / "Qwen3.6-32B-Q4_K_M.gguf").write_bytes(b"old")
     (dest / "keep-me.txt").write_bytes(b"unrelated")
     assert fetch(hub, lock, dest).returncode == 0
-    result = fetch(hub, lock, dest, "--retire", "Qwen3.6*.gguf", "--retire", "*.gguf")
-    assert result.returncode == 0
+    result = fetch(hub, lock, dest, "--retire", "Qwen3.6*.gguf")
+    assert result.returncode == 0, result.stdout
+    assert "retired Qwen3.6-32B-Q4_K_M.gguf (3 bytes)" in result.stdout
     assert not (dest / "Qwen3.6-32B-Q4_K_M.gguf").exists()
     assert (dest / "keep-me.txt").exists()
     assert_complete(hub, dest)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("*.gguf", "matches Tiny-UD-IQ1_M-00001-of-00003.gguf, a file of the current model"),
+        ("Tiny-*", "a file of the current model"),
+        ("*", "matches any file name"),
+        ("?*", "matches any file name"),
+        ("sub/*.gguf", "is not a file-name pattern"),
+    ],
+)
+def test_a_retire_pattern_matching_the_lock_or_everything_is_refused_before_any_delete(
+    hub: Hub, tmp_path: Path, pattern: str, message: str
+) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    dest.mkdir()
+    (dest / "Qwen3.6-32B-Q4_K_M.gguf").write_bytes(b"old")
+    result = fetch(hub, lock, dest, "--retire", "Qwen3.6*.gguf", "--retire", pattern)
+    assert result.returncode == 2, result.stdout
+    assert message in result.stdout and "nothing was deleted" in result.stdout
+    assert (dest / "Qwen3.6-32B-Q4_K_M.gguf").exists()
+    assert file_gets(hub) == []
 
 
 def test_unknown_file_is_a_not_found_error(hub: Hub, tmp_path: Path) -> None:
@@ -249,7 +273,8 @@ def test_a_wrong_file_under_a_final_name_is_replaced(hub: Hub, tmp_path: Path) -
     (dest / NAMES[1]).write_bytes(bytes(len(good)))
     result = fetch(hub, lock, dest)
     assert result.returncode == 0
-    assert "differs from the lock's; downloading it again" in result.stdout
+    assert "the existing file has sha256" in result.stdout
+    assert "downloading the lock's file; the existing one stays until the switch" in result.stdout
     assert_complete(hub, dest)
 
 
@@ -294,7 +319,7 @@ def test_two_fetchers_at_once_do_not_corrupt_each_other(hub: Hub, tmp_path: Path
     assert_complete(hub, dest)
 
 
-def test_retired_files_make_room_only_when_needed_and_never_when_still_short(
+def test_replace_deletes_retired_files_first_only_when_they_make_room(
     hub: Hub, tmp_path: Path
 ) -> None:
     lock = load_lock(write_lock(tmp_path, hub))
@@ -306,16 +331,45 @@ def test_retired_files_make_room_only_when_needed_and_never_when_still_short(
     os.environ["HF_ENDPOINT"] = hub.url
     try:
         with pytest.raises(FetchError) as short:
-            fetch_files(lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 300_000)
+            fetch_files(
+                lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 300_000,
+                upgrade="replace",
+            )  # fmt: skip
         assert short.value.exit_code == 7
-        assert "GiB in retired files" in str(short.value)
+        assert "200000 bytes in retired files" in str(short.value)
         assert old.exists(), "a retired model must stay while the new one cannot fit"
         assert file_gets(hub) == []
-        fetch_files(lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 100_000)
+        fetch_files(
+            lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 100_000,
+            upgrade="replace",
+        )  # fmt: skip
     finally:
         del os.environ["HF_ENDPOINT"]
     assert not old.exists()
     assert_complete(hub, dest)
+
+
+def test_keep_never_deletes_before_the_new_set_is_verified_even_when_that_would_fit(
+    hub: Hub, tmp_path: Path
+) -> None:
+    lock = load_lock(write_lock(tmp_path, hub))
+    needed = sum(f.get("size") or 0 for f in lock.files)
+    dest = tmp_path / "models"
+    dest.mkdir()
+    old = dest / "Qwen3.6-32B-Q4_K_M.gguf"
+    old.write_bytes(b"x" * 200_000)
+    os.environ["HF_ENDPOINT"] = hub.url
+    try:
+        with pytest.raises(FetchError) as short:
+            fetch_files(lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 100_000)
+    finally:
+        del os.environ["HF_ENDPOINT"]
+    assert short.value.exit_code == 7
+    message = str(short.value)
+    assert "200000 bytes in old files, kept until the new model is verified" in message
+    assert "store.upgrade: replace" in message and "nothing was deleted" in message
+    assert old.exists()
+    assert file_gets(hub) == []
 
 
 def test_server_errors_are_retried_with_backoff(hub: Hub, tmp_path: Path) -> None:
@@ -345,3 +399,92 @@ def test_progress_lines_give_percent_rate_and_eta(
     progress.add(30 * 2**20)
     line = capsys.readouterr().out
     assert " 30.0%" in line and "5.0 MiB/s" in line and "ETA     14s" in line
+
+
+def set_size(lock: Path, index: int, size: int) -> None:
+    document = json.loads(lock.read_text())
+    document["files"][index]["size"] = size
+    lock.write_text(json.dumps(document))
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_a_wrong_size_in_the_lock_is_one_request_and_the_size_error(
+    hub: Hub, tmp_path: Path, delta: int
+) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    actual = len(hub.repos[REPO][PATHS[0]])
+    set_size(lock, 0, actual + delta)
+    result = fetch(hub, lock, dest, "--parallel", "1")
+    assert result.returncode == 8, result.stdout
+    assert (
+        f"the hub serves {actual} bytes for {PATHS[0]}, the lock says {actual + delta}"
+        in result.stdout
+    )
+    assert "retry" not in result.stdout and "downloading it again" not in result.stdout
+    assert [p for p, _ in file_gets(hub) if p.endswith(PATHS[0])] == [
+        f"/{REPO}/resolve/main/{PATHS[0]}"
+    ]
+    # Refused on the headers: not a byte of the body was kept.
+    assert not (dest / NAMES[0]).exists() and not (dest / f".{NAMES[0]}.part").exists()
+
+
+@pytest.mark.parametrize("delta", [1, -1])
+def test_a_wrong_size_is_caught_without_a_length_header_after_one_download(
+    hub: Hub, tmp_path: Path, delta: int
+) -> None:
+    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
+    actual = len(hub.repos[REPO][PATHS[0]])
+    set_size(lock, 0, actual + delta)
+    hub.omit_length.add(PATHS[0])
+    result = fetch(hub, lock, dest, "--parallel", "1")
+    assert result.returncode == 8, result.stdout
+    assert f"the hub serves {actual} bytes" in result.stdout
+    assert "downloading it again" not in result.stdout
+    # One body: a short file is asked once more from its end, and the 416 names its size.
+    assert hub.bytes_sent[PATHS[0]] == actual
+    assert not (dest / NAMES[0]).exists()
+
+
+def test_a_small_git_file_is_verified_by_its_sha256(hub: Hub, tmp_path: Path) -> None:
+    hub.repos[REPO]["tokenizer_config.json"] = b'{"chat_template": "{{ messages }}"}'
+    document = json.loads(write_lock(tmp_path, hub).read_text())
+    document["files"].append(
+        {
+            "path": "tokenizer_config.json",
+            "name": "tokenizer_config.json",
+            "size": len(hub.repos[REPO]["tokenizer_config.json"]),
+            "sha256": hub.sha256(REPO, "tokenizer_config.json"),
+        }
+    )
+    lock, dest = tmp_path / "lock.json", tmp_path / "models"
+    lock.write_text(json.dumps(document))
+    hub.corrupt_always.add("tokenizer_config.json")
+    result = fetch(hub, lock, dest)
+    assert result.returncode == 6, result.stdout
+    assert "tokenizer_config.json: sha256" in result.stdout
+    assert not (dest / "tokenizer_config.json").exists()
+    hub.corrupt_always.clear()
+    assert fetch(hub, lock, dest).returncode == 0
+    assert (dest / "tokenizer_config.json").read_bytes() == hub.repos[REPO]["tokenizer_config.json"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"path": f"other/{NAMES[1]}", "name": NAMES[1]}, "would both be"),
+        ({"path": PATHS[0], "name": "renamed.gguf"}, "is not the file name of path"),
+        ({"path": PATHS[0], "name": ""}, "is not a plain file name"),
+        ({"path": "../../etc/x.gguf", "name": "x.gguf"}, "is not a relative path"),
+    ],
+)
+def test_a_lock_naming_one_file_twice_or_a_hostile_name_is_refused(
+    hub: Hub, tmp_path: Path, change: dict[str, str], message: str
+) -> None:
+    lock = write_lock(tmp_path, hub)
+    document = json.loads(lock.read_text())
+    document["files"][2].update(change)
+    lock.write_text(json.dumps(document))
+    result = fetch(hub, lock, tmp_path / "models")
+    assert result.returncode == 2
+    assert "files[2]: " in result.stdout and message in result.stdout
+    assert file_gets(hub) == []

@@ -7,8 +7,9 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -16,6 +17,7 @@ import yaml
 from components.payloads.fetcher import FetchError, load_lock
 from infra import program
 from infra.config import ConfigError, read_stack_file
+from infra.lock import model_source
 from infra.render import run_program
 from tests.conftest import ROOT
 from tests.support.hub_emulator import COMMIT, Hub, running_hub
@@ -31,18 +33,22 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     files = {f"UD-IQ1_M/{p.name}": p.read_bytes() for p in shards}
     files["UD-Q2_K/Tiny-UD-Q2_K.gguf"] = b"q" * 4000
     files["README.md"] = b"# tiny\n"
+    # Small git files (no LFS sha256), one of them twice by name in two folders.
+    files["config.json"] = b'{"chat_template": "{{ messages }}"}'
+    files["inference/config.json"] = b'{"other": true}'
     with running_hub(Hub(repos={REPO: files})) as served:
         yield served
 
 
 def stack_file(
-    tmp_path: Path, repo: str = REPO, files: str = "UD-IQ1_M/*", rev: str = "main"
+    tmp_path: Path, repo: str = REPO, files: str | list[str] = "UD-IQ1_M/*", rev: str = "main"
 ) -> Path:
     """The strix-halo stack pointed at the tiny 2-layer llama model of the emulator."""
     document = yaml.safe_load((ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text())
     config = document["config"]
     model = config["llm-infra:model"]
-    model.update(repo=repo, revision=rev, files=[files], architecture="llama", layers=2)
+    patterns = [files] if isinstance(files, str) else files
+    model.update(repo=repo, revision=rev, files=patterns, architecture="llama", layers=2)
     model.pop("metadata")
     config["llm-infra:server"]["gpuLayers"] = 3
     path = tmp_path / "Pulumi.tiny.yaml"
@@ -226,3 +232,96 @@ def test_a_lock_entry_that_could_escape_the_volume_stops_the_render(
     assert "Traceback" not in result.stderr
     with pytest.raises(FetchError, match=problem):
         load_lock(lock_path)
+
+
+def test_star_stays_in_its_folder_and_small_git_files_get_a_sha256(
+    hub: Hub, tmp_path: Path
+) -> None:
+    path = stack_file(tmp_path, files=["UD-IQ1_M/*", "*.json"])
+    result = cli(hub, "lock", str(path))
+    assert result.returncode == 0, result.stderr
+    lock = json.loads((tmp_path / "tiny.lock.json").read_text())
+    entries = {f["path"]: f for f in lock["files"]}
+    # `*.json` is the top-level config.json only, as a shell glob: not inference/config.json.
+    assert sorted(entries) == sorted([*(f"UD-IQ1_M/{n}" for n in NAMES), "config.json"])
+    small = entries["config.json"]
+    assert small["sha256"] == hub.sha256(REPO, "config.json")
+    assert small["size"] == len(hub.repos[REPO]["config.json"])
+    assert all(f["sha256"] for f in lock["files"])
+
+
+def test_two_repo_files_with_one_name_on_the_volume_are_refused_at_lock(
+    hub: Hub, tmp_path: Path
+) -> None:
+    path = stack_file(tmp_path, files=["UD-IQ1_M/*", "*.json", "inference/*.json"])
+    result = cli(hub, "lock", str(path))
+    assert result.returncode == 2
+    assert (
+        "model.files: config.json and inference/config.json would both be 'config.json' on the "
+        "volume" in result.stderr
+    )
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "tiny.lock.json").exists()
+
+
+def test_a_hostile_name_in_the_repo_is_refused_at_lock(hub: Hub, tmp_path: Path) -> None:
+    hub.repos[REPO]["UD-IQ1_M/x\nINJECTED.gguf"] = b"g" * 2000
+    result = cli(hub, "lock", str(stack_file(tmp_path)))
+    assert result.returncode == 2
+    assert "is not a relative path inside the repo" in result.stderr
+    assert not (tmp_path / "tiny.lock.json").exists()
+
+
+def locked(hub: Hub, tmp_path: Path) -> tuple[Path, dict[str, Any]]:
+    assert cli(hub, "lock", str(stack_file(tmp_path))).returncode == 0
+    lock_path = tmp_path / "tiny.lock.json"
+    return lock_path, json.loads(lock_path.read_text())
+
+
+def other_quant(document: dict[str, Any], hub: Hub) -> None:
+    path = "UD-Q2_K/Tiny-UD-Q2_K.gguf"
+    document["files"] = [
+        {
+            "path": path,
+            "name": path.rsplit("/", 1)[-1],
+            "size": 4000,
+            "sha256": hub.sha256(REPO, path),
+        }
+    ]
+
+
+EDITS: list[tuple[str, Callable[[dict[str, Any], Hub], None], str]] = [
+    ("only another quant", other_quant, "files[0]: 'UD-Q2_K/Tiny-UD-Q2_K.gguf' matches none of"),
+    ("a shard missing", lambda d, h: d["files"].pop(1), "incomplete shard set"),
+    ("a pattern with no file", lambda d, h: d.update(patterns=[*d["patterns"], "UD-IQ9/*"]),
+     "patterns[1]: 'UD-IQ9/*' matches no file of the lock"),
+    ("one file twice", lambda d, h: d["files"].append(dict(d["files"][0])), "would both be"),
+    ("no sha256", lambda d, h: d["files"][2].update(sha256=None), "has no sha256; every"),
+    ("a renamed file", lambda d, h: d["files"][0].update(name="model.gguf"),
+     "is not the file name of path"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("edit", "message"), [e[1:] for e in EDITS], ids=[e[0] for e in EDITS])
+def test_a_lock_that_is_not_exactly_model_files_is_refused_at_render(
+    hub: Hub, tmp_path: Path, edit: Callable[[dict[str, Any], Hub], None], message: str
+) -> None:
+    lock_path, document = locked(hub, tmp_path)
+    edit(document, hub)
+    lock_path.write_text(json.dumps(document))
+    stack = read_stack_file(stack_file(tmp_path)).stack()
+    with pytest.raises(ConfigError) as caught:
+        model_source(stack.model, lock_path, preview=True)
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"{lock_path}: ") and message in problem, problem
+
+
+def test_render_names_the_lock_problem_and_exits_2(hub: Hub, tmp_path: Path) -> None:
+    lock_path, document = locked(hub, tmp_path)
+    other_quant(document, hub)
+    lock_path.write_text(json.dumps(document))
+    result = cli(hub, "render", str(stack_file(tmp_path)), "--out", str(tmp_path / "out"))
+    assert result.returncode == 2
+    assert "tiny.lock.json: files[0]: 'UD-Q2_K/Tiny-UD-Q2_K.gguf' matches none" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "out").exists()

@@ -5,7 +5,8 @@
 HEAD, GET and Range (206), `X-Repo-Commit`,
 `X-Linked-Size` and `X-Linked-Etag` headers and `X-Error-Code` on errors; optional bearer-token
 gating; and faults a test can inject: a connection dropped after N bytes, corrupted bytes, a
-fixed status for the next requests of a file. Loopback only.
+fixed status for the next requests of a file, a body sent without Content-Length (as a proxy
+that streams it would). Loopback only.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Hub:
     corrupt_once: set[str] = field(default_factory=set)
     corrupt_always: set[str] = field(default_factory=set)
     status_once: dict[str, list[int]] = field(default_factory=dict)
+    omit_length: set[str] = field(default_factory=set)
     requests: list[tuple[str, str, str | None]] = field(default_factory=list)
     bytes_sent: dict[str, int] = field(default_factory=dict)
     throttle_bytes_per_s: float | None = None
@@ -151,12 +153,17 @@ def _handler(hub: Hub) -> type[BaseHTTPRequestHandler]:
             if path in hub.corrupt_always and not head:
                 body = bytes([body[0] ^ 0xFF]) + body[1:]
             self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
+            if path in hub.omit_length and not head:
+                # No length: the body ends when the connection closes.
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            else:
+                self.send_header("Content-Length", str(len(body)))
             self.send_header("X-Repo-Commit", COMMIT)
             self.send_header("X-Linked-Size", str(len(data)))
             self.send_header("X-Linked-Etag", f'"{hashlib.sha256(data).hexdigest()}"')
             self.send_header("Accept-Ranges", "bytes")
-            if status == 206:
+            if status == 206 and path not in hub.omit_length:
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
             self.end_headers()
             if head:

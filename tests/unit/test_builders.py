@@ -324,3 +324,35 @@ def test_ingress_policy_can_admit_a_node_network(strix_halo_values: dict[str, An
     assert clients == [{"namespace": "litellm", "pod_labels": {}}, {"cidr": "192.168.1.10/32"}]
     policy = ingress_policy("ds-ingress", "llm", {}, {"app": "ds"}, 8080, clients)
     assert {"ipBlock": {"cidr": "192.168.1.10/32"}} in policy["spec"]["ingress"][0]["from"]
+
+
+@pytest.mark.parametrize(("upgrade", "tail"), [("keep", ["--parallel", "1"]),
+                                               ("replace", ["--upgrade", "replace"])])  # fmt: skip
+def test_job_passes_replace_to_the_fetcher_and_leaves_keep_to_its_default(
+    upgrade: str, tail: list[str]
+) -> None:
+    job = fetch_job(
+        "j", "llm", {}, image="python:3.12.8-slim", claim_name="models", config_map="cm",
+        node_selector={}, retired=[], parallel=1, timeout_seconds=60, hf_endpoint=None,
+        token_secret=None, upgrade=upgrade,
+    )  # fmt: skip
+    assert job["spec"]["template"]["spec"]["containers"][0]["command"][-2:] == tail
+
+
+def test_store_args_carry_the_upgrade_mode_and_the_preflight_from_the_server(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    strix_halo_values["store"] = {**strix_halo_values["store"], "nodePreflight": True}
+    stack = strix(strix_halo_values)
+    args = store_args(stack, unlocked_source(stack), None)
+    assert args.get("upgrade") == "keep"
+    assert args.get("node_preflight") == {
+        "image": stack.server.image,
+        "gpu_access": "privileged",
+        "min_gpu_memory_gib": 90,
+    }
+    del strix_halo_values["store"]["nodePreflight"]
+    assert (
+        store_args(strix(strix_halo_values), unlocked_source(stack), None).get("node_preflight")
+        is None
+    )

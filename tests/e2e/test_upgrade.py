@@ -1,0 +1,278 @@
+"""Model upgrades against the hub emulator: the old model stays whole until the new one is verified.
+
+Two shapes of upgrade, as operators meet them: a new quant under new names (the old files are
+retired by pattern), and a new revision under the same names (the new files must not replace
+the old ones before all of them are verified). Every failure leaves the old model complete for
+`check-model`, and a real llama-server b11434 still starts from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from components.payloads import FETCHER_SOURCE
+from components.payloads.fetcher import FetchError, fetch_document, load_lock
+from components.payloads.fetcher import fetch as fetch_files
+from tests.support.hub_emulator import Hub, running_hub
+from tests.support.llama_server import get_json, run_llama_server, tiny_server_argv
+from tests.support.tiny_gguf import write_tiny_model_seeded
+
+OLD_REPO = "unsloth/Tiny-GGUF"
+NEW_REPO = "unsloth/Tiny-GGUF-0801"
+OLD = [f"UD-IQ1_M/Tiny-UD-IQ1_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+NEW_NAMES = [f"UD-Q2_K/Tiny-UD-Q2_K-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+RETIRE_OLD = "Tiny-UD-IQ1_M-*.gguf"
+SHAPES = ["new names", "same names"]
+FAULTS = ["404", "401", "corrupt", "disk full"]
+
+
+def shards(directory: Path, prefix: str, seed: int) -> list[bytes]:
+    return [p.read_bytes() for p in write_tiny_model_seeded(directory, prefix, 3, seed=seed)]
+
+
+@pytest.fixture
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    work = tmp_path_factory.mktemp("models")
+    old = shards(work / "old", "Tiny-UD-IQ1_M", seed=1)
+    q2k = shards(work / "q2k", "Tiny-UD-Q2_K", seed=2)
+    # The same names, other weights: as a new upstream revision of the same quant.
+    respun = shards(work / "respun", "Tiny-UD-IQ1_M", seed=3)
+    repos = {
+        OLD_REPO: {**dict(zip(OLD, old, strict=True)), **dict(zip(NEW_NAMES, q2k, strict=True))},
+        NEW_REPO: dict(zip(OLD, respun, strict=True)),
+    }
+    with running_hub(Hub(repos=repos)) as served:
+        yield served
+
+
+@dataclass
+class Upgrade:
+    """An old model in place, and the lock (and retire patterns) of the next one."""
+
+    dest: Path
+    old_lock: Path
+    new_lock: Path
+    new_repo: str
+    new_paths: list[str]
+    retire: list[str]
+
+    def new_name(self, index: int) -> str:
+        return self.new_paths[index].rsplit("/", 1)[-1]
+
+
+def write_lock(path: Path, hub: Hub, repo: str, paths: list[str]) -> Path:
+    files = [
+        {
+            "path": p,
+            "name": p.rsplit("/", 1)[-1],
+            "size": len(hub.repos[repo][p]),
+            "sha256": hub.sha256(repo, p),
+        }
+        for p in paths
+    ]
+    path.write_text(json.dumps(fetch_document(repo, "main", files)))  # type: ignore[arg-type]
+    return path
+
+
+def run_fetcher(hub: Hub, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env["HF_ENDPOINT"] = hub.url
+    if token:
+        env["HF_TOKEN"] = token
+    return subprocess.run(
+        [sys.executable, str(FETCHER_SOURCE), *args], capture_output=True, text=True, env=env,
+        timeout=120, check=False,
+    )  # fmt: skip
+
+
+def fetch(hub: Hub, lock: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return run_fetcher(hub, "fetch", "--lock", str(lock), "--dest", str(dest), *extra)
+
+
+def check_model(hub: Hub, lock: Path, dest: Path) -> subprocess.CompletedProcess[str]:
+    """The server's init check (`llm-infra check-model`), as the pod runs it: fetcher.py check."""
+    return run_fetcher(hub, "check", "--lock", str(lock), "--dest", str(dest))
+
+
+def prepared(hub: Hub, tmp_path: Path, shape: str) -> Upgrade:
+    dest = tmp_path / "models"
+    old_lock = write_lock(tmp_path / "old.lock.json", hub, OLD_REPO, OLD)
+    assert fetch(hub, old_lock, dest).returncode == 0
+    if shape == "new names":
+        new_lock = write_lock(tmp_path / "new.lock.json", hub, OLD_REPO, NEW_NAMES)
+        return Upgrade(dest, old_lock, new_lock, OLD_REPO, NEW_NAMES, [RETIRE_OLD])
+    new_lock = write_lock(tmp_path / "new.lock.json", hub, NEW_REPO, OLD)
+    return Upgrade(dest, old_lock, new_lock, NEW_REPO, OLD, [])
+
+
+def retire_args(upgrade: Upgrade) -> list[str]:
+    return [arg for pattern in upgrade.retire for arg in ("--retire", pattern)]
+
+
+def assert_old_model_whole(hub: Hub, upgrade: Upgrade) -> None:
+    for path in OLD:
+        assert (upgrade.dest / path.rsplit("/", 1)[-1]).read_bytes() == hub.repos[OLD_REPO][path]
+    result = check_model(hub, upgrade.old_lock, upgrade.dest)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 1
+
+
+def failed_upgrade(
+    hub: Hub, tmp_path: Path, shape: str, fault: str, monkeypatch: pytest.MonkeyPatch
+) -> Upgrade:
+    """The old model in place, then an upgrade that the fault stops."""
+    upgrade = prepared(hub, tmp_path, shape)
+    last = upgrade.new_paths[-1]
+    if fault == "disk full":
+        lock = load_lock(upgrade.new_lock)
+        needed = sum(f.get("size") or 0 for f in lock.files)
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        # Room for the new model only if the old one went first: it must not.
+        with pytest.raises(FetchError) as caught:
+            fetch_files(lock, upgrade.dest, 1, upgrade.retire, free_space=lambda _: needed - 1)
+        assert caught.value.exit_code == 7
+        assert "kept until the new model is verified" in str(caught.value)
+        return upgrade
+    if fault == "404":
+        hub.status_once[last] = [404]
+    elif fault == "401":
+        hub.token = "hf_only_for_the_new_repo"
+    else:
+        hub.corrupt_always.add(last)
+    result = fetch(hub, upgrade.new_lock, upgrade.dest, "--parallel", "1", *retire_args(upgrade))
+    assert result.returncode == {"404": 5, "401": 4, "corrupt": 6}[fault], result.stdout
+    assert "retired" not in result.stdout
+    if fault in ("404", "corrupt"):
+        # What was verified waits under a hidden name; nothing took a final name.
+        assert (upgrade.dest / f".{upgrade.new_name(0)}.ready").is_file()
+    return upgrade
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_failed_upgrade_leaves_the_old_model_complete(
+    hub: Hub, tmp_path: Path, shape: str, fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upgrade = failed_upgrade(hub, tmp_path, shape, fault, monkeypatch)
+    assert_old_model_whole(hub, upgrade)
+    if shape == "same names":
+        command = ["check-model", "--lock", str(upgrade.old_lock), "--dest", str(upgrade.dest)]
+        cli = subprocess.run(
+            [sys.executable, "-m", "infra.cli", *command],
+            capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert cli.returncode == 0 and "3 files complete" in cli.stdout, cli.stdout + cli.stderr
+
+
+@pytest.mark.contract
+@pytest.mark.parametrize("fault", FAULTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_failed_upgrade_leaves_a_model_llama_server_still_serves(
+    hub: Hub, tmp_path: Path, shape: str, fault: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    upgrade = failed_upgrade(hub, tmp_path, shape, fault, monkeypatch)
+    first = upgrade.dest / OLD[0].rsplit("/", 1)[-1]
+    argv = tiny_server_argv(first, "--alias", "old-model", parallel=1)
+    with run_llama_server(argv, timeout=60.0, log_path=tmp_path / "llama-server.log") as url:
+        assert get_json(f"{url}/health") == (200, {"status": "ok"})
+        status, models = get_json(f"{url}/v1/models")
+    assert status == 200 and models["data"][0]["id"] == "old-model"
+
+
+def background_fetch(hub: Hub, upgrade: Upgrade, *extra: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "HF_ENDPOINT": hub.url}
+    command = [
+        sys.executable, str(FETCHER_SOURCE), "fetch", "--lock", str(upgrade.new_lock),
+        "--dest", str(upgrade.dest), *retire_args(upgrade), *extra,
+    ]  # fmt: skip
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+
+
+def wait_for_bytes(hub: Hub, upgrade: Upgrade, count: int) -> None:
+    deadline = time.monotonic() + 30
+    sent = 0
+    while time.monotonic() < deadline:
+        sent = sum(hub.bytes_sent.get(p, 0) for p in upgrade.new_paths)
+        if sent >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"only {sent} bytes of the new model sent in 30 s")
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_good_upgrade_switches_and_retires_only_after_the_new_set_is_verified(
+    hub: Hub, tmp_path: Path, shape: str
+) -> None:
+    upgrade = prepared(hub, tmp_path, shape)
+    total = sum(len(hub.repos[upgrade.new_repo][p]) for p in upgrade.new_paths)
+    hub.bytes_sent.clear()
+    hub.throttle_bytes_per_s = 200_000
+    process = background_fetch(hub, upgrade)
+    wait_for_bytes(hub, upgrade, total // 2)
+    # Mid-download: the old model is untouched and still passes the server's init check.
+    assert_old_model_whole(hub, upgrade)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, out
+    lines = out.splitlines()
+    marker = next(i for i, line in enumerate(lines) if "files complete; marker" in line)
+    completes = [i for i, line in enumerate(lines) if ": complete (" in line]
+    retired = [i for i, line in enumerate(lines) if " retired " in line]
+    assert len(completes) == 3 and max(completes) < marker
+    for index, path in enumerate(upgrade.new_paths):
+        name = upgrade.new_name(index)
+        assert (upgrade.dest / name).read_bytes() == hub.repos[upgrade.new_repo][path]
+    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 0
+    old_check = check_model(hub, upgrade.old_lock, upgrade.dest)
+    assert old_check.returncode == 1
+    if shape == "new names":
+        assert len(retired) == 3 and min(retired) > marker
+        assert not any((upgrade.dest / p.rsplit("/", 1)[-1]).exists() for p in OLD)
+    else:
+        # The old marker went before the first rename: no check passes on a mixed set.
+        assert any("removed" in line for line in lines[:marker])
+        assert "no completion marker for this lock" in old_check.stdout + old_check.stderr
+    assert not list(upgrade.dest.glob(".*.ready")) and not list(upgrade.dest.glob(".*.part"))
+
+
+def test_an_upgrade_killed_midway_keeps_the_old_model_and_resumes(hub: Hub, tmp_path: Path) -> None:
+    upgrade = prepared(hub, tmp_path, "same names")
+    total = sum(len(hub.repos[NEW_REPO][p]) for p in OLD)
+    hub.bytes_sent.clear()
+    hub.throttle_bytes_per_s = 300_000
+    process = background_fetch(hub, upgrade, "--parallel", "1")
+    wait_for_bytes(hub, upgrade, total // 2)
+    process.kill()
+    process.communicate()
+    assert_old_model_whole(hub, upgrade)
+    hub.throttle_bytes_per_s = None
+    hub.bytes_sent.clear()
+    result = fetch(hub, upgrade.new_lock, upgrade.dest)
+    assert result.returncode == 0, result.stdout
+    assert sum(hub.bytes_sent.values()) < total
+    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 0
+
+
+def test_replace_deletes_the_old_model_first_only_when_both_do_not_fit(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upgrade = prepared(hub, tmp_path, "new names")
+    lock = load_lock(upgrade.new_lock)
+    needed = sum(f.get("size") or 0 for f in lock.files)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    fetch_files(lock, upgrade.dest, 1, upgrade.retire, free_space=lambda _: needed - 1,
+                upgrade="replace")  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
+    retired = [i for i, line in enumerate(lines) if " retired " in line]
+    completes = [i for i, line in enumerate(lines) if ": complete (" in line]
+    assert len(retired) == 3 and max(retired) < min(completes)
+    assert "upgrade: replace" in "\n".join(lines[: min(retired)])
+    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 0
