@@ -7,7 +7,12 @@ from components.llamacpp_manifests import HttpProbe, LlamaServerFlags, ServerPro
 from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
 from components.payloads.fetcher import ModelFile
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
-from components.vllm_rocm_server import SshConnection, VllmRocmServer, VllmRocmServerArgs
+from components.vllm_rocm_server import (
+    ModelLock,
+    SshConnection,
+    VllmRocmServer,
+    VllmRocmServerArgs,
+)
 
 __all__ = [
     "CaddySite",
@@ -19,6 +24,7 @@ __all__ = [
     "LlamaCppVulkanServerArgs",
     "LlamaServerFlags",
     "ModelFile",
+    "ModelLock",
     "ModelVolume",
     "PatchOverlay",
     "ServerProbes",

@@ -5,7 +5,7 @@ from typing import NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import inherited_dependencies, without_kind
+from components.children import after, inherited_dependencies, manifest_args, with_integers
 from components.model_store_manifests import (
     HF_TOKEN_KEY,
     MODELS_MOUNT,
@@ -19,6 +19,11 @@ from components.model_store_manifests import (
     store_names,
 )
 from components.network_policies import egress_policy
+from components.node_preflight import (
+    NodePreflight,
+    preflight_network_policy,
+    store_preflight_job,
+)
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
 from components.pod_security import DEFAULT_UID
@@ -42,8 +47,8 @@ class ModelVolume(TypedDict):
 class GgufModelStoreArgs(TypedDict):
     """Inputs of GgufModelStore."""
 
-    namespace: str
-    """Namespace of the PVC, ConfigMap, Secret and Job."""
+    namespace: pulumi.Input[str]
+    """Namespace of the PVC, ConfigMap, Secret and Job (may be a Namespace's output)."""
     repo: str
     """Hugging Face repo id, e.g. `unsloth/DeepSeek-V4-Flash-0731-GGUF`."""
     revision: str
@@ -52,7 +57,7 @@ class GgufModelStoreArgs(TypedDict):
     """The files of the model, first shard first."""
     volume_size: str
     """PVC size as a Kubernetes quantity (`120Gi`): the model plus room for the next one."""
-    storage_class: str
+    storage_class: pulumi.Input[str]
     """Storage class of the PVC (k3s: `local-path`, bound to one node)."""
     node_selector: dict[str, str]
     """Where the Job runs: the server's node, since a local-path volume is node-bound."""
@@ -72,6 +77,11 @@ class GgufModelStoreArgs(TypedDict):
     """Restrict the fetch pod to DNS and the hub's port (default True)."""
     run_as_user: NotRequired[int]
     """Non-root uid of the fetch and check containers (default 10001)."""
+    upgrade: NotRequired[str]
+    """`keep` (default): on a new lock the old model stays until the new one is verified;
+    `replace`: retired files go first when the volume cannot hold both (downtime)."""
+    node_preflight: NotRequired[NodePreflight | None]
+    """Check the node (render node, VRAM + GTT, disk, Vulkan device) in a Job before the fetch."""
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -84,70 +94,108 @@ class GgufModelStore(pulumi.ComponentResource):
     lock_digest: pulumi.Output[str]
     """sha256 of the lock the Job fetched; the completion marker is named after it."""
     model_path: pulumi.Output[str]
-    """Path of the first shard inside a pod that mounts the volume at /models."""
+    """Path of the first shard inside a pod that mounts the volume at /models, once fetched."""
 
     def __init__(
         self, name: str, args: GgufModelStoreArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(TYPE_TOKEN, name, None, opts)
-        namespace = args["namespace"]
+        args = with_integers(args, GgufModelStoreArgs)
+        namespace = pulumi.Output.from_input(args["namespace"])
         labels = store_labels(name)
         lock = fetch_document(args["repo"], args["revision"], args["files"])
-        digest = lock_digest(lock)
         fetcher_source = FETCHER_SOURCE.read_text()
         names = store_names(name, content_digest(lock, fetcher_source))
+        run_as_user = args.get("run_as_user", DEFAULT_UID)
+        timeout = args.get("fetch_timeout_seconds", 12 * 3600)
         inherited = inherited_dependencies(opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=inherited)
 
+        pvc = pulumi.Output.all(namespace, args["storage_class"]).apply(
+            lambda values: model_pvc(
+                names["pvc"], values[0], labels, args["volume_size"], values[1]
+            )
+        )
         self.pvc = k8s.core.v1.PersistentVolumeClaim(
             f"{name}-pvc",
-            **without_kind(
-                model_pvc(
-                    names["pvc"], namespace, labels, args["volume_size"], args["storage_class"]
-                )
-            ),
+            **manifest_args(pvc, "metadata", "spec"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=inherited, protect=True),
+        )
+        config_map = namespace.apply(
+            lambda ns: fetcher_config_map(names["config_map"], ns, labels, lock, fetcher_source)
         )
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-fetcher",
-            **without_kind(
-                fetcher_config_map(names["config_map"], namespace, labels, lock, fetcher_source)
-            ),
+            **manifest_args(config_map, "metadata", "data", "immutable"),
             opts=child,
         )
-        token_secret = None
+        self.token_secret: k8s.core.v1.Secret | None = None
+        """The HF token as a Secret; None without a token."""
         hf_token = args.get("hf_token")
         if hf_token is not None:
-            token_secret = names["token_secret"]
             self.token_secret = k8s.core.v1.Secret(
                 f"{name}-hf-token",
-                metadata={"name": token_secret, "namespace": namespace, "labels": labels},
+                metadata={"name": names["token_secret"], "namespace": namespace, "labels": labels},
                 type="Opaque",
                 string_data={HF_TOKEN_KEY: pulumi.Output.secret(hf_token)},
                 opts=child,
             )
-        timeout = args.get("fetch_timeout_seconds", 12 * 3600)
-        job = fetch_job(
-            names["job"],
-            namespace,
-            labels,
-            image=args["fetch_image"],
-            claim_name=names["pvc"],
-            config_map=names["config_map"],
-            node_selector=args["node_selector"],
-            retired=args.get("retired_patterns", []),
-            parallel=args.get("parallel_downloads", 3),
-            timeout_seconds=timeout,
-            hf_endpoint=args.get("hf_endpoint"),
-            token_secret=token_secret,
-            run_as_user=args.get("run_as_user", DEFAULT_UID),
+        job = namespace.apply(
+            lambda ns: fetch_job(
+                names["job"],
+                ns,
+                labels,
+                image=args["fetch_image"],
+                claim_name=names["pvc"],
+                config_map=names["config_map"],
+                node_selector=args["node_selector"],
+                retired=args.get("retired_patterns", []),
+                parallel=args.get("parallel_downloads", 3),
+                timeout_seconds=timeout,
+                hf_endpoint=args.get("hf_endpoint"),
+                token_secret=names["token_secret"] if hf_token is not None else None,
+                run_as_user=run_as_user,
+                upgrade=args.get("upgrade", "keep"),
+            )
         )
+        self.preflight_job: k8s.batch.v1.Job | None = None
+        """The node preflight Job, which the fetch waits for; None when not asked for."""
+        preflight = args.get("node_preflight")
+        if preflight is not None:
+            check = namespace.apply(
+                lambda ns: store_preflight_job(
+                    name, ns, labels, preflight, files=args["files"],
+                    retired=args.get("retired_patterns", []), upgrade=args.get("upgrade", "keep"),
+                    claim_name=names["pvc"], node_selector=args["node_selector"],
+                    run_as_user=run_as_user,
+                )
+            )  # fmt: skip
+            self.preflight_job = k8s.batch.v1.Job(
+                f"{name}-preflight",
+                **manifest_args(check, "metadata", "spec"),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    depends_on=[*inherited, self.pvc],
+                    custom_timeouts=pulumi.CustomTimeouts(create="20m", update="20m"),
+                    delete_before_replace=True,
+                ),
+            )
+            if args.get("network_policy", True):
+                closed = namespace.apply(
+                    lambda ns: preflight_network_policy(f"{name}-preflight-closed", ns, labels)
+                )
+                k8s.networking.v1.NetworkPolicy(
+                    f"{name}-preflight-closed",
+                    **manifest_args(closed, "metadata", "spec"),
+                    opts=child,
+                )
+        preflight_jobs = [self.preflight_job] if self.preflight_job is not None else []
         self.fetch_job = k8s.batch.v1.Job(
             f"{name}-fetch",
-            **without_kind(job),
+            **manifest_args(job, "metadata", "spec"),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*inherited, self.pvc, self.config_map],
+                depends_on=[*inherited, self.pvc, self.config_map, *preflight_jobs],
                 # The Job is awaited until Complete: give the provider the Job's own deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{timeout + 600}s", update=f"{timeout + 600}s"
@@ -159,27 +207,29 @@ class GgufModelStore(pulumi.ComponentResource):
             "claim_name": names["pvc"],
             "fetcher_config_map": names["config_map"],
             "check_image": args["fetch_image"],
-            "run_as_user": args.get("run_as_user", DEFAULT_UID),
+            "run_as_user": run_as_user,
         }
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
+        self.fetch_policy: k8s.networking.v1.NetworkPolicy | None = None
+        """The fetch pod's egress policy; None when network_policy is off."""
         if args.get("network_policy", True):
-            self.fetch_policy = k8s.networking.v1.NetworkPolicy(
-                f"{name}-fetch-egress",
-                **without_kind(
-                    egress_policy(
-                        f"{name}-fetch-egress",
-                        namespace,
-                        labels,
-                        fetch_pod_labels(name),
-                        [hub_port(args.get("hf_endpoint"))],
-                    )
-                ),
-                opts=child,
+            policy = namespace.apply(
+                lambda ns: egress_policy(
+                    f"{name}-fetch-egress",
+                    ns,
+                    labels,
+                    fetch_pod_labels(name),
+                    [hub_port(args.get("hf_endpoint"))],
+                )
             )
-        self.claim_name = pulumi.Output.from_input(names["pvc"])
-        self.fetcher_config_map = pulumi.Output.from_input(names["config_map"])
-        self.lock_digest = pulumi.Output.from_input(digest)
-        self.model_path = pulumi.Output.from_input(f"{MODELS_MOUNT}/{args['files'][0]['name']}")
+            self.fetch_policy = k8s.networking.v1.NetworkPolicy(
+                f"{name}-fetch-egress", **manifest_args(policy, "metadata", "spec"), opts=child
+            )
+        self.claim_name = self.pvc.metadata.name
+        self.fetcher_config_map = self.config_map.metadata.name
+        # The digest and the shard's path are only true of the volume once the Job completed.
+        self.lock_digest = after(self.fetch_job, lock_digest(lock))
+        self.model_path = after(self.fetch_job, f"{MODELS_MOUNT}/{args['files'][0]['name']}")
         self.register_outputs(
             {
                 "claim_name": self.claim_name,

@@ -1,16 +1,18 @@
 """LlamaCppVulkanServer: llama.cpp's llama-server (Vulkan image) as a Deployment and a Service."""
 
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import inherited_dependencies, without_kind
+from components.children import after, inherited_dependencies, manifest_args, with_integers
 from components.gguf_model_store import ModelVolume
 from components.llamacpp_manifests import (
     API_KEY_FILE,
+    IMAGE_PULL_ALLOWANCE_S,
     LlamaServerFlags,
     ServerProbes,
+    probe_window_seconds,
     selector_labels,
     server_deployment,
     server_labels,
@@ -28,14 +30,14 @@ TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 class LlamaCppVulkanServerArgs(TypedDict):
     """Inputs of LlamaCppVulkanServer."""
 
-    namespace: str
-    """Namespace of the Deployment and Service."""
+    namespace: pulumi.Input[str]
+    """Namespace of the Deployment and Service (may be a Namespace's output)."""
     image: str
     """Server image, pinned to a build (`server-vulkan-b11434`)."""
     flags: LlamaServerFlags
     """llama-server flags."""
     model: ModelVolume
-    """The model volume and its init check."""
+    """The model volume and its init check: a GgufModelStore's `model_volume` (or its outputs)."""
     node_selector: dict[str, str]
     """Node labels the pod must match (the GPU node)."""
     resources: dict[str, dict[str, str]]
@@ -85,13 +87,19 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         self, name: str, args: LlamaCppVulkanServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(TYPE_TOKEN, name, None, opts)
-        namespace = args["namespace"]
+        args = with_integers(args, LlamaCppVulkanServerArgs)
+        namespace = pulumi.Output.from_input(args["namespace"])
+        # Known strings from a Python caller; outputs of the store through the provider.
+        model = pulumi.Output.from_input(args["model"])
         flags = args["flags"]
         port = flags["port"]
         service_port = args.get("service_port", port)
         labels = server_labels(name)
         inherited = inherited_dependencies(opts)
         api_key = args.get("api_key")
+
+        self.api_key_secret: k8s.core.v1.Secret | None = None
+        """The API key as a Secret; None without an API key."""
         if api_key is not None:
             self.api_key_secret = k8s.core.v1.Secret(
                 f"{name}-api-key",
@@ -100,68 +108,90 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 string_data={API_KEY_FILE: pulumi.Output.secret(api_key)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
             )
-        deployment = server_deployment(name, namespace, labels, args)
-        deadline = deployment["spec"]["progressDeadlineSeconds"]
+        deployment = pulumi.Output.all(namespace, model).apply(
+            lambda values: server_deployment(name, values[0], labels, _with_model(args, values[1]))
+        )
+        # The Deployment's own progressDeadlineSeconds, which pulumi-kubernetes must outwait.
+        deadline = IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            **without_kind(deployment),
+            **manifest_args(deployment, "metadata", "spec"),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 # Children do not inherit dependsOn: the pod must wait for what the server waits
                 # for (the fetch Job), not start early and crash-loop on a missing model.
-                depends_on=[*inherited, *([self.api_key_secret] if api_key is not None else [])],
+                depends_on=[*inherited, *([self.api_key_secret] if self.api_key_secret else [])],
                 # pulumi-kubernetes waits 10 min by default; the load alone may take longer.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{deadline + 60}s", update=f"{deadline + 60}s"
                 ),
             ),
         )
+        service = namespace.apply(lambda ns: server_service(name, ns, labels, port, service_port))
         self.service = k8s.core.v1.Service(
             f"{name}-service",
-            **without_kind(server_service(name, namespace, labels, port, service_port)),
+            **manifest_args(service, "metadata", "spec"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
         )
         expectations = args.get("verify_expectations")
         clients = args.get("allowed_clients")
+
+        self.network_policy: k8s.networking.v1.NetworkPolicy | None = None
+        """Who may reach the server; None when allowed_clients is None."""
         if clients is not None:
-            policy = ingress_policy(
-                f"{name}-ingress", namespace, labels, selector_labels(labels), port, clients
-            )
-            if expectations is not None:
-                # The verify Job, in the server's own namespace, must reach it too.
-                policy["spec"]["ingress"][0]["from"].append(
-                    {"podSelector": {"matchLabels": verify_pod_labels(name)}}
+
+            def admitted(ns: str) -> dict[str, Any]:
+                policy = ingress_policy(
+                    f"{name}-ingress", ns, labels, selector_labels(labels), port, clients
                 )
+                if expectations is not None:
+                    # The verify Job, in the server's own namespace, must reach it too.
+                    policy["spec"]["ingress"][0]["from"].append(
+                        {"podSelector": {"matchLabels": verify_pod_labels(name)}}
+                    )
+                return policy
+
             self.network_policy = k8s.networking.v1.NetworkPolicy(
                 f"{name}-ingress",
-                **without_kind(policy),
+                **manifest_args(namespace.apply(admitted), "metadata", "spec"),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
             )
+
+        self.verify_config_map: k8s.core.v1.ConfigMap | None = None
+        """The verify script and expectations; None without verify_expectations."""
+        self.verify_job: k8s.batch.v1.Job | None = None
+        """The post-deploy check; None without verify_expectations."""
         if expectations is not None:
             verify_source = VERIFY_SOURCE.read_text()
-            digest = verify_digest(expectations, verify_source, deployment)
-            check_name = f"{name}-verify-{digest}"
+
+            def check(values: list[Any]) -> dict[str, dict[str, Any]]:
+                ns, volume, built = values
+                check_name = f"{name}-verify-{verify_digest(expectations, verify_source, built)}"
+                job = verify_job(
+                    check_name,
+                    ns,
+                    labels,
+                    image=args.get("verify_image", volume["check_image"]),
+                    config_map=check_name,
+                    url=service_url(name, ns, service_port),
+                    api_key_secret=(f"{name}-api-key", API_KEY_FILE)
+                    if api_key is not None
+                    else None,
+                    run_as_user=args.get("run_as_user", DEFAULT_UID),
+                    min_decode_tps=args.get("min_decode_tps"),
+                )
+                config_map = verify_config_map(check_name, ns, labels, expectations, verify_source)
+                return {"config_map": config_map, "job": job}
+
+            checks = pulumi.Output.all(namespace, model, deployment).apply(check)
             self.verify_config_map = k8s.core.v1.ConfigMap(
                 f"{name}-verify",
-                **without_kind(
-                    verify_config_map(check_name, namespace, labels, expectations, verify_source)
-                ),
+                **manifest_args(checks["config_map"], "metadata", "data", "immutable"),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
-            )
-            job = verify_job(
-                check_name,
-                namespace,
-                labels,
-                image=args.get("verify_image", args["model"]["check_image"]),
-                config_map=check_name,
-                url=service_url(name, namespace, service_port),
-                api_key_secret=(f"{name}-api-key", API_KEY_FILE) if api_key is not None else None,
-                run_as_user=args.get("run_as_user", DEFAULT_UID),
-                min_decode_tps=args.get("min_decode_tps"),
             )
             self.verify_job = k8s.batch.v1.Job(
                 f"{name}-verify-job",
-                **without_kind(job),
+                **manifest_args(checks["job"], "metadata", "spec"),
                 opts=pulumi.ResourceOptions(
                     parent=self,
                     # After the Deployment is Ready: a failed check fails `pulumi up`.
@@ -170,9 +200,16 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     delete_before_replace=True,
                 ),
             )
-        self.service_name = pulumi.Output.from_input(name)
-        self.url = pulumi.Output.from_input(service_url(name, namespace, service_port))
-        self.alias = pulumi.Output.from_input(flags["alias"])
+        metadata = self.service.metadata
+        self.service_name = metadata.name
+        self.url = pulumi.Output.all(metadata.name, metadata.namespace).apply(
+            lambda values: service_url(values[0], values[1], service_port)
+        )
+        self.alias = after(self.deployment, flags["alias"])
         self.register_outputs(
             {"service_name": self.service_name, "url": self.url, "alias": self.alias}
         )
+
+
+def _with_model(args: LlamaCppVulkanServerArgs, model: ModelVolume) -> LlamaCppVulkanServerArgs:
+    return {**args, "model": model}

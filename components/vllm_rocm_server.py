@@ -7,7 +7,7 @@ import pulumi
 from pulumi_command import remote
 
 from components.caddyfile import CaddySite, base_url, caddyfile
-from components.children import inherited_dependencies
+from components.children import after, inherited_dependencies, with_integers
 from components.host_scripts import (
     HostRequirements,
     check_script,
@@ -22,6 +22,7 @@ from components.host_scripts import (
     verify_script,
 )
 from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
+from components.payloads.fetcher import ModelFile, fetch_document
 from components.vllm_rocm_builders import (
     PatchOverlay,
     RemotePaths,
@@ -48,21 +49,34 @@ class SshConnection(TypedDict):
     """SSH user: may run docker and write base_dir and model_dir."""
     private_key: pulumi.Input[str]
     """Private key (PEM/OpenSSH text); always passed on as a Pulumi secret."""
-    port: NotRequired[int]
+    port: NotRequired[pulumi.Input[int]]
     """SSH port (default 22)."""
-    host_key: NotRequired[str | None]
+    host_key: NotRequired[pulumi.Input[str] | None]
     """The host's public key; when set, a different host key refuses the connection."""
+
+
+class ModelLock(TypedDict):
+    """The locked model the host fetches: what `llm-infra lock` resolved."""
+
+    repo: str
+    """Hugging Face repo id, e.g. `deepseek-ai/DeepSeek-V4-Flash-0731`."""
+    revision: str
+    """The commit sha the lock resolved (a branch or tag only before the model is locked)."""
+    files: list[ModelFile]
+    """Every file of the model, with its size and sha256 when locked."""
+    unresolved_patterns: NotRequired[list[str]]
+    """File patterns not yet resolved to files: recorded in an unlocked preview's lock."""
 
 
 class VllmRocmServerArgs(TypedDict):
     """Inputs of VllmRocmServer."""
 
-    connection: SshConnection
-    """SSH connection to the GPU host."""
+    connection: pulumi.Input[SshConnection]
+    """SSH connection to the GPU host (address, user and key may be other resources' outputs)."""
     model_dir: str
     """Host directory of the model files; survives `pulumi destroy`."""
-    model_lock: dict[str, Any]
-    """The model lock (the fetcher's version 1 document), fetched into model_dir on the host."""
+    model_lock: ModelLock
+    """The locked model, fetched into model_dir on the host (the fetcher's lock document)."""
     fetch_image: str
     """A pinned stock Python image that runs the fetcher, so the host needs no Python."""
     image: str
@@ -95,7 +109,7 @@ class VllmRocmServer(pulumi.ComponentResource):
     """vLLM ROCm and Caddy in Docker compose on an SSH host: preflight, fetch, up, check."""
 
     url: pulumi.Output[str]
-    """Public HTTPS base URL (append `/v1` for the OpenAI API)."""
+    """Public HTTPS base URL (append `/v1` for the OpenAI API); known once the check passed."""
     served_model_name: pulumi.Output[str]
     """The model id in `/v1/models`."""
 
@@ -103,6 +117,7 @@ class VllmRocmServer(pulumi.ComponentResource):
         self, name: str, args: VllmRocmServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(TYPE_TOKEN, name, None, opts)
+        args = with_integers(args, VllmRocmServerArgs)
         base_dir = args.get("base_dir", "/opt/llm")
         project = args.get("project_name", "llm")
         patches = args.get("patches", [])
@@ -212,6 +227,8 @@ class VllmRocmServer(pulumi.ComponentResource):
             opts=child(self.up),
         )
         expectations = args.get("verify_expectations")
+        self.verify: remote.Command | None = None
+        """The recorded-answers check after up; None without verify_expectations."""
         if expectations is not None:
             verify_dir = posixpath.join(base_dir, "verify")
             verify_copies = [
@@ -244,25 +261,38 @@ class VllmRocmServer(pulumi.ComponentResource):
                 create=f"# after up {sha256_text(up)}\n{verify}",
                 opts=child(self.check, *verify_copies),
             )
-        self.url = pulumi.Output.from_input(base_url(args["caddy"]))
-        self.served_model_name = pulumi.Output.from_input(flags["served_model_name"])
+        self.url = after(self.check, base_url(args["caddy"]))
+        self.served_model_name = after(self.check, flags["served_model_name"])
         self.register_outputs({"url": self.url, "served_model_name": self.served_model_name})
 
 
-def ssh_connection(connection: SshConnection) -> remote.ConnectionArgs:
+def ssh_connection(connection: pulumi.Input[SshConnection]) -> pulumi.Output[remote.ConnectionArgs]:
     """pulumi-command connection args, the private key always a secret."""
-    return remote.ConnectionArgs(
-        host=connection["host"],
-        user=connection["user"],
-        port=connection.get("port", 22),
-        private_key=pulumi.Output.secret(connection["private_key"]),
-        host_key=connection.get("host_key"),
-    )
+
+    def connection_args(known: SshConnection) -> remote.ConnectionArgs:
+        return remote.ConnectionArgs(
+            host=known["host"],
+            user=known["user"],
+            port=known.get("port", 22),
+            private_key=pulumi.Output.secret(known["private_key"]),
+            host_key=known.get("host_key"),
+        )
+
+    return pulumi.Output.from_input(connection).apply(connection_args)
+
+
+def lock_document(lock: ModelLock) -> dict[str, Any]:
+    """The lock as the host's fetcher reads it (the fetcher's own format)."""
+    document = fetch_document(lock["repo"], lock["revision"], lock["files"])
+    if "unresolved_patterns" in lock:
+        document["unresolved_patterns"] = list(lock["unresolved_patterns"])
+    return document
 
 
 def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tuple[str, str]]:
     """Generated files by resource suffix: (remote path, content)."""
-    lock_text = lock_json(args["model_lock"])
+    lock = lock_document(args["model_lock"])
+    lock_text = lock_json(lock)
     caddy_text = caddyfile(args["caddy"], upstream=vllm_address(args["flags"]))
     compose = compose_file(
         image=args["image"],
@@ -272,7 +302,7 @@ def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tu
         patches=args.get("patches", []),
         caddy=args["caddy"],
         caddyfile_sha256=sha256_text(caddy_text),
-        lock_sha256=lock_sha256(args["model_lock"]),
+        lock_sha256=lock_sha256(lock),
         startup_seconds=args.get("startup_timeout_seconds", 3600),
     )
     return {

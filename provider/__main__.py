@@ -1,8 +1,14 @@
-"""The llm-infra component provider: GgufModelStore, LlamaCppVulkanServer, VllmRocmServer."""
+"""The llm-infra component provider: GgufModelStore, LlamaCppVulkanServer, VllmRocmServer.
 
-from pulumi.provider.experimental import component_provider_host
+Pulumi's Python language host runs `python <this directory> <engine address>` in the plugin's
+virtualenv (PulumiPlugin.yaml); the SDK's provider server prints its port and serves gRPC.
+"""
 
-from components.provider import COMPONENTS, PACKAGE, VERSION
+import sys
+
+from pulumi.provider import main
+
+from components.provider import LlmInfraProvider
 
 if __name__ == "__main__":
-    component_provider_host(COMPONENTS, name=PACKAGE, version=VERSION)
+    main(LlmInfraProvider(), sys.argv[1:])

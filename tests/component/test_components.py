@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
@@ -108,6 +109,70 @@ def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str,
     }
 
 
+def test_outputs_depend_on_the_children_that_make_them_true(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    """A consumer of an output waits for the child it comes from, not only for the component."""
+    stack = strix(strix_halo_values)
+
+    def build() -> None:
+        source = unlocked_source(stack)
+        store = GgufModelStore("models", store_args(stack, source, None))
+        server = LlamaCppVulkanServer("ds", server_args(stack, source, store.model_volume))
+        for output, name in (
+            (server.url, "url"),
+            (server.alias, "alias"),
+            (store.claim_name, "claim"),
+            (store.model_path, "path"),
+        ):
+            k8s.core.v1.ConfigMap(f"uses-{name}", data={"value": output})
+
+    resources = by_name(run_program(build, {}, [], stack="test"))
+    assert {name: resources[f"uses-{name}"]["options"]["dependsOn"] for name in
+            ("url", "alias", "claim", "path")} == {
+        "url": ["ds-service"], "alias": ["ds-deployment"], "claim": ["models-pvc"],
+        "path": ["models-fetch"],
+    }  # fmt: skip
+
+
+def test_namespace_from_another_resource_reaches_every_child(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    stack = strix(strix_halo_values)
+
+    def build() -> None:
+        namespace = k8s.core.v1.Namespace("ns", metadata={"name": "llm-team"})
+        source = unlocked_source(stack)
+        args = store_args(stack, source, pulumi.Output.secret(TOKEN))
+        store = GgufModelStore("models", {**args, "namespace": namespace.metadata.name})
+        server = server_args(stack, source, store.model_volume)
+        LlamaCppVulkanServer("ds", {**server, "namespace": namespace.metadata.name})
+
+    rendered = run_program(build, {}, [], stack="test")
+    children = [r for r in rendered.resources if r["parent"] in ("models", "ds")]
+    assert len(children) == 8
+    for child in children:
+        assert "ns" in child["options"]["dependsOn"], child["name"]
+        assert child["inputs"]["metadata"]["namespace"] == "llm-team", child["name"]
+
+
+def test_integers_given_as_floats_reach_the_deployment_as_integers(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    stack = strix(strix_halo_values)
+
+    def build() -> None:
+        source = unlocked_source(stack)
+        store = GgufModelStore("models", store_args(stack, source, None))
+        args = server_args(stack, source, store.model_volume)
+        flags: dict[str, Any] = {**args["flags"], "port": 8080.0, "gpu_layers": 40.0}
+        LlamaCppVulkanServer("ds", {**args, "flags": flags, "service_port": 8080.0})  # type: ignore[typeddict-item]
+
+    resources = by_name(run_program(build, {}, [], stack="test"))
+    argv = resources["ds-deployment"]["inputs"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert argv[argv.index("--port") + 1] == "8080" and argv[argv.index("-ngl") + 1] == "40"
+
+
 def test_program_exports_url_alias_and_litellm_route() -> None:
     stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
     config, secret_keys = stack_file.config, stack_file.secret_keys
@@ -154,7 +219,10 @@ def test_pulumi_up_refuses_a_docker_host_stack_without_its_secrets(tmp_path: Pat
     lock = {
         "version": 1, "repo": "deepseek-ai/DeepSeek-V4-Flash-0731", "revision": "a" * 40,
         "requested_revision": "main", "patterns": ["*.safetensors", "*.json"],
-        "files": [{"path": "config.json", "name": "config.json", "size": 10, "sha256": "b" * 64}],
+        "files": [
+            {"path": "config.json", "name": "config.json", "size": 10, "sha256": "b" * 64},
+            {"path": "m.safetensors", "name": "m.safetensors", "size": 20, "sha256": "c" * 64},
+        ],
     }  # fmt: skip
     (tmp_path / "mi300x.lock.json").write_text(json.dumps(lock))
     config["llm-infra:lockFile"] = str(tmp_path / "mi300x.lock.json")

@@ -1,25 +1,35 @@
-"""The examples: the Python one runs under mocks; the YAML one speaks the provider's schema."""
+"""The examples: the Python one runs under mocks; the YAML one speaks the provider's schema.
+
+`test_provider_protocol.py` constructs the YAML example's values through the provider itself.
+"""
 
 import importlib.util
 import json
+from types import ModuleType
 from typing import Any
 
+import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 import yaml
-from pulumi.provider.experimental.component import ComponentProvider
 
-from components.provider import COMPONENTS, PACKAGE
+from components.provider import LlmInfraProvider
 from infra.render import run_program
 from tests.conftest import ROOT
 
 EXAMPLES = ROOT / "examples"
 
 
-def test_python_example_registers_the_store_and_server() -> None:
+def python_example() -> ModuleType:
     spec = importlib.util.spec_from_file_location("example", EXAMPLES / "python-k3s" / "example.py")
     assert spec is not None and spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def test_python_example_registers_the_store_and_server() -> None:
+    example = python_example()
     rendered = run_program(example.main, {}, [], stack="dev", project="llm-infra-example-python")
     types = {r["type"] for r in rendered.resources}
     assert {"llm-infra:index:GgufModelStore", "kubernetes:apps/v1:Deployment"} <= types
@@ -29,6 +39,22 @@ def test_python_example_registers_the_store_and_server() -> None:
     assert args[:2] == ["-m", "/models/Qwen3-8B-Q4_K_M.gguf"]
 
 
+def test_python_example_url_depends_on_the_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer of the exported URL waits for the Service, not just for the component."""
+    example = python_example()
+    exported: dict[str, Any] = {}
+    monkeypatch.setattr(pulumi, "export", lambda name, value: exported.__setitem__(name, value))
+
+    def program() -> None:
+        example.main()
+        k8s.core.v1.ConfigMap("consumer", data={"url": exported["url"]})
+
+    rendered = run_program(program, {}, [], stack="dev", project="llm-infra-example-python")
+    consumer = next(r for r in rendered.resources if r["name"] == "consumer")
+    assert consumer["inputs"]["data"] == {"url": "http://qwen3-8b.llm.svc:8080"}
+    assert consumer["options"]["dependsOn"] == ["qwen3-8b-service"]
+
+
 def _properties(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in spec:
         return dict(schema["types"][spec["$ref"].removeprefix("#/types/")])
@@ -36,6 +62,9 @@ def _properties(schema: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check(schema: dict[str, Any], spec: dict[str, Any], value: Any, where: str) -> None:
+    if isinstance(value, str) and "${" in value:
+        # Another resource's output: only an input that takes outputs may receive it.
+        assert not spec.get("plain"), f"{where}: {value} goes into a plain input"
     resolved = _properties(schema, spec)
     if "properties" in resolved and isinstance(value, dict):
         unknown = set(value) - set(resolved["properties"])
@@ -47,10 +76,8 @@ def _check(schema: dict[str, Any], spec: dict[str, Any], value: Any, where: str)
 
 
 @pytest.mark.parametrize("name", ["models", "qwen"])
-def test_yaml_example_uses_only_schema_properties(name: str) -> None:
-    provider = ComponentProvider(COMPONENTS, PACKAGE, version="0.1.0")
-    assert provider.schema is not None
-    schema = json.loads(provider.schema)
+def test_yaml_example_uses_only_schema_properties_and_outputs_where_allowed(name: str) -> None:
+    schema = json.loads(LlmInfraProvider().schema or "{}")
     program = yaml.safe_load((EXAMPLES / "yaml-k3s" / "Pulumi.yaml").read_text())
     resource = program["resources"][name]
     spec = schema["resources"][resource["type"]]

@@ -1,37 +1,54 @@
-"""The component provider's inferred schema: every component with its inputs, outputs and docs."""
+"""The schema `provider/` serves over GetSchema: what `pulumi package add` generates SDKs from."""
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from pulumi.provider.experimental.component import ComponentProvider
+from google.protobuf import empty_pb2
+from pulumi.runtime.proto import provider_pb2, provider_pb2_grpc
 
-from components.provider import COMPONENTS, PACKAGE
+from components.provider import PACKAGE, SECRET_INPUTS, VERSION
+
+STORE = f"{PACKAGE}:index:GgufModelStore"
+LLAMA = f"{PACKAGE}:index:LlamaCppVulkanServer"
+VLLM = f"{PACKAGE}:index:VllmRocmServer"
 
 
 @pytest.fixture(scope="module")
-def schema() -> dict[str, Any]:
-    provider = ComponentProvider(COMPONENTS, PACKAGE, version="0.1.0")
-    assert provider.schema is not None
-    document: dict[str, Any] = json.loads(provider.schema)
+def schema(provider: provider_pb2_grpc.ResourceProviderStub) -> dict[str, Any]:
+    response = provider.GetSchema(provider_pb2.GetSchemaRequest(version=0))
+    document: dict[str, Any] = json.loads(response.schema)
     return document
+
+
+def every_property(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(`token.name` or `token.outputs.name`, spec) of every property in the schema."""
+    for token, resource in schema["resources"].items():
+        for name, spec in resource["inputProperties"].items():
+            yield f"{token}.{name}", spec
+        for name, spec in resource["properties"].items():
+            yield f"{token}.outputs.{name}", spec
+    for token, type_spec in schema["types"].items():
+        for name, spec in type_spec["properties"].items():
+            yield f"{token}.{name}", spec
 
 
 @pytest.mark.parametrize(
     ("token", "inputs", "outputs"),
     [
         (
-            "llm-infra:index:GgufModelStore",
+            STORE,
             {"namespace", "repo", "revision", "files", "volumeSize", "storageClass", "fetchImage"},
             {"claimName", "fetcherConfigMap", "lockDigest", "modelPath"},
         ),
         (
-            "llm-infra:index:LlamaCppVulkanServer",
+            LLAMA,
             {"namespace", "image", "flags", "model", "nodeSelector", "resources", "probes"},
             {"serviceName", "url", "alias"},
         ),
         (
-            "llm-infra:index:VllmRocmServer",
+            VLLM,
             {"connection", "modelDir", "modelLock", "image", "flags", "caddy", "apiKey"},
             {"url", "servedModelName"},
         ),
@@ -46,18 +63,103 @@ def test_each_component_has_its_inputs_outputs_and_descriptions(
     assert inputs <= set(resource["inputProperties"])
     assert inputs <= set(resource["requiredInputs"])
     assert outputs == set(resource["properties"])
-    for name, spec in resource["inputProperties"].items():
-        assert spec.get("description"), f"{token}.{name} has no description"
+    assert outputs == set(resource["required"])
 
 
-def test_secrets_are_marked_secret_inputs(schema: dict[str, Any]) -> None:
-    server = schema["resources"]["llm-infra:index:VllmRocmServer"]["inputProperties"]
-    assert "apiKey" in server
-    flags = schema["types"]["llm-infra:index:LlamaServerFlags"]["properties"]
-    assert flags["gpuLayers"]["type"] == "integer"
+def test_every_property_and_type_is_described_without_source_indentation(
+    schema: dict[str, Any],
+) -> None:
+    for where, spec in every_property(schema):
+        assert spec.get("description"), f"{where} has no description"
+        assert "\n " not in spec["description"], f"{where}: {spec['description']!r}"
+    for token, type_spec in schema["types"].items():
+        assert type_spec.get("description"), f"{token} has no description"
+
+
+def test_secrets_are_secret_in_the_schema_and_nothing_else_is(schema: dict[str, Any]) -> None:
+    secret = {where for where, spec in every_property(schema) if spec.get("secret")}
+    assert secret == {
+        f"{STORE}.hfToken",
+        f"{LLAMA}.apiKey",
+        f"{VLLM}.apiKey",
+        f"{PACKAGE}:index:SshConnection.privateKey",
+    }
+    # One table says which inputs are secret; each is a string that takes outputs.
+    assert len(secret) == sum(len(fields) for fields in SECRET_INPUTS.values())
+    for where, spec in every_property(schema):
+        if where in secret:
+            assert spec["type"] == "string" and not spec.get("plain"), where
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        f"{STORE}.namespace",
+        f"{STORE}.storageClass",
+        f"{STORE}.hfToken",
+        f"{LLAMA}.namespace",
+        f"{LLAMA}.model",
+        f"{PACKAGE}:index:ModelVolume.claimName",
+        f"{PACKAGE}:index:ModelVolume.fetcherConfigMap",
+        f"{VLLM}.connection",
+        f"{PACKAGE}:index:SshConnection.host",
+        f"{PACKAGE}:index:SshConnection.user",
+        f"{PACKAGE}:index:SshConnection.port",
+    ],
+)
+def test_inputs_that_come_from_other_resources_take_outputs(
+    schema: dict[str, Any], where: str
+) -> None:
+    assert not dict(every_property(schema))[where].get("plain"), f"{where} is plain"
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        f"{STORE}.files",
+        f"{STORE}.fetchTimeoutSeconds",
+        f"{STORE}.networkPolicy",
+        f"{LLAMA}.flags",
+        f"{LLAMA}.probes",
+        f"{LLAMA}.verifyExpectations",
+        f"{VLLM}.modelLock",
+        f"{VLLM}.flags",
+        f"{VLLM}.caddy",
+        f"{VLLM}.patches",
+    ],
+)
+def test_inputs_that_decide_what_is_created_are_plain(schema: dict[str, Any], where: str) -> None:
+    assert dict(every_property(schema))[where].get("plain") is True, f"{where} takes outputs"
+
+
+def test_outputs_are_never_plain(schema: dict[str, Any]) -> None:
+    for where, spec in every_property(schema):
+        if ".outputs." in where:
+            assert not spec.get("plain"), where
+
+
+def test_integers_are_integers_and_the_lock_is_typed(schema: dict[str, Any]) -> None:
+    types = schema["types"]
+    flags = types[f"{PACKAGE}:index:LlamaServerFlags"]["properties"]
+    for name in ("port", "gpuLayers", "ctxSize", "parallel", "threads", "cacheRamMib"):
+        assert flags[name]["type"] == "integer", name
+    assert flags["temperature"]["type"] == "number"
     assert flags["cacheTypeK"]["description"].startswith("`--cache-type-k`")
+    vllm_flags = types[f"{PACKAGE}:index:VllmFlags"]["properties"]
+    assert vllm_flags["kvCacheMemoryBytes"]["type"] == "integer"
+    lock = schema["resources"][VLLM]["inputProperties"]["modelLock"]
+    assert lock["$ref"] == f"#/types/{PACKAGE}:index:ModelLock"
+    files = types[f"{PACKAGE}:index:ModelLock"]["properties"]["files"]
+    assert files["items"]["$ref"] == f"#/types/{PACKAGE}:index:ModelFile"
+    assert types[f"{PACKAGE}:index:ModelFile"]["properties"]["size"]["type"] == "integer"
+    port = types[f"{PACKAGE}:index:SshConnection"]["properties"]["port"]
+    assert port["type"] == "integer"
 
 
-def test_schema_names_the_package(schema: dict[str, Any]) -> None:
+def test_schema_names_the_package_and_its_version(
+    schema: dict[str, Any], provider: provider_pb2_grpc.ResourceProviderStub
+) -> None:
     assert schema["name"] == "llm-infra"
-    assert schema["version"] == "0.1.0"
+    assert schema["version"] == VERSION
+    info = provider.GetPluginInfo(empty_pb2.Empty())
+    assert info.version == VERSION

@@ -8,17 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 import pytest
 import yaml
+from pulumi_command import local
 
-from components.vllm_rocm_server import VllmRocmServer, VllmRocmServerArgs
+from components.vllm_rocm_server import ModelLock, VllmRocmServer, VllmRocmServerArgs
 from infra.render import Rendered, run_program
 from tests.unit.test_vllm_builders import MODEL_DIR, VLLM_IMAGE, sample_caddy, sample_flags
 
 API_KEY = "sk-live-api-key-0123456789"
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
-LOCK = {
-    "version": 1,
+LOCK: ModelLock = {
     "repo": "deepseek-ai/DeepSeek-V4-Flash-0731",
     "revision": "0" * 40,
     "files": [{"path": "config.json", "name": "config.json", "size": 1234, "sha256": "1" * 64}],
@@ -50,13 +51,15 @@ def server_args(patch: Path | None = None, **overrides: Any) -> VllmRocmServerAr
     return args  # type: ignore[return-value]
 
 
-def render(args: VllmRocmServerArgs) -> Rendered:
-    """Build the component in a fresh mock engine."""
+def render(args: VllmRocmServerArgs, consumer: bool = False) -> Rendered:
+    """Build the component in a fresh mock engine (and a resource that uses its URL)."""
 
     def program() -> None:
         server = VllmRocmServer("mi300x", args)
         pulumi.export("url", server.url)
         pulumi.export("served_model_name", server.served_model_name)
+        if consumer:
+            local.Command("consumer", create=server.url.apply(lambda url: f"curl {url}/health"))
 
     return run_program(program, {}, [], stack="test")
 
@@ -106,7 +109,7 @@ def test_generated_files_are_string_assets_at_their_remote_paths(patch_file: Pat
     assert resources["mi300x-caddyfile"]["inputs"]["remotePath"] == "/opt/llm/Caddyfile"
     assert b"reverse_proxy vllm:8000" in rendered.files["/opt/llm/Caddyfile"]
     assert resources["mi300x-lock"]["inputs"]["remotePath"] == "/opt/llm/model.lock.json"
-    assert json.loads(rendered.files["/opt/llm/model.lock.json"]) == LOCK
+    assert json.loads(rendered.files["/opt/llm/model.lock.json"]) == {"version": 1, **LOCK}
     patch = resources["mi300x-patch-0"]["inputs"]
     assert "fileAsset" in patch["source"]
     assert str(patch_file) not in json.dumps(rendered.resources)
@@ -191,3 +194,33 @@ def test_recorded_expectations_add_a_verify_command_after_the_check() -> None:
     assert rendered.files["/opt/llm/verify/expect.json"].decode() == expectations
     assert b"def main(" in rendered.files["/opt/llm/verify/verify.py"]
     assert "mi300x-verify" not in by_name(render(server_args()))
+
+
+def test_outputs_wait_for_the_final_check() -> None:
+    resources = by_name(render(server_args(), consumer=True))
+    assert resources["consumer"]["options"]["dependsOn"] == ["mi300x-check"]
+    assert resources["consumer"]["inputs"]["create"] == "curl https://llm.example.com/health"
+
+
+def test_the_connection_may_come_from_another_resource() -> None:
+    def program() -> None:
+        host = k8s.core.v1.ConfigMap("gpu-host", metadata={"name": "203.0.113.10"})
+        connection = {"host": host.metadata.name, "user": "deploy", "private_key": SSH_KEY}
+        VllmRocmServer("mi300x", server_args(connection=connection))
+
+    resources = by_name(run_program(program, {}, [], stack="test"))
+    assert "gpu-host" in resources["mi300x-preflight"]["options"]["dependsOn"]
+    assert resources["mi300x-preflight"]["inputs"]["connection"] == "[secret]"
+
+
+def test_integers_given_as_floats_reach_the_host_as_integers() -> None:
+    flags: dict[str, Any] = {**sample_flags(), "port": 8000.0, "tensor_parallel_size": 1.0}
+    lock = json.loads(json.dumps(LOCK))
+    lock["files"][0]["size"] = 1234.0
+    rendered = render(server_args(flags=flags, model_lock=lock))
+    compose = yaml.safe_load(rendered.files["/opt/llm/compose.yaml"])
+    command = compose["services"]["vllm"]["command"]
+    assert command[command.index("--port") + 1] == "8000"
+    assert command[command.index("-tp") + 1] == "1"
+    lock_text = rendered.files["/opt/llm/model.lock.json"]
+    assert b'"size": 1234\n' in lock_text and b"1234.0" not in lock_text

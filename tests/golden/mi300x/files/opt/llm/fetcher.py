@@ -4,17 +4,21 @@ Standard library only: the same file runs in a stock Python image (the fetch Job
 host) and as `llm-infra fetch`. Usage:
 
     fetcher.py fetch --lock LOCK.json --dest DIR [--parallel N] [--retire GLOB ...]
+                     [--upgrade keep|replace]
     fetcher.py check --lock LOCK.json --dest DIR
 
 The lock (version 1) names a Hugging Face repo, a revision and the files to place:
 `{"version": 1, "repo": ..., "revision": ..., "files": [{"path": repo path, "name": file name
-in DIR, "size": bytes or null, "sha256": hex or null}]}`.
+in DIR, "size": bytes or null, "sha256": hex or null}]}`. An entry's identity is its repo path;
+its name is the path's last part, and no two entries share a path or a name.
 
-Guarantees: a file appears under its final name only once it is complete (and verified when the
-lock has its sha256); a partial download is kept as `.<name>.part` and resumed with HTTP Range;
-no file named by the lock is ever deleted; a completion marker for exactly this lock is written
-only when every file is in place, and `check` (the server's init check) reads only that marker
-and the file sizes, so it is fast.
+Guarantees: a download stays `.<name>.part` (resumed with HTTP Range) until it is complete and
+verified, then waits as `.<name>.ready`; only when every file of the lock is verified do the
+ready files take their final names (the switch) and the completion marker for exactly this lock
+appear, so a model already in DIR stays complete and usable until then, whatever fails before.
+Retired files (`--retire`) are deleted after the switch, never a file of the lock; with
+`--upgrade replace` they (and files the new set replaces) go first when the disk cannot hold
+both. `check` (the server's init check) reads only the marker and the file sizes, so it is fast.
 """
 
 import argparse
@@ -58,6 +62,12 @@ EXIT_AUTH = 4
 EXIT_NOT_FOUND = 5
 EXIT_CHECKSUM = 6
 EXIT_DISK = 7
+EXIT_SIZE = 8
+
+UPGRADE_MODES = ("keep", "replace")
+"""`keep`: the old model stays until the new one is verified; `replace`: old files may go first."""
+# Names unlike each other: a retire pattern matching all of them would match any file.
+_ANY_NAMES = ("x", "model.gguf", "config.json", "README", "Qwen3.6-32B-Q4_K_M.gguf")
 
 
 class FetchError(Exception):
@@ -112,6 +122,8 @@ def model_file_problem(entry: Any) -> str | None:
         or controls(name)
     ):
         return f"name {name!r} is not a plain file name (no /, no leading .)"
+    if name != path.rsplit("/", 1)[-1]:
+        return f"name {name!r} is not the file name of path {path!r}"
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
         return f"size {size!r} is not a byte count"
     if sha256 is not None and not (
@@ -120,6 +132,25 @@ def model_file_problem(entry: Any) -> str | None:
         and all(c in "0123456789abcdef" for c in sha256)
     ):
         return f"sha256 {sha256!r} is not 64 lowercase hex digits"
+    return None
+
+
+def retire_pattern_problem(pattern: str, names: list[str]) -> str | None:
+    """Why a retire pattern is refused, or None: it must name old files, never the lock's own
+    (`names`) and never any file at all (the same rule for render and this fetcher)."""
+    if not pattern or "/" in pattern or pattern.startswith("-"):
+        return f"{pattern!r} is not a file-name pattern (no /, not starting with -)"
+    if all(fnmatch.fnmatchcase(probe, pattern) for probe in _ANY_NAMES):
+        return (
+            f"{pattern!r} matches any file name: name the retired model's files "
+            "(e.g. Qwen3.6*.gguf)"
+        )
+    matched = sorted(name for name in names if fnmatch.fnmatchcase(name, pattern))
+    if matched:
+        return (
+            f"{pattern!r} matches {matched[0]}, a file of the current model: it would delete the "
+            "next model too (name only the retired files)"
+        )
     return None
 
 
@@ -163,11 +194,19 @@ def load_lock(path: Path) -> Lock:
             f"lock {path}: unsupported version {document.get('version')!r}", EXIT_USAGE
         )
     files = []
+    seen: dict[str, str] = {}
     for index, entry in enumerate(document.get("files", [])):
         problem = model_file_problem(entry)
         if problem:
             raise FetchError(f"lock {path}: files[{index}]: {problem}", EXIT_USAGE)
         name = entry["name"]
+        if name in seen:
+            raise FetchError(
+                f"lock {path}: files[{index}]: {entry['path']!r} and {seen[name]!r} would both "
+                f"be {name!r} in the directory",
+                EXIT_USAGE,
+            )
+        seen[name] = entry["path"]
         files.append(
             ModelFile(
                 path=entry["path"], name=name, size=entry.get("size"), sha256=entry.get("sha256")
@@ -243,14 +282,45 @@ class Progress:
             log(f"progress {pct:5.1f}% {rate / 2**20:8.1f} MiB/s ETA {eta:6.0f}s")
 
 
+def part_path(dest: Path, item: ModelFile) -> Path:
+    """Where a download in progress lives (unverified, resumable)."""
+    return dest / f".{item['name']}.part"
+
+
+def ready_path(dest: Path, item: ModelFile) -> Path:
+    """Where a verified file waits for the switch to its final name."""
+    return dest / f".{item['name']}.ready"
+
+
+def _announced_size(response: Any, offset: int) -> int | None:
+    """The file's full size as the server states it (Content-Range, else Content-Length)."""
+    content_range = response.headers.get("Content-Range") or ""
+    total = content_range.rpartition("/")[2]
+    if total.isdigit():
+        return int(total)
+    length = response.headers.get("Content-Length")
+    if response.status == 200 and length is not None and length.isdigit():
+        return int(length)
+    if response.status == 206 and length is not None and length.isdigit():
+        return offset + int(length)
+    return None
+
+
+def _size_error(item: ModelFile, served: int, expected: int) -> FetchError:
+    return FetchError(
+        f"{item['name']}: the hub serves {served} bytes for {item['path']}, the lock says "
+        f"{expected}: the lock does not describe this file (re-run llm-infra lock, or check the "
+        "endpoint, HF_ENDPOINT / store.hfEndpoint)",
+        EXIT_SIZE,
+    )
+
+
 def _download(lock: Lock, item: ModelFile, dest: Path, progress: Progress, retries: int) -> None:
-    final = dest / item["name"]
-    part = dest / f".{item['name']}.part"
     url = file_url(lock, item)
     checksum_failures = 0
     for attempt in range(retries + 1):
         try:
-            _download_once(url, item, final, part, progress)
+            _download_once(url, item, dest, progress)
             return
         except FetchError as exc:
             if exc.exit_code == EXIT_CHECKSUM and checksum_failures == 0:
@@ -265,7 +335,8 @@ def _download(lock: Lock, item: ModelFile, dest: Path, progress: Progress, retri
             time.sleep(delay)
 
 
-def _download_once(url: str, item: ModelFile, final: Path, part: Path, progress: Progress) -> None:
+def _download_once(url: str, item: ModelFile, dest: Path, progress: Progress) -> None:
+    part = part_path(dest, item)
     offset = part.stat().st_size if part.exists() else 0
     expected = item.get("size")
     if expected is not None and offset > expected:
@@ -279,10 +350,15 @@ def _download_once(url: str, item: ModelFile, final: Path, part: Path, progress:
     try:
         response = urllib.request.urlopen(_request(url, offset=offset), timeout=60)
     except urllib.error.HTTPError as exc:
-        if exc.code == 416 and item.get("size") is not None and offset == item.get("size"):
-            response = None
-        else:
+        if exc.code != 416 or expected is None:
             raise _http_error(exc, url) from exc
+        # Nothing past the .part file: it is complete if the file has exactly the lock's size.
+        served = _announced_size(exc, offset)
+        if served is not None and served != expected:
+            raise _size_error(item, served, expected) from exc
+        if offset != expected:
+            raise _http_error(exc, url) from exc
+        response = None
     except (urllib.error.URLError, OSError) as exc:
         raise FetchError(f"{url}: {exc}", EXIT_NETWORK) from exc
     if response is not None:
@@ -291,6 +367,10 @@ def _download_once(url: str, item: ModelFile, final: Path, part: Path, progress:
                 # The server ignored Range: start again from byte 0.
                 offset = 0
                 digest = hashlib.sha256()
+            served = _announced_size(response, offset)
+            if expected is not None and served is not None and served != expected:
+                # A wrong lock, not a network fault: no body read, no retry.
+                raise _size_error(item, served, expected)
             mode = "ab" if offset else "wb"
             try:
                 with part.open(mode) as out:
@@ -313,7 +393,10 @@ def _download_once(url: str, item: ModelFile, final: Path, part: Path, progress:
                 raise
     size = part.stat().st_size
     sha256 = item.get("sha256")
-    if expected is not None and size != expected:
+    if expected is not None and size > expected:
+        part.unlink()
+        raise _size_error(item, size, expected)
+    if expected is not None and size < expected:
         raise FetchError(
             f"{item['name']}: got {size} bytes, expected {expected} (connection ended early)",
             EXIT_NETWORK,
@@ -324,19 +407,20 @@ def _download_once(url: str, item: ModelFile, final: Path, part: Path, progress:
             f"{item['name']}: sha256 {digest.hexdigest()} does not match the lock's {sha256}",
             EXIT_CHECKSUM,
         )
-    os.replace(part, final)
+    ready = ready_path(dest, item)
+    os.replace(part, ready)
     if sha256:
-        _write_record(final.parent, item, sha256)
+        _write_record(dest, ready.name, sha256)
     log(f"{item['name']}: complete ({size} bytes{', sha256 verified' if sha256 else ''})")
 
 
-def _record_path(dest: Path, item: ModelFile) -> Path:
-    return dest / STATE_DIR / "verified" / f"{item['name']}.json"
+def _record_path(dest: Path, filename: str) -> Path:
+    return dest / STATE_DIR / "verified" / f"{filename}.json"
 
 
-def _write_record(dest: Path, item: ModelFile, sha256: str) -> None:
-    stat = (dest / item["name"]).stat()
-    record = _record_path(dest, item)
+def _write_record(dest: Path, filename: str, sha256: str) -> None:
+    stat = (dest / filename).stat()
+    record = _record_path(dest, filename)
     record.parent.mkdir(parents=True, exist_ok=True)
     tmp = record.with_suffix(".tmp")
     tmp.write_text(
@@ -345,17 +429,17 @@ def _write_record(dest: Path, item: ModelFile, sha256: str) -> None:
     os.replace(tmp, record)
 
 
-def _has_current_record(dest: Path, item: ModelFile) -> bool:
+def _recorded_sha256(dest: Path, filename: str) -> str | None:
+    """The sha256 a current record gives the file (None: no record, or the file changed)."""
     try:
-        record = json.loads(_record_path(dest, item).read_text())
+        record = json.loads(_record_path(dest, filename).read_text())
     except (OSError, ValueError):
-        return False
-    stat = (dest / item["name"]).stat()
-    return bool(
-        record.get("sha256") == item.get("sha256")
-        and record.get("size") == stat.st_size
-        and record.get("mtime_ns") == stat.st_mtime_ns
-    )
+        return None
+    stat = (dest / filename).stat()
+    if record.get("size") == stat.st_size and record.get("mtime_ns") == stat.st_mtime_ns:
+        sha256 = record.get("sha256")
+        return sha256 if isinstance(sha256, str) else None
+    return None
 
 
 def sha256_of(path: Path) -> str:
@@ -367,30 +451,78 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def is_complete(dest: Path, item: ModelFile) -> bool:
-    """True when the final file is this lock's file: size, and sha256 via a current record."""
-    final = dest / item["name"]
-    if not final.is_file():
+def _is_locked_file(dest: Path, filename: str, item: ModelFile, what: str) -> bool:
+    """True when dest/filename is this lock's file: size, and sha256 via a current record."""
+    path = dest / filename
+    if not path.is_file():
         return False
     expected = item.get("size")
-    if expected is not None and final.stat().st_size != expected:
-        log(f"{item['name']}: size {final.stat().st_size} differs from the lock's {expected}")
+    if expected is not None and path.stat().st_size != expected:
+        log(f"{item['name']}: {what} size {path.stat().st_size} differs from the lock's {expected}")
         return False
-    if item.get("sha256") is None or _has_current_record(dest, item):
+    sha256 = item.get("sha256")
+    if sha256 is None:
         return True
-    # A file from an earlier tool or an older lock: hash it once, then trust the record.
-    log(f"{item['name']}: verifying the existing file")
-    actual = sha256_of(final)
-    if actual != item.get("sha256"):
-        log(f"{item['name']}: sha256 {actual} differs from the lock's; downloading it again")
+    actual = _recorded_sha256(dest, filename)
+    if actual is None:
+        # A file from an earlier tool: hash it once, then trust the record.
+        log(f"{item['name']}: verifying the {what}")
+        actual = sha256_of(path)
+        _write_record(dest, filename, actual)
+    if actual != sha256:
+        log(f"{item['name']}: the {what} has sha256 {actual}, not the lock's")
         return False
-    _write_record(dest, item, actual)
     return True
 
 
+def is_complete(dest: Path, item: ModelFile) -> bool:
+    """True when the final file is this lock's file: size, and sha256 via a current record."""
+    if _is_locked_file(dest, item["name"], item, "existing file"):
+        return True
+    if (dest / item["name"]).exists():
+        log(f"{item['name']}: downloading the lock's file; the existing one stays until the switch")
+    return False
+
+
+def is_ready(dest: Path, item: ModelFile) -> bool:
+    """True when a verified download of this lock's file waits for the switch."""
+    ready = ready_path(dest, item)
+    if not ready.exists():
+        return False
+    if _is_locked_file(dest, ready.name, item, "verified download"):
+        return True
+    # Left by another lock with this name: ours to delete, it is no model anyone serves.
+    ready.unlink()
+    _record_path(dest, ready.name).unlink(missing_ok=True)
+    return False
+
+
+def _markers(dest: Path) -> dict[Path, set[str]]:
+    """Completion markers in dest and the file names each one vouches for."""
+    found: dict[Path, set[str]] = {}
+    for marker in sorted((dest / STATE_DIR).glob("complete-*.json")):
+        try:
+            record = json.loads(marker.read_text())
+            found[marker] = {str(f["name"]) for f in record.get("files", [])}
+        except (OSError, ValueError, KeyError, TypeError):
+            found[marker] = set()
+    return found
+
+
+def _drop_markers_naming(dest: Path, names: set[str], keep: Path, why: str) -> None:
+    """Remove other locks' markers that vouch for a file about to change: no check passes on a
+    set that is no longer whole."""
+    for marker, vouched in _markers(dest).items():
+        if marker != keep and vouched & names:
+            marker.unlink()
+            log(f"marker {marker.name} removed: {sorted(vouched & names)[0]} {why}")
+
+
 def retired_files(dest: Path, lock: Lock, patterns: list[str]) -> list[Path]:
-    """Files matching the retired patterns, never a file (or partial) of this lock."""
-    keep = {f["name"] for f in lock.files} | {f".{f['name']}.part" for f in lock.files}
+    """Files matching the retired patterns, never a file (or download) of this lock."""
+    keep = set()
+    for item in lock.files:
+        keep |= {item["name"], part_path(dest, item).name, ready_path(dest, item).name}
     return [
         entry
         for entry in sorted(dest.iterdir())
@@ -408,7 +540,7 @@ def bytes_still_needed(dest: Path, missing: list[ModelFile]) -> int:
         size = item.get("size")
         if size is None:
             continue
-        part = dest / f".{item['name']}.part"
+        part = part_path(dest, item)
         have = part.stat().st_size if part.exists() else 0
         needed += max(size - have, 0)
     return needed
@@ -428,6 +560,89 @@ def exclusive(dest: Path) -> Iterator[None]:
         yield
 
 
+def _gib(count: int) -> str:
+    return f"{count / 2**30:.2f} GiB" if count >= 2**24 else f"{count} bytes"
+
+
+def _delete(dest: Path, paths: list[Path], lock: Lock, why: str) -> None:
+    names = {path.name for path in paths}
+    _drop_markers_naming(dest, names, marker_path(dest, lock), "is deleted")
+    for path in paths:
+        size = path.stat().st_size
+        path.unlink()
+        _record_path(dest, path.name).unlink(missing_ok=True)
+        log(f"retired {path.name} ({size} bytes){why}")
+
+
+def _make_room(
+    dest: Path, lock: Lock, missing: list[ModelFile], retired: list[str], upgrade: str, free: int
+) -> None:
+    """Refuse a download that cannot fit; with `replace`, delete old files first if that helps."""
+    needed = bytes_still_needed(dest, missing)
+    if needed <= free:
+        return
+    old = retired_files(dest, lock, retired)
+    # Final files the new set replaces (another lock's content under the same name).
+    replaced = [dest / i["name"] for i in missing if (dest / i["name"]).is_file()]
+    reclaimable = sum(path.stat().st_size for path in [*old, *replaced])
+    if upgrade == "replace" and needed <= free + reclaimable:
+        log(
+            f"{_gib(needed)} needed, {_gib(free)} free: deleting the old model's files before "
+            "the download (upgrade: replace; no model is complete until it ends)"
+        )
+        _delete(dest, [*old, *replaced], lock, " to make room")
+        return
+    short = needed - free
+    if upgrade == "replace":
+        raise FetchError(
+            f"disk full: {_gib(needed)} still needed, {_gib(free)} free in {dest} and "
+            f"{_gib(reclaimable)} in retired files; free {_gib(short - reclaimable)} or grow the "
+            "volume (nothing was deleted)",
+            EXIT_DISK,
+        )
+    hint = (
+        f" and {_gib(reclaimable)} in old files, kept until the new model is verified "
+        f"(upgrade: keep)"
+        if reclaimable
+        else ""
+    )
+    raise FetchError(
+        f"disk full: {_gib(needed)} still needed, {_gib(free)} free in {dest}{hint}; free "
+        f"{_gib(short)}, grow the volume to hold both models, or accept downtime with "
+        "store.upgrade: replace (--upgrade replace: old files go first); nothing was deleted",
+        EXIT_DISK,
+    )
+
+
+def _switch(dest: Path, lock: Lock, items: list[ModelFile]) -> None:
+    """Give every verified download its final name, then write this lock's marker."""
+    marker = marker_path(dest, lock)
+    replaced = {i["name"] for i in items if (dest / i["name"]).exists()}
+    _drop_markers_naming(dest, replaced, marker, "is replaced by this lock's")
+    for item in items:
+        ready = ready_path(dest, item)
+        os.replace(ready, dest / item["name"])
+        sha256 = item.get("sha256")
+        if sha256:
+            _write_record(dest, item["name"], sha256)
+        _record_path(dest, ready.name).unlink(missing_ok=True)
+    directory = os.open(dest, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+    record = {
+        "lock_digest": lock.digest,
+        "files": [
+            {"name": i["name"], "size": (dest / i["name"]).stat().st_size} for i in lock.files
+        ],
+    }
+    tmp = marker.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, marker)
+    log(f"all {len(lock.files)} files complete; marker {marker.name}")
+
+
 def fetch(
     lock: Lock,
     dest: Path,
@@ -435,46 +650,43 @@ def fetch(
     retired: list[str],
     retries: int = 5,
     free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
+    upgrade: str = "keep",
 ) -> None:
-    """Place every file of the lock in dest, then write the lock's completion marker."""
+    """Place every file of the lock in dest, then write the lock's completion marker.
+
+    Whatever is already in dest stays whole until the new set is verified; retired files go
+    after the switch (with `upgrade="replace"`, before the download when it would not fit).
+    """
+    if upgrade not in UPGRADE_MODES:
+        raise FetchError(f"--upgrade {upgrade!r}: one of {', '.join(UPGRADE_MODES)}", EXIT_USAGE)
+    names = [item["name"] for item in lock.files]
+    for pattern in retired:
+        problem = retire_pattern_problem(pattern, names)
+        if problem:
+            raise FetchError(f"--retire {problem}; nothing was deleted", EXIT_USAGE)
     dest.mkdir(parents=True, exist_ok=True)
     with exclusive(dest):
-        missing = [item for item in lock.files if not is_complete(dest, item)]
+        waiting: list[ModelFile] = []
+        missing: list[ModelFile] = []
         for item in lock.files:
-            if item not in missing:
+            if is_complete(dest, item):
                 log(f"{item['name']}: already complete, skipped")
-        needed = bytes_still_needed(dest, missing)
-        free = free_space(dest)
-        old = retired_files(dest, lock, retired)
-        reclaimable = sum(path.stat().st_size for path in old)
-        if needed > free + reclaimable:
-            # Nothing is deleted: the old model stays usable when the new one cannot fit anyway.
-            raise FetchError(
-                f"disk full: {needed / 2**30:.2f} GiB still needed, {free / 2**30:.2f} GiB free "
-                f"in {dest} and {reclaimable / 2**30:.2f} GiB in retired files; free "
-                f"{(needed - free - reclaimable) / 2**30:.2f} GiB or grow the volume",
-                EXIT_DISK,
-            )
-        for path in old:
-            size = path.stat().st_size
-            path.unlink()
-            log(f"retired {path.name} ({size} bytes)")
-        progress = Progress(needed)
+                ready_path(dest, item).unlink(missing_ok=True)
+            elif is_ready(dest, item):
+                log(f"{item['name']}: verified earlier, waiting for the others")
+                waiting.append(item)
+            else:
+                missing.append(item)
+        _make_room(dest, lock, missing, retired, upgrade, free_space(dest))
+        progress = Progress(bytes_still_needed(dest, missing))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
             futures = [pool.submit(_download, lock, i, dest, progress, retries) for i in missing]
             for future in futures:
                 future.result()
-        marker = marker_path(dest, lock)
-        record = {
-            "lock_digest": lock.digest,
-            "files": [
-                {"name": i["name"], "size": (dest / i["name"]).stat().st_size} for i in lock.files
-            ],
-        }
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record, indent=2) + "\n")
-        os.replace(tmp, marker)
-        log(f"all {len(lock.files)} files complete; marker {marker.name}")
+        _switch(dest, lock, [i for i in lock.files if i in waiting or i in missing])
+        old = retired_files(dest, lock, retired)
+        if old:
+            _delete(dest, old, lock, " (the new model is verified and in place)")
 
 
 def check(lock: Lock, dest: Path) -> list[str]:
@@ -511,7 +723,14 @@ def add_fetch_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="GLOB",
-        help="delete files matching GLOB (never files of the lock)",
+        help="delete files matching GLOB once the new set is in place (never files of the lock)",
+    )
+    parser.add_argument(
+        "--upgrade",
+        choices=UPGRADE_MODES,
+        default="keep",
+        help="keep: old files stay until the new set is verified (default); replace: delete "
+        "retired and replaced files first when the disk cannot hold both",
     )
     parser.add_argument(
         "--retries", type=int, default=5, help="retries per file on connection errors and HTTP 5xx"
@@ -536,7 +755,14 @@ def run_check(args: argparse.Namespace) -> int:
 def run_fetch(args: argparse.Namespace) -> int:
     """Fetch the locked set; the exit code says which kind of failure stopped it."""
     try:
-        fetch(load_lock(args.lock), args.dest, args.parallel, args.retire, args.retries)
+        fetch(
+            load_lock(args.lock),
+            args.dest,
+            args.parallel,
+            args.retire,
+            args.retries,
+            upgrade=args.upgrade,
+        )
     except FetchError as exc:
         log(f"error: {exc}")
         return exc.exit_code

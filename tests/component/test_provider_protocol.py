@@ -1,0 +1,403 @@
+"""Each component constructed through `provider/` over gRPC, as the Pulumi engine drives it.
+
+The engine sends a component's inputs as a protobuf Struct: numbers as doubles, values it does
+not know yet (a preview) as the unknown sentinel with the resources they come from, secrets as
+secret values. The provider registers the children with the engine's resource monitor (here an
+in-process one) and answers with the component's outputs and what each depends on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; pulumi pulls it in
+import pytest
+import yaml
+from pulumi.output import Unknown
+from pulumi.runtime import rpc
+from pulumi.runtime.proto import errors_pb2, provider_pb2, provider_pb2_grpc, status_pb2
+
+from components.payloads.fetcher import fetch_document, lock_digest
+from tests.support.provider_host import (
+    ROOT,
+    UNKNOWN,
+    construct,
+    output_dependencies,
+    outputs,
+    secret,
+)
+from tests.support.resource_monitor import Registration, ResourceMonitor, Served, serving, stack_urn
+
+PROJECT, STACK = "llm-infra-example-yaml", "dev"
+PARENT = stack_urn(PROJECT, STACK)
+STORE = "llm-infra:index:GgufModelStore"
+LLAMA = "llm-infra:index:LlamaCppVulkanServer"
+VLLM = "llm-infra:index:VllmRocmServer"
+NAMESPACE_URN = f"urn:pulumi:{STACK}::{PROJECT}::kubernetes:core/v1:Namespace::llm"
+EXAMPLE = yaml.safe_load((ROOT / "examples" / "yaml-k3s" / "Pulumi.yaml").read_text())
+API_KEY = "sk-live-0123456789abcdef"
+HF_TOKEN = "hf_live_token_0123456789"
+SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
+
+
+class Deployment:
+    """One deployment (a preview or an up) against a fresh resource monitor."""
+
+    def __init__(self, provider: provider_pb2_grpc.ResourceProviderStub, served: Served) -> None:
+        self.provider = provider
+        self.served = served
+        self.monitor: ResourceMonitor = served.servicer
+
+    def construct(
+        self,
+        token: str,
+        name: str,
+        inputs: dict[str, Any],
+        input_dependencies: dict[str, list[str]] | None = None,
+        dependencies: tuple[str, ...] = (),
+    ) -> provider_pb2.ConstructResponse:
+        return construct(
+            self.provider,
+            monitor=self.served.address,
+            project=PROJECT,
+            stack=STACK,
+            parent=PARENT,
+            token=token,
+            name=name,
+            inputs=inputs,
+            preview=self.monitor.preview,
+            input_dependencies=input_dependencies,
+            dependencies=dependencies,
+        )
+
+    def children(self, parent_urn: str) -> dict[str, Registration]:
+        return {r.name: r for r in self.monitor.registrations if r.parent == parent_urn}
+
+    def store(self, **overrides: Any) -> provider_pb2.ConstructResponse:
+        """The YAML example's `models`."""
+        properties = {**EXAMPLE["resources"]["models"]["properties"], **overrides}
+        return self.construct(STORE, "models", properties)
+
+    def server(
+        self,
+        store: provider_pb2.ConstructResponse,
+        input_dependencies: dict[str, list[str]] | None = None,
+        **overrides: Any,
+    ) -> provider_pb2.ConstructResponse:
+        """The YAML example's `qwen`, its `${models.*}` taken from the store's outputs."""
+        resource = EXAMPLE["resources"]["qwen"]
+        # The engine sends what it does not know yet as unknowns again.
+        known = {k: UNKNOWN if isinstance(v, Unknown) else v for k, v in outputs(store).items()}
+        properties = {**resolve(resource["properties"], known), **overrides}
+        assert resource["options"]["dependsOn"] == ["${models}"]
+        return self.construct(
+            LLAMA,
+            "qwen",
+            properties,
+            # What the engine records for `${models.claimName}` inside `model`.
+            input_dependencies={"model": [store.urn], **(input_dependencies or {})},
+            dependencies=(store.urn,),
+        )
+
+
+def resolve(value: Any, store_outputs: dict[str, Any]) -> Any:
+    """The YAML program's `${models.<output>}` references, as the engine resolves them."""
+    if isinstance(value, str):
+        match = re.fullmatch(r"\$\{models\.(\w+)\}", value)
+        return store_outputs[match[1]] if match else value
+    if isinstance(value, dict):
+        return {k: resolve(v, store_outputs) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve(v, store_outputs) for v in value]
+    return value
+
+
+@pytest.fixture
+def preview(provider: provider_pb2_grpc.ResourceProviderStub) -> Iterator[Deployment]:
+    with serving(ResourceMonitor(PROJECT, STACK, preview=True)) as served:
+        yield Deployment(provider, served)
+
+
+@pytest.fixture
+def up(provider: provider_pb2_grpc.ResourceProviderStub) -> Iterator[Deployment]:
+    with serving(ResourceMonitor(PROJECT, STACK, preview=False)) as served:
+        yield Deployment(provider, served)
+
+
+def container(deployment: Registration) -> dict[str, Any]:
+    (server,) = deployment.inputs["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = server
+    return result
+
+
+def flag(argv: list[str], name: str) -> str:
+    return argv[argv.index(name) + 1]
+
+
+def plain_texts(value: Any) -> Iterator[str]:
+    """Every string in a value outside its secrets (what the engine may show and store)."""
+    if rpc.is_rpc_secret(value):
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from plain_texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from plain_texts(item)
+    elif hasattr(value, "text"):  # a StringAsset
+        yield str(value.text)
+
+
+def leaked(deployment: Deployment, text: str) -> list[str]:
+    """Names of registrations that show `text` outside a secret."""
+    return [
+        r.name
+        for r in deployment.monitor.registrations
+        if any(text in item for item in plain_texts(r.inputs))
+    ]
+
+
+def test_yaml_example_constructs_with_integers_from_doubles(up: Deployment) -> None:
+    store = up.store()
+    server = up.server(store)
+    children = up.children(server.urn)
+    assert {name: r.type for name, r in children.items()} == {
+        "qwen-deployment": "kubernetes:apps/v1:Deployment",
+        "qwen-service": "kubernetes:core/v1:Service",
+    }
+    argv = container(children["qwen-deployment"])["args"]
+    # The wire carried 8080.0 and 37.0; the user wrote 8080 and 37.
+    assert (flag(argv, "--port"), flag(argv, "-ngl")) == ("8080", "37")
+    assert (flag(argv, "-c"), flag(argv, "-np"), flag(argv, "--threads")) == ("32768", "2", "4")
+    assert not any(re.fullmatch(r"\d+\.0", arg) for arg in argv), argv
+    assert outputs(server) == {
+        "url": "http://qwen.llm.svc:8080",
+        "serviceName": "qwen",
+        "alias": "qwen3-8b",
+    }
+    volumes = children["qwen-deployment"].inputs["spec"]["template"]["spec"]["volumes"]
+    claim = next(v for v in volumes if v["name"] == "models")["persistentVolumeClaim"]
+    assert claim["claimName"] == outputs(store)["claimName"] == "models"
+
+
+def test_outputs_depend_on_the_children_that_make_them_true(up: Deployment) -> None:
+    store = up.store()
+    server = up.server(store)
+    store_children = {name: r.urn for name, r in up.children(store.urn).items()}
+    server_children = {name: r.urn for name, r in up.children(server.urn).items()}
+    assert output_dependencies(store) == {
+        "claimName": {store_children["models-pvc"]},
+        "fetcherConfigMap": {store_children["models-fetcher"]},
+        "lockDigest": {store_children["models-fetch"]},
+        "modelPath": {store_children["models-fetch"]},
+    }
+    assert output_dependencies(server) == {
+        "url": {server_children["qwen-service"]},
+        "serviceName": {server_children["qwen-service"]},
+        "alias": {server_children["qwen-deployment"]},
+    }
+    # The store's claim output, passed into `model`, makes the Deployment depend on the store.
+    deployment = up.children(server.urn)["qwen-deployment"]
+    assert store.urn in deployment.property_dependencies["spec"]
+    assert store.urn in deployment.dependencies
+    assert up.monitor.outputs[server.urn]["url"] == "http://qwen.llm.svc:8080"
+
+
+def test_unknown_namespace_and_claim_give_unknown_outputs_at_preview(preview: Deployment) -> None:
+    store = preview.store(namespace=UNKNOWN)
+    server = preview.server(
+        store,
+        input_dependencies={"namespace": [NAMESPACE_URN]},
+        namespace=UNKNOWN,
+    )
+    state = outputs(server)
+    assert isinstance(state["url"], Unknown) and isinstance(state["serviceName"], Unknown)
+    assert state["alias"] == "qwen3-8b"
+    assert isinstance(outputs(store)["claimName"], Unknown)
+    deployment = preview.children(server.urn)["qwen-deployment"]
+    assert {NAMESPACE_URN, store.urn} <= set(deployment.dependencies)
+    assert not leaked(preview, "Output[")
+    assert not leaked(preview, "pulumi.output")
+
+
+def test_known_namespace_gives_the_exact_url_at_preview(preview: Deployment) -> None:
+    server = preview.server(preview.store(), input_dependencies={"namespace": [NAMESPACE_URN]})
+    assert outputs(server)["url"] == "http://qwen.llm.svc:8080"
+    deployment = preview.children(server.urn)["qwen-deployment"]
+    assert NAMESPACE_URN in deployment.property_dependencies["metadata"]
+
+
+def test_api_key_is_a_secret_child_and_appears_nowhere_else(preview: Deployment) -> None:
+    server = preview.server(preview.store(), apiKey=secret(API_KEY))
+    children = preview.children(server.urn)
+    key = children["qwen-api-key"]
+    assert key.type == "kubernetes:core/v1:Secret"
+    assert rpc.is_rpc_secret(key.inputs["stringData"])
+    assert "/run/secrets/llama-server/api-key" in container(children["qwen-deployment"])["args"]
+    assert leaked(preview, API_KEY) == []
+
+
+def test_a_secret_sent_as_plain_text_is_still_kept_secret(preview: Deployment) -> None:
+    server = preview.server(preview.store(), apiKey=API_KEY)
+    assert rpc.is_rpc_secret(preview.children(server.urn)["qwen-api-key"].inputs["stringData"])
+    assert leaked(preview, API_KEY) == []
+
+
+def test_outputs_made_from_a_secret_stay_secret(preview: Deployment) -> None:
+    server = preview.server(preview.store(), namespace=secret("llm"))
+    state = outputs(server)
+    assert rpc.is_rpc_secret(state["url"])
+    assert rpc.unwrap_rpc_secret(state["url"]) == "http://qwen.llm.svc:8080"
+    assert state["alias"] == "qwen3-8b"
+
+
+def test_store_fetches_the_lock_with_integer_sizes_and_a_secret_token(up: Deployment) -> None:
+    files = [
+        {"path": f"Q/Model-0000{i}-of-00002.gguf", "name": f"Model-0000{i}-of-00002.gguf",
+         "size": 16 * 2**20 * i, "sha256": str(i) * 64}
+        for i in (1, 2)
+    ]  # fmt: skip
+    store = up.store(files=files, hfToken=secret(HF_TOKEN), parallelDownloads=4)
+    children = up.children(store.urn)
+    lock = json.loads(children["models-fetcher"].inputs["data"]["lock.json"])
+    assert [f["size"] for f in lock["files"]] == [16 * 2**20, 32 * 2**20]
+    assert '"size": 16777216' in children["models-fetcher"].inputs["data"]["lock.json"]
+    (fetch,) = children["models-fetch"].inputs["spec"]["template"]["spec"]["containers"]
+    assert flag(fetch["command"], "--parallel") == "4"
+    token = next(e for e in fetch["env"] if e["name"] == "HF_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"]["name"] == "models-hf-token"
+    assert rpc.is_rpc_secret(children["models-hf-token"].inputs["stringData"])
+    assert leaked(up, HF_TOKEN) == []
+    document = fetch_document("unsloth/Qwen3-8B-GGUF", "main", files)  # type: ignore[arg-type]
+    assert outputs(store) == {
+        "claimName": "models",
+        "fetcherConfigMap": children["models-fetcher"].inputs["metadata"]["name"],
+        "lockDigest": lock_digest(document),
+        "modelPath": "/models/Model-00001-of-00002.gguf",
+    }
+
+
+def vllm_inputs() -> dict[str, Any]:
+    """A VllmRocmServer as a TypeScript or YAML program passes it (camelCase)."""
+    return {
+        "connection": {
+            "host": "203.0.113.10",
+            "user": "deploy",
+            "port": 2222,
+            "privateKey": secret(SSH_KEY),
+            "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleHostKey",
+        },
+        "modelDir": "/srv/models/DeepSeek-V4-Flash-0731",
+        "modelLock": {
+            "repo": "deepseek-ai/DeepSeek-V4-Flash-0731",
+            "revision": "0" * 40,
+            "files": [
+                {"path": "config.json", "name": "config.json", "size": 1234, "sha256": "1" * 64}
+            ],
+        },
+        "fetchImage": "python:3.12.11-slim",
+        "image": "vllm/vllm-openai-rocm@sha256:" + "c" * 64,
+        "flags": {
+            "model": "/models/DeepSeek-V4-Flash-0731",
+            "servedModelName": "deepseek-v4-flash-0731",
+            "host": "0.0.0.0",
+            "port": 8000,
+            "tensorParallelSize": 1,
+            "maxModelLen": 262144,
+            "maxNumBatchedTokens": 2048,
+            "kvCacheMemoryBytes": 20 * 10**9,
+            "kvOffloadingSizeGib": 96,
+            "kvOffloadingBackend": "native",
+            "enablePrefixCaching": True,
+            "speculativeConfig": {"method": "dspark", "numSpeculativeTokens": 7},
+        },
+        "caddy": {
+            "site": "llm.example.com",
+            "tls": "auto",
+            "acmeEmail": "ops@example.com",
+            "allowedCidrs": ["198.51.100.0/24"],
+            "image": "caddy:2.11.7-alpine",
+        },
+        "apiKey": secret(API_KEY),
+        "requirements": {"minFreeDiskGib": 200, "minRamGib": 230},
+        "startupTimeoutSeconds": 1800,
+    }
+
+
+def test_vllm_server_renders_integers_and_keeps_its_keys_secret(up: Deployment) -> None:
+    server = up.construct(VLLM, "mi300x", vllm_inputs())
+    children = up.children(server.urn)
+    compose = yaml.safe_load(children["mi300x-compose"].inputs["source"].text)
+    command = compose["services"]["vllm"]["command"]
+    assert flag(command, "--port") == "8000" and flag(command, "-tp") == "1"
+    assert flag(command, "--kv-cache-memory-bytes") == "20000000000"
+    assert json.loads(flag(command, "--speculative-config"))["num_speculative_tokens"] == 7
+    assert compose["services"]["vllm"]["healthcheck"]["start_period"] == "1800s"
+    lock = children["mi300x-lock"].inputs["source"].text
+    assert json.loads(lock)["files"][0]["size"] == 1234 and '"version": 1' in lock
+    for name, child in children.items():
+        assert rpc.is_rpc_secret(child.inputs["connection"]), name
+    connection = rpc.unwrap_rpc_secret(children["mi300x-up"].inputs["connection"])
+    assert connection["port"] == 2222 and connection["host"] == "203.0.113.10"
+    assert rpc.is_rpc_secret(children["mi300x-env-file"].inputs["stdin"])
+    assert leaked(up, API_KEY) == [] and leaked(up, "b3BlbnNzaC1rZXktdjEAAAA-secret") == []
+    assert outputs(server) == {
+        "url": "https://llm.example.com",
+        "servedModelName": "deepseek-v4-flash-0731",
+    }
+    check = children["mi300x-check"].urn
+    assert output_dependencies(server) == {"url": {check}, "servedModelName": {check}}
+
+
+def input_errors(error: grpc.RpcError) -> list[tuple[str, str]]:
+    """The provider's InputPropertiesError details, as the engine reads them."""
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin":
+            status = status_pb2.Status.FromString(value)
+            details = errors_pb2.InputPropertiesError()
+            status.details[0].Unpack(details)
+            return [(e.property_path, e.reason) for e in details.errors]
+    return []
+
+
+def test_a_plain_input_that_is_not_known_is_refused_naming_it(preview: Deployment) -> None:
+    flags = {**EXAMPLE["resources"]["qwen"]["properties"]["flags"], "port": UNKNOWN}
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.server(preview.store(), flags=flags)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    ((path, reason),) = input_errors(caught.value)
+    assert path == "flags.port" and "must be known before the deployment" in reason
+    assert [r.name for r in preview.monitor.registrations if r.type == LLAMA] == []
+
+
+def test_a_fraction_where_an_integer_is_declared_is_an_error_naming_it(preview: Deployment) -> None:
+    flags = {**EXAMPLE["resources"]["qwen"]["properties"]["flags"], "gpuLayers": 37.5}
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.server(preview.store(), flags=flags)
+    assert "args.flags.gpu_layers: 37.5 is not a whole number" in caught.value.details()
+
+
+def test_a_missing_required_input_is_refused_naming_it(preview: Deployment) -> None:
+    properties = dict(EXAMPLE["resources"]["models"]["properties"])
+    del properties["fetchImage"]
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.construct(STORE, "models", properties)
+    assert [path for path, _ in input_errors(caught.value)] == ["fetchImage"]
+
+
+def test_plugin_manifest_uses_only_options_the_python_host_reads() -> None:
+    manifest = yaml.safe_load((ROOT / "provider" / "PulumiPlugin.yaml").read_text())
+    assert set(manifest) == {"runtime"}
+    runtime = manifest["runtime"]
+    assert runtime["name"] == "python"
+    assert set(runtime["options"]) <= {"toolchain", "virtualenv", "typechecker"}
+    assert runtime["options"]["toolchain"] in ("pip", "poetry", "uv")
+    # The virtualenv is the plugin's own, beside its requirements, which install the components.
+    assert not runtime["options"]["virtualenv"].startswith(("/", ".."))
+    requirements = (ROOT / "provider" / "requirements.txt").read_text().splitlines()
+    assert "-e .." in requirements
