@@ -117,13 +117,10 @@ def verify_run(url: str, doc: dict[str, Any]) -> dict[str, Any]:
 def make_models(directory: Path, archs: str | None) -> dict[str, str]:
     """A 43-layer llama (44 offloadable: ``-ngl 40`` leaves 4 on the CPU, as on the NUCBox) and,
     with ``archs`` (llama.cpp's test-llama-archs), its tiny random deepseek4."""
-    import gguf
+    from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model
 
-    from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
-
-    spec = TinyLlamaSpec(n_layer=43, n_embd=1024, n_head=8, n_head_kv=8, n_ff=1024,
-                         weight_type=gguf.GGMLQuantizationType.F16)  # fmt: skip
-    models = {"llama43": str(write_tiny_model(directory / "llama43", "llama43", 3, spec)[0])}
+    llama43 = write_tiny_model(directory / "llama43", "llama43", 3, LLAMA43_SPEC)
+    models = {"llama43": str(llama43[0])}
     if archs:
         out = directory / "archs"
         out.mkdir(parents=True, exist_ok=True)

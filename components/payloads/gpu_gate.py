@@ -70,6 +70,13 @@ _LOADING = "load_tensors: loading model tensors"
 _OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 _REPEATING = re.compile(r"load_tensors: offloading (\d+) repeating layers to GPU")
 _BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([0-9.]+) MiB")
+# KV caches (one line per cache; deepseek4 adds its compressor states) and the graph's compute
+# buffers, per buffer type.
+_KV_BUFFER = re.compile(
+    r"(?:llama_kv_cache|llama_dsv4_comp_state):\s+(\S+) (?:KV|DSV4 \w+ state) buffer size ="
+    r"\s+([0-9.]+) MiB"
+)
+_COMPUTE_BUFFER = re.compile(r"sched_reserve:\s+(\S+) compute buffer size =\s+([0-9.]+) MiB")
 _DEVICE_INFO = re.compile(r"^\s+- (\S+)\s*: (.*) \((\d+) MiB, (\d+) MiB free\)")
 _VERBOSITY = re.compile(r"common_params_print_info: verbosity = (\d+)")
 _FINISHED = re.compile(r"llama_server: model loaded|listening on http")
@@ -86,6 +93,10 @@ class LoadEvidence:
     repeating: int | None = None
     gpu_buffers_mib: dict[str, float] = field(default_factory=dict)
     host_buffers_mib: dict[str, float] = field(default_factory=dict)
+    kv_buffers_mib: dict[str, float] = field(default_factory=dict)
+    """KV cache buffers by buffer type (GPU and host), as the model buffers."""
+    compute_buffers_mib: dict[str, float] = field(default_factory=dict)
+    """Compute (graph) buffers by buffer type."""
     devices: dict[str, str] = field(default_factory=dict)
     no_gpu_warning: bool = False
     saw_load_tensors: bool = False
@@ -151,6 +162,11 @@ def _message(line: str) -> str:
     return _PREFIX.sub("", line.rstrip("\n"), count=1)
 
 
+def is_host_buffer(buffer_type: str) -> bool:
+    """Whether a buffer type lives in host RAM (`CPU`, `CPU_Mapped`, `Vulkan_Host`, ...)."""
+    return bool(_HOST_BUFFER.search(buffer_type))
+
+
 def parse_load_log(text: str) -> LoadEvidence:
     """Collect offload, buffer and device lines of the last load in a llama-server log."""
     ev = LoadEvidence()
@@ -171,13 +187,18 @@ def parse_load_log(text: str) -> LoadEvidence:
             ev.loads += 1
             ev.offloaded = ev.offloadable = ev.repeating = None
             ev.gpu_buffers_mib, ev.host_buffers_mib = {}, {}
+            ev.kv_buffers_mib, ev.compute_buffers_mib = {}, {}
         elif m := _OFFLOADED.search(msg):
             ev.offloaded, ev.offloadable = int(m[1]), int(m[2])
         elif m := _REPEATING.search(msg):
             ev.repeating = int(m[1])
         elif m := _BUFFER.search(msg):
-            target = ev.host_buffers_mib if _HOST_BUFFER.search(m[1]) else ev.gpu_buffers_mib
+            target = ev.host_buffers_mib if is_host_buffer(m[1]) else ev.gpu_buffers_mib
             target[m[1]] = target.get(m[1], 0.0) + float(m[2])
+        elif m := _KV_BUFFER.search(msg):
+            ev.kv_buffers_mib[m[1]] = ev.kv_buffers_mib.get(m[1], 0.0) + float(m[2])
+        elif m := _COMPUTE_BUFFER.search(msg):
+            ev.compute_buffers_mib[m[1]] = ev.compute_buffers_mib.get(m[1], 0.0) + float(m[2])
         if "device_info:" in msg:
             in_device_info = True
             continue

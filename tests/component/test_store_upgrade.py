@@ -22,11 +22,20 @@ PATHS = [f"UD-IQ1_M/DeepSeek-V4-Flash-0731-UD-IQ1_M-0000{i}-of-00003.gguf" for i
 SIZES = [30 * GIB, 30 * GIB, 27 * GIB]
 
 
-def stack_path(tmp_path: Path, store: dict[str, Any], files: list[str] | None = None) -> Path:
-    """strix-halo with store settings changed, and a lock of its three shards beside it."""
+def stack_path(
+    tmp_path: Path,
+    store: dict[str, Any],
+    files: list[str] | None = None,
+    *,
+    replace_store: bool = False,
+) -> Path:
+    """strix-halo with store settings changed (or replaced), and a lock of its three shards."""
     document = yaml.safe_load((STACKS / "Pulumi.strix-halo.yaml").read_text())
     config = document["config"]
-    config["llm-infra:store"].update(store)
+    if replace_store:
+        config["llm-infra:store"] = store
+    else:
+        config["llm-infra:store"].update(store)
     patterns = files or PATHS
     config["llm-infra:model"]["files"] = patterns
     lock = {
@@ -64,7 +73,7 @@ def fetch_argv(rendered: Rendered) -> list[str]:
 def test_the_node_preflight_runs_on_the_server_node_in_its_image_before_the_fetch(
     tmp_path: Path,
 ) -> None:
-    rendered = render(stack_path(tmp_path, {"nodePreflight": True}))
+    rendered = render(stack_path(tmp_path, {"nodePreflight": True, "upgrade": "keep"}))
     found = resources(rendered)
     job = found["models-preflight"]
     assert job["type"] == "kubernetes:batch/v1:Job" and job["parent"] == "models"
@@ -94,7 +103,11 @@ def test_the_node_preflight_runs_on_the_server_node_in_its_image_before_the_fetc
 
 
 def test_no_preflight_unless_asked_and_keep_is_the_fetchers_default(tmp_path: Path) -> None:
-    rendered = render(stack_path(tmp_path, {}))
+    store = yaml.safe_load((STACKS / "Pulumi.strix-halo.yaml").read_text())["config"]
+    store = {
+        k: v for k, v in store["llm-infra:store"].items() if k not in ("upgrade", "nodePreflight")
+    }
+    rendered = render(stack_path(tmp_path, store, replace_store=True))
     assert "models-preflight" not in resources(rendered)
     assert "--upgrade" not in fetch_argv(rendered)
 
@@ -140,12 +153,14 @@ def plan_advice(tmp_path: Path, store: dict[str, Any]) -> list[str]:
 def test_the_plan_says_when_the_volume_cannot_hold_the_old_and_the_new_model(
     tmp_path: Path,
 ) -> None:
-    (line,) = [a for a in plan_advice(tmp_path, {}) if a.startswith("store.upgrade")]
+    (line,) = [
+        a for a in plan_advice(tmp_path, {"upgrade": "keep"}) if a.startswith("store.upgrade")
+    ]
     assert line == (
         "store.upgrade: keep holds the old and the new model during an upgrade, but the volume "
         "cannot: 176.4 GiB needed (2 x model files 87.0 GiB, reserve 2.4 GiB) of 120.0 GiB; "
         "raise store.size to at least 178Gi, or set store.upgrade: replace to accept the "
         "downtime (the old files go first)"
     )
-    for store in ({"upgrade": "replace"}, {"size": "180Gi"}):
+    for store in ({"upgrade": "replace"}, {"upgrade": "keep", "size": "180Gi"}):
         assert not [a for a in plan_advice(tmp_path, store) if a.startswith("store.upgrade")]

@@ -20,10 +20,8 @@ Run with `-s` to see the predicted-vs-logged table.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import struct
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +38,11 @@ from infra.plan.deepseek4 import (
     kv_cache_layers,
 )
 from infra.plan.report import MIB
+from tests.support import llama_archs
 from tests.support.llama_server import free_port, run_llama_server
 
 pytestmark = pytest.mark.contract
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "scripts" / "build-test-llama-archs"
-BUILD_TIMEOUT = 45 * 60.0
 TOLERANCE = 0.02
 GGUF_UINT32 = 4
 
@@ -230,35 +226,13 @@ def planned_components(
     ]
 
 
-def _tail(text: str, lines: int = 30) -> str:
-    return "\n".join(text.splitlines()[-lines:])
-
-
 @pytest.fixture(scope="module")
 def deepseek4_model() -> Path:
     """`deepseek4-moe.gguf`, built by scripts/build-test-llama-archs (a no-op once cached)."""
     try:
-        done = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)],
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT,
-            check=False,
-            env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"},
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"{BUILD_SCRIPT} did not finish in {BUILD_TIMEOUT:.0f} s")
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        pytest.fail(
-            f"{BUILD_SCRIPT} could not produce the deepseek4 test model (exit "
-            f"{done.returncode}); it needs a C/C++ compiler, cmake and, the first time, PyPI. "
-            f"stderr tail:\n{_tail(done.stderr)}"
-        )
-    model = Path(lines[-1])
-    if not model.is_file() or model.stat().st_size == 0:
-        pytest.fail(f"{BUILD_SCRIPT} printed {model}, which is not a model file")
-    return model
+        return llama_archs.deepseek4_model()
+    except llama_archs.ArchsBuildError as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -78,6 +78,12 @@ def test_every_figure_is_produced(
     assert [lvl.queued for lvl in report.levels] == [False, False, True]
     assert report.cache_save_ms is not None and report.warmup_s is not None
     assert "prompt-cache save of the previous slot" in table
+    # The aggregate's gap to the server-side figure is printed as its own number.
+    assert "wall ms/request outside the server's timings" in table
+    for lvl in report.levels:
+        assert lvl.outside_timings_ms is not None and lvl.outside_timings_ms >= 0
+        busy_s = lvl.output_tokens / (lvl.server_aggregate_tok_s or float("inf"))
+        assert busy_s + lvl.outside_timings_ms * lvl.requests / 1000 >= 0.999 * lvl.wall_s
     assert "measured / server-side: decode " in table
     assert saved["seed_002"] == serve_bench.SEED_002
     assert saved["levels"][0]["concurrency"] == 2  # type: ignore[index]
@@ -120,7 +126,9 @@ def test_figures_agree_with_the_servers_own_timings(
     ratios = {k: float(v) for k, v in serve_bench.agreement(report_and_table[0]).items()}
     assert 0.95 <= ratios["decode"] <= 1.05, ratios
     for c in (1, SLOTS, 2 * SLOTS):
-        assert 0.9 <= ratios[f"stream decode @{c}"] <= 1.1, ratios
+        # A few tokens per stream on a shared CPU: chunks arrive in bursts, so the client's
+        # inter-token window is noisier than on a GPU (1.000-1.001 on an H200).
+        assert 0.8 <= ratios[f"stream decode @{c}"] <= 1.25, ratios
         # The client's wall clock also holds HTTP and the gaps between requests.
         assert 0.75 <= ratios[f"aggregate @{c}"] <= 1.02, ratios
     assert 0.5 <= ratios["prefill"] <= 1.05, ratios

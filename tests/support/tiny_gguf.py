@@ -70,6 +70,12 @@ class TinyLlamaSpec:
 
 
 DEFAULT_SPEC = TinyLlamaSpec()
+LLAMA43_SPEC = TinyLlamaSpec(
+    n_layer=43, n_embd=1024, n_head=8, n_head_kv=8, n_ff=1024,
+    weight_type=gguf.GGMLQuantizationType.F16,
+)  # fmt: skip
+"""43 layers (44 offloadable: `-ngl 40` leaves 4 on the CPU, as on the NUCBox), ~600 MiB: the
+`llama43` model of the real Vulkan load logs under tests/fixtures/gpu_gate/."""
 
 
 def _spm_vocab() -> _Vocab:

@@ -342,10 +342,13 @@ def test_job_passes_replace_to_the_fetcher_and_leaves_keep_to_its_default(
 def test_store_args_carry_the_upgrade_mode_and_the_preflight_from_the_server(
     strix_halo_values: dict[str, Any],
 ) -> None:
+    for mode in ("keep", "replace"):
+        strix_halo_values["store"] = {**strix_halo_values["store"], "upgrade": mode}
+        stack = strix(strix_halo_values)
+        assert store_args(stack, unlocked_source(stack), None).get("upgrade") == mode
     strix_halo_values["store"] = {**strix_halo_values["store"], "nodePreflight": True}
     stack = strix(strix_halo_values)
     args = store_args(stack, unlocked_source(stack), None)
-    assert args.get("upgrade") == "keep"
     assert args.get("node_preflight") == {
         "image": stack.server.image,
         "gpu_access": "privileged",
