@@ -5,10 +5,13 @@ from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
 from components.model_store_manifests import MODELS_MOUNT, model_check_container, model_volumes
 from components.payloads.gpu_gate import probe_command, server_command
 from components.pod_security import (
+    DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
     checkov_skips,
+    dri_mount,
+    dri_volume,
     gpu_container,
     image_skips,
     restricted_pod,
@@ -212,7 +215,7 @@ def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
         resources.setdefault("limits", {})[gpu] = "1"
         resources.setdefault("requests", {})[gpu] = "1"
     else:
-        mounts.append({"name": "dev-dri", "mountPath": "/dev/dri"})
+        mounts.append(dri_mount())
     container: dict[str, Any] = {"name": "llama-server", "image": args["image"]}
     if gate:
         # --log-file through a FIFO: the file keeps the load (the probe's evidence), never traffic.
@@ -247,8 +250,7 @@ def server_deployment(
         scratch_volume(),
     ]
     if args.get("gpu_access", "privileged") == "privileged":
-        device = args.get("gpu_device_path", "/dev/dri")
-        volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
+        volumes.append(dri_volume(args.get("gpu_device_path", DEFAULT_DRI_DEVICE)))
     if args.get("gpu_gate", False):
         # Holds only the load log (at most gpu_gate.LOAD_LOG_LIMIT): -lv 4 traffic never lands here.
         volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})

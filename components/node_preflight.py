@@ -15,10 +15,13 @@ from typing import Any, NotRequired, TypedDict
 from components.model_store_manifests import MODELS_MOUNT
 from components.payloads.fetcher import ModelFile
 from components.pod_security import (
+    DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
     checkov_skips,
+    dri_mount,
+    dri_volume,
     gpu_container,
     image_skips,
     restricted_pod,
@@ -244,9 +247,8 @@ def preflight_job(
     ]
     skips = image_skips(image)
     if access == "privileged":
-        device = preflight.get("gpu_device_path", "/dev/dri")
-        mounts.append({"name": "dev-dri", "mountPath": "/dev/dri"})
-        volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
+        mounts.append(dri_mount())
+        volumes.append(dri_volume(preflight.get("gpu_device_path", DEFAULT_DRI_DEVICE)))
         skips += PRIVILEGED_SKIPS
     return {
         "apiVersion": "batch/v1",

@@ -41,6 +41,20 @@ def restricted_pod(supplemental_groups: list[int] | None = None) -> dict[str, An
     return context
 
 
+DRI_MOUNT = "/dev/dri"
+DEFAULT_DRI_DEVICE = "/dev/dri"
+
+
+def dri_mount() -> dict[str, Any]:
+    """Mount of the host's DRM devices (privileged GPU access)."""
+    return {"name": "dev-dri", "mountPath": DRI_MOUNT}
+
+
+def dri_volume(device_path: str = DEFAULT_DRI_DEVICE) -> dict[str, Any]:
+    """The host's DRM device folder as a hostPath volume (privileged GPU access)."""
+    return {"name": "dev-dri", "hostPath": {"path": device_path, "type": "Directory"}}
+
+
 def scratch_volume() -> dict[str, Any]:
     """A small emptyDir for what a read-only container still writes."""
     return {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}

@@ -78,6 +78,13 @@ def _int(metadata: Mapping[str, Any], key: str, default: int | None = None) -> i
     return int(value)
 
 
+def _positive(metadata: Mapping[str, Any], key: str, default: int | None = None) -> int:
+    value = _int(metadata, key, default)
+    if value <= 0:
+        raise ValueError(f"{key} is {value}; it must be a positive count")
+    return value
+
+
 def _per_layer(
     metadata: Mapping[str, Any], key: str, n_layer: int, default: int
 ) -> tuple[int, ...]:
@@ -94,13 +101,13 @@ def attention_shape(
 ) -> AttentionShape:
     """The attention structure from GGUF metadata keys (`{arch}.attention.*`, ...)."""
     a = architecture
-    block_count = _int(metadata, f"{a}.block_count")
+    block_count = _positive(metadata, f"{a}.block_count")
     # b11434's deepseek4 caches cover every block, MTP (nextn) layers included; other
     # architectures give the nextn layers no KV cache.
     nextn = 0 if a == "deepseek4" else _int(metadata, f"{a}.nextn_predict_layers", 0)
     n_layer = block_count - nextn
-    n_embd = _int(metadata, f"{a}.embedding_length")
-    n_head = _int(metadata, f"{a}.attention.head_count")
+    n_embd = _positive(metadata, f"{a}.embedding_length")
+    n_head = _positive(metadata, f"{a}.attention.head_count")
     n_head_kv = _per_layer(metadata, f"{a}.attention.head_count_kv", n_layer, n_head)
     head_k = _int(metadata, f"{a}.attention.key_length", n_embd // n_head)
     head_v = _int(metadata, f"{a}.attention.value_length", head_k)

@@ -333,3 +333,15 @@ def test_mi300x_plan_without_lock_or_size_is_a_config_error() -> None:
         stack_plan(stack, unlocked_source(stack))
     (problem,) = caught.value.problems
     assert problem.startswith(NO_WEIGHT_SIZE)
+
+
+@pytest.mark.parametrize("key", ["deepseek4.attention.head_count", "deepseek4.embedding_length"])
+def test_a_zero_count_in_the_metadata_is_a_config_error_naming_the_key(key: str) -> None:
+    values = stack_values("strix-halo")
+    values["model"]["metadata"] = {**values["model"].get("metadata", {}), key: 0}
+    stack = strix(values)
+    with pytest.raises(ConfigError) as caught:
+        stack_plan(stack, unlocked_source(stack))
+    assert caught.value.problems == [
+        f"model.metadata: {key} is 0; it must be a positive count (lock the model, or add the key)"
+    ]
