@@ -19,13 +19,14 @@ from components.vllm_rocm_builders import VllmFlags, vllm_serve_args
 from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import (
     ConfigError,
+    FleetStack,
     Mi300xStack,
     StackConfig,
     StrixHaloStack,
     project_root,
     read_stack_file,
 )
-from infra.lock import ModelSource, model_source
+from infra.lock import ModelSource, stack_model_sources
 from infra.plan.stack import llamacpp_inputs, load_seconds, stack_plan
 
 _FLAG_DOC = re.compile(r"^`(-[-\w]+)`(?: \((?:or|and) `(-[-\w]+)`\))?: (.+)$")
@@ -195,11 +196,18 @@ def _mi300x(stack: Mi300xStack, source: ModelSource, name: str) -> list[str]:
     ]
 
 
-def render_docs(stack: StackConfig, source: ModelSource, name: str) -> str:
-    """The reference document of a stack."""
+def render_docs(stack: StackConfig, source: ModelSource | list[ModelSource], name: str) -> str:
+    """The reference document of a stack (a fleet: one section per server)."""
+    sources = source if isinstance(source, list) else [source]
+    if isinstance(stack, FleetStack):
+        parts = [
+            "\n".join(_strix_halo(server, server_source, f"{name} / {server.server.resource_name}"))
+            for server, server_source in zip(stack.server_stacks(), sources, strict=True)
+        ]
+        return "\n\n".join(parts)
     if isinstance(stack, StrixHaloStack):
-        return "\n".join(_strix_halo(stack, source, name))
-    return "\n".join(_mi300x(stack, source, name))
+        return "\n".join(_strix_halo(stack, sources[0], name))
+    return "\n".join(_mi300x(stack, sources[0], name))
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -216,9 +224,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         stack_file = read_stack_file(args.stack)
         stack = stack_file.stack()
-        source = model_source(stack.model, stack_file.lock_path, preview=True)
+        sources = stack_model_sources(stack, stack_file.lock_path, preview=True)
         name = stack_file.name
-        text = render_docs(stack, source, name)
+        text = render_docs(stack, sources, name)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
     out = args.out or project_root() / "docs" / f"{name}.md"
