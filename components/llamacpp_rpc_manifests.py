@@ -58,13 +58,15 @@ def rpc_endpoint(service: str, namespace: str, port: int) -> str:
     return f"{service}.{namespace}.svc:{port}"
 
 
-def _tcp_probe(period: int, threshold: int) -> dict[str, Any]:
-    return {
-        "tcpSocket": {"port": "rpc"},
-        "periodSeconds": period,
-        "failureThreshold": threshold,
-        "timeoutSeconds": 5,
-    }
+# rpc-server serves one client at a time with a listen backlog of 1 (b11434's
+# `ggml_backend_rpc_start_server`): while the head is connected a probe's connection waits
+# unaccepted, the next ones are dropped, and a TCP liveness probe would restart the worker
+# under a serving head. So the worker has no probes: rpc-server exits when it fails.
+NO_PROBE_SKIPS = [
+    (check, "rpc-server accepts one client at a time: a probe would queue behind the head and "
+     "fail; the container exits when rpc-server does")
+    for check in ("CKV_K8S_8", "CKV_K8S_9")
+]  # fmt: skip
 
 
 def worker_container(args: "LlamaCppRpcWorkerArgs") -> dict[str, Any]:
@@ -88,10 +90,6 @@ def worker_container(args: "LlamaCppRpcWorkerArgs") -> dict[str, Any]:
         ],
         "ports": [{"name": "rpc", "containerPort": args.get("port", RPC_PORT), "protocol": "TCP"}],
         "resources": resources,
-        # A TCP connect: rpc-server speaks its own binary protocol, and a probe that only
-        # connects and closes is what it sees from a client that leaves.
-        "readinessProbe": _tcp_probe(10, 3),
-        "livenessProbe": _tcp_probe(30, 5),
         "securityContext": gpu_container(access, args.get("run_as_user", DEFAULT_UID)),
         "volumeMounts": mounts,
     }
@@ -106,7 +104,7 @@ def worker_deployment(
     if access == "privileged":
         device = args.get("gpu_device_path", "/dev/dri")
         volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
-    skips = image_skips(args["image"])
+    skips = image_skips(args["image"]) + NO_PROBE_SKIPS
     if access == "privileged":
         skips += PRIVILEGED_SKIPS
     return {
