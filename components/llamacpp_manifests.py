@@ -82,8 +82,8 @@ class LlamaServerFlags(TypedDict):
     log_file: NotRequired[str | None]
     """`--log-file`: load log for the GPU gate's startup probe."""
     rpc: NotRequired[list[str] | None]
-    """`--rpc`: rpc-server workers (`host:port`) whose GPUs take a share of the layers; llama.cpp
-    puts them before the local GPU."""
+    """`--rpc`: the workers' rpc-servers (`host:port`), whose GPUs take a share of the layers;
+    llama.cpp puts them before the local GPU."""
     tensor_split: NotRequired[list[float] | None]
     """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
     local GPU), as the memory plan computed it."""

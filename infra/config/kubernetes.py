@@ -163,6 +163,9 @@ class RpcSettings(Strict):
     configured with -DGGML_RPC=ON: the RPC protocol has no compatibility across versions."""
     binary: AbsolutePath = RPC_BINARY
     """rpc-server inside the image."""
+    network_mibps: Annotated[float, Field(gt=0)] = 280
+    """Throughput from the head to the workers (2.5 GbE: ~280 MiB/s): every load sends each
+    worker its weights, which the startup probe must allow for."""
 
 
 class ServerSettings(Strict):

@@ -192,8 +192,13 @@ LOAD_MARGIN = 1.5
 
 
 def load_seconds(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> float:
-    """Estimated time from container start to a loaded model."""
+    """Estimated time from container start to a loaded model (a split model: plus sending the
+    workers their weights)."""
     read = inputs.weights.total_bytes / (stack.memory.disk_read_mibps * MIB)
+    rpc = stack.server.rpc
+    if rpc is not None:
+        sent = sum(plan_llamacpp(inputs).transfers.values())
+        read += sent / (rpc.network_mibps * MIB)
     return read + stack.memory.init_seconds
 
 
@@ -215,10 +220,15 @@ def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[st
     if startup.window_seconds >= needed:
         return []
     threshold = math.ceil((needed - startup.initial_delay_seconds) / startup.period_seconds)
+    rpc = stack.server.rpc
+    network = (
+        f" (and to the workers at server.rpc.networkMibps {rpc.network_mibps:g})" if rpc else ""
+    )
     return [
         f"server.probes.startup: allows {startup.window_seconds}s, but loading "
         f"{inputs.weights.total_bytes / GIB:.1f} GiB at memory.diskReadMibps "
-        f"{stack.memory.disk_read_mibps:g} MiB/s plus {stack.memory.init_seconds}s of start-up "
+        f"{stack.memory.disk_read_mibps:g} MiB/s{network} plus {stack.memory.init_seconds}s of "
+        "start-up "
         f"takes ~{load_seconds(stack, inputs):.0f}s: raise failureThreshold to at least "
         f"{threshold} (x{LOAD_MARGIN} margin)"
     ]

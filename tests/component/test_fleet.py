@@ -16,7 +16,7 @@ from components.llamacpp_manifests import DEFAULT_IMAGE, selector_labels, server
 from infra.config import ConfigError, FleetStack, StrixHaloStack, parse_stack
 from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers
-from infra.plan.stack import llamacpp_inputs, stack_plan
+from infra.plan.stack import llamacpp_inputs, probe_problems, stack_plan
 from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS, stack_values
 
@@ -308,3 +308,18 @@ def test_device_layers_cover_every_layer_once() -> None:
     held = device_layers(llamacpp_inputs(stack, source))
     every = sorted(il for layers in held.values() for il in layers)
     assert every == list(range(44))
+
+
+def test_the_startup_probe_must_allow_for_sending_the_workers_their_weights() -> None:
+    values = copy.deepcopy(stack_values(SPLIT))
+    stack = parse_stack(values)
+    assert isinstance(stack, StrixHaloStack)
+    source = model_source(stack.model, STACKS / "no-such.lock.json", preview=True)
+    assert probe_problems(stack, llamacpp_inputs(stack, source)) == []
+    # 69 GiB to the worker over a 100 Mbit/s link takes ~1.7 h: more than the probe allows.
+    values["server"]["rpc"]["networkMibps"] = 12
+    slow = parse_stack(values)
+    assert isinstance(slow, StrixHaloStack)
+    (problem,) = probe_problems(slow, llamacpp_inputs(slow, source))
+    assert problem.startswith("server.probes.startup: allows 1800s")
+    assert "server.rpc.networkMibps 12" in problem
