@@ -323,3 +323,24 @@ def test_the_startup_probe_must_allow_for_sending_the_workers_their_weights() ->
     (problem,) = probe_problems(slow, llamacpp_inputs(slow, source))
     assert problem.startswith("server.probes.startup: allows 1800s")
     assert "server.rpc.networkMibps 12" in problem
+
+
+def test_servers_of_one_model_share_the_stack_lock_and_another_model_gets_its_own() -> None:
+    values = fleet_split_values()
+    values["servers"][1]["model"]["files"] = [
+        f"UD-Q2_K_XL/DeepSeek-V4-Flash-0731-UD-Q2_K_XL-0000{i}-of-00003.gguf" for i in (1, 2, 3)
+    ]
+    values["servers"][1]["alias"] = "deepseek-v4-flash-0731-q2"
+    third = copy.deepcopy(values["servers"][1])
+    third.update(name="q2-b", nodeSelector={"kubernetes.io/hostname": "nucbox-5"}, rpc=None)
+    third["store"]["name"] = "models-q2-b"
+    third["image"] = values["servers"][0].get("image", DEFAULT_IMAGE)
+    values["servers"].append(third)
+    fleet = parse_stack(values)
+    assert isinstance(fleet, FleetStack)
+    lock = STACKS / "pair.lock.json"
+    assert fleet.lock_paths(lock) == [
+        lock,
+        STACKS / "pair.deepseek-v4-flash-0731-b.lock.json",
+        STACKS / "pair.deepseek-v4-flash-0731-b.lock.json",
+    ]
