@@ -74,14 +74,15 @@ def deploy(
         )
         entry = server.url.apply(partial(litellm_route, server_stack))
         entries.append(entry)
-        outputs[server_stack.server.resource_name] = pulumi.Output.all(
-            url=server.url,
-            alias=server.alias,
-            modelPath=store.model_path,
-            lockDigest=store.lock_digest,
-            modelRevision=source.revision if source.locked else "unlocked",
-        )
-        if not fleet:
+        if fleet:
+            outputs[server_stack.server.resource_name] = pulumi.Output.all(
+                url=server.url,
+                alias=server.alias,
+                modelPath=store.model_path,
+                lockDigest=store.lock_digest,
+                modelRevision=source.revision if source.locked else "unlocked",
+            )
+        else:
             pulumi.export("url", server.url)
             pulumi.export("alias", server.alias)
             pulumi.export("modelPath", store.model_path)
