@@ -174,4 +174,5 @@ def fleet_checks(fleet: FleetStack) -> list[str]:
                 )
         else:
             aliases[entry.alias] = index
-    return problems
+    # A stack-wide key (network.*, kubernetes.*) is checked with every server: say it once.
+    return list(dict.fromkeys(problems))

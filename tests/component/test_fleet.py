@@ -344,3 +344,11 @@ def test_servers_of_one_model_share_the_stack_lock_and_another_model_gets_its_ow
         STACKS / "pair.deepseek-v4-flash-0731-b.lock.json",
         STACKS / "pair.deepseek-v4-flash-0731-b.lock.json",
     ]
+
+
+def test_a_stack_wide_problem_of_a_fleet_is_said_once() -> None:
+    values = copy.deepcopy(stack_values(PAIR))
+    values["network"] = {"allowCidrs": ["0.0.0.0/0"]}
+    with pytest.raises(ConfigError) as caught:
+        parse_stack(values)
+    assert [p.split(":")[0] for p in caught.value.problems] == ["network.allowCidrs"]
