@@ -64,6 +64,11 @@ def llamacpp_inputs(
     except ValueError as exc:
         # What the plan needs and neither the lock nor model.metadata gives.
         raise ConfigError([f"model.metadata: {exc} (lock the model, or add the key)"]) from None
+    except ArithmeticError as exc:
+        # A zero where the shape divides (a head count of 0): no model has that structure.
+        raise ConfigError(
+            [f"model.metadata: {exc} in the attention shape (a head count or length of 0?)"]
+        ) from None
     return LlamaCppPlanInputs(
         weights=weights,
         attention=attention,
