@@ -4,6 +4,7 @@ from components.caddyfile import CaddySite
 from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelVolume
 from components.host_scripts import HostRequirements
 from components.llamacpp_manifests import HttpProbe, LlamaServerFlags, ServerProbes
+from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
 from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
 from components.payloads.fetcher import ModelFile
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
@@ -20,6 +21,8 @@ __all__ = [
     "GgufModelStoreArgs",
     "HostRequirements",
     "HttpProbe",
+    "LlamaCppRpcWorker",
+    "LlamaCppRpcWorkerArgs",
     "LlamaCppVulkanServer",
     "LlamaCppVulkanServerArgs",
     "LlamaServerFlags",

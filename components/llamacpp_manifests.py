@@ -84,6 +84,12 @@ class LlamaServerFlags(TypedDict):
     """`-lv`: log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads."""
     log_file: NotRequired[str | None]
     """`--log-file`: load log for the GPU gate's startup probe."""
+    rpc: NotRequired[list[str] | None]
+    """`--rpc`: the workers' rpc-servers (`host:port`), whose GPUs take a share of the layers;
+    llama.cpp puts them before the local GPU."""
+    tensor_split: NotRequired[list[float] | None]
+    """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
+    local GPU), as the memory plan computed it."""
 
 
 class HttpProbe(TypedDict):
@@ -146,6 +152,12 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
     argv += ["--cache-type-k", flags["cache_type_k"], "--cache-type-v", flags["cache_type_v"]]
     argv += ["--temp", _number(flags["temperature"]), "--top-p", _number(flags["top_p"])]
     argv += ["--threads", str(flags["threads"])]
+    rpc = flags.get("rpc")
+    if rpc:
+        argv += ["--rpc", ",".join(rpc)]
+    split = flags.get("tensor_split")
+    if split:
+        argv += ["--tensor-split", ",".join(f"{share:g}" for share in split)]
     cache_ram = flags.get("cache_ram_mib")
     if cache_ram is not None:
         argv += ["--cache-ram", str(cache_ram)]
@@ -197,7 +209,10 @@ def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
         startup["timeoutSeconds"] = max(startup["timeoutSeconds"], 10)
         startup["exec"] = {
             "command": probe_command(
-                GATE_LOG, flags["gpu_layers"], health_url=f"http://127.0.0.1:{flags['port']}"
+                GATE_LOG,
+                flags["gpu_layers"],
+                health_url=f"http://127.0.0.1:{flags['port']}",
+                rpc_endpoints=flags.get("rpc") or (),
             )
         }
     mounts = [

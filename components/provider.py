@@ -25,6 +25,7 @@ from pulumi.provider.experimental.schema import generate_schema
 from pulumi.provider.experimental.util import camel_case
 
 from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelVolume
+from components.llamacpp_rpc_worker import LlamaCppRpcWorker
 from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
 from components.vllm_rocm_server import SshConnection, VllmRocmServer, VllmRocmServerArgs
 
@@ -32,6 +33,7 @@ PACKAGE = "llm-infra"
 COMPONENTS: list[type[pulumi.ComponentResource]] = [
     GgufModelStore,
     LlamaCppVulkanServer,
+    LlamaCppRpcWorker,
     VllmRocmServer,
 ]
 

@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import pulumi
 
-from infra.config import ConfigError, StrixHaloStack, expectations_path_for, load_stack_config
-from infra.lock import model_source
-from infra.plan.stack import llamacpp_inputs, probe_problems, stack_plan
+from infra.config import (
+    ConfigError,
+    FleetStack,
+    Mi300xStack,
+    StrixHaloStack,
+    expectations_path_for,
+    load_stack_config,
+)
+from infra.lock import stack_model_sources
+from infra.plan.stack import fleet_probe_problems, llamacpp_inputs, probe_problems, stack_plan
 from infra.targets import docker_host, kubernetes
 
 
@@ -16,15 +23,17 @@ def main() -> None:
     Every check runs before the first resource exists, so a bad stack creates nothing.
     """
     stack, lock_path, secrets = load_stack_config()
-    source = model_source(stack.model, lock_path, preview=pulumi.runtime.is_dry_run())
-    plan = stack_plan(stack, source)
+    sources = stack_model_sources(stack, lock_path, preview=pulumi.runtime.is_dry_run())
+    plan = stack_plan(stack, sources)
     problems = list(plan.problems) if stack.memory.check else []
     if isinstance(stack, StrixHaloStack):
-        problems += probe_problems(stack, llamacpp_inputs(stack, source))
+        problems += probe_problems(stack, llamacpp_inputs(stack, sources[0]))
+    elif isinstance(stack, FleetStack):
+        problems += fleet_probe_problems(stack, sources)
     if problems:
         raise ConfigError(problems)
     expectations = None
-    if stack.server.verify_after_up:
+    if not isinstance(stack, FleetStack) and stack.server.verify_after_up:
         expect = expectations_path_for(lock_path)
         if not expect.is_file():
             raise ConfigError(
@@ -34,8 +43,8 @@ def main() -> None:
                 ]
             )
         expectations = expect.read_text()
-    if isinstance(stack, StrixHaloStack):
-        kubernetes.deploy(stack, source, secrets, expectations)
+    if isinstance(stack, Mi300xStack):
+        docker_host.deploy(stack, sources[0], secrets, expectations)
     else:
-        docker_host.deploy(stack, source, secrets, expectations)
+        kubernetes.deploy(stack, sources, secrets, expectations)
     pulumi.export("plan", plan.to_json())

@@ -166,7 +166,15 @@ def check_images_pinned(resource: Resource, files: Files | None = None) -> list[
 # --- GPU server probes ----------------------------------------------------------------------
 
 
+# llama.cpp's rpc-server loads no model (its head sends the weights) and serves one client at a
+# time, so no probe can watch it without disturbing the head: it is no GPU server here.
+_RPC_SERVERS = ("ggml-rpc-server", "rpc-server")
+
+
 def _is_gpu_server(container: Mapping[str, Any]) -> bool:
+    command = container.get("command") or []
+    if command and isinstance(command[0], str) and command[0].rsplit("/", 1)[-1] in _RPC_SERVERS:
+        return False
     words = [container.get("name"), container.get("image")]
     words += [*(container.get("command") or []), *(container.get("args") or [])[:1]]
     if any(isinstance(w, str) and _GPU_SERVER_HINT.search(w) for w in words):

@@ -1,4 +1,4 @@
-"""The llm-infra component provider: GgufModelStore, LlamaCppVulkanServer, VllmRocmServer.
+"""The llm-infra component provider: GgufModelStore, LlamaCppVulkanServer, LlamaCppRpcWorker, ...
 
 Pulumi's Python language host runs `python <this directory> <engine address>` in the plugin's
 virtualenv (PulumiPlugin.yaml); the SDK's provider server prints its port and serves gRPC.

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import StackConfig, StrixHaloStack, parse_stack
+from infra.config import FleetStack, StackConfig, StrixHaloStack, parse_stack
 from infra.lock import ModelSource, model_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +30,8 @@ def strix_halo_values() -> dict[str, Any]:
 
 def unlocked_source(stack: StackConfig) -> ModelSource:
     """The model as the config names it, without a lock (what a preview deploys)."""
-    return model_source(stack.model, ROOT / "stacks" / "no-such.lock.json", preview=True)
+    model = stack.servers[0].model if isinstance(stack, FleetStack) else stack.model
+    return model_source(model, ROOT / "stacks" / "no-such.lock.json", preview=True)
 
 
 def strix(values: dict[str, Any]) -> StrixHaloStack:

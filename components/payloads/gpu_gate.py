@@ -233,9 +233,21 @@ def evaluate(
     *,
     device_prefix: str = "Vulkan",
     min_gpu_buffer_mib: float = 0.0,
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> GateResult:
-    """Decide from parsed evidence; ``expect_layers`` None means all layers (``-ngl all``)."""
+    """Decide from parsed evidence; ``expect_layers`` None means all layers (``-ngl all``).
+
+    With ``rpc_endpoints`` (the ``--rpc`` list) each rpc-server must also hold a non-zero
+    model buffer (``RPC<n>[host:port] model buffer size``): its share of the layers landed.
+    """
     problems: list[str] = []
+    for endpoint in rpc_endpoints:
+        held = sum(v for k, v in ev.gpu_buffers_mib.items() if k.endswith(f"[{endpoint}]"))
+        if held <= 0 and (ev.gpu_buffers_mib or ev.host_buffers_mib):
+            problems.append(
+                f"no non-zero model buffer on the RPC device {endpoint}: the layers meant for "
+                "that worker did not land there (is it the same llama.cpp build, reachable?)"
+            )
     if ev.no_gpu_warning:
         problems.append(f"llama-server printed 'warning: {NO_GPU_WARNING}'; {NO_GPU_CAUSE}")
     if ev.offloaded is None or ev.offloadable is None:
@@ -278,6 +290,7 @@ def check_log(
     *,
     device_prefix: str = "Vulkan",
     min_gpu_buffer_mib: float = 0.0,
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> GateResult:
     """Parse and evaluate a llama-server log in one call."""
     return evaluate(
@@ -285,6 +298,7 @@ def check_log(
         expect_layers,
         device_prefix=device_prefix,
         min_gpu_buffer_mib=min_gpu_buffer_mib,
+        rpc_endpoints=rpc_endpoints,
     )
 
 
@@ -312,6 +326,7 @@ def probe_shell(
     expect_layers: int,
     device_prefix: str = "Vulkan",
     health_url: str | None = None,
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> str:
     """POSIX sh for an exec startupProbe in the server image (no python there): exit 0 = on GPU.
 
@@ -320,7 +335,8 @@ def probe_shell(
     Only the last load in the log counts (at ``-lv 5`` the memory fit's dry run logs one first).
     Every failure prints one line: what was seen and the likely cause (the probe's event).
     With ``health_url`` (e.g. ``http://127.0.0.1:8080``) it first requires ``/health`` 200 via
-    curl, which the llama.cpp server images ship for their own healthcheck.
+    curl, which the llama.cpp server images ship for their own healthcheck. With
+    ``rpc_endpoints`` each rpc-server must hold a non-zero model buffer as well.
     """
     log = shlex.quote(log_path)
     prefix = shlex.quote(device_prefix)
@@ -370,15 +386,31 @@ def probe_shell(
         f'{_NONZERO_MIB}" || '
         '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
         "exit 1; }\n"
-        'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
+        + "".join(
+            f"ep={shlex.quote(endpoint)}\n"
+            'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
+            f'grep -Eq "{_NONZERO_MIB}" || '
+            '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
+            'did not land there ($seen)"; exit 1; }\n'
+            for endpoint in rpc_endpoints
+        )
+        + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
     )
 
 
 def probe_command(
-    log_path: str, expect_layers: int, health_url: str | None = None, device_prefix: str = "Vulkan"
+    log_path: str,
+    expect_layers: int,
+    health_url: str | None = None,
+    device_prefix: str = "Vulkan",
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> list[str]:
     """``exec.command`` for a Kubernetes probe running ``probe_shell``."""
-    return ["sh", "-c", probe_shell(log_path, expect_layers, device_prefix, health_url)]
+    return [
+        "sh",
+        "-c",
+        probe_shell(log_path, expect_layers, device_prefix, health_url, rpc_endpoints),
+    ]
 
 
 def load_log_shell(
@@ -427,6 +459,9 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--device-prefix", default="Vulkan")
     parser.add_argument("--min-gpu-mib", type=float, default=0.0)
+    parser.add_argument(
+        "--rpc", default="", help="the server's --rpc list: each worker must hold a model buffer"
+    )
     parser.add_argument("--wait-url", help="poll URL/health first, so the log is complete")
     parser.add_argument("--wait-timeout", type=float, default=3600.0)
 
@@ -444,7 +479,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"gpu-gate: FAIL: cannot read {args.log}: {exc}", file=sys.stderr)
         return 1
     result = check_log(
-        text, expect, device_prefix=args.device_prefix, min_gpu_buffer_mib=args.min_gpu_mib
+        text,
+        expect,
+        device_prefix=args.device_prefix,
+        min_gpu_buffer_mib=args.min_gpu_mib,
+        rpc_endpoints=[e for e in args.rpc.split(",") if e],
     )
     print(result.summary(), file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1

@@ -784,9 +784,10 @@ def run_stack(args: argparse.Namespace) -> int:
 
     try:
         stack = read_stack_file(args.stack).stack()
+        url = args.url or endpoint_url(stack)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
-    return run(args.url or endpoint_url(stack), args)
+    return run(url, args)
 
 
 def main(argv: list[str] | None = None) -> int:

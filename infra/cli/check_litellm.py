@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from infra.cli.common import Subparsers, report_config_error
-from infra.config import ConfigError, StackFile, project_root, read_stack_file
-from infra.targets import route
+from infra.config import ConfigError, FleetStack, StackFile, project_root, read_stack_file
+from infra.targets import route, routes
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
@@ -59,6 +59,21 @@ def stack_route(stack_file: StackFile) -> StackRoute:
     """The model name and `/v1` base URL of a stack: its `litellmModel` output, from its config."""
     entry = route(stack_file.stack())
     return StackRoute(stack_file.name, entry["model_name"], entry["litellm_params"]["api_base"])
+
+
+def stack_routes(stack_file: StackFile) -> list[StackRoute]:
+    """Every route of a stack: one per server (a fleet's `litellmModelList`)."""
+    stack = stack_file.stack()
+    if not isinstance(stack, FleetStack):
+        return [stack_route(stack_file)]
+    return [
+        StackRoute(
+            f"{stack_file.name} ({server.resource_name})",
+            entry["model_name"],
+            entry["litellm_params"]["api_base"],
+        )
+        for server, entry in zip(stack.servers, routes(stack), strict=True)
+    ]
 
 
 def model_list(path: Path) -> list[Mapping[str, Any]]:
@@ -137,8 +152,8 @@ def run(args: argparse.Namespace) -> int:
             raise LitellmError("no stack files in stacks/")
         reports = []
         for stack_file in stacks:
-            checked = stack_route(stack_file)
-            reports.append((checked, check_routes(entries, checked)))
+            for checked in stack_routes(stack_file):
+                reports.append((checked, check_routes(entries, checked)))
     except LitellmError as exc:
         print(f"llm-infra check-litellm: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -19,13 +19,14 @@ from components.vllm_rocm_builders import VllmFlags, vllm_serve_args
 from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import (
     ConfigError,
+    FleetStack,
     Mi300xStack,
     StackConfig,
     StrixHaloStack,
     project_root,
     read_stack_file,
 )
-from infra.lock import ModelSource, model_source
+from infra.lock import ModelSource, stack_model_sources
 from infra.plan.stack import llamacpp_inputs, load_seconds, stack_plan
 
 _FLAG_DOC = re.compile(r"^`(-[-\w]+)`(?: \((?:or|and) `(-[-\w]+)`\))?: (.+)$")
@@ -135,7 +136,13 @@ def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[s
         "",
         f"- `startupProbe`: {startup}, every {probes.startup.period_seconds}s, up to "
         f"{probe_window_seconds(args['probes']['startup'])}s for the load (estimated "
-        f"{load_seconds(stack, inputs):.0f}s at {stack.memory.disk_read_mibps:g} MiB/s).",
+        f"{load_seconds(stack, inputs):.0f}s at {stack.memory.disk_read_mibps:g} MiB/s"
+        + (
+            f", the workers' weights at {server.rpc.network_mibps:g} MiB/s"
+            if server.rpc is not None
+            else ""
+        )
+        + ").",
         f"- `readinessProbe`: GET {readiness.path} after {readiness.initial_delay_seconds}s, "
         f"every {readiness.period_seconds}s, {readiness.failure_threshold} failures.",
         f"- `livenessProbe`: GET {probes.liveness.path} every {probes.liveness.period_seconds}s, "
@@ -150,6 +157,7 @@ def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[s
             else f"`{server.gpu_resource}: 1` from the device plugin; non-root, no capabilities."
         ),
         "",
+        *_rpc_workers(stack),
         "## How to tune",
         "",
         "- `llm-infra plan "
@@ -159,6 +167,41 @@ def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[s
         "`server.resources.limits.memory` for the CPU side.",
         "- More concurrent requests: raise `server.parallel` with `server.contextSize` "
         "(each slot needs its own 64k).",
+        "",
+    ]
+    return lines
+
+
+def _rpc_workers(stack: StrixHaloStack) -> list[str]:
+    """The split model's workers: where each runs, what it runs, who may reach it."""
+    from components.llamacpp_rpc_manifests import rpc_server_argv
+    from infra.targets.kubernetes import rpc_endpoints, rpc_worker_args
+
+    workers = rpc_worker_args(stack)
+    if not workers:
+        return []
+    lines = [
+        "## RPC workers",
+        "",
+        "| worker | node | VRAM | `--rpc` entry | command |",
+        "|---|---|---|---|---|",
+    ]
+    assert stack.server.rpc is not None
+    for (name, args), worker, endpoint in zip(
+        workers.items(), stack.server.rpc.workers, rpc_endpoints(stack), strict=True
+    ):
+        node = ", ".join(f"{k}={v}" for k, v in args["node_selector"].items())
+        command = " ".join(rpc_server_argv(args))
+        lines.append(
+            f"| `{name}` | `{node}` | {worker.vram_gib:g} GiB | `{endpoint}` | `{command}` |"
+        )
+    lines += [
+        "",
+        "rpc-server has no authentication: each worker's NetworkPolicy admits only the pods of "
+        f"`{stack.server.resource_name}` on port {stack.server.rpc.port} and lets the worker "
+        "reach nothing; the API Service never selects a worker. A worker has no probes "
+        "(rpc-server serves one client at a time); the weights reach it from the head at "
+        "every load (see the memory budget).",
         "",
     ]
     return lines
@@ -195,11 +238,18 @@ def _mi300x(stack: Mi300xStack, source: ModelSource, name: str) -> list[str]:
     ]
 
 
-def render_docs(stack: StackConfig, source: ModelSource, name: str) -> str:
-    """The reference document of a stack."""
+def render_docs(stack: StackConfig, source: ModelSource | list[ModelSource], name: str) -> str:
+    """The reference document of a stack (a fleet: one section per server)."""
+    sources = source if isinstance(source, list) else [source]
+    if isinstance(stack, FleetStack):
+        parts = [
+            "\n".join(_strix_halo(server, server_source, f"{name} / {server.server.resource_name}"))
+            for server, server_source in zip(stack.server_stacks(), sources, strict=True)
+        ]
+        return "\n\n".join(parts)
     if isinstance(stack, StrixHaloStack):
-        return "\n".join(_strix_halo(stack, source, name))
-    return "\n".join(_mi300x(stack, source, name))
+        return "\n".join(_strix_halo(stack, sources[0], name))
+    return "\n".join(_mi300x(stack, sources[0], name))
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -216,9 +266,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         stack_file = read_stack_file(args.stack)
         stack = stack_file.stack()
-        source = model_source(stack.model, stack_file.lock_path, preview=True)
+        sources = stack_model_sources(stack, stack_file.lock_path, preview=True)
         name = stack_file.name
-        text = render_docs(stack, source, name)
+        text = render_docs(stack, sources, name)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
     out = args.out or project_root() / "docs" / f"{name}.md"

@@ -6,9 +6,17 @@ import argparse
 import os
 import shutil
 import subprocess
+from pathlib import Path
 
 from infra.cli.common import Subparsers, add_stack_argument, report_config_error
-from infra.config import ConfigError, project_root, read_stack_file
+from infra.config import (
+    ConfigError,
+    FleetStack,
+    RepoModelSettings,
+    StackConfig,
+    project_root,
+    read_stack_file,
+)
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -45,18 +53,28 @@ def run(args: argparse.Namespace) -> int:
     try:
         stack_file = read_stack_file(args.stack)
         stack = stack_file.stack()
-        resolved = lock.resolve_lock(
-            stack.model, token=hf_token(stack_file.name), endpoint=args.endpoint
-        )
+        targets = lock_targets(stack, stack_file.lock_path)
+        resolved = {
+            path: lock.resolve_lock(model, token=hf_token(stack_file.name), endpoint=args.endpoint)
+            for path, model in targets.items()
+        }
     except ConfigError as exc:
         return report_config_error(exc, f"cannot lock {args.stack}")
-    target = stack_file.lock_path
-    previous = lock.read_lock(target) if target.is_file() else None
-    lock.write_lock(target, resolved)
-    size = resolved.total_bytes / 2**30
-    change = "unchanged" if previous == resolved else ("updated" if previous else "created")
-    print(
-        f"locked {resolved.repo}@{resolved.revision} ({len(resolved.files)} files, "
-        f"{size:.2f} GiB) → {target} ({change})"
-    )
+    for target, locked in resolved.items():
+        previous = lock.read_lock(target) if target.is_file() else None
+        lock.write_lock(target, locked)
+        size = locked.total_bytes / 2**30
+        change = "unchanged" if previous == locked else ("updated" if previous else "created")
+        print(
+            f"locked {locked.repo}@{locked.revision} ({len(locked.files)} files, "
+            f"{size:.2f} GiB) → {target} ({change})"
+        )
     return 0
+
+
+def lock_targets(stack: StackConfig, lock_path: Path) -> dict[Path, RepoModelSettings]:
+    """Each lock file of a stack and the model it pins (a fleet: one per distinct model)."""
+    if isinstance(stack, FleetStack):
+        paths = stack.lock_paths(lock_path)
+        return {path: entry.model for path, entry in zip(paths, stack.servers, strict=True)}
+    return {lock_path: stack.model}

@@ -30,14 +30,14 @@ def add_parser(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the plan; 0 when the stack fits, 1 when it does not, 2 on bad input."""
     from components.gguf_header import GgufError, read_gguf_header, summarize
-    from infra.lock import model_source
+    from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs, stack_plan
 
     try:
         stack_file = read_stack_file(args.stack)
         stack = stack_file.stack()
-        source = model_source(stack.model, stack_file.lock_path, preview=True)
+        sources = stack_model_sources(stack, stack_file.lock_path, preview=True)
         header = None
         if args.gguf:
             headers = []
@@ -49,10 +49,11 @@ def run(args: argparse.Namespace) -> int:
                     problem = f"--gguf: cannot read the GGUF header of {shard}: {exc}"
                     raise ConfigError([problem]) from None
             header = summarize(headers)
-        plan = stack_plan(stack, source, header)
+        plan = stack_plan(stack, sources, header)
         best = None
         if args.suggest and isinstance(stack, StrixHaloStack):
-            best = suggest(llamacpp_inputs(stack, source, header), headroom_gib=args.headroom)
+            inputs = llamacpp_inputs(stack, sources[0], header)
+            best = suggest(inputs, headroom_gib=args.headroom)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
     if args.json:

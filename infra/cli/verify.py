@@ -7,7 +7,7 @@ import sys
 
 from components.payloads import verify
 from infra.cli.common import EXIT_CONFIG, Subparsers, add_stack_argument, report_config_error
-from infra.config import ConfigError, read_stack_file
+from infra.config import ConfigError, FleetStack, read_stack_file
 from infra.targets import endpoint_url
 
 URL_HELP = (
@@ -43,6 +43,10 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    if args.min_decode_tps is None:
+    if args.min_decode_tps is None and not isinstance(stack, FleetStack):
         args.min_decode_tps = stack.server.min_decode_tps
-    return verify.run(args.url or endpoint_url(stack), args)
+    try:
+        url = args.url or endpoint_url(stack)
+    except ConfigError as exc:
+        return report_config_error(exc, f"cannot verify {args.stack}")
+    return verify.run(url, args)

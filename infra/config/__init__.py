@@ -14,6 +14,7 @@ from infra.config.base import (
     quantity_value,
 )
 from infra.config.docker_host import Mi300xStack
+from infra.config.fleet import FleetStack
 from infra.config.kubernetes import ProbeSettings, StrixHaloStack
 from infra.config.stack import (
     StackConfig,
@@ -36,6 +37,7 @@ __all__ = [
     "SECRET_KEYS",
     "SECRET_PLACEHOLDER",
     "ConfigError",
+    "FleetStack",
     "Mi300xStack",
     "ProbeSettings",
     "RepoModelSettings",

@@ -9,8 +9,10 @@ from pydantic import Field
 
 from components.addresses import covers_every_address
 from components.llamacpp_manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
+from components.llamacpp_rpc_manifests import RPC_BINARY, RPC_PORT
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
+    AbsolutePath,
     Cidr,
     DnsLabel,
     HttpUrl,
@@ -122,6 +124,50 @@ class ResourceSettings(Strict):
     limits: ComputeResources
 
 
+# The official images (.devops/vulkan.Dockerfile of b11434) are configured without -DGGML_RPC:
+# their llama-server answers `--rpc` with "RPC not supported in this build".
+STOCK_IMAGE_PREFIX = DEFAULT_IMAGE.rsplit(":", 1)[0] + ":"
+
+
+def _worker_resources() -> ResourceSettings:
+    return ResourceSettings(
+        requests=ComputeResources(cpu="500m", memory="1Gi"),
+        limits=ComputeResources(cpu="4000m", memory="4Gi"),
+    )
+
+
+class RpcWorkerSettings(Strict):
+    """One node that lends its GPU to the server through llama.cpp's rpc-server."""
+
+    name: DnsLabel | None = None
+    """Name of the worker's Deployment and Service (default `<server>-rpc-<index>`)."""
+    node_selector: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
+    """Node labels the worker pod must match (its own node, not the server's)."""
+    vram_gib: Annotated[float, Field(gt=0)]
+    """GPU memory of that node available to rpc-server (the plan checks each worker against it)."""
+    compute_gib: Annotated[float, Field(ge=0)] | None = None
+    """Measured compute buffer of the worker's device, replacing the planner's estimate."""
+    threads: Annotated[int, Field(ge=1)] | None = None
+    """`-t`: CPU threads of rpc-server (its CPU device only)."""
+    resources: ResourceSettings = _worker_resources()
+
+
+class RpcSettings(Strict):
+    """Split one model across nodes: an rpc-server per worker, `--rpc` on the server (the head)."""
+
+    workers: Annotated[list[RpcWorkerSettings], Field(min_length=1)]
+    port: Port = RPC_PORT
+    """rpc-server's port on each worker (container and Service)."""
+    image: ImageReference | None = None
+    """Worker image (default: server.image). Head and workers must be the same llama.cpp build,
+    configured with -DGGML_RPC=ON: the RPC protocol has no compatibility across versions."""
+    binary: AbsolutePath = RPC_BINARY
+    """rpc-server inside the image."""
+    network_mibps: Annotated[float, Field(gt=0)] = 280
+    """Throughput from the head to the workers (2.5 GbE: ~280 MiB/s): every load sends each
+    worker its weights, which the startup probe must allow for."""
+
+
 class ServerSettings(Strict):
     """llama-server and its Deployment."""
 
@@ -161,11 +207,28 @@ class ServerSettings(Strict):
     resources: ResourceSettings
     probes: ProbesSettings = ProbesSettings()
     min_load_seconds: Annotated[int, Field(ge=0)] = 300
+    rpc: RpcSettings | None = None
+    """Split the model across other nodes' GPUs (llama.cpp RPC); None: this node only."""
 
     @property
     def resource_name(self) -> str:
         """Name of the Deployment and Service."""
         return self.name or self.alias
+
+    @property
+    def rpc_worker_names(self) -> list[str]:
+        """Names of the RPC workers' objects, in `--rpc` order (empty without rpc)."""
+        if self.rpc is None:
+            return []
+        return [
+            worker.name or f"{self.resource_name}-rpc-{index}"
+            for index, worker in enumerate(self.rpc.workers)
+        ]
+
+    @property
+    def rpc_image(self) -> str:
+        """The workers' image: the server's own build unless rpc.image says otherwise."""
+        return (self.rpc.image if self.rpc else None) or self.image
 
 
 class MemorySettings(Strict):
@@ -322,6 +385,7 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             "network.allowWorld: true)"
         )
     problems += kubernetes_name_problems(stack)
+    problems += rpc_problems(stack)
     if stack.network.policies and not stack.network.clients:
         problems.append(
             "network.clients: empty, so nothing could reach the server (list the client "
@@ -334,4 +398,51 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             problems.append(
                 f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
             )
+    return problems
+
+
+def rpc_problems(stack: StrixHaloStack) -> list[str]:
+    """Rules of a split model: RPC-enabled images, workers on other nodes, distinct names."""
+    server, rpc = stack.server, stack.server.rpc
+    if rpc is None:
+        return []
+    problems = []
+    for key, image in (("server.image", server.image), ("server.rpc.image", server.rpc_image)):
+        if image.startswith(STOCK_IMAGE_PREFIX):
+            problems.append(
+                f"{key}: {image!r} is built without -DGGML_RPC (llama.cpp's images answer --rpc "
+                "with 'RPC not supported in this build'); with server.rpc, use an image of the "
+                "same llama.cpp build configured with -DGGML_VULKAN=ON -DGGML_RPC=ON"
+            )
+            break
+    if rpc.image is not None:
+        problems += image_problems(
+            "server.rpc.image",
+            rpc.image,
+            server.allow_floating_image,
+            "the server's own build (a tag with the build number, or a digest)",
+        )
+    names = server.rpc_worker_names
+    for index, (worker, name) in enumerate(zip(rpc.workers, names, strict=True)):
+        key = f"server.rpc.workers[{index}]"
+        if name == server.resource_name or names.index(name) != index:
+            problems.append(
+                f"{key}.name: {name!r} is already the name of the server or of another worker"
+            )
+        elif len(name) > SERVER_NAME_MAX:
+            problems.append(f"{key}.name: {name!r} is longer than {SERVER_NAME_MAX} characters")
+        if dict(worker.node_selector) == dict(server.node_selector):
+            problems.append(
+                f"{key}.nodeSelector: {dict(worker.node_selector)} is the server's own; a worker "
+                "lends another node's GPU (the server's node already serves its own)"
+            )
+        for resource in ("cpu", "memory"):
+            request = getattr(worker.resources.requests, resource)
+            limit = getattr(worker.resources.limits, resource)
+            if quantity_value(request) > quantity_value(limit):
+                problems.append(
+                    f"{key}.resources.requests.{resource}: {request} is more than the limit {limit}"
+                )
+    if rpc.port == server.port:
+        problems.append(f"server.rpc.port: {rpc.port} is the server's own port (server.port)")
     return problems

@@ -26,9 +26,10 @@ from infra.config.base import (
     validation_problems,
 )
 from infra.config.docker_host import Mi300xStack, docker_host_checks
+from infra.config.fleet import FleetStack, fleet_checks
 from infra.config.kubernetes import StrixHaloStack, cross_checks
 
-StackConfig = StrixHaloStack | Mi300xStack
+StackConfig = StrixHaloStack | FleetStack | Mi300xStack
 
 
 TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
@@ -44,11 +45,25 @@ def parse_stack(values: Mapping[str, Any]) -> StackConfig:
         allowed = ", ".join(TARGETS)
         got = "missing" if target is None else f"{target!r} is not a known target"
         raise ConfigError([f"target: {got} (allowed: {allowed})"])
+    model: type[StrixHaloStack] | type[FleetStack] | type[Mi300xStack] = TARGETS[target]
+    if target == "kubernetes" and "servers" in values:
+        single = [key for key in ("server", "model", "store") if key in values]
+        if single:
+            raise ConfigError(
+                [
+                    f"{key}: set inside each entry of servers: (a stack has either servers: or "
+                    "one server:, model: and store:)"
+                    for key in single
+                ]
+            )
+        model = FleetStack
     try:
-        stack = TARGETS[target].model_validate(dict(values))
+        stack = model.model_validate(dict(values))
     except ValidationError as exc:
         raise ConfigError(validation_problems(exc)) from None
-    if isinstance(stack, StrixHaloStack):
+    if isinstance(stack, FleetStack):
+        problems = fleet_checks(stack)
+    elif isinstance(stack, StrixHaloStack):
         problems = cross_checks(stack)
     else:
         problems = docker_host_checks(stack, project_root())
@@ -207,8 +222,12 @@ def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], l
     if isinstance(stack, Mi300xStack):
         target["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
         target["apiKey"] = "the API key clients send to the public endpoint"
-    elif stack.server.api_key:
-        feature["apiKey"] = "server.apiKey is true"
+    else:
+        servers = stack.servers if isinstance(stack, FleetStack) else [stack.server]
+        keyed = [s for s in servers if s.api_key]
+        if keyed:
+            where = "server" if isinstance(stack, StrixHaloStack) else "a server's"
+            feature["apiKey"] = f"{where}.apiKey is true"
 
     def lines(needed: dict[str, str]) -> list[str]:
         return [

@@ -17,6 +17,7 @@ Compute buffers are an estimate (see `compute_buffer_bytes`), overridable per de
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -88,6 +89,18 @@ class ModelWeights:
 
 
 @dataclass(frozen=True)
+class RpcDevice:
+    """Another node's GPU, reached through its rpc-server (`--rpc host:port`)."""
+
+    name: str
+    """The worker's name: its plan device is `vram:<name>`."""
+    vram_bytes: int
+    """GPU memory rpc-server may use on that node."""
+    compute_override_bytes: int | None = None
+    """Its measured compute buffer, replacing the estimate."""
+
+
+@dataclass(frozen=True)
 class LlamaCppPlanInputs:
     """Everything a llama-server memory plan depends on."""
 
@@ -128,6 +141,11 @@ class LlamaCppPlanInputs:
     """`store.upgrade: keep`: during an upgrade the volume holds the old model and the new one."""
     n_rs_seq: int = 0
     """deepseek4 compressor-state rollback planes (speculative decoding only)."""
+    rpc_devices: tuple[RpcDevice, ...] = ()
+    """Other nodes' GPUs through rpc-server, in `--rpc` order (llama.cpp puts them first)."""
+    tensor_split: tuple[float, ...] | None = None
+    """`--tensor-split` over the RPC devices then the local GPU; None: proportional to each
+    device's VRAM (see `rpc_tensor_split`)."""
 
 
 # -- compute buffers ------------------------------------------------------------------------
@@ -173,7 +191,141 @@ def placement(n_layer: int, gpu_layers: int, has_gpu: bool = True) -> Placement:
     return Placement(tuple(range(start, n_layer)), tuple(range(start)), True)
 
 
+def _f32(value: float) -> float:
+    # llama.cpp computes the split points in float: the same rounding decides a boundary layer.
+    result: float = struct.unpack("f", struct.pack("f", value))[0]
+    return result
+
+
+def rpc_tensor_split(inputs: LlamaCppPlanInputs) -> tuple[float, ...]:
+    """`--tensor-split` of a split model: each device's share of the offloaded layers in
+    proportion to its VRAM less its compute buffer (RPC devices first, then the local GPU),
+    in GiB with one decimal, as passed to llama-server."""
+    if inputs.tensor_split is not None:
+        return inputs.tensor_split
+    estimate = _compute_estimate(inputs)
+    shares = [
+        (d.vram_bytes - (d.compute_override_bytes if d.compute_override_bytes is not None
+                         else estimate)) / GIB
+        for d in inputs.rpc_devices
+    ]  # fmt: skip
+    if inputs.vram_bytes is not None:
+        local = inputs.compute_override_bytes.get("vram", estimate)
+        shares.append((inputs.vram_bytes - local) / GIB)
+    return tuple(max(round(share, 1), 0.1) for share in shares)
+
+
+def split_layers(n_layer: int, gpu_layers: int, splits: tuple[float, ...]) -> list[int | None]:
+    """The device index of each layer (0..n_layer-1, then the output layer), None for the CPU:
+    llama.cpp b11434's `load_tensors` (offloaded layers cut by the cumulative split points)."""
+    cumulative, total = [], _f32(0.0)
+    for share in splits:
+        total = _f32(total + _f32(share))
+        cumulative.append(total)
+    points = [_f32(point / total) for point in cumulative]
+    start = max(n_layer + 1 - gpu_layers, 0)
+    active = min(gpu_layers, n_layer + 1) if splits else 0
+    devices: list[int | None] = []
+    for il in range(n_layer + 1):
+        if il < start or il - start >= active:
+            devices.append(None)
+            continue
+        where = _f32(_f32(float(il - start)) / active)
+        devices.append(min(sum(1 for p in points if p <= where), len(points) - 1))
+    return devices
+
+
+def _compute_estimate(inputs: LlamaCppPlanInputs) -> int:
+    return compute_buffer_bytes(
+        inputs.attention,
+        inputs.ctx_size,
+        min(inputs.ubatch, inputs.batch),
+        flash_attn=inputs.flash_attn,
+    )
+
+
+def device_layers(inputs: LlamaCppPlanInputs) -> dict[str, tuple[int, ...]]:
+    """The repeating layers (and `n_layer` for the output layer) each device of a split model
+    holds: `vram:<worker>` per RPC device, `vram` for the local GPU, `ram` for the CPU."""
+    n_layer = len(inputs.weights.layer_bytes)
+    names = [f"vram:{d.name}" for d in inputs.rpc_devices]
+    if inputs.vram_bytes is not None:
+        names.append("vram")
+    split = rpc_tensor_split(inputs)
+    held: dict[str, list[int]] = {name: [] for name in [*names, "ram"]}
+    for il, index in enumerate(split_layers(n_layer, inputs.gpu_layers, split)):
+        held["ram" if index is None else names[index]].append(il)
+    return {name: tuple(layers) for name, layers in held.items()}
+
+
+def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Placement]:
+    weights = inputs.weights
+    n_layer = len(weights.layer_bytes)
+    kv = _kv_layers(inputs).total
+    estimate = _compute_estimate(inputs)
+    held = device_layers(inputs)
+
+    def weight_bytes(layers: tuple[int, ...]) -> int:
+        return sum(weights.output_bytes if il == n_layer else weights.layer_bytes[il]
+                   for il in layers)  # fmt: skip
+
+    def kv_bytes(layers: tuple[int, ...]) -> int:
+        return sum(kv[il] for il in layers if il < len(kv))
+
+    devices: dict[str, Device] = {}
+    for rpc in inputs.rpc_devices:
+        layers = held[f"vram:{rpc.name}"]
+        compute = rpc.compute_override_bytes
+        devices[f"vram:{rpc.name}"] = Device(
+            rpc.vram_bytes,
+            {
+                "weights": weight_bytes(layers),
+                "kv_cache": kv_bytes(layers),
+                "compute": compute if compute is not None else (estimate if layers else 0),
+            },
+        )
+    override = inputs.compute_override_bytes
+    if inputs.vram_bytes is not None:
+        layers = held["vram"]
+        devices["vram"] = Device(
+            inputs.vram_bytes,
+            {
+                "weights": weight_bytes(layers),
+                "kv_cache": kv_bytes(layers),
+                "compute": override.get("vram", estimate if layers else 0),
+            },
+        )
+    cpu = held["ram"]
+    devices["ram"] = Device(
+        inputs.memory_limit_bytes,
+        {
+            "weights": weight_bytes(cpu) + weights.input_bytes,
+            "kv_cache": kv_bytes(cpu),
+            "compute": override.get("ram", estimate if cpu else 64 * MIB),
+            "prompt_cache": max(inputs.cache_ram_mib, 0) * MIB,
+            "runtime": inputs.runtime_bytes,
+        },
+    )
+    _add_disk(devices, inputs)
+    offloaded = tuple(il for name, ls in held.items() if name != "ram" for il in ls)
+    place = Placement(
+        tuple(sorted(il for il in offloaded if il < n_layer)),
+        tuple(il for il in cpu if il < n_layer),
+        n_layer in offloaded,
+    )
+    return devices, place
+
+
+def _add_disk(devices: dict[str, Device], inputs: LlamaCppPlanInputs) -> None:
+    if inputs.disk_bytes is not None:
+        files = inputs.model_file_bytes or inputs.weights.total_bytes
+        reserve = int(inputs.disk_bytes * inputs.disk_headroom_fraction)
+        devices["disk"] = Device(inputs.disk_bytes, {"model_files": files, "reserve": reserve})
+
+
 def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Placement]:
+    if inputs.rpc_devices:
+        return _split_devices(inputs)
     weights = inputs.weights
     n_layer = len(weights.layer_bytes)
     has_gpu = inputs.vram_bytes is not None
@@ -217,20 +369,17 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
             "runtime": inputs.runtime_bytes,
         },
     )
-    if inputs.disk_bytes is not None:
-        files = inputs.model_file_bytes or weights.total_bytes
-        reserve = int(inputs.disk_bytes * inputs.disk_headroom_fraction)
-        devices["disk"] = Device(inputs.disk_bytes, {"model_files": files, "reserve": reserve})
+    _add_disk(devices, inputs)
     return devices, place
 
 
 def _fits(inputs: LlamaCppPlanInputs, headroom_bytes: int = 0) -> bool:
     devices, _ = _llamacpp_devices(inputs)
-    for name in ("vram", "ram"):
-        device = devices.get(name)
-        if device is None or device.capacity_bytes is None:
+    for name, device in devices.items():
+        if name == "disk" or device.capacity_bytes is None:
             continue
-        if device.used_bytes + headroom_bytes * (name == "vram") > device.capacity_bytes:
+        gpu = name.partition(":")[0] == "vram"
+        if device.used_bytes + headroom_bytes * gpu > device.capacity_bytes:
             return False
     return True
 
@@ -243,10 +392,10 @@ def max_gpu_layers(inputs: LlamaCppPlanInputs, headroom_bytes: int = 0) -> int |
     best = None
     for ngl in range(len(inputs.weights.layer_bytes) + 2):
         devices, _ = _llamacpp_devices(replace(inputs, gpu_layers=ngl))
-        vram = devices.get("vram")
-        if vram is None or vram.capacity_bytes is None:
+        gpus = [d for name, d in devices.items() if name.partition(":")[0] == "vram"]
+        if not gpus or any(d.capacity_bytes is None for d in gpus):
             return len(inputs.weights.layer_bytes) + 1
-        if vram.used_bytes + headroom_bytes <= vram.capacity_bytes:
+        if all(d.used_bytes + headroom_bytes <= (d.capacity_bytes or 0) for d in gpus):
             best = ngl
     return best
 
@@ -309,7 +458,25 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
     )
     rows: list[TableRow] = []
     vram, ram = devices.get("vram"), devices["ram"]
+    held = device_layers(inputs) if inputs.rpc_devices else {}
+    transfers: dict[str, int] = {}
+    problems: list[str] = []
+    for index, rpc in enumerate(inputs.rpc_devices):
+        device_name = f"vram:{rpc.name}"
+        device = devices[device_name]
+        what = _held_text(held[device_name], n_layer)
+        where = f"VRAM {rpc.name} (rpc)"
+        rows += [
+            TableRow(f"weights ({what})", device.items["weights"], where),
+            TableRow(f"{kv_what}, its layers", device.items["kv_cache"], where),
+            TableRow("compute buffers", device.items["compute"], where),
+        ]
+        transfers[rpc.name] = device.items["weights"]
+        if not device.fits:
+            problems.append(_rpc_refusal(inputs, index, rpc, device, what, device_name))
     if vram is not None:
+        if held:
+            gpu_text = _held_text(held["vram"], n_layer)
         rows += [
             TableRow(f"weights ({gpu_text})", vram.items["weights"], "VRAM"),
             TableRow(kv_what, vram.items["kv_cache"], "VRAM"),
@@ -325,8 +492,18 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
     ]  # fmt: skip
     if "disk" in devices:
         rows.append(TableRow("model files", devices["disk"].items["model_files"], "model volume"))
+    rows += [
+        TableRow(f"weights sent to {name} at load", size, "network (rpc)")
+        for name, size in transfers.items()
+    ]
     notes = _notes(inputs)
-    problems: list[str] = []
+    if inputs.rpc_devices:
+        split = ",".join(f"{share:g}" for share in rpc_tensor_split(inputs))
+        notes.append(
+            f"split over {len(inputs.rpc_devices)} rpc-server worker(s) and "
+            f"{'the local GPU' if inputs.vram_bytes is not None else 'no local GPU'}: "
+            f"--tensor-split {split} (RPC devices first, as llama.cpp orders them)"
+        )
     advice: list[str] = []
     if vram is not None and not vram.fits:
         problems.append(_vram_refusal(inputs, vram, gpu_text))
@@ -351,7 +528,33 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
                 f"{fmt_size((vram.capacity_bytes or 0) - vram.used_bytes)} VRAM free; up to {best} "
                 "would still fit (with no headroom)"
             )
-    return Plan(devices, advice, problems, rows, notes, weights.source)
+    return Plan(devices, advice, problems, rows, notes, weights.source, transfers)
+
+
+def _held_text(layers: tuple[int, ...], n_layer: int) -> str:
+    """`layers 21-42 + output` for a device's share of a split model."""
+    repeating = [il for il in layers if il < n_layer]
+    out = " + output" if n_layer in layers else ""
+    if not repeating:
+        return f"no layers{out}"
+    first, last = repeating[0], repeating[-1]
+    span = f"layer {first}" if first == last else f"layers {first}-{last}"
+    return f"{span}{out}"
+
+
+def _rpc_refusal(
+    inputs: LlamaCppPlanInputs, index: int, rpc: RpcDevice, device: Device, what: str, name: str
+) -> str:
+    items = device.items
+    split = ",".join(f"{share:g}" for share in rpc_tensor_split(inputs))
+    return (
+        f"plan: does not fit in the VRAM of rpc worker {rpc.name} ({name}): "
+        f"{fmt_size(device.used_bytes)} needed of {fmt_num(gib(rpc.vram_bytes))} GiB "
+        f"(weights {fmt_size(items['weights'])} for {what}, KV cache "
+        f"{fmt_size(items['kv_cache'])}, compute {fmt_size(items['compute'])}; "
+        f"--tensor-split {split}): set server.rpc.workers[{index}].vramGib to what the node "
+        "really has, add a worker, or lower server.contextSize"
+    )
 
 
 def _two_models_advice(inputs: LlamaCppPlanInputs, disk: Device) -> list[str]:

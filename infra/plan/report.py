@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 GIB = 1 << 30
@@ -83,6 +83,8 @@ class Plan:
     rows: list[TableRow]
     notes: list[str]
     source: str
+    transfers: dict[str, int] = field(default_factory=dict)
+    """Bytes sent over the network at load, by receiver (the weights of each RPC worker)."""
 
     @property
     def fits(self) -> bool:
@@ -91,11 +93,16 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         """The plan output contract (`llm-infra plan --json`)."""
-        return {
+        document: dict[str, Any] = {
             "fits": self.fits,
             "devices": {name: device.to_json() for name, device in self.devices.items()},
             "advice": [*self.problems, *self.advice],
         }
+        if self.transfers:
+            document["network_load_gib"] = {
+                name: round(gib(size), 3) for name, size in self.transfers.items()
+            }
+        return document
 
     def check(self) -> None:
         """Raise PlanError when the plan does not fit."""

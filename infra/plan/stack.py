@@ -7,18 +7,20 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.payloads.fetcher import retire_pattern_problem
-from infra.config import ConfigError, StackConfig, StrixHaloStack, quantity_value
+from infra.config import ConfigError, FleetStack, StackConfig, StrixHaloStack, quantity_value
 from infra.config.docker_host import Mi300xStack
+from infra.config.fleet import entry_key
 from infra.lock import ModelSource
 from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,
     ModelWeights,
+    RpcDevice,
     WeightSource,
     plan_llamacpp,
 )
-from infra.plan.report import GB, GIB, MIB, Plan
+from infra.plan.report import GB, GIB, MIB, Device, Plan, TableRow
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
 
 # Before a lock records the files' sizes the plan takes the weight size from the config.
@@ -62,6 +64,11 @@ def llamacpp_inputs(
     except ValueError as exc:
         # What the plan needs and neither the lock nor model.metadata gives.
         raise ConfigError([f"model.metadata: {exc} (lock the model, or add the key)"]) from None
+    except ArithmeticError as exc:
+        # A zero where the shape divides (a head count of 0): no model has that structure.
+        raise ConfigError(
+            [f"model.metadata: {exc} in the attention shape (a head count or length of 0?)"]
+        ) from None
     return LlamaCppPlanInputs(
         weights=weights,
         attention=attention,
@@ -76,6 +83,24 @@ def llamacpp_inputs(
         compute_override_bytes=compute,
         disk_bytes=int(quantity_value(stack.store.size)),
         upgrade_keeps_old_model=stack.store.upgrade == "keep",
+        rpc_devices=rpc_devices(stack),
+    )
+
+
+def rpc_devices(stack: StrixHaloStack) -> tuple[RpcDevice, ...]:
+    """The RPC workers' GPUs of a split model, in `--rpc` order (empty without rpc)."""
+    rpc = stack.server.rpc
+    if rpc is None:
+        return ()
+    return tuple(
+        RpcDevice(
+            name=name,
+            vram_bytes=int(worker.vram_gib * GIB),
+            compute_override_bytes=None
+            if worker.compute_gib is None
+            else int(worker.compute_gib * GIB),
+        )
+        for worker, name in zip(rpc.workers, stack.server.rpc_worker_names, strict=True)
     )
 
 
@@ -116,13 +141,17 @@ def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
 
 def stack_plan(
     stack: StackConfig,
-    source: ModelSource,
+    source: ModelSource | list[ModelSource],
     header_summary: Mapping[str, Any] | None = None,
 ) -> Plan:
-    """The stack's memory plan."""
+    """The stack's memory plan (a fleet: one ModelSource per server, in `servers:` order)."""
+    if isinstance(stack, FleetStack):
+        sources = source if isinstance(source, list) else [source] * len(stack.servers)
+        return fleet_plan(stack, sources, header_summary)
+    single = source[0] if isinstance(source, list) else source
     if isinstance(stack, Mi300xStack):
-        return plan_vllm(vllm_inputs(stack, source))
-    inputs = llamacpp_inputs(stack, source, header_summary)
+        return plan_vllm(vllm_inputs(stack, single))
+    inputs = llamacpp_inputs(stack, single, header_summary)
     try:
         return plan_llamacpp(inputs)
     except (ValueError, ArithmeticError) as exc:
@@ -131,14 +160,62 @@ def stack_plan(
         raise ConfigError([f"model.metadata: {exc}"]) from None
 
 
+def fleet_plan(
+    fleet: FleetStack,
+    sources: list[ModelSource],
+    header_summary: Mapping[str, Any] | None = None,
+) -> Plan:
+    """Every server's plan in one: each server's devices as `vram:<server>`, `ram:<server>`,
+    `disk:<server>` (RPC workers keep `vram:<worker>`), its lines naming its `servers[i]` key."""
+    devices: dict[str, Device] = {}
+    rows: list[TableRow] = []
+    advice: list[str] = []
+    problems: list[str] = []
+    notes: list[str] = []
+    transfers: dict[str, int] = {}
+    kinds: list[str] = []
+    for index, (entry, stack) in enumerate(zip(fleet.servers, fleet.server_stacks(), strict=True)):
+        own_memory = entry.memory is not None
+        try:
+            plan = stack_plan(stack, sources[index], header_summary)
+        except ConfigError as exc:
+            raise ConfigError([entry_key(p, index, own_memory) for p in exc.problems]) from None
+        name = stack.server.resource_name
+        for device, budget in plan.devices.items():
+            devices[device if ":" in device else f"{device}:{name}"] = budget
+        rows += [TableRow(f"{name}: {r.component}", r.size_bytes, r.where) for r in plan.rows]
+        problems += [entry_key(f"{p} [{name}]", index, own_memory) for p in plan.problems]
+        advice += [entry_key(a, index, own_memory) for a in plan.advice]
+        notes += [f"{name}: {n}" for n in plan.notes]
+        transfers.update(plan.transfers)
+        kinds.append(f"{name}: {plan.source}")
+    return Plan(devices, advice, problems, rows, notes, "; ".join(kinds), transfers)
+
+
 # The startup probe must outlast the estimate by this factor: disks slow down when busy.
 LOAD_MARGIN = 1.5
 
 
 def load_seconds(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> float:
-    """Estimated time from container start to a loaded model."""
+    """Estimated time from container start to a loaded model (a split model: plus sending the
+    workers their weights)."""
     read = inputs.weights.total_bytes / (stack.memory.disk_read_mibps * MIB)
+    rpc = stack.server.rpc
+    if rpc is not None:
+        sent = sum(plan_llamacpp(inputs).transfers.values())
+        read += sent / (rpc.network_mibps * MIB)
     return read + stack.memory.init_seconds
+
+
+def fleet_probe_problems(fleet: FleetStack, sources: list[ModelSource]) -> list[str]:
+    """Each server's startup-probe problems, naming its `servers[i]` key."""
+    problems = []
+    for index, (entry, stack) in enumerate(zip(fleet.servers, fleet.server_stacks(), strict=True)):
+        inputs = llamacpp_inputs(stack, sources[index])
+        problems += [
+            entry_key(p, index, entry.memory is not None) for p in probe_problems(stack, inputs)
+        ]
+    return problems
 
 
 def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[str]:
@@ -148,10 +225,15 @@ def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[st
     if startup.window_seconds >= needed:
         return []
     threshold = math.ceil((needed - startup.initial_delay_seconds) / startup.period_seconds)
+    rpc = stack.server.rpc
+    network = (
+        f" (and to the workers at server.rpc.networkMibps {rpc.network_mibps:g})" if rpc else ""
+    )
     return [
         f"server.probes.startup: allows {startup.window_seconds}s, but loading "
         f"{inputs.weights.total_bytes / GIB:.1f} GiB at memory.diskReadMibps "
-        f"{stack.memory.disk_read_mibps:g} MiB/s plus {stack.memory.init_seconds}s of start-up "
+        f"{stack.memory.disk_read_mibps:g} MiB/s{network} plus {stack.memory.init_seconds}s of "
+        "start-up "
         f"takes ~{load_seconds(stack, inputs):.0f}s: raise failureThreshold to at least "
         f"{threshold} (x{LOAD_MARGIN} margin)"
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pulumi
@@ -14,31 +15,43 @@ from components import (
     HttpProbe,
     LlamaCppVulkanServer,
     LlamaCppVulkanServerArgs,
+    LlamaServerFlags,
     ModelFile,
     ModelVolume,
 )
-from components.llamacpp_manifests import service_url
+from components.llamacpp_manifests import selector_labels, server_labels, service_url
+from components.llamacpp_rpc_manifests import rpc_endpoint
+from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
 from components.model_store_manifests import MODELS_MOUNT
 from components.network_policies import NetworkClient
-from infra.config import ConfigError, ProbeSettings, StackSecrets, StrixHaloStack
+from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
+from infra.config.fleet import entry_key
 from infra.lock import ModelSource
+from infra.plan.llamacpp import rpc_tensor_split
+from infra.plan.stack import llamacpp_inputs
 from infra.targets.litellm import litellm_entry
 
 
 def deploy(
-    stack: StrixHaloStack,
-    source: ModelSource,
+    stack: StrixHaloStack | FleetStack,
+    sources: list[ModelSource],
     secrets: StackSecrets,
     verify_expectations: str | None = None,
 ) -> None:
-    """Create the stack's resources and export its outputs."""
-    if not source.files:
-        raise ConfigError(
-            [
-                f"model.files: patterns {list(stack.model.files)} name no file until the model is "
-                "locked (run: llm-infra lock STACK)"
-            ]
-        )
+    """Create the stack's resources (each server's, in `servers:` order) and its outputs.
+
+    A single-server stack keeps the names and outputs it always had; a fleet adds `servers`
+    (per server: url, alias, modelPath, lockDigest, modelRevision) and `litellmModelList`.
+    """
+    fleet = isinstance(stack, FleetStack)
+    servers = stack.server_stacks() if isinstance(stack, FleetStack) else [stack]
+    for index, (server_stack, source) in enumerate(zip(servers, sources, strict=True)):
+        if not source.files:
+            problem = (
+                f"model.files: patterns {list(server_stack.model.files)} name no file until the "
+                "model is locked (run: llm-infra lock STACK)"
+            )
+            raise ConfigError([entry_key(problem, index, False) if fleet else problem])
     settings = stack.kubernetes
     provider = k8s.Provider("kubernetes", context=settings.context)
     opts = pulumi.ResourceOptions(provider=provider)
@@ -53,11 +66,72 @@ def deploy(
             opts=opts,
         )
         depends.append(namespace)
+    entries: list[pulumi.Output[dict[str, Any]]] = []
+    outputs: dict[str, pulumi.Output[dict[str, Any]]] = {}
+    for server_stack, source in zip(servers, sources, strict=True):
+        store, server = deploy_server(
+            server_stack, source, secrets, provider, depends, verify_expectations
+        )
+        entry = server.url.apply(partial(litellm_route, server_stack))
+        entries.append(entry)
+        if fleet:
+            outputs[server_stack.server.resource_name] = pulumi.Output.all(
+                url=server.url,
+                alias=server.alias,
+                modelPath=store.model_path,
+                lockDigest=store.lock_digest,
+                modelRevision=source.revision if source.locked else "unlocked",
+            )
+        else:
+            pulumi.export("url", server.url)
+            pulumi.export("alias", server.alias)
+            pulumi.export("modelPath", store.model_path)
+            pulumi.export("lockDigest", store.lock_digest)
+            pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
+            pulumi.export("litellmModel", entry)
+    model_list = pulumi.Output.all(*entries).apply(list)
+    if fleet:
+        pulumi.export("servers", outputs)
+        pulumi.export("litellmModelList", model_list)
+    if stack.litellm.manage == "configmap":
+        k8s.core.v1.ConfigMap(
+            "litellm-route",
+            metadata={
+                "name": f"llm-infra-route-{servers[0].server.resource_name}",
+                "namespace": stack.litellm.namespace,
+                "labels": {"app.kubernetes.io/managed-by": "llm-infra", "litellm/route": "true"},
+            },
+            # A model_list LiteLLM's config can include (or an operator can merge): an entry per
+            # server, replicas of one alias side by side (LiteLLM balances them).
+            data=model_list.apply(
+                lambda m: {"model_list.yaml": yaml.safe_dump(m, sort_keys=False)}
+            ),
+            opts=pulumi.ResourceOptions(provider=provider),
+        )
+
+
+def deploy_server(
+    stack: StrixHaloStack,
+    source: ModelSource,
+    secrets: StackSecrets,
+    provider: k8s.Provider,
+    depends: list[pulumi.Resource],
+    verify_expectations: str | None,
+) -> tuple[GgufModelStore, LlamaCppVulkanServer]:
+    """One server: its model store, its RPC workers (a split model), then llama-server."""
     store = GgufModelStore(
         stack.store.name,
         store_args(stack, source, secrets.hf_token),
         opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
     )
+    workers = [
+        LlamaCppRpcWorker(
+            name,
+            args,
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
+        )
+        for name, args in rpc_worker_args(stack).items()
+    ]
     server = LlamaCppVulkanServer(
         stack.server.resource_name,
         {
@@ -66,28 +140,51 @@ def deploy(
             "verify_expectations": verify_expectations,
             "min_decode_tps": stack.server.min_decode_tps,
         },
-        # Waiting on the store waits on its fetch Job: the server starts on a complete model.
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store]),
+        # Waiting on the store waits on its fetch Job: the server starts on a complete model;
+        # a split model's head also waits for its workers (it connects to them at load).
+        opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store, *workers]),
     )
-    pulumi.export("url", server.url)
-    pulumi.export("alias", server.alias)
-    pulumi.export("modelPath", store.model_path)
-    pulumi.export("lockDigest", store.lock_digest)
-    pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
-    entry = server.url.apply(lambda url: litellm_route(stack, url))
-    pulumi.export("litellmModel", entry)
-    if stack.litellm.manage == "configmap":
-        k8s.core.v1.ConfigMap(
-            "litellm-route",
-            metadata={
-                "name": f"llm-infra-route-{stack.server.resource_name}",
-                "namespace": stack.litellm.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "llm-infra", "litellm/route": "true"},
+    return store, server
+
+
+def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
+    """LlamaCppRpcWorker inputs of a split model, by worker name, in `--rpc` order."""
+    server, rpc = stack.server, stack.server.rpc
+    if rpc is None:
+        return {}
+    head_labels = selector_labels(server_labels(server.resource_name))
+    workers: dict[str, LlamaCppRpcWorkerArgs] = {}
+    for worker, name in zip(rpc.workers, server.rpc_worker_names, strict=True):
+        workers[name] = {
+            "namespace": stack.kubernetes.namespace,
+            "image": server.rpc_image,
+            "head": server.resource_name,
+            "head_pod_labels": head_labels,
+            "node_selector": dict(worker.node_selector),
+            "resources": {
+                "requests": worker.resources.requests.model_dump(),
+                "limits": worker.resources.limits.model_dump(),
             },
-            # A model_list fragment LiteLLM's config can include (or an operator can merge).
-            data=entry.apply(lambda e: {"model_list.yaml": yaml.safe_dump([e], sort_keys=False)}),
-            opts=pulumi.ResourceOptions(provider=provider),
-        )
+            "binary": rpc.binary,
+            "port": rpc.port,
+            "threads": worker.threads,
+            "gpu_access": server.gpu_access,
+            "gpu_resource": server.gpu_resource,
+            "run_as_user": server.run_as_user,
+            "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
+        }
+    return workers
+
+
+def rpc_endpoints(stack: StrixHaloStack) -> list[str]:
+    """The head's `--rpc` list: each worker's Service, in the workers' order."""
+    rpc = stack.server.rpc
+    if rpc is None:
+        return []
+    return [
+        rpc_endpoint(name, stack.kubernetes.namespace, rpc.port)
+        for name in stack.server.rpc_worker_names
+    ]
 
 
 def service_port(stack: StrixHaloStack) -> int:
@@ -164,26 +261,31 @@ def server_args(
 ) -> LlamaCppVulkanServerArgs:
     """LlamaCppVulkanServer inputs from the stack config and the model lock."""
     server = stack.server
+    flags: LlamaServerFlags = {
+        "model_path": f"{MODELS_MOUNT}/{source.files[0]['name']}",
+        "alias": server.alias,
+        "host": server.host,
+        "port": server.port,
+        "jinja": server.jinja,
+        "gpu_layers": server.gpu_layers,
+        "ctx_size": server.context_size,
+        "parallel": server.parallel,
+        "cont_batching": server.cont_batching,
+        "cache_type_k": server.cache_type_k,
+        "cache_type_v": server.cache_type_v,
+        "temperature": server.temperature,
+        "top_p": server.top_p,
+        "threads": server.threads,
+        "cache_ram_mib": server.cache_ram,
+    }
+    if server.rpc is not None:
+        # A split model: the workers' Services, and each device's share from the memory plan.
+        flags["rpc"] = rpc_endpoints(stack)
+        flags["tensor_split"] = list(rpc_tensor_split(llamacpp_inputs(stack, source)))
     return {
         "namespace": stack.kubernetes.namespace,
         "image": server.image,
-        "flags": {
-            "model_path": f"{MODELS_MOUNT}/{source.files[0]['name']}",
-            "alias": server.alias,
-            "host": server.host,
-            "port": server.port,
-            "jinja": server.jinja,
-            "gpu_layers": server.gpu_layers,
-            "ctx_size": server.context_size,
-            "parallel": server.parallel,
-            "cont_batching": server.cont_batching,
-            "cache_type_k": server.cache_type_k,
-            "cache_type_v": server.cache_type_v,
-            "temperature": server.temperature,
-            "top_p": server.top_p,
-            "threads": server.threads,
-            "cache_ram_mib": server.cache_ram,
-        },
+        "flags": flags,
         "model": model,
         "node_selector": dict(server.node_selector),
         "resources": {

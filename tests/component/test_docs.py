@@ -16,7 +16,9 @@ def docs(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
+@pytest.mark.parametrize(
+    "stack", ["strix-halo", "mi300x", "strix-halo-pair", "strix-halo-pair-split"]
+)
 def test_committed_reference_matches_what_is_deployed(stack: str) -> None:
     result = docs(stack, "--check")
     assert result.returncode == 0, f"{result.stderr} (run: llm-infra docs {stack})"

@@ -30,6 +30,8 @@ from infra.render import Rendered, run_program
 from tests.conftest import ROOT, stack_values
 
 MARK = "PWNED"
+RPC_IMAGE = "registry.lan/llama.cpp:vulkan-rpc-b11434"
+"""An image of llama.cpp built with -DGGML_RPC (the official ones are not)."""
 HOSTILE = [
     f"`touch {MARK}`",
     f"$(touch {MARK})",
@@ -110,6 +112,14 @@ def parents() -> dict[Path_, Any]:
         ("litellm",): {},
         ("network", "clients"): [{"namespace": "litellm"}],
         ("server", "probes"): ProbesSettings().model_dump(by_alias=True),
+        # A split model: one worker on another node (the server then needs an RPC build).
+        ("server", "rpc"): {
+            "workers": [{"nodeSelector": {"kubernetes.io/hostname": "nucbox-2"}, "vramGib": 90}]
+        },
+        ("server", "rpc", "workers", 0, "resources"): {
+            "requests": {"cpu": "500m", "memory": "1Gi"},
+            "limits": {"cpu": "4", "memory": "4Gi"},
+        },
         ("patches",): [
             {
                 "source": "README.md",
@@ -128,6 +138,8 @@ def with_value(values: dict[str, Any], path: Path_, kind: str, value: str) -> di
     for depth, part in enumerate(path[:-1]):
         if not isinstance(part, int) and part not in node:
             node[part] = copy.deepcopy(defaults[path[: depth + 1]])
+            if path[: depth + 1] == ("server", "rpc"):
+                edited["server"]["image"] = RPC_IMAGE
         node = node[part]
     last = path[-1]
     if kind == "str":

@@ -13,6 +13,7 @@ from components.provider import PACKAGE, SECRET_INPUTS, VERSION
 STORE = f"{PACKAGE}:index:GgufModelStore"
 LLAMA = f"{PACKAGE}:index:LlamaCppVulkanServer"
 VLLM = f"{PACKAGE}:index:VllmRocmServer"
+RPC_WORKER = f"{PACKAGE}:index:LlamaCppRpcWorker"
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,11 @@ def every_property(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]
             LLAMA,
             {"namespace", "image", "flags", "model", "nodeSelector", "resources", "probes"},
             {"serviceName", "url", "alias"},
+        ),
+        (
+            RPC_WORKER,
+            {"namespace", "image", "head", "headPodLabels", "nodeSelector", "resources"},
+            {"serviceName", "endpoint"},
         ),
         (
             VLLM,

@@ -48,6 +48,21 @@ def mi300x_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+FLEET_STACKS = ["strix-halo-pair", "strix-halo-pair-split"]
+"""The example stacks of several servers and of a split model."""
+
+
+@pytest.fixture(scope="module")
+def fleet_renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    renders = {}
+    for stack in FLEET_STACKS:
+        out = tmp_path_factory.mktemp("render") / stack
+        result = render(stack, out)
+        assert result.returncode == 0, result.stderr
+        renders[stack] = out
+    return renders
+
+
 def rendered_files(directory: Path) -> dict[str, bytes]:
     return {
         str(path.relative_to(directory)): path.read_bytes()
@@ -56,11 +71,12 @@ def rendered_files(directory: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
+@pytest.mark.parametrize("stack", ["strix-halo", "mi300x", *FLEET_STACKS])
 def test_render_matches_golden_snapshot(
-    stack: str, strix_halo_render: Path, mi300x_render: Path
+    stack: str, strix_halo_render: Path, mi300x_render: Path, fleet_renders: dict[str, Path]
 ) -> None:
-    actual = rendered_files(strix_halo_render if stack == "strix-halo" else mi300x_render)
+    renders = {"strix-halo": strix_halo_render, "mi300x": mi300x_render, **fleet_renders}
+    actual = rendered_files(renders[stack])
     golden_dir = GOLDEN / stack
     if UPDATE:
         if golden_dir.exists():

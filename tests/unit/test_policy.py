@@ -369,3 +369,16 @@ def test_a_run_to_completion_job_in_the_server_image_is_no_gpu_server(strix: Ren
     as_deployment = {**job, "type": "kubernetes:apps/v1:Deployment"}
     as_deployment["inputs"] = {**job["inputs"], "kind": "Deployment"}
     assert validators.check_gpu_server_probes(as_deployment, files)
+
+
+def test_rpc_server_is_no_gpu_server_but_a_llama_server_without_probes_is() -> None:
+    def deployment(container: dict[str, Any]) -> dict[str, Any]:
+        spec = {"template": {"spec": {"containers": [container]}}}
+        return {"type": "kubernetes:apps/v1:Deployment", "name": "x", "inputs": {"spec": spec}}
+
+    image = "registry.lan/llama.cpp:vulkan-rpc-b11434"
+    worker = {"name": "rpc-server", "image": image, "command": ["/app/ggml-rpc-server", "-p", "1"]}
+    assert validators.check_gpu_server_probes(deployment(worker)) == []
+    server = {"name": "llama-server", "image": image}
+    (problem,) = validators.check_gpu_server_probes(deployment(server))
+    assert "without a startupProbe or livenessProbe" in problem

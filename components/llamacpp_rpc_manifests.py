@@ -1,0 +1,181 @@
+"""Pure builders of LlamaCppRpcWorker: rpc-server's argv, its Deployment, Service and policy.
+
+rpc-server has no authentication: whoever reaches its port can read and write the node's GPU
+memory and run graphs on it. So its NetworkPolicy admits the head's pods only, on that one port,
+and lets the worker reach nothing; its Service carries labels of its own, never the API's.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from components.pod_security import (
+    DEFAULT_UID,
+    PRIVILEGED_SKIPS,
+    SCRATCH_MOUNT,
+    checkov_skips,
+    gpu_container,
+    image_skips,
+    restricted_pod,
+    scratch_mount,
+    scratch_volume,
+)
+
+if TYPE_CHECKING:
+    from components.llamacpp_rpc_worker import LlamaCppRpcWorkerArgs
+
+RPC_PORT = 50052
+"""rpc-server's default port (`-p`)."""
+
+RPC_BINARY = "/app/ggml-rpc-server"
+"""rpc-server inside llama.cpp's images (b11434 builds it as `ggml-rpc-server`)."""
+
+
+def worker_labels(name: str, head: str) -> dict[str, str]:
+    """Labels of a worker's objects; the first two select its pod (never the API Service's)."""
+    return {
+        "app.kubernetes.io/name": "llama-rpc-server",
+        "app.kubernetes.io/instance": name,
+        "app.kubernetes.io/part-of": head,
+        "app.kubernetes.io/managed-by": "llm-infra",
+    }
+
+
+def worker_selector(labels: dict[str, str]) -> dict[str, str]:
+    """The labels that select a worker's pod."""
+    return {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
+
+
+def rpc_server_argv(args: "LlamaCppRpcWorkerArgs") -> list[str]:
+    """rpc-server's command line: every interface (the policy admits only the head), one port."""
+    argv = [args.get("binary", RPC_BINARY), "-H", "0.0.0.0", "-p", str(args.get("port", RPC_PORT))]
+    threads = args.get("threads")
+    if threads is not None:
+        argv += ["-t", str(threads)]
+    return argv
+
+
+def rpc_endpoint(service: str, namespace: str, port: int) -> str:
+    """A worker as llama-server's `--rpc` names it: `host:port` (its Service's DNS name)."""
+    return f"{service}.{namespace}.svc:{port}"
+
+
+# rpc-server serves one client at a time with a listen backlog of 1 (b11434's
+# `ggml_backend_rpc_start_server`): while the head is connected a probe's connection waits
+# unaccepted, the next ones are dropped, and a TCP liveness probe would restart the worker
+# under a serving head. So the worker has no probes: rpc-server exits when it fails.
+NO_PROBE_SKIPS = [
+    (check, "rpc-server accepts one client at a time: a probe would queue behind the head and "
+     "fail; the container exits when rpc-server does")
+    for check in ("CKV_K8S_8", "CKV_K8S_9")
+]  # fmt: skip
+
+
+def worker_container(args: "LlamaCppRpcWorkerArgs") -> dict[str, Any]:
+    """The rpc-server container, with the same GPU access as the server's."""
+    access = args.get("gpu_access", "privileged")
+    resources = {kind: dict(values) for kind, values in args["resources"].items()}
+    mounts = [scratch_mount()]
+    if access == "device-plugin":
+        gpu = args.get("gpu_resource", "amd.com/gpu")
+        resources.setdefault("limits", {})[gpu] = "1"
+        resources.setdefault("requests", {})[gpu] = "1"
+    else:
+        mounts.append({"name": "dev-dri", "mountPath": "/dev/dri"})
+    return {
+        "name": "rpc-server",
+        "image": args["image"],
+        "command": rpc_server_argv(args),
+        "env": [
+            {"name": "HOME", "value": SCRATCH_MOUNT},
+            {"name": "MESA_SHADER_CACHE_DIR", "value": f"{SCRATCH_MOUNT}/mesa-shader-cache"},
+        ],
+        "ports": [{"name": "rpc", "containerPort": args.get("port", RPC_PORT), "protocol": "TCP"}],
+        "resources": resources,
+        "securityContext": gpu_container(access, args.get("run_as_user", DEFAULT_UID)),
+        "volumeMounts": mounts,
+    }
+
+
+def worker_deployment(
+    name: str, namespace: str, labels: dict[str, str], args: "LlamaCppRpcWorkerArgs"
+) -> dict[str, Any]:
+    """One replica pinned to its node, Recreate (one GPU: a second pod could never start)."""
+    access = args.get("gpu_access", "privileged")
+    volumes = [scratch_volume()]
+    if access == "privileged":
+        device = args.get("gpu_device_path", "/dev/dri")
+        volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
+    skips = image_skips(args["image"]) + NO_PROBE_SKIPS
+    if access == "privileged":
+        skips += PRIVILEGED_SKIPS
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": checkov_skips(list({c: (c, r) for c, r in skips}.values())),
+        },
+        "spec": {
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "revisionHistoryLimit": 3,
+            "selector": {"matchLabels": worker_selector(labels)},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "nodeSelector": args["node_selector"],
+                    "automountServiceAccountToken": False,
+                    "enableServiceLinks": False,
+                    "securityContext": restricted_pod(args.get("supplemental_groups")),
+                    "containers": [worker_container(args)],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def worker_service(name: str, namespace: str, labels: dict[str, str], port: int) -> dict[str, Any]:
+    """ClusterIP Service of one worker: its stable name in the head's `--rpc` list."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": {"pulumi.com/skipAwait": "true"},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": worker_selector(labels),
+            "ports": [{"name": "rpc", "port": port, "targetPort": "rpc", "protocol": "TCP"}],
+        },
+    }
+
+
+def worker_policy(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    port: int,
+    head_pod_labels: dict[str, str],
+) -> dict[str, Any]:
+    """Ingress from the head's pods only, on the RPC port; no egress at all."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "podSelector": {"matchLabels": worker_selector(labels)},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": dict(head_pod_labels)}}],
+                    "ports": [{"port": port, "protocol": "TCP"}],
+                }
+            ],
+            "egress": [],
+        },
+    }
