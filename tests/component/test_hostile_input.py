@@ -24,7 +24,7 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
 from infra import program
-from infra.config import ConfigError, Mi300xStack, StrixHaloStack, parse_stack
+from infra.config import ConfigError, FleetStack, Mi300xStack, StrixHaloStack, parse_stack
 from infra.config.kubernetes import ProbesSettings
 from infra.render import Rendered, run_program
 from tests.conftest import ROOT, stack_values
@@ -45,7 +45,12 @@ HOSTILE = [
     "llm.\u0435xample.com",  # a Cyrillic ie for the e
     "a" * 10_000,
 ]
-SECTIONS: dict[str, type[BaseModel]] = {"strix-halo": StrixHaloStack, "mi300x": Mi300xStack}
+SECTIONS: dict[str, type[BaseModel]] = {
+    "strix-halo": StrixHaloStack,
+    "mi300x": Mi300xStack,
+    # The fleet form: every string of a servers[] entry (its model and store included).
+    "strix-halo-pair": FleetStack,
+}
 Path_ = tuple[str | int, ...]
 
 
@@ -130,6 +135,14 @@ def parents() -> dict[Path_, Any]:
     }
 
 
+def single_server_path(path: Path_) -> Path_:
+    """A `servers[i]` path as the single-server stack's path (`server.`, `model.`, `store.`)."""
+    if path[:1] != ("servers",):
+        return path
+    rest = path[2:]
+    return rest if rest[:1] in (("model",), ("store",), ("memory",)) else ("server", *rest)
+
+
 def with_value(values: dict[str, Any], path: Path_, kind: str, value: str) -> dict[str, Any]:
     """The stack's values with the hostile value at path (absent sections filled in validly)."""
     edited = copy.deepcopy(values)
@@ -137,9 +150,11 @@ def with_value(values: dict[str, Any], path: Path_, kind: str, value: str) -> di
     defaults = parents()
     for depth, part in enumerate(path[:-1]):
         if not isinstance(part, int) and part not in node:
-            node[part] = copy.deepcopy(defaults[path[: depth + 1]])
-            if path[: depth + 1] == ("server", "rpc"):
-                edited["server"]["image"] = RPC_IMAGE
+            section = single_server_path(path[: depth + 1])
+            node[part] = copy.deepcopy(defaults[section])
+            if section == ("server", "rpc"):
+                server = edited["server"] if "server" in edited else edited["servers"][path[1]]
+                server["image"] = RPC_IMAGE
         node = node[part]
     last = path[-1]
     if kind == "str":
