@@ -135,6 +135,13 @@ def checkout(target: Path) -> Path:
     return target
 
 
+def test_the_render_diff_covers_every_stack_file() -> None:
+    stacks = sorted(
+        p.name[len("Pulumi.") : -len(".yaml")] for p in (ROOT / "stacks").glob("Pulumi.*.yaml")
+    )
+    assert sorted(load("preview.yml")["env"]["STACKS"].split()) == stacks
+
+
 def test_preview_steps_post_exactly_what_llm_infra_diff_prints(tmp_path: Path) -> None:
     work = tmp_path / "workspace"
     work.mkdir()
@@ -147,13 +154,13 @@ def test_preview_steps_post_exactly_what_llm_infra_diff_prints(tmp_path: Path) -
     outputs, summary = tmp_path / "outputs", tmp_path / "summary.md"
     env = {
         **os.environ,
-        "STACKS": "strix-halo mi300x",
+        "STACKS": load("preview.yml")["env"]["STACKS"],
         "RUNNER_TEMP": str(runner_temp),
         "GITHUB_OUTPUT": str(outputs),
         "GITHUB_STEP_SUMMARY": str(summary),
         "RUN_URL": "https://example.invalid/run",
     }
-    run_steps(["Render both stacks on each side", "Diff the renders"], work, env)
+    run_steps(["Render every stack on each side", "Diff the renders"], work, env)
     assert outputs.read_text() == "changed=strix-halo\n"
     run_steps(["Write the job summary and the comment"], work, {**env, "CHANGED": "strix-halo"})
 
@@ -161,7 +168,8 @@ def test_preview_steps_post_exactly_what_llm_infra_diff_prints(tmp_path: Path) -
     status, printed = diff.stack_diff("strix-halo", "HEAD", start=head)
     assert status == 1
     assert posted == printed
-    assert (work / "render-diff" / "mi300x.diff").read_text() == ""
+    for other in ("mi300x", "strix-halo-pair", "strix-halo-pair-split"):
+        assert (work / "render-diff" / f"{other}.diff").read_text() == ""
     comment = (work / "render-diff" / "comment.md").read_text()
     assert comment.startswith("<!-- llm-infra-render-diff -->\n")
     assert "-        - '40'\n+        - '42'\n" in comment
