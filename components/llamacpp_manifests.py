@@ -312,15 +312,25 @@ def deployment_skips(args: "LlamaCppVulkanServerArgs") -> list[tuple[str, str]]:
     skips = image_skips(args["image"]) + image_skips(args["model"]["check_image"])
     if args.get("gpu_access", "privileged") == "privileged":
         skips += PRIVILEGED_SKIPS
-    # One reason per check: checkov reads one skip annotation per check id.
-    return list({check: (check, reason) for check, reason in skips}.values())
+    return skips
 
 
 def server_service(
     name: str, namespace: str, labels: dict[str, str], target_port: int, port: int
 ) -> dict[str, Any]:
     """ClusterIP Service in front of the server."""
-    selector = selector_labels(labels)
+    return cluster_ip_service(name, namespace, labels, selector_labels(labels), "http", port)
+
+
+def cluster_ip_service(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    selector: dict[str, str],
+    port_name: str,
+    port: int,
+) -> dict[str, Any]:
+    """A ClusterIP Service of one named container port."""
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -334,6 +344,8 @@ def server_service(
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
-            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [
+                {"name": port_name, "port": port, "targetPort": port_name, "protocol": "TCP"}
+            ],
         },
     }

@@ -7,11 +7,15 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 
 from typing import TYPE_CHECKING, Any
 
+from components.llamacpp_manifests import cluster_ip_service
 from components.pod_security import (
+    DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
     checkov_skips,
+    dri_mount,
+    dri_volume,
     gpu_container,
     image_skips,
     restricted_pod,
@@ -79,7 +83,7 @@ def worker_container(args: "LlamaCppRpcWorkerArgs") -> dict[str, Any]:
         resources.setdefault("limits", {})[gpu] = "1"
         resources.setdefault("requests", {})[gpu] = "1"
     else:
-        mounts.append({"name": "dev-dri", "mountPath": "/dev/dri"})
+        mounts.append(dri_mount())
     return {
         "name": "rpc-server",
         "image": args["image"],
@@ -102,8 +106,7 @@ def worker_deployment(
     access = args.get("gpu_access", "privileged")
     volumes = [scratch_volume()]
     if access == "privileged":
-        device = args.get("gpu_device_path", "/dev/dri")
-        volumes.append({"name": "dev-dri", "hostPath": {"path": device, "type": "Directory"}})
+        volumes.append(dri_volume(args.get("gpu_device_path", DEFAULT_DRI_DEVICE)))
     skips = image_skips(args["image"]) + NO_PROBE_SKIPS
     if access == "privileged":
         skips += PRIVILEGED_SKIPS
@@ -114,7 +117,7 @@ def worker_deployment(
             "name": name,
             "namespace": namespace,
             "labels": labels,
-            "annotations": checkov_skips(list({c: (c, r) for c, r in skips}.values())),
+            "annotations": checkov_skips(skips),
         },
         "spec": {
             "replicas": 1,
@@ -138,21 +141,7 @@ def worker_deployment(
 
 def worker_service(name: str, namespace: str, labels: dict[str, str], port: int) -> dict[str, Any]:
     """ClusterIP Service of one worker: its stable name in the head's `--rpc` list."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": {"pulumi.com/skipAwait": "true"},
-        },
-        "spec": {
-            "type": "ClusterIP",
-            "selector": worker_selector(labels),
-            "ports": [{"name": "rpc", "port": port, "targetPort": "rpc", "protocol": "TCP"}],
-        },
-    }
+    return cluster_ip_service(name, namespace, labels, worker_selector(labels), "rpc", port)
 
 
 def worker_policy(

@@ -257,7 +257,7 @@ def preflight_job(
             "name": name,
             "namespace": namespace,
             "labels": labels,
-            "annotations": checkov_skips(list({c: (c, r) for c, r in skips}.values())),
+            "annotations": checkov_skips(skips),
         },
         "spec": {
             # The node's facts do not change on a retry: fail once, with the numbers.

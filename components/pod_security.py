@@ -85,9 +85,13 @@ PRIVILEGED_SKIPS = [
 
 
 def checkov_skips(skips: list[tuple[str, str]]) -> dict[str, str]:
-    """checkov's skip annotations (`checkov.io/skipN: CHECK=reason`), in a stable order."""
+    """checkov's skip annotations (`checkov.io/skipN: CHECK=reason`), in a stable order.
+
+    One annotation per check (checkov reads one per check id): a check named twice keeps its
+    first place and its last reason."""
+    unique = {check: (check, reason) for check, reason in skips}.values()
     return {
-        f"checkov.io/skip{i}": f"{check}={reason}" for i, (check, reason) in enumerate(skips, 1)
+        f"checkov.io/skip{i}": f"{check}={reason}" for i, (check, reason) in enumerate(unique, 1)
     }
 
 
