@@ -253,13 +253,18 @@ def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
     }
 
 
+def progress_deadline_seconds(args: "LlamaCppVulkanServerArgs") -> int:
+    """The Deployment's progressDeadlineSeconds: the image pull, then the startup probe's window."""
+    return IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
+
+
 def server_deployment(
     name: str, namespace: str, labels: dict[str, str], args: "LlamaCppVulkanServerArgs"
 ) -> dict[str, Any]:
     """The Deployment: one replica, Recreate (one GPU), a deadline that covers pull and load."""
     model = args["model"]
     selector = selector_labels(labels)
-    deadline = IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
+    deadline = progress_deadline_seconds(args)
     volumes = [
         *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
         scratch_volume(),

@@ -9,10 +9,9 @@ from components.children import after, inherited_dependencies, manifest_args, wi
 from components.gguf_model_store import ModelVolume
 from components.llamacpp_manifests import (
     API_KEY_FILE,
-    IMAGE_PULL_ALLOWANCE_S,
     LlamaServerFlags,
     ServerProbes,
-    probe_window_seconds,
+    progress_deadline_seconds,
     selector_labels,
     server_deployment,
     server_labels,
@@ -112,7 +111,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             lambda values: server_deployment(name, values[0], labels, _with_model(args, values[1]))
         )
         # The Deployment's own progressDeadlineSeconds, which pulumi-kubernetes must outwait.
-        deadline = IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
+        deadline = progress_deadline_seconds(args)
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             **manifest_args(deployment, "metadata", "spec"),
