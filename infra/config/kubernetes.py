@@ -30,6 +30,7 @@ from infra.config.base import (
     quantity_value,
     shard_set_problems,
 )
+from infra.config.metrics import KubernetesMetricsSettings
 
 
 class KubernetesSettings(Strict):
@@ -216,6 +217,7 @@ class StrixHaloStack(Strict):
     network: NetworkSettings = NetworkSettings()
     memory: MemorySettings = MemorySettings()
     litellm: LitellmSettings = LitellmSettings()
+    metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
     model: ModelSettings
     store: StoreSettings
     server: ServerSettings
@@ -322,6 +324,7 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             "network.allowWorld: true)"
         )
     problems += kubernetes_name_problems(stack)
+    problems += metrics_problems(stack)
     if stack.network.policies and not stack.network.clients:
         problems.append(
             "network.clients: empty, so nothing could reach the server (list the client "
@@ -334,4 +337,27 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             problems.append(
                 f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
             )
+    return problems
+
+
+def metrics_problems(stack: StrixHaloStack) -> list[str]:
+    """Metrics settings that contradict each other or the network settings."""
+    metrics = stack.metrics
+    problems = []
+    if not metrics.enabled:
+        for key, on in (
+            ("serviceMonitor", metrics.service_monitor),
+            ("rules", metrics.rules),
+            ("dashboard", metrics.dashboard),
+        ):
+            if on:
+                problems.append(
+                    f"metrics.{key}: true needs the server's /metrics (set metrics.enabled: true, "
+                    f"or metrics.{key}: false)"
+                )
+    elif stack.network.policies and not metrics.scrapers:
+        problems.append(
+            "metrics.scrapers: empty, so the NetworkPolicy admits no scraper (list the "
+            "monitoring namespace, e.g. monitoring, or set metrics.enabled: false)"
+        )
     return problems
