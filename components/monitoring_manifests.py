@@ -8,14 +8,12 @@ a plain Prometheus's `kubernetes-pods` job scrapes by.
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from components.monitoring_dashboard import dashboard_json
-from components.monitoring_queries import MonitoringSpec, rule_groups
+from components.monitoring_queries import METRICS_PATH, MonitoringSpec, rule_groups
 from components.network_policies import NetworkClient
 
 if TYPE_CHECKING:
     from components.llamacpp_vulkan_server import LlamaCppVulkanServerArgs
 
-METRICS_PATH = "/metrics"
-"""Where llama-server (with `--metrics`) and vLLM serve Prometheus metrics."""
 JOB_LABEL = "app.kubernetes.io/instance"
 """The server label whose value becomes the `job` of its series (the monitor's jobLabel)."""
 MONITORING_API = "monitoring.coreos.com/v1"

@@ -12,6 +12,8 @@ from typing import Literal, NotRequired, TypedDict
 import yaml
 
 ServerKind = Literal["llama-server", "vllm"]
+METRICS_PATH = "/metrics"
+"""Where llama-server (with `--metrics`), vLLM and AMD's exporter serve Prometheus metrics."""
 RATE_WINDOW = "5m"
 """The window of every rate: at least four scrapes at the longest interval allowed by default."""
 

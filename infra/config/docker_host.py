@@ -260,9 +260,4 @@ def host_metrics_problems(stack: Mi300xStack) -> list[str]:
             exporter.allow_floating_image,
             "a release such as v1.2.1, or a digest",
         )
-        if exporter.port == stack.server.port:
-            problems.append(
-                f"metrics.gpuExporter.port: {exporter.port} is vLLM's port on the compose network "
-                "(pick another, e.g. 5000)"
-            )
     return problems

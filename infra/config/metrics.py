@@ -71,8 +71,6 @@ class GpuExporterSettings(Strict):
 
     image: ImageReference = "rocm/device-metrics-exporter:v1.2.1"
     allow_floating_image: bool = False
-    port: Port = 5000
-    """The exporter's port on the compose network."""
 
 
 class HostMetricsSettings(Strict):
