@@ -348,7 +348,8 @@ def metrics_problems(stack: StrixHaloStack) -> list[str]:
         for key, on in (
             ("serviceMonitor", metrics.service_monitor),
             ("rules", metrics.rules),
-            ("dashboard", metrics.dashboard),
+            # On by default: a contradiction only when the stack asks for it.
+            ("dashboard", metrics.dashboard and "dashboard" in metrics.model_fields_set),
         ):
             if on:
                 problems.append(
