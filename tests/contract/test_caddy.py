@@ -80,6 +80,19 @@ def test_caddy_validates_the_rendered_caddyfile(settings: object, tmp_path: Path
     assert "Valid configuration" in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("gpu", [None, "gpu-exporter:5000"], ids=["vllm-only", "with-gpu-exporter"])
+@pytest.mark.parametrize("tls", ["auto", "internal"])
+def test_caddy_validates_the_metrics_site(tls: str, gpu: str | None, tmp_path: Path) -> None:
+    settings = sample_caddy(tls=tls, site="llm.example.com" if tls == "auto" else "203.0.113.10")
+    metrics = {"port": 9443, "allowed_cidrs": ["10.20.0.0/16"], "gpu_upstream": gpu}
+    text = caddyfile(settings, upstream="vllm:8000", metrics=metrics)  # type: ignore[arg-type]
+    result = validate(text, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The API site and the metrics site reach vLLM; only the metrics site the GPU exporter.
+    expected = ["vllm:8000", "vllm:8000", *([gpu] if gpu else [])]
+    assert sorted(upstream_dials(adapted(text, tmp_path))) == sorted(expected)
+
+
 def test_caddy_rejects_a_broken_caddyfile(tmp_path: Path) -> None:
     text = caddyfile(sample_caddy(), upstream="vllm:8000")
     broken = text.replace("flush_interval -1", "flush_interval sometimes")
