@@ -25,12 +25,14 @@ import yaml
 from components.monitoring_dashboard import panel_queries
 from components.monitoring_manifests import JOB_LABEL, monitoring_spec
 from components.monitoring_queries import MonitoringSpec, alert_rules
+from infra import program
 from infra.config import StrixHaloStack, read_stack_file
+from infra.render import run_program
 from infra.targets.kubernetes import server_args
 from tests.component.test_render import render
-from tests.conftest import ROOT, unlocked_source
+from tests.conftest import ROOT, stack_values, unlocked_source
 from tests.contract.test_llama_server_contract import replace_value
-from tests.support.llama_server import free_port, run_llama_server
+from tests.support.llama_server import free_port, run_llama_server, tiny_server_argv
 from tests.support.prometheus import LivePrometheus, run_prometheus
 from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -38,6 +40,7 @@ pytestmark = pytest.mark.contract
 UNREACHABLE_FLOOR = 1_000_000
 # Only kube-state-metrics reports Jobs; none runs here (promtool's unit tests cover the rule).
 NEEDS_KUBE_STATE_METRICS = {"LlmModelFetchFailed"}
+KEY = "sk-test-metrics-0123456789"
 
 
 @dataclass
@@ -219,3 +222,46 @@ def spec_of(scraped: Scraped) -> MonitoringSpec:
     metrics = args.get("metrics")
     assert metrics is not None
     return monitoring_spec(stack.server.resource_name, stack.kubernetes.namespace, args, metrics)
+
+
+def test_with_an_api_key_prometheus_scrapes_with_the_monitors_bearer_token(tmp_path: Path) -> None:
+    """llama-server guards /metrics with the key; the ServiceMonitor's authorization gets in."""
+    values = stack_values("strix-halo")
+    values["server"]["apiKey"] = True
+    config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
+    config = {f"llm-infra:{k}": v for k, v in config.items()}
+    config["llm-infra:apiKey"] = KEY
+    rendered = run_program(program.main, config, ["llm-infra:apiKey"], stack="strix-halo")
+    monitor = next(r for r in rendered.resources if r["name"].endswith("-monitor"))["inputs"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    secret = next(r for r in rendered.resources if r["name"].endswith("-api-key"))["inputs"]
+    assert endpoint["authorization"]["credentials"]["name"] == secret["metadata"]["name"]
+    # As prometheus-operator does: the Secret's key, mounted as a file for the scrape.
+    key_file = tmp_path / endpoint["authorization"]["credentials"]["key"]
+    key_file.write_text(KEY)
+    model = write_tiny_split_model(tmp_path / "models", "tiny", shards=1)[0]
+    argv = tiny_server_argv(model, "--metrics", "--api-key-file", str(key_file), parallel=1)
+    target = f"127.0.0.1:{argv[argv.index('--port') + 1]}"
+    scrape = {
+        "metrics_path": endpoint["path"],
+        "scrape_interval": "1s",
+        "static_configs": [{"targets": [target]}],
+    }
+    with_key = {
+        **scrape,
+        "job_name": "with-key",
+        "authorization": {
+            "type": endpoint["authorization"]["type"],
+            "credentials_file": str(key_file),
+        },
+    }
+    without = {**scrape, "job_name": "without-key"}
+    with (
+        run_llama_server(argv, timeout=120.0),
+        run_prometheus({"scrape_configs": [with_key, without]}) as prometheus,
+    ):
+        assert prometheus.wait_for('up{job="with-key"} == 1')
+        assert prometheus.wait_for('llamacpp:requests_processing{job="with-key"}')
+        # Without the key llama-server answers 401: the target is down, no series arrive.
+        assert prometheus.wait_for('up{job="without-key"} == 0')
+        assert not prometheus.query('llamacpp:requests_processing{job="without-key"}')
