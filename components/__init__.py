@@ -2,10 +2,12 @@
 
 from components.caddyfile import CaddySite
 from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelVolume
+from components.host_monitoring import HostMonitoring
 from components.host_scripts import HostRequirements
 from components.llamacpp_manifests import HttpProbe, LlamaServerFlags, ServerProbes
 from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
 from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
+from components.monitoring_manifests import KubernetesMonitoring
 from components.payloads.fetcher import ModelFile
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
 from components.vllm_rocm_server import (
@@ -19,8 +21,10 @@ __all__ = [
     "CaddySite",
     "GgufModelStore",
     "GgufModelStoreArgs",
+    "HostMonitoring",
     "HostRequirements",
     "HttpProbe",
+    "KubernetesMonitoring",
     "LlamaCppRpcWorker",
     "LlamaCppRpcWorkerArgs",
     "LlamaCppVulkanServer",

@@ -3,6 +3,8 @@
 import ipaddress
 from typing import NotRequired, TypedDict
 
+from components.monitoring_queries import METRICS_PATH
+
 # Processes inside the Caddy container reach it over its own loopback, which no outside packet
 # can claim as its source: the deploy's final check uses it, the allowlist lets it through.
 CONTAINER_LOOPBACK = ("127.0.0.1/32", "::1/128")
@@ -26,6 +28,21 @@ class CaddySite(TypedDict):
     """ACME account email; required with `tls: auto`."""
 
 
+class MetricsSite(TypedDict):
+    """The second site: vLLM's /metrics (and the GPU exporter's) for the monitoring network only."""
+
+    port: int
+    """HTTPS port of the site on the host."""
+    allowed_cidrs: list[str]
+    """Networks allowed to scrape; everything else gets 403."""
+    gpu_upstream: NotRequired[str | None]
+    """`host:port` of AMD's device metrics exporter, served at /gpu/metrics (None: no GPU)."""
+
+
+GPU_METRICS_PATH = "/gpu/metrics"
+"""Where the metrics site serves the GPU exporter's /metrics."""
+
+
 def site_is_ip(site: str) -> bool:
     """True when the site address is an IP address rather than a DNS name."""
     try:
@@ -41,8 +58,10 @@ def caddyfile(
     upstream: str,
     http_port: int = 80,
     https_port: int = 443,
+    metrics: MetricsSite | None = None,
 ) -> str:
-    """The Caddyfile: HTTPS site, IP allowlist (403), no /metrics, streaming reverse proxy."""
+    """The Caddyfile: HTTPS site, IP allowlist (403), no /metrics, streaming reverse proxy; and
+    optionally a second site that serves /metrics to the monitoring network only."""
     cidrs = caddy["allowed_cidrs"]
     site = caddy["site"]
     globals_ = ["\tadmin off"]
@@ -96,7 +115,34 @@ def caddyfile(
         "\t}",
         "}",
     ]
+    if metrics is not None:
+        lines += ["", *_metrics_site(caddy, metrics, upstream)]
     return "\n".join(lines) + "\n"
+
+
+def _metrics_site(caddy: CaddySite, metrics: MetricsSite, upstream: str) -> list[str]:
+    # Its own port and allowlist; the certificate is the API site's (same name, same TLS mode).
+    gpu = metrics.get("gpu_upstream")
+    paths = [METRICS_PATH, *([GPU_METRICS_PATH] if gpu else [])]
+    lines = [f"{caddy['site']}:{metrics['port']} {{"]
+    if caddy["tls"] == "internal":
+        lines.append("\ttls internal")
+    lines += [
+        f"\t@denied not remote_ip {' '.join(metrics['allowed_cidrs'])}",
+        '\trespond @denied "Forbidden" 403',
+        f"\t@other not path {' '.join(paths)}",
+        '\trespond @other "Not Found" 404',
+        f"\t@vllm path {METRICS_PATH}",
+        f"\treverse_proxy @vllm {upstream}",
+    ]
+    if gpu:
+        lines += [
+            f"\t@gpu path {GPU_METRICS_PATH}",
+            f"\treverse_proxy @gpu {gpu} {{",
+            f"\t\trewrite {METRICS_PATH}",
+            "\t}",
+        ]
+    return [*lines, "}"]
 
 
 def base_url(caddy: CaddySite) -> str:

@@ -3,6 +3,7 @@
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
 
 from components.model_store_manifests import MODELS_MOUNT, model_check_container, model_volumes
+from components.monitoring_manifests import scrape_annotations
 from components.payloads.gpu_gate import probe_command, server_command
 from components.pod_security import (
     DEFAULT_DRI_DEVICE,
@@ -90,6 +91,8 @@ class LlamaServerFlags(TypedDict):
     tensor_split: NotRequired[list[float] | None]
     """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
     local GPU), as the memory plan computed it."""
+    metrics: NotRequired[bool]
+    """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set."""
 
 
 class HttpProbe(TypedDict):
@@ -167,6 +170,8 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
     log_file = flags.get("log_file")
     if log_file:
         argv += ["--log-file", log_file]
+    if flags.get("metrics"):
+        argv.append("--metrics")
     return argv
 
 
@@ -199,6 +204,8 @@ def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
     gate = args.get("gpu_gate", False)
     if gate:
         flags = {**flags, "log_verbosity": 4, "log_file": GATE_LOG}
+    if args.get("metrics") is not None:
+        flags = {**flags, "metrics": True}
     argv = llama_server_args(flags)
     startup = http_probe(probes["startup"], "http")
     if gate:
@@ -295,7 +302,7 @@ def server_deployment(
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": _pod_metadata(labels, args),
                 "spec": {
                     "nodeSelector": args["node_selector"],
                     "automountServiceAccountToken": False,
@@ -310,6 +317,12 @@ def server_deployment(
             },
         },
     }
+
+
+def _pod_metadata(labels: dict[str, str], args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
+    if args.get("metrics") is None:
+        return {"labels": labels}
+    return {"labels": labels, "annotations": scrape_annotations(args["flags"]["port"])}
 
 
 def deployment_skips(args: "LlamaCppVulkanServerArgs") -> list[tuple[str, str]]:

@@ -18,6 +18,14 @@ from components.llamacpp_manifests import (
     server_service,
     service_url,
 )
+from components.monitoring_manifests import (
+    MONITORING_API,
+    KubernetesMonitoring,
+    dashboard_config_map,
+    monitoring_spec,
+    prometheus_rule,
+    service_monitor,
+)
 from components.network_policies import NetworkClient, ingress_policy
 from components.payloads import VERIFY_SOURCE
 from components.pod_security import DEFAULT_UID
@@ -69,7 +77,10 @@ class LlamaCppVulkanServerArgs(TypedDict):
     verify_image: NotRequired[str]
     """Pinned stock Python image of the verify Job (default: the model check's image)."""
     min_decode_tps: NotRequired[float | None]
-    """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback."""
+    """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
+    the floor of the LlmDecodeBelowFloor alert."""
+    metrics: NotRequired[KubernetesMonitoring | None]
+    """`--metrics`, who may scrape, and the monitor, alert rules and dashboard; None: no metrics."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):
@@ -134,6 +145,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         )
         expectations = args.get("verify_expectations")
         clients = args.get("allowed_clients")
+        metrics = args.get("metrics")
 
         self.network_policy: k8s.networking.v1.NetworkPolicy | None = None
         """Who may reach the server; None when allowed_clients is None."""
@@ -148,6 +160,13 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     policy["spec"]["ingress"][0]["from"].append(
                         {"podSelector": {"matchLabels": verify_pod_labels(name)}}
                     )
+                if metrics is not None:
+                    # A NetworkPolicy admits ports, not paths: scrapers reach the server port,
+                    # where the API key (when set) guards /metrics and the API alike.
+                    scrapers = ingress_policy(
+                        name, ns, labels, {}, port, list(metrics.get("scrapers", []))
+                    )["spec"]["ingress"]
+                    policy["spec"]["ingress"] += scrapers
                 return policy
 
             self.network_policy = k8s.networking.v1.NetworkPolicy(
@@ -199,6 +218,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     delete_before_replace=True,
                 ),
             )
+        self._monitoring(name, namespace, labels, args, inherited)
         metadata = self.service.metadata
         self.service_name = metadata.name
         self.url = pulumi.Output.all(metadata.name, metadata.namespace).apply(
@@ -208,6 +228,67 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         self.register_outputs(
             {"service_name": self.service_name, "url": self.url, "alias": self.alias}
         )
+
+    def _monitoring(
+        self,
+        name: str,
+        namespace: pulumi.Output[str],
+        labels: dict[str, str],
+        args: LlamaCppVulkanServerArgs,
+        inherited: list[pulumi.Resource],
+    ) -> None:
+        self.monitor: k8s.apiextensions.CustomResource | None = None
+        """The ServiceMonitor or PodMonitor; None unless metrics.monitor_kind is set."""
+        self.prometheus_rule: k8s.apiextensions.CustomResource | None = None
+        """The alert rules; None unless metrics.rules."""
+        self.dashboard: k8s.core.v1.ConfigMap | None = None
+        """The Grafana dashboard ConfigMap; None unless metrics.dashboard."""
+        metrics = args.get("metrics")
+        if metrics is None:
+            return
+        opts = pulumi.ResourceOptions(parent=self, depends_on=inherited)
+        spec = namespace.apply(lambda ns: monitoring_spec(name, ns, args, metrics))
+        kind = metrics.get("monitor_kind")
+        if kind:
+            key = (f"{name}-api-key", API_KEY_FILE) if args.get("api_key") is not None else None
+            monitor = namespace.apply(
+                lambda ns: service_monitor(
+                    name, ns, labels, selector_labels(labels), metrics, api_key_secret=key
+                )
+            )
+            self.monitor = k8s.apiextensions.CustomResource(
+                f"{name}-monitor",
+                # Plain strings: they make the resource's type token.
+                api_version=MONITORING_API,
+                kind=kind,
+                metadata=monitor["metadata"],
+                spec=monitor["spec"],
+                opts=opts,
+            )
+        if metrics.get("rules"):
+            rule = pulumi.Output.all(namespace, spec).apply(
+                lambda values: prometheus_rule(
+                    f"{name}-alerts", values[0], labels, values[1], metrics
+                )
+            )
+            self.prometheus_rule = k8s.apiextensions.CustomResource(
+                f"{name}-alerts",
+                api_version=MONITORING_API,
+                kind="PrometheusRule",
+                metadata=rule["metadata"],
+                spec=rule["spec"],
+                opts=opts,
+            )
+        if metrics.get("dashboard"):
+            home = metrics.get("dashboard_namespace")
+            board = pulumi.Output.all(namespace, spec).apply(
+                lambda values: dashboard_config_map(
+                    f"{name}-dashboard", home or values[0], labels, values[1]
+                )
+            )
+            self.dashboard = k8s.core.v1.ConfigMap(
+                f"{name}-dashboard", **manifest_args(board, "metadata", "data"), opts=opts
+            )
 
 
 def _with_model(args: LlamaCppVulkanServerArgs, model: ModelVolume) -> LlamaCppVulkanServerArgs:

@@ -59,6 +59,11 @@ def store_names(name: str, digest: str) -> dict[str, str]:
     }
 
 
+def fetch_job_pattern(name: str) -> str:
+    """A regex of every fetch Job name `store_names` gives (any content digest)."""
+    return f"{name}-fetch-[0-9a-f]{{8}}"
+
+
 def fetcher_config_map(
     name: str, namespace: str, labels: dict[str, str], lock: dict[str, Any], fetcher_source: str
 ) -> dict[str, Any]:

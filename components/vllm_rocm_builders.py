@@ -13,7 +13,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import yaml
 
-from components.caddyfile import CaddySite
+from components.caddyfile import CaddySite, MetricsSite
 from components.payloads.fetcher import lock_digest
 
 VLLM_SERVICE = "vllm"
@@ -191,8 +191,11 @@ def compose_file(
     caddyfile_sha256: str,
     lock_sha256: str,
     startup_seconds: int,
+    metrics: MetricsSite | None = None,
+    gpu_exporter: tuple[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The compose project: vLLM on the compose network only, Caddy publishing 80/443."""
+    """The compose project: vLLM on the compose network only, Caddy publishing 80/443 (and the
+    metrics site's port); optionally the GPU exporter, `(service name, service)`."""
     argv = vllm_serve_args(flags)
     volumes: list[dict[str, Any]] = [
         {"type": "bind", "source": model_dir, "target": flags["model"], "read_only": True}
@@ -244,10 +247,13 @@ def compose_file(
             "start_period": f"{startup_seconds}s",
         },
     }
+    ports = ["80:80", "443:443", "443:443/udp"]
+    if metrics is not None:
+        ports.append(f"{metrics['port']}:{metrics['port']}")
     caddy_service: dict[str, Any] = {
         "image": caddy["image"],
         "restart": "unless-stopped",
-        "ports": ["80:80", "443:443", "443:443/udp"],
+        "ports": ports,
         "volumes": [
             {
                 "type": "bind",
@@ -262,8 +268,11 @@ def compose_file(
         "labels": {"llm-infra.caddyfile-sha256": caddyfile_sha256},
         "depends_on": {VLLM_SERVICE: {"condition": "service_started"}},
     }
+    services = {VLLM_SERVICE: vllm, CADDY_SERVICE: caddy_service}
+    if gpu_exporter is not None:
+        services[gpu_exporter[0]] = gpu_exporter[1]
     return {
-        "services": {VLLM_SERVICE: vllm, CADDY_SERVICE: caddy_service},
+        "services": services,
         # Certificates survive `down`, so a redeploy does not hit ACME rate limits.
         "volumes": {"caddy-data": {}, "caddy-config": {}},
     }

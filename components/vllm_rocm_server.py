@@ -8,6 +8,14 @@ from pulumi_command import remote
 
 from components.caddyfile import CaddySite, base_url, caddyfile
 from components.children import after, inherited_dependencies, with_integers
+from components.host_monitoring import (
+    GPU_EXPORTER_SERVICE,
+    HostMonitoring,
+    gpu_exporter_service,
+    metrics_site,
+    monitoring_files,
+    monitoring_spec,
+)
 from components.host_scripts import (
     HostRequirements,
     check_script,
@@ -102,7 +110,10 @@ class VllmRocmServerArgs(TypedDict):
     verify_expectations: NotRequired[str | None]
     """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
     min_decode_tps: NotRequired[float | None]
-    """Decode-speed floor of that check (tok/s)."""
+    """Decode-speed floor of that check (tok/s), and of the LlmDecodeBelowFloor alert."""
+    metrics: NotRequired[HostMonitoring | None]
+    """vLLM's /metrics on a second Caddy site, the GPU exporter, and the dashboard, alert rules
+    and scrape config as files on the host; None: no metrics site."""
 
 
 class VllmRocmServer(pulumi.ComponentResource):
@@ -293,7 +304,10 @@ def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tu
     """Generated files by resource suffix: (remote path, content)."""
     lock = lock_document(args["model_lock"])
     lock_text = lock_json(lock)
-    caddy_text = caddyfile(args["caddy"], upstream=vllm_address(args["flags"]))
+    monitoring = args.get("metrics")
+    site = metrics_site(monitoring) if monitoring is not None else None
+    caddy_text = caddyfile(args["caddy"], upstream=vllm_address(args["flags"]), metrics=site)
+    exporter_image = monitoring.get("gpu_exporter_image") if monitoring is not None else None
     compose = compose_file(
         image=args["image"],
         flags=args["flags"],
@@ -304,10 +318,26 @@ def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tu
         caddyfile_sha256=sha256_text(caddy_text),
         lock_sha256=lock_sha256(lock),
         startup_seconds=args.get("startup_timeout_seconds", 3600),
+        metrics=site,
+        gpu_exporter=(GPU_EXPORTER_SERVICE, gpu_exporter_service(exporter_image))
+        if exporter_image
+        else None,
     )
-    return {
+    files = {
         "compose": (paths["compose"], compose_yaml(compose)),
         "caddyfile": (paths["caddyfile"], caddy_text),
         "lock": (paths["lock"], lock_text),
         "fetcher": (paths["fetcher"], FETCHER_SOURCE.read_text()),
     }
+    if monitoring is not None:
+        flags = args["flags"]
+        speculative = flags.get("speculative_config")
+        spec = monitoring_spec(
+            flags["served_model_name"],
+            args.get("min_decode_tps"),
+            speculative["num_speculative_tokens"] if speculative else None,
+            monitoring,
+        )
+        base_dir = posixpath.dirname(paths["compose"])
+        files.update(monitoring_files(base_dir, args["caddy"], monitoring, spec))
+    return files

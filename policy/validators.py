@@ -375,13 +375,16 @@ def check_caddy_allowlist(
             f"{found[0]}: no remote_ip/client_ip allowlist, so the endpoint is open to the "
             "world (set allowWorld in the policy config if that is intended)"
         ]
-    ranges = [c for line in matchers for c in line.split() if _is_cidr(c)]
-    if covers_every_address(ranges):
-        return [
-            f"{found[0]}: the allowlist {' '.join(ranges)} together admits every address, i.e. "
-            "the whole internet (set allowWorld in the policy config if that is intended)"
-        ]
-    return []
+    problems = []
+    # One matcher per site (the API site, the metrics site): each allowlist stands on its own.
+    for line in matchers:
+        ranges = [c for c in line.split() if _is_cidr(c)]
+        if covers_every_address(ranges):
+            problems.append(
+                f"{found[0]}: the allowlist {' '.join(ranges)} together admits every address, "
+                "i.e. the whole internet (set allowWorld in the policy config if that is intended)"
+            )
+    return problems
 
 
 def _is_cidr(text: str) -> bool:

@@ -25,6 +25,7 @@ from infra.config.base import (
     image_problems,
     is_ip_address,
 )
+from infra.config.metrics import HostMetricsSettings
 
 _KEY_TYPES = r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+)"
 # Directories of the operating system: no model or compose project goes there.
@@ -145,6 +146,8 @@ class Mi300xStack(Strict):
     caddy: CaddySettings
     patches: list[PatchSettings] = []
     memory: HostMemorySettings = HostMemorySettings()
+    metrics: HostMetricsSettings | None = None
+    """vLLM's /metrics on a second Caddy site, a dashboard and alert rules (None: no metrics)."""
 
 
 def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
@@ -209,6 +212,7 @@ def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
     targets = [p.target for p in stack.patches]
     if len(set(targets)) != len(targets):
         problems.append("patches: two patches overlay the same target")
+    problems += host_metrics_problems(stack)
     model_dir, base_dir = stack.host.model_dir, stack.host.base_dir
     if model_dir == base_dir:
         problems.append(
@@ -219,5 +223,41 @@ def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
         problems.append(
             f"host.baseDir: {base_dir!r} is inside host.modelDir {model_dir!r}, which vLLM mounts: "
             "the API key env file would be in the mount"
+        )
+    return problems
+
+
+# Caddy's own listeners on the host: the metrics site needs a port of its own.
+CADDY_HOST_PORTS = (80, 443)
+
+
+def host_metrics_problems(stack: Mi300xStack) -> list[str]:
+    """The metrics site's port and allowlist, and the GPU exporter's image and port."""
+    metrics = stack.metrics
+    if metrics is None:
+        return []
+    problems = []
+    if metrics.port in CADDY_HOST_PORTS:
+        problems.append(
+            f"metrics.port: {metrics.port} is the API site's port (the metrics site needs its own, "
+            "e.g. 9443)"
+        )
+    if not metrics.allowed_cidrs:
+        problems.append(
+            "metrics.allowedCidrs: empty, so no scraper could connect (list the monitoring "
+            "network, e.g. 10.0.0.0/24)"
+        )
+    elif covers_every_address(list(metrics.allowed_cidrs)) and not metrics.allow_world:
+        problems.append(
+            f"metrics.allowedCidrs: {list(metrics.allowed_cidrs)} together admit every address "
+            "(list the monitoring network, or set metrics.allowWorld: true)"
+        )
+    exporter = metrics.gpu_exporter
+    if exporter is not None:
+        problems += image_problems(
+            "metrics.gpuExporter.image",
+            exporter.image,
+            exporter.allow_floating_image,
+            "a release such as v1.2.1, or a digest",
         )
     return problems

@@ -1,9 +1,9 @@
 """Config of a fleet: several llama.cpp servers in one kubernetes stack (`servers:`).
 
 Each entry of `servers:` is a server (the keys of `server:`) with its own `model` and `store`
-(and, optionally, its own `memory`); the stack's `kubernetes`, `network`, `memory` and `litellm`
-apply to all. Every entry is checked as the single-server stack it amounts to, so the rules
-live once (`infra.config.kubernetes`); its problems name the entry (`servers[1].gpuLayers`).
+(and, optionally, its own `memory`); the stack's `kubernetes`, `network`, `memory`, `litellm` and
+`metrics` apply to all. Every entry is checked as the single-server stack it amounts to, so the
+rules live once (`infra.config.kubernetes`); its problems name the entry (`servers[1].gpuLayers`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from infra.config.kubernetes import (
     StrixHaloStack,
     cross_checks,
 )
+from infra.config.metrics import KubernetesMetricsSettings
 
 
 class FleetServerSettings(ServerSettings):
@@ -45,6 +46,8 @@ class FleetStack(Strict):
     network: NetworkSettings = NetworkSettings()
     memory: MemorySettings = MemorySettings()
     litellm: LitellmSettings = LitellmSettings()
+    metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
+    """Metrics of every server (each its own monitor, alerts and dashboard)."""
     servers: Annotated[list[FleetServerSettings], Field(min_length=1)]
 
     def server_stacks(self) -> list[StrixHaloStack]:
@@ -62,6 +65,7 @@ class FleetStack(Strict):
                     network=self.network,
                     memory=entry.memory or self.memory,
                     litellm=self.litellm,
+                    metrics=self.metrics,
                     model=entry.model,
                     store=entry.store,
                     server=server,

@@ -32,6 +32,7 @@ from infra.config.base import (
     quantity_value,
     shard_set_problems,
 )
+from infra.config.metrics import KubernetesMetricsSettings
 
 
 class KubernetesSettings(Strict):
@@ -279,6 +280,7 @@ class StrixHaloStack(Strict):
     network: NetworkSettings = NetworkSettings()
     memory: MemorySettings = MemorySettings()
     litellm: LitellmSettings = LitellmSettings()
+    metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
     model: ModelSettings
     store: StoreSettings
     server: ServerSettings
@@ -386,6 +388,7 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         )
     problems += kubernetes_name_problems(stack)
     problems += rpc_problems(stack)
+    problems += metrics_problems(stack)
     if stack.network.policies and not stack.network.clients:
         problems.append(
             "network.clients: empty, so nothing could reach the server (list the client "
@@ -445,4 +448,28 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
                 )
     if rpc.port == server.port:
         problems.append(f"server.rpc.port: {rpc.port} is the server's own port (server.port)")
+    return problems
+
+
+def metrics_problems(stack: StrixHaloStack) -> list[str]:
+    """Metrics settings that contradict each other or the network settings."""
+    metrics = stack.metrics
+    problems = []
+    if not metrics.enabled:
+        for key, on in (
+            ("serviceMonitor", metrics.service_monitor),
+            ("rules", metrics.rules),
+            # On by default: a contradiction only when the stack asks for it.
+            ("dashboard", metrics.dashboard and "dashboard" in metrics.model_fields_set),
+        ):
+            if on:
+                problems.append(
+                    f"metrics.{key}: true needs the server's /metrics (set metrics.enabled: true, "
+                    f"or metrics.{key}: false)"
+                )
+    elif stack.network.policies and not metrics.scrapers:
+        problems.append(
+            "metrics.scrapers: empty, so the NetworkPolicy admits no scraper (list the "
+            "monitoring namespace, e.g. monitoring, or set metrics.enabled: false)"
+        )
     return problems

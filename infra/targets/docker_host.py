@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 
 from components.caddyfile import CaddySite, base_url
+from components.host_monitoring import HostMonitoring
 from components.payloads.fetcher import ModelFile
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
 from components.vllm_rocm_server import ModelLock, VllmRocmServer, VllmRocmServerArgs
@@ -128,4 +129,24 @@ def server_args(
         "base_dir": host.base_dir,
         "patches": patches,
         "startup_timeout_seconds": stack.server.startup_timeout_seconds,
+        "metrics": monitoring(stack),
+    }
+
+
+def monitoring(stack: Mi300xStack) -> HostMonitoring | None:
+    """The metrics site, the GPU exporter and the alert thresholds (None: no metrics)."""
+    metrics = stack.metrics
+    if metrics is None:
+        return None
+    alerts, reference = metrics.alerts, metrics.reference
+    return {
+        "port": metrics.port,
+        "allowed_cidrs": list(metrics.allowed_cidrs),
+        "scrape_interval_seconds": metrics.scrape_interval_seconds,
+        "gpu_exporter_image": metrics.gpu_exporter.image if metrics.gpu_exporter else None,
+        "stall_minutes": alerts.stall_minutes,
+        "kv_cache_ratio": alerts.kv_cache_ratio,
+        "for_minutes": alerts.for_minutes,
+        "reference_decode_tps": reference.decode_tps,
+        "reference_aggregate_tps": {str(n): tps for n, tps in reference.aggregate_tps.items()},
     }

@@ -22,7 +22,8 @@ from components import (
 from components.llamacpp_manifests import selector_labels, server_labels, service_url
 from components.llamacpp_rpc_manifests import rpc_endpoint
 from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
-from components.model_store_manifests import MODELS_MOUNT
+from components.model_store_manifests import MODELS_MOUNT, fetch_job_pattern
+from components.monitoring_manifests import KubernetesMonitoring
 from components.network_policies import NetworkClient
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
@@ -304,4 +305,32 @@ def server_args(
         "run_as_user": server.run_as_user,
         "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
         "allowed_clients": allowed_clients(stack),
+        "metrics": monitoring(stack),
+    }
+
+
+def monitoring(stack: StrixHaloStack) -> KubernetesMonitoring | None:
+    """The server's metrics and monitoring objects from the stack's `metrics` (None: off)."""
+    metrics = stack.metrics
+    if not metrics.enabled:
+        return None
+    alerts, reference = metrics.alerts, metrics.reference
+    return {
+        "scrapers": [
+            {"namespace": s.namespace, "pod_labels": dict(s.pod_labels)} for s in metrics.scrapers
+        ]
+        if stack.network.policies
+        else [],
+        "monitor_kind": metrics.monitor_kind if metrics.service_monitor else None,
+        "scrape_interval_seconds": metrics.scrape_interval_seconds,
+        "monitor_labels": dict(metrics.monitor_labels),
+        "rules": metrics.rules,
+        "dashboard": metrics.dashboard,
+        "dashboard_namespace": metrics.dashboard_namespace,
+        "stall_minutes": alerts.stall_minutes,
+        "kv_cache_ratio": alerts.kv_cache_ratio,
+        "for_minutes": alerts.for_minutes,
+        "reference_decode_tps": reference.decode_tps,
+        "reference_aggregate_tps": {str(n): tps for n, tps in reference.aggregate_tps.items()},
+        "fetch_job_pattern": fetch_job_pattern(stack.store.name),
     }

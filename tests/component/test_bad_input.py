@@ -125,6 +125,19 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("retire pattern with a folder", "strix-halo", [("store", "retiredPatterns", ["old/*.gguf"])], "store.retiredPatterns[0]"),
     ("unknown upgrade mode", "strix-halo", [("store", "upgrade", "swap")], "store.upgrade"),
     ("preflight not a boolean", "strix-halo", [("store", "nodePreflight", "yes please")], "store.nodePreflight"),
+    ("monitor without metrics", "strix-halo", [("metrics", "enabled", False)], "metrics.serviceMonitor"),
+    ("no scraper admitted", "strix-halo", [("metrics", "scrapers", [])], "metrics.scrapers"),
+    ("unknown monitor kind", "strix-halo", [("metrics", "monitorKind", "ProbeMonitor")], "metrics.monitorKind"),
+    ("scraper namespace with a quote", "strix-halo", [("metrics", "scrapers", [{"namespace": "mon'itoring"}])], "metrics.scrapers[0].namespace"),
+    ("scrape interval of nothing", "strix-halo", [("metrics", "scrapeIntervalSeconds", 0)], "metrics.scrapeIntervalSeconds"),
+    ("KV alert above 100%", "strix-halo", [("metrics", "alerts.kvCacheRatio", 1.5)], "metrics.alerts.kvCacheRatio"),
+    ("monitor label with a newline", "strix-halo", [("metrics", "monitorLabels", {"release": "a\nb"})], "metrics.monitorLabels.release"),
+    ("metrics site on the API port", "mi300x", [("metrics", "port", 443)], "metrics.port"),
+    ("metrics site open to the world", "mi300x", [("metrics", "allowedCidrs", ["0.0.0.0/0", "::/0"])], "metrics.allowedCidrs"),
+    ("metrics site without scrapers", "mi300x", [("metrics", "allowedCidrs", [])], "metrics.allowedCidrs"),
+    ("metrics allowlist with a Caddyfile block", "mi300x", [("metrics", "allowedCidrs", ["10.0.0.0/8 }\nhandle {"])], "metrics.allowedCidrs[0]"),
+    ("floating GPU exporter", "mi300x", [("metrics", "gpuExporter", {"image": "rocm/device-metrics-exporter:latest"})], "metrics.gpuExporter.image"),
+    ("reference figure of zero", "mi300x", [("metrics", "reference.decodeTps", 0)], "metrics.reference.decodeTps"),
 ]  # fmt: skip
 
 

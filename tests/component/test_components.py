@@ -150,7 +150,8 @@ def test_namespace_from_another_resource_reaches_every_child(
 
     rendered = run_program(build, {}, [], stack="test")
     children = [r for r in rendered.resources if r["parent"] in ("models", "ds")]
-    assert len(children) == 8
+    # The store's 4, the server's 4, and the monitor, the alert rules and the dashboard.
+    assert len(children) == 11
     for child in children:
         assert "ns" in child["options"]["dependsOn"], child["name"]
         assert child["inputs"]["metadata"]["namespace"] == "llm-team", child["name"]

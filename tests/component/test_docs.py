@@ -1,11 +1,15 @@
 """`llm-infra docs`: the committed deployment references are current, and go stale on a change."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from components.monitoring_dashboard import panel_queries
+from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS
 
 
@@ -76,3 +80,31 @@ def test_every_rendered_flag_is_explained_from_its_field_docstring(
     assert unexplained == [], unexplained
     # The meaning is the field's own docstring, not a second copy.
     assert flag_meanings(LlamaServerFlags)["-ngl"].startswith("GPU layers.")
+
+
+@pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
+def test_the_reference_lists_the_metrics_the_dashboard_and_every_rendered_alert(
+    stack: str, tmp_path: Path
+) -> None:
+    out = tmp_path / stack
+    assert render(stack, out).returncode == 0
+    if stack == "mi300x":
+        groups = yaml.safe_load((out / "files/opt/llm/monitoring/alerts.rules.yml").read_text())
+        board = json.loads((out / "files/opt/llm/monitoring/dashboard.json").read_text())
+    else:
+        documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
+        groups = next(d for d in documents if d["kind"] == "PrometheusRule")["spec"]
+        config_map = next(d for d in documents if d["metadata"]["name"].endswith("-dashboard"))
+        board = json.loads(next(iter(config_map["data"].values())))
+    text = (ROOT / "docs" / f"{stack}.md").read_text()
+    metrics, rest = text.split("## Metrics", 1)[1].split("## Dashboard", 1)
+    dashboard, alerts = rest.split("## Alerts", 1)
+    for rule in groups["groups"][0]["rules"]:
+        assert f"| `{rule['alert']}` |" in alerts and f"`{rule['expr']}`" in alerts
+    assert board["uid"] in dashboard
+    for panel in board["panels"]:
+        if panel["type"] != "row":
+            assert f"- {panel['title']}\n" in dashboard
+    for _, expr in panel_queries(board):
+        head = expr.split("{", 1)[0].rsplit("(", 1)[-1]
+        assert f"`{head}`" in metrics, head

@@ -116,6 +116,9 @@ def parents() -> dict[Path_, Any]:
         ("network",): {},
         ("litellm",): {},
         ("network", "clients"): [{"namespace": "litellm"}],
+        ("metrics",): {},
+        ("metrics", "scrapers"): [{"namespace": "monitoring"}],
+        ("metrics", "gpuExporter"): {},
         ("server", "probes"): ProbesSettings().model_dump(by_alias=True),
         # A split model: one worker on another node (the server then needs an RPC build).
         ("server", "rpc"): {
@@ -290,9 +293,10 @@ def rendered_and_run(stack: str, values: dict[str, Any], key: str, sandbox: Path
         # The scripts did run, through the stubs: the check above is not vacuous.
         assert "docker compose" in (sandbox / "calls.log").read_text()
         hosts, ranges = caddy_matchers(rendered, sandbox)
-        caddy = values["caddy"]
-        assert hosts == [caddy["site"]]
-        assert ranges == sorted({*caddy["allowedCidrs"], "127.0.0.1/32", "::1/128"})
+        caddy, metrics = values["caddy"], values.get("metrics") or {}
+        assert set(hosts) == {caddy["site"]}
+        scrapers = metrics.get("allowedCidrs", [])
+        assert ranges == sorted({*caddy["allowedCidrs"], *scrapers, "127.0.0.1/32", "::1/128"})
 
 
 @pytest.mark.contract

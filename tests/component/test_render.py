@@ -121,8 +121,9 @@ def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_re
     documents = list(yaml.safe_load_all((strix_halo_render / "manifests.yaml").read_text()))
     kinds = [d["kind"] for d in documents]
     assert kinds == [
-        "Namespace", "NetworkPolicy", "NetworkPolicy", "ConfigMap", "PersistentVolumeClaim",
-        "Job", "Deployment", "Service",
+        "Namespace", "NetworkPolicy", "NetworkPolicy", "ConfigMap", "ConfigMap",
+        "PersistentVolumeClaim", "Job", "Deployment", "Service", "PrometheusRule",
+        "ServiceMonitor",
     ]  # fmt: skip
     assert all(d["metadata"]["namespace"] == "llm" for d in documents[1:])
 
@@ -134,7 +135,7 @@ def test_render_accepts_a_stack_file_path_and_defaults_out_dir(tmp_path: Path) -
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "rendered" / "strix-halo" / "manifests.yaml").is_file()
-    assert "11 resources, 8 Kubernetes objects" in result.stdout
+    assert "14 resources, 11 Kubernetes objects" in result.stdout
 
 
 def _bad_stack(tmp_path: Path, old: str, new: str) -> Path:

@@ -80,6 +80,19 @@ def test_caddy_validates_the_rendered_caddyfile(settings: object, tmp_path: Path
     assert "Valid configuration" in result.stderr + result.stdout
 
 
+@pytest.mark.parametrize("gpu", [None, "gpu-exporter:5000"], ids=["vllm-only", "with-gpu-exporter"])
+@pytest.mark.parametrize("tls", ["auto", "internal"])
+def test_caddy_validates_the_metrics_site(tls: str, gpu: str | None, tmp_path: Path) -> None:
+    settings = sample_caddy(tls=tls, site="llm.example.com" if tls == "auto" else "203.0.113.10")
+    metrics = {"port": 9443, "allowed_cidrs": ["10.20.0.0/16"], "gpu_upstream": gpu}
+    text = caddyfile(settings, upstream="vllm:8000", metrics=metrics)  # type: ignore[arg-type]
+    result = validate(text, tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    # The API site and the metrics site reach vLLM; only the metrics site the GPU exporter.
+    expected = ["vllm:8000", "vllm:8000", *([gpu] if gpu else [])]
+    assert sorted(upstream_dials(adapted(text, tmp_path))) == sorted(expected)
+
+
 def test_caddy_rejects_a_broken_caddyfile(tmp_path: Path) -> None:
     text = caddyfile(sample_caddy(), upstream="vllm:8000")
     broken = text.replace("flush_interval -1", "flush_interval sometimes")
@@ -126,7 +139,8 @@ def test_the_vllm_port_reaches_compose_caddy_and_the_check_from_one_value(
     assert vllm["expose"] == [str(port)]
     assert f"127.0.0.1:{port}/health" in vllm["healthcheck"]["test"][-1]
     caddy_config = adapted(rendered.files["/opt/llm/Caddyfile"].decode(), tmp_path)
-    assert upstream_dials(caddy_config) == [f"vllm:{port}"]
+    # The API site and the metrics site proxy to the same vLLM.
+    assert upstream_dials(caddy_config) == [f"vllm:{port}"] * 2
     check = next(s for name, s in rendered.commands.items() if name.endswith("-vllm-check.sh"))
     probe = next(line for line in check.splitlines() if "python3 -c" in line)
     assert shlex.split(probe)[-2:] == [str(port), "deepseek-v4-flash-0731"]
@@ -404,3 +418,135 @@ def test_caddy_answers_502_promptly_while_vllm_is_down_and_recovers(live_caddy: 
     status, body = request(live_caddy.https_port, live_caddy.root_ca, "GET", "/v1/models")
     assert status == 200
     assert json.loads(body)["data"][0]["id"] == "deepseek-v4-flash-0731"
+
+
+class FakeExporter(BaseHTTPRequestHandler):
+    """AMD's device metrics exporter: GPU series at /metrics only."""
+
+    protocol_version = "HTTP/1.1"
+    reached: ClassVar[list[str]] = []
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: pytest shows failures, not access logs."""
+
+    def do_GET(self) -> None:
+        FakeExporter.reached.append(self.path)
+        body = b"gpu_junction_temperature 41\n" if self.path == "/metrics" else b"not found\n"
+        self.close_connection = True
+        self.send_response(200 if self.path == "/metrics" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+API_CLIENT, SCRAPER = "127.0.0.1", "127.0.0.2"
+
+
+@dataclass
+class LiveSites:
+    """Caddy with the API site (for API_CLIENT) and the metrics site (for SCRAPER)."""
+
+    api_port: int
+    metrics_port: int
+    root_ca: Path
+
+
+@pytest.fixture(scope="module")
+def live_sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSites]:
+    root = tmp_path_factory.mktemp("caddy-metrics")
+    servers = [
+        ThreadingHTTPServer(("127.0.0.1", 0), handler) for handler in (FakeVllm, FakeExporter)
+    ]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    vllm, exporter = (f"127.0.0.1:{s.server_address[1]}" for s in servers)
+    api_port, metrics_port, http_port = free_port(), free_port(), free_port()
+    text = caddyfile(
+        sample_caddy(
+            site=SITE, tls="internal", acme_email=None, allowed_cidrs=[f"{API_CLIENT}/32"]
+        ),
+        upstream=vllm,
+        http_port=http_port,
+        https_port=api_port,
+        metrics={
+            "port": metrics_port,
+            "allowed_cidrs": [f"{SCRAPER}/32"],
+            "gpu_upstream": exporter,
+        },
+    )
+    assert validate(text, root).returncode == 0
+    config = root / "Caddyfile"
+    config.write_text(text)
+    env = caddy_env(root)
+    log = (root / "caddy.log").open("w")
+    process = subprocess.Popen(
+        [caddy_binary(), "run", "--config", str(config), "--adapter", "caddyfile"],
+        env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    root_ca = Path(env["XDG_DATA_HOME"]) / "caddy/pki/authorities/local/root.crt"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            assert process.poll() is None, (root / "caddy.log").read_text()
+            try:
+                if request(metrics_port, root_ca, "GET", "/metrics", source=SCRAPER)[0] == 200:
+                    break
+            except (OSError, ssl.SSLError):
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail("caddy did not serve within 30 s:\n" + (root / "caddy.log").read_text())
+            time.sleep(0.2)
+        yield LiveSites(api_port=api_port, metrics_port=metrics_port, root_ca=root_ca)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+        for server in servers:
+            server.shutdown()
+
+
+def test_the_scraper_gets_vllm_metrics_on_the_metrics_site(live_sites: LiveSites) -> None:
+    status, body = request(
+        live_sites.metrics_port, live_sites.root_ca, "GET", "/metrics", source=SCRAPER, key=False
+    )
+    assert status == 200
+    assert body.startswith(b"vllm:")
+
+
+def test_the_scraper_gets_the_gpu_exporter_at_gpu_metrics(live_sites: LiveSites) -> None:
+    FakeExporter.reached.clear()
+    status, body = request(
+        live_sites.metrics_port, live_sites.root_ca, "GET", "/gpu/metrics", source=SCRAPER
+    )
+    assert (status, body) == (200, b"gpu_junction_temperature 41\n")
+    assert FakeExporter.reached == ["/metrics"]
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/gpu/metrics", "/v1/models"])
+def test_others_get_403_on_the_metrics_site(live_sites: LiveSites, path: str) -> None:
+    # An API client is not a scraper: the metrics site has its own allowlist.
+    FakeVllm.reached.clear()
+    status, _ = request(live_sites.metrics_port, live_sites.root_ca, "GET", path, source=API_CLIENT)
+    assert status == 403
+    assert FakeVllm.reached == []
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/health", "/invocations", "/gpu"])
+def test_the_metrics_site_serves_nothing_but_metrics(live_sites: LiveSites, path: str) -> None:
+    FakeVllm.reached.clear()
+    status, _ = request(live_sites.metrics_port, live_sites.root_ca, "GET", path, source=SCRAPER)
+    assert status == 404
+    assert FakeVllm.reached == []
+
+
+def test_the_public_site_still_does_not_serve_metrics(live_sites: LiveSites) -> None:
+    FakeVllm.reached.clear()
+    status, body = request(live_sites.api_port, live_sites.root_ca, "GET", "/metrics")
+    assert status == 404 and b"vllm:" not in body
+    # The scraper's address is not an API client either.
+    status, _ = request(
+        live_sites.api_port, live_sites.root_ca, "GET", "/v1/models", source=SCRAPER
+    )
+    assert status == 403
+    assert FakeVllm.reached == []
+    assert request(live_sites.api_port, live_sites.root_ca, "GET", "/v1/models")[0] == 200

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from components.host_monitoring import GPU_EXPORTER_SERVICE, gpu_exporter_service
 from components.host_scripts import (
     env_file_script,
     preflight_script,
@@ -75,6 +76,23 @@ def check_compose(text: str, tmp_path: Path) -> subprocess.CompletedProcess[str]
 
 def test_compose_file_validates_against_the_compose_spec(tmp_path: Path) -> None:
     result = check_compose(compose_yaml(sample_compose()), tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_compose_with_the_metrics_site_and_the_gpu_exporter_validates(tmp_path: Path) -> None:
+    document = sample_compose(
+        metrics={
+            "port": 9443,
+            "allowed_cidrs": ["10.0.0.0/8"],
+            "gpu_upstream": "gpu-exporter:5000",
+        },
+        gpu_exporter=(
+            GPU_EXPORTER_SERVICE,
+            gpu_exporter_service("rocm/device-metrics-exporter:v1.2.1"),
+        ),
+    )
+    assert GPU_EXPORTER_SERVICE in document["services"]
+    result = check_compose(compose_yaml(document), tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -92,13 +92,14 @@ def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
-    # The seed's flags, then the GPU gate's load log.
+    # The seed's flags, then the GPU gate's load log and the metrics endpoint.
     assert container["args"][: len(SEED_ARGV)] == SEED_ARGV
     assert container["args"][len(SEED_ARGV) :] == [
         "-lv",
         "4",
         "--log-file",
         "/logs/llama-server.log",
+        "--metrics",
     ]
     assert container["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
@@ -132,7 +133,7 @@ def test_gpu_gate_makes_the_startup_probe_read_the_load_log(seed_server: Any) ->
     without: Any = {**seed_server, "gpu_gate": False}
     plain = server_deployment("ds", "llm", server_labels("ds"), without)["spec"]["template"]["spec"]
     assert plain["containers"][0]["startupProbe"]["httpGet"]["path"] == "/health"
-    assert plain["containers"][0]["args"] == SEED_ARGV
+    assert plain["containers"][0]["args"] == [*SEED_ARGV, "--metrics"]
 
 
 def test_startup_probe_lets_the_load_run_before_liveness(seed_server: Any) -> None:

@@ -300,6 +300,24 @@ def test_pack_reads_caddyfile_from_the_copied_asset_and_honours_allow_world(
     assert run_policy("caddy-allowlist", allowed) == []
 
 
+def test_each_caddy_site_has_its_own_allowlist(mi300x: Render) -> None:
+    # The metrics site opened to everyone is reported although the API site is narrow.
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace("192.0.2.0/24", "0.0.0.0/0 ::/0")
+    props = {"remotePath": "/opt/llm/Caddyfile", "source": pulumi.StringAsset(caddyfile)}
+    assert run_policy("caddy-allowlist", policy_args("command:remote:CopyToRemote", props)) == [
+        "/opt/llm/Caddyfile: the allowlist 0.0.0.0/0 ::/0 together admits every address, i.e. "
+        "the whole internet (set allowWorld in the policy config if that is intended)"
+    ]
+    # Two halves of the address space on two sites are two narrow allowlists, not one open one.
+    halves = (
+        mi300x[1]["/opt/llm/Caddyfile"]
+        .replace("198.51.100.0/24", "0.0.0.0/1 ::/1")
+        .replace("192.0.2.0/24", "128.0.0.0/1 8000::/1")
+    )
+    props = {"remotePath": "/opt/llm/Caddyfile", "source": pulumi.StringAsset(halves)}
+    assert run_policy("caddy-allowlist", policy_args("command:remote:CopyToRemote", props)) == []
+
+
 def test_pack_reads_protect_from_the_resource_options(strix: Render) -> None:
     pvc = named(strix[0], "models-pvc")
     kind = "kubernetes:core/v1:PersistentVolumeClaim"

@@ -1,4 +1,4 @@
-# after up 490f45b9eb846b90ef65e61488c03dc1eacd1848d8432ebf3a924f4d3d80a64a
+# after up b91bf81410a1fef0c0f74ccfe7666ca8a968302d96ba56a042512af0714c2207
 bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail

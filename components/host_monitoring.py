@@ -1,0 +1,137 @@
+"""Pure builders of the MI300X host's monitoring: the metrics site, the GPU exporter, the files.
+
+vLLM's /metrics never leaves the compose network through the API site; a second Caddy site
+(its own port and allowlist) serves it, and the GPU exporter's, to the monitoring network. The
+dashboard, the alert rules and a Prometheus scrape config are written to the host as files for
+the monitoring stack to pick up.
+"""
+
+import posixpath
+from typing import Any, NotRequired, TypedDict
+
+import yaml
+
+from components.caddyfile import GPU_METRICS_PATH, CaddySite, MetricsSite, site_is_ip
+from components.monitoring_dashboard import dashboard_json
+from components.monitoring_queries import METRICS_PATH, MonitoringSpec, rules_file
+
+GPU_EXPORTER_SERVICE = "gpu-exporter"
+GPU_EXPORTER_PORT = 5000
+"""The port AMD's device metrics exporter listens on by default."""
+CADDY_ROOT_CA = "caddy-root.crt"
+"""With `tls: internal`, the scrape config trusts Caddy's root (copied next to it by the user)."""
+
+
+class HostMonitoring(TypedDict):
+    """vLLM's metrics site, the optional GPU exporter, and what the alerts and dashboard watch."""
+
+    port: int
+    """HTTPS port of the metrics site on the host (TLS like the API site)."""
+    allowed_cidrs: list[str]
+    """Networks allowed to scrape; everyone else gets 403."""
+    scrape_interval_seconds: NotRequired[int]
+    """Scrape interval of the rendered Prometheus scrape config (default 30)."""
+    gpu_exporter_image: NotRequired[str | None]
+    """Pinned image of AMD's device metrics exporter (None: no exporter)."""
+    stall_minutes: NotRequired[int]
+    """Minutes without a generated token while requests wait before the stall alert fires."""
+    kv_cache_ratio: NotRequired[float]
+    """Share of the GPU KV cache that fires LlmKvCacheNearlyFull (default 0.9)."""
+    for_minutes: NotRequired[int]
+    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
+    reference_decode_tps: NotRequired[float | None]
+    """Measured single-stream decode tok/s (seed 002: 168.6), a reference line."""
+    reference_aggregate_tps: NotRequired[dict[str, float]]
+    """Measured aggregate decode tok/s by concurrent streams (seed 002: 542 at 8, 830 at 64)."""
+
+
+def monitoring_dir(base_dir: str) -> str:
+    """Where the dashboard, the rules and the scrape config go on the host."""
+    return posixpath.join(base_dir, "monitoring")
+
+
+def metrics_site(monitoring: HostMonitoring) -> MetricsSite:
+    """The Caddy metrics site of the host."""
+    gpu = monitoring.get("gpu_exporter_image")
+    return {
+        "port": monitoring["port"],
+        "allowed_cidrs": list(monitoring["allowed_cidrs"]),
+        "gpu_upstream": f"{GPU_EXPORTER_SERVICE}:{GPU_EXPORTER_PORT}" if gpu else None,
+    }
+
+
+def monitoring_spec(
+    served_model_name: str,
+    min_decode_tps: float | None,
+    speculative_tokens: int | None,
+    monitoring: HostMonitoring,
+) -> MonitoringSpec:
+    """What the dashboard and the alerts of the host's vLLM are generated from."""
+    return {
+        "job": served_model_name,
+        "alias": served_model_name,
+        "min_decode_tps": min_decode_tps,
+        "speculative_tokens": speculative_tokens,
+        "stall_minutes": monitoring.get("stall_minutes", 10),
+        "kv_cache_ratio": monitoring.get("kv_cache_ratio", 0.9),
+        "for_minutes": monitoring.get("for_minutes", 5),
+        "reference_decode_tps": monitoring.get("reference_decode_tps"),
+        "reference_aggregate_tps": dict(monitoring.get("reference_aggregate_tps") or {}),
+        "gpu_job": gpu_job(served_model_name) if monitoring.get("gpu_exporter_image") else None,
+    }
+
+
+def gpu_job(served_model_name: str) -> str:
+    """The `job` of the GPU exporter's series in the rendered scrape config."""
+    return f"{served_model_name}-gpu"
+
+
+def scrape_config(caddy: CaddySite, monitoring: HostMonitoring, spec: MonitoringSpec) -> str:
+    """A Prometheus `scrape_configs` fragment for the metrics site (HTTPS, the site's name)."""
+    site = caddy["site"]
+    host = f"[{site}]" if site_is_ip(site) and ":" in site else site
+    target = f"{host}:{monitoring['port']}"
+    interval = f"{monitoring.get('scrape_interval_seconds', 30)}s"
+
+    def job(name: str, path: str) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "job_name": name,
+            "scheme": "https",
+            "metrics_path": path,
+            "scrape_interval": interval,
+            "static_configs": [{"targets": [target]}],
+        }
+        if caddy["tls"] == "internal":
+            entry["tls_config"] = {"ca_file": CADDY_ROOT_CA, "server_name": site}
+        return entry
+
+    jobs = [job(spec["job"], METRICS_PATH)]
+    if spec.get("gpu_job"):
+        jobs.append(job(str(spec.get("gpu_job")), GPU_METRICS_PATH))
+    return yaml.safe_dump({"scrape_configs": jobs}, sort_keys=False)
+
+
+def gpu_exporter_service(image: str) -> dict[str, Any]:
+    """AMD's device metrics exporter on the compose network (reached through the metrics site)."""
+    return {
+        "image": image,
+        "restart": "unless-stopped",
+        "devices": ["/dev/kfd:/dev/kfd", "/dev/dri:/dev/dri"],
+        "group_add": ["video"],
+        "expose": [str(GPU_EXPORTER_PORT)],
+    }
+
+
+def monitoring_files(
+    base_dir: str, caddy: CaddySite, monitoring: HostMonitoring, spec: MonitoringSpec
+) -> dict[str, tuple[str, str]]:
+    """The monitoring files by resource suffix: (remote path, content)."""
+    directory = monitoring_dir(base_dir)
+    return {
+        "dashboard": (posixpath.join(directory, "dashboard.json"), dashboard_json("vllm", spec)),
+        "alerts": (posixpath.join(directory, "alerts.rules.yml"), rules_file("vllm", spec)),
+        "scrape": (
+            posixpath.join(directory, "scrape.yml"),
+            scrape_config(caddy, monitoring, spec),
+        ),
+    }

@@ -1,0 +1,88 @@
+"""Config models of a stack's metrics: who may scrape, what gets created, what the alerts watch.
+
+The decode floor is not here: it is `server.minDecodeTps`, the same floor `llm-infra verify`
+enforces; the alerts and the dashboard read it from there.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from infra.config.base import Cidr, DnsLabel, ImageReference, LabelKey, LabelValue, Port, Strict
+
+ScrapeSeconds = Annotated[int, Field(ge=1, le=3600)]
+
+
+class ReferenceFigures(Strict):
+    """Measured speeds the dashboard draws as reference lines (seed 002 for the MI300X)."""
+
+    decode_tps: Annotated[float, Field(gt=0)] | None = None
+    """Single-stream decode tok/s (median)."""
+    aggregate_tps: dict[Annotated[int, Field(ge=1)], Annotated[float, Field(gt=0)]] = {}
+    """Aggregate decode tok/s by concurrent streams, e.g. `{8: 542, 64: 830}`."""
+
+
+class AlertSettings(Strict):
+    """Thresholds of the alert rules (the decode floor is `server.minDecodeTps`)."""
+
+    stall_minutes: Annotated[int, Field(ge=1, le=1440)] = 10
+    """`LlmNoTokensWhileRequestsWait`: minutes without a generated token while requests wait."""
+    kv_cache_ratio: Annotated[float, Field(gt=0, le=1)] = 0.9
+    """`LlmKvCacheNearlyFull`: the share of the KV cache (or of a slot's context) in use."""
+    for_minutes: Annotated[int, Field(ge=0, le=1440)] = 5
+    """How long a condition must hold before down, floor and KV alerts fire."""
+
+
+class ScraperSettings(Strict):
+    """Pods allowed to scrape `/metrics`: a namespace, optionally narrowed by pod labels."""
+
+    namespace: DnsLabel
+    pod_labels: dict[LabelKey, LabelValue] = {}
+
+
+class KubernetesMetricsSettings(Strict):
+    """llama-server's `/metrics`, its scrapers, and the prometheus-operator objects."""
+
+    enabled: bool = True
+    """Run llama-server with `--metrics` and add the scrape annotations."""
+    scrapers: list[ScraperSettings] = [ScraperSettings(namespace="monitoring")]
+    """Who the NetworkPolicy admits to the server port for scraping."""
+    service_monitor: bool = False
+    """Create a prometheus-operator monitor (needs its CRDs, e.g. kube-prometheus-stack)."""
+    monitor_kind: Literal["ServiceMonitor", "PodMonitor"] = "ServiceMonitor"
+    monitor_labels: dict[LabelKey, LabelValue] = {}
+    """Labels of the monitor and the PrometheusRule, e.g. `release: kube-prometheus-stack`, which
+    a Prometheus's serviceMonitorSelector and ruleSelector pick them by."""
+    scrape_interval_seconds: ScrapeSeconds = 30
+    rules: bool = False
+    """Create a PrometheusRule with the alerts (needs the prometheus-operator CRDs)."""
+    dashboard: bool = True
+    """A ConfigMap labelled `grafana_dashboard` with the Grafana dashboard."""
+    dashboard_namespace: DnsLabel | None = None
+    """Where the dashboard ConfigMap goes (default: the server's namespace)."""
+    alerts: AlertSettings = AlertSettings()
+    reference: ReferenceFigures = ReferenceFigures()
+
+
+class GpuExporterSettings(Strict):
+    """AMD's device metrics exporter beside vLLM (GPU temperature, power, memory)."""
+
+    image: ImageReference = "rocm/device-metrics-exporter:v1.2.1"
+    allow_floating_image: bool = False
+
+
+class HostMetricsSettings(Strict):
+    """vLLM's `/metrics` behind a second Caddy site for the monitoring network only."""
+
+    port: Port = 9443
+    """HTTPS port of the metrics site on the host (TLS like the API site)."""
+    allowed_cidrs: list[Cidr]
+    """Networks allowed to scrape; everyone else gets 403."""
+    allow_world: bool = False
+    scrape_interval_seconds: ScrapeSeconds = 30
+    gpu_exporter: GpuExporterSettings | None = None
+    """Also run the AMD device metrics exporter, served at `/gpu/metrics` on the metrics site."""
+    alerts: AlertSettings = AlertSettings()
+    reference: ReferenceFigures = ReferenceFigures()
