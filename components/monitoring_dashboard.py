@@ -94,6 +94,9 @@ def server_dashboard(kind: ServerKind, spec: MonitoringSpec) -> dict[str, Any]:
     aggregate_lines = [(tps, "blue") for tps in aggregate.values()]
     aggregate_note = ", ".join(f"{v:g} tok/s at {n} streams" for n, v in sorted(aggregate.items()))
     server = "llama-server" if kind == "llama-server" else "vLLM"
+    # Replicas of one alias (a fleet) each get a dashboard: the title names the server too.
+    if spec["job"] != alias:
+        server = f"{server}, {spec['job']}"
     builder = (
         dashboard_builders.Dashboard(f"{alias} ({server})")
         .uid(dashboard_uid(spec))

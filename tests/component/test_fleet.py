@@ -352,3 +352,20 @@ def test_a_stack_wide_problem_of_a_fleet_is_said_once() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_stack(values)
     assert [p.split(":")[0] for p in caught.value.problems] == ["network.allowCidrs"]
+
+
+def test_each_server_of_a_fleet_has_its_own_dashboard_and_scrape_job(pair: Path) -> None:
+    boards = {
+        name: json.loads(next(iter(d["data"].values())))
+        for name, d in of_kind(documents(pair), "ConfigMap").items()
+        if d["metadata"].get("labels", {}).get("grafana_dashboard") == "1"
+    }
+    assert set(boards) == {"deepseek-v4-flash-0731-dashboard", "deepseek-v4-flash-0731-b-dashboard"}
+    # Distinct titles and uids (one Grafana folder holds both), each reading its own job.
+    assert (
+        len({b["title"] for b in boards.values()}) == len({b["uid"] for b in boards.values()}) == 2
+    )
+    for name, board in boards.items():
+        job = name.removesuffix("-dashboard")
+        exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+        assert exprs and all(f'job="{job}"' in e for e in exprs if "job=" in e), name
