@@ -155,15 +155,27 @@ CASES: list[tuple[ServerKind, str, str, Series, Series, dict[str, str]]] = [
     # 600 tokens in 60 s of decoding a minute: 10 tok/s, under the floor of 20; 60 tok/s is not.
     ("llama-server", "LlmDecodeBelowFloor", "15m",
      [series("llamacpp:tokens_predicted_total", LLAMA, "0+600x20"),
-      series("llamacpp:tokens_predicted_seconds_total", LLAMA, "0+60x20")],
+      series("llamacpp:tokens_predicted_seconds_total", LLAMA, "0+60x20"),
+      series("llamacpp:requests_processing", LLAMA, "1x20")],
      [series("llamacpp:tokens_predicted_total", LLAMA, "0+600x20"),
-      series("llamacpp:tokens_predicted_seconds_total", LLAMA, "0+10x20")], LLAMA),
+      series("llamacpp:tokens_predicted_seconds_total", LLAMA, "0+10x20"),
+      series("llamacpp:requests_processing", LLAMA, "1x20")], LLAMA),
     # 60 output tokens at 0.1 s each per minute: 10 tok/s, under 150; at 5 ms, 200 tok/s.
     ("vllm", "LlmDecodeBelowFloor", "15m",
      [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+60x20"),
-      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+6x20")],
+      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+6x20"),
+      series("vllm:num_requests_running", VLLM, "1x20")],
      [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+60x20"),
-      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+0.3x20")], VLLM),
+      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+0.3x20"),
+      series("vllm:num_requests_running", VLLM, "1x20")], VLLM),
+    # Batched: 8 streams at 68 tok/s each (seed 002's 542 over 8) are no fallback.
+    ("vllm", "LlmDecodeBelowFloor", "15m",
+     [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+60x20"),
+      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+6x20"),
+      series("vllm:num_requests_running", VLLM, "1x20")],
+     [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+480x20"),
+      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+7.06x20"),
+      series("vllm:num_requests_running", VLLM, "8x20")], VLLM),
     ("vllm", "LlmKvCacheNearlyFull", "10m",
      [series("vllm:kv_cache_usage_perc", VLLM, "0.95x10")],
      [series("vllm:kv_cache_usage_perc", VLLM, "0.5x10")], VLLM),
@@ -184,7 +196,7 @@ CASES: list[tuple[ServerKind, str, str, Series, Series, dict[str, str]]] = [
 @pytest.mark.parametrize(
     ("kind", "alert", "at", "firing", "silent", "series_labels"),
     CASES,
-    ids=[f"{kind}-{alert}" for kind, alert, *_ in CASES],
+    ids=[f"{kind}-{alert}-{i}" for i, (kind, alert, *_) in enumerate(CASES)],
 )
 def test_alert_fires_when_it_should_and_not_otherwise(
     kind: ServerKind,

@@ -32,7 +32,8 @@ def test_the_floor_alert_and_line_exist_only_with_a_floor() -> None:
     assert "LlmDecodeBelowFloor" not in {r.name for r in alert_rules("vllm", HOST)}
     floored: MonitoringSpec = {**HOST, "min_decode_tps": 150}
     (rule,) = [r for r in alert_rules("vllm", floored) if r.name == "LlmDecodeBelowFloor"]
-    assert rule.expr.endswith("< 150")
+    assert " < 150 and max_over_time(vllm:num_requests_running" in rule.expr
+    assert rule.expr.endswith("[5m]) <= 1")
     panels = {p["title"]: p for p in server_dashboard("vllm", floored)["panels"]}
     steps = panels["Decode tok/s per stream"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
     assert [(s["value"], s["color"]) for s in steps] == [(None, "red"), (150, "green")]
