@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import subprocess
@@ -32,22 +31,15 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _serve() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_serve", ROOT / "bench" / "serve.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.support.modules import load_file  # noqa: E402
 
-
-bench = _serve().load_bench()
+bench = load_file("bench_serve", ROOT / "bench" / "serve.py").load_bench()
 gpu_gate = sys.modules["components.payloads.gpu_gate"]
 verify = sys.modules["components.payloads.verify"]
 
@@ -215,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         (a.out / f"{name}.bench.json").write_text(report.to_json() + "\n")
     summary["bench"] = {"agreement": bench.agreement(report), "errors": report.errors}
     print(f"\n===== log growth on {name} (-lv 4, -np 1, default --cache-ram, the wrapper)")
-    growth = _load_growth()
+    growth = load_file("log_growth", ROOT / "bench" / "log_growth.py")
     rows = growth.measure(Path(models[name]), a.growth_requests, 50, binary=a.binary, ngl="40")
     print(growth.format_rows(rows))
     summary["log_growth"] = rows
@@ -224,14 +216,6 @@ def main(argv: list[str] | None = None) -> int:
         fifo.unlink()
     print("\nfailures:", failures or "none")
     return 1 if failures else 0
-
-
-def _load_growth() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("log_growth", ROOT / "bench" / "log_growth.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 if __name__ == "__main__":

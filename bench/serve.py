@@ -12,13 +12,15 @@ with 4 slots and runs a small configuration: a smoke run of the tool, not a mode
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.support.modules import load_file  # noqa: E402
 
 TINY_ARGS = [
     "--decode-requests", "5", "--decode-tokens", "128", "--prefill-requests", "3",
@@ -27,25 +29,13 @@ TINY_ARGS = [
 ]  # fmt: skip
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """Import one file as module ``name`` without importing its parent packages."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def load_bench() -> ModuleType:
     """``infra/cli/bench.py`` and the verify payload it imports, by path (no pulumi needed)."""
     payloads = ROOT / "components" / "payloads"
-    _load("components.payloads.verify", payloads / "verify.py")
+    load_file("components.payloads.verify", payloads / "verify.py")
     # The gate too, for the scripts beside this one (bench/gpu_run.py, tests/support).
-    _load("components.payloads.gpu_gate", payloads / "gpu_gate.py")
-    return _load("infra.cli.bench", ROOT / "infra" / "cli" / "bench.py")
+    load_file("components.payloads.gpu_gate", payloads / "gpu_gate.py")
+    return load_file("infra.cli.bench", ROOT / "infra" / "cli" / "bench.py")
 
 
 def main(argv: list[str]) -> int:
@@ -53,7 +43,6 @@ def main(argv: list[str]) -> int:
     serve_bench = load_bench()
     if "--tiny" not in argv:
         return int(serve_bench.main(argv))
-    sys.path.insert(0, str(ROOT))
     from tests.support.llama_server import run_llama_server, tiny_server_argv
     from tests.support.tiny_gguf import write_tiny_split_model
 

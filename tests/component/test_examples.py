@@ -3,7 +3,6 @@
 `test_provider_protocol.py` constructs the YAML example's values through the provider itself.
 """
 
-import importlib.util
 import json
 from types import ModuleType
 from typing import Any
@@ -16,16 +15,13 @@ import yaml
 from components.provider import LlmInfraProvider
 from infra.render import run_program
 from tests.conftest import ROOT
+from tests.support.modules import load_file
 
 EXAMPLES = ROOT / "examples"
 
 
 def python_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("example", EXAMPLES / "python-k3s" / "example.py")
-    assert spec is not None and spec.loader is not None
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
+    return load_file("example", EXAMPLES / "python-k3s" / "example.py")
 
 
 def test_python_example_registers_the_store_and_server() -> None:

@@ -6,11 +6,9 @@ with ``-ngl 40`` while every layer runs on the CPU.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -18,6 +16,7 @@ from components.payloads import GPU_GATE_SOURCE, gpu_gate
 from tests.conftest import ROOT
 from tests.support.gate_server import cached_prompts, complete, run_gated_llama_server
 from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.modules import load_file
 from tests.support.tiny_gguf import write_tiny_split_model
 
 pytestmark = pytest.mark.contract
@@ -124,7 +123,7 @@ def test_the_pods_wrapper_keeps_the_load_and_never_grows(model: Path, tmp_path: 
 
 
 def test_log_growth_benchmark_runs_in_ci_time() -> None:
-    growth = _load_log_growth()
+    growth = load_file("log_growth", ROOT / "bench" / "log_growth.py")
     rows = growth.measure(_tiny(), 40, 20)
     assert [r["requests"] for r in rows] == [20, 40]
     assert all(r["log_file_bytes_per_request"] == 0 for r in rows)
@@ -139,11 +138,3 @@ def _tiny() -> Path:
     import tempfile
 
     return write_tiny_split_model(Path(tempfile.mkdtemp()), "tiny", 3)[0]
-
-
-def _load_log_growth() -> Any:
-    spec = importlib.util.spec_from_file_location("log_growth", ROOT / "bench" / "log_growth.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

@@ -16,7 +16,7 @@ import pytest
 from components.payloads import FETCHER_SOURCE, fetcher
 from components.payloads.fetcher import FetchError, fetch_document, load_lock
 from components.payloads.fetcher import fetch as fetch_files
-from tests.support.hub_emulator import Hub, running_hub
+from tests.support.hub_emulator import Hub, run_fetcher, running_hub
 
 REPO = "unsloth/Tiny-GGUF"
 NAMES = [f"Tiny-UD-IQ1_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
@@ -46,17 +46,6 @@ def write_lock(tmp_path: Path, hub: Hub, with_hashes: bool = True, **overrides: 
     path = tmp_path / "lock.json"
     path.write_text(json.dumps(document))
     return path
-
-
-def run_fetcher(hub: Hub, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env["HF_ENDPOINT"] = hub.url
-    if token:
-        env["HF_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, str(FETCHER_SOURCE), *args], capture_output=True, text=True, env=env,
-        timeout=120, check=False,
-    )  # fmt: skip
 
 
 def fetch(

@@ -22,7 +22,7 @@ import pytest
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import FetchError, fetch_document, load_lock
 from components.payloads.fetcher import fetch as fetch_files
-from tests.support.hub_emulator import Hub, running_hub
+from tests.support.hub_emulator import Hub, run_fetcher, running_hub
 from tests.support.llama_server import get_json, run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_model_seeded
 
@@ -81,17 +81,6 @@ def write_lock(path: Path, hub: Hub, repo: str, paths: list[str]) -> Path:
     ]
     path.write_text(json.dumps(fetch_document(repo, "main", files)))  # type: ignore[arg-type]
     return path
-
-
-def run_fetcher(hub: Hub, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
-    env["HF_ENDPOINT"] = hub.url
-    if token:
-        env["HF_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, str(FETCHER_SOURCE), *args], capture_output=True, text=True, env=env,
-        timeout=120, check=False,
-    )  # fmt: skip
 
 
 def fetch(hub: Hub, lock: Path, dest: Path, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -20,6 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from components.payloads import FETCHER_SOURCE
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
@@ -203,3 +208,15 @@ def running_hub(hub: Hub) -> Iterator[Hub]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def run_fetcher(hub: Hub, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The fetcher payload as a process against the emulator (HF_TOKEN only when given)."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_TOKEN"}
+    env["HF_ENDPOINT"] = hub.url
+    if token:
+        env["HF_TOKEN"] = token
+    return subprocess.run(
+        [sys.executable, str(FETCHER_SOURCE), *args], capture_output=True, text=True, env=env,
+        timeout=120, check=False,
+    )  # fmt: skip

@@ -1,0 +1,26 @@
+"""Import one file as a module by path (standard library only).
+
+For scripts that must not run a package ``__init__`` (``components/__init__`` imports pulumi,
+which a plain Python on a GPU machine does not have) and for files outside any package
+(``bench/*.py``, the examples).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+
+def load_file(name: str, path: Path) -> ModuleType:
+    """The file at ``path`` as module ``name`` (once: a second call returns the same module)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
