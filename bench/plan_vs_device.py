@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, shards in models.items():
             rows = compare(a.stack, shards, a.log_dir / f"{name}-gpu.load.log")
             print(format_rows(name, rows))
-            off = [r for r in rows if r.kind != "compute" and r.ratio is not None]
-            worst = max((abs(r.ratio - 1) for r in off if r.ratio is not None), default=0.0)
+            ratios = [r.ratio for r in rows if r.kind != "compute" and r.ratio is not None]
+            worst = max((abs(ratio - 1) for ratio in ratios), default=0.0)
             print(f"{name}: weights and KV within {worst:.2%} of the log on every device\n")
     return 0
 

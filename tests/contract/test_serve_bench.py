@@ -81,11 +81,10 @@ def test_every_figure_is_produced(
     assert report.cache_save_ms is not None and report.warmup_s is not None
     assert "prompt-cache save of the previous slot" in table
     # The aggregate's gap to the server-side figure is printed as its own number.
-    assert "wall ms/request outside the server's timings" in table
+    (outside,) = [ln for ln in table.splitlines() if "outside the server's timings" in ln]
     for lvl in report.levels:
-        assert lvl.outside_timings_ms is not None and lvl.outside_timings_ms >= 0
-        busy_s = lvl.output_tokens / (lvl.server_aggregate_tok_s or float("inf"))
-        assert busy_s + lvl.outside_timings_ms * lvl.requests / 1000 >= 0.999 * lvl.wall_s
+        assert lvl.outside_timings_ms is not None
+        assert f"@{lvl.concurrency} {lvl.outside_timings_ms:,.1f}" in outside
     assert "measured / server-side: decode " in table
     assert saved["seed_002"] == serve_bench.SEED_002
     assert saved["levels"][0]["concurrency"] == 2  # type: ignore[index]
