@@ -35,8 +35,9 @@ def test_rendered_strix_halo_manifests_pass_strict_validation(tmp_path: Path) ->
     result = kubernetes_validate(out / "manifests.yaml")
     assert result.returncode == 0, result.stdout + result.stderr
     documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
-    # prometheus-operator's kinds have no schema in Kubernetes itself (their rules pass
-    # `promtool check rules` in test_alert_rules); every core object passes strictly.
+    # prometheus-operator's kinds have no schema in Kubernetes itself (the operator's CRD
+    # schemas check them in test_operator_objects, and promtool their rules in
+    # test_alert_rules); every core object passes strictly.
     custom = [d for d in documents if d["apiVersion"] == "monitoring.coreos.com/v1"]
     assert sorted(d["kind"] for d in custom) == ["PrometheusRule", "ServiceMonitor"]
     assert result.stdout.count("passed for resource") == len(documents) - len(custom) == 9
