@@ -8,6 +8,7 @@ from components.llamacpp_manifests import HttpProbe, LlamaServerFlags, ServerPro
 from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
 from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
 from components.monitoring_manifests import KubernetesMonitoring
+from components.monitoring_queries import AlertThresholds, ReferenceSpeeds
 from components.payloads.fetcher import ModelFile
 from components.vllm_rocm_builders import PatchOverlay, VllmFlags
 from components.vllm_rocm_server import (
@@ -18,6 +19,7 @@ from components.vllm_rocm_server import (
 )
 
 __all__ = [
+    "AlertThresholds",
     "CaddySite",
     "GgufModelStore",
     "GgufModelStoreArgs",
@@ -34,6 +36,7 @@ __all__ = [
     "ModelLock",
     "ModelVolume",
     "PatchOverlay",
+    "ReferenceSpeeds",
     "ServerProbes",
     "SshConnection",
     "VllmFlags",

@@ -13,7 +13,13 @@ import yaml
 
 from components.caddyfile import GPU_METRICS_PATH, CaddySite, MetricsSite, site_is_ip
 from components.monitoring_dashboard import dashboard_json
-from components.monitoring_queries import METRICS_PATH, MonitoringSpec, rules_file
+from components.monitoring_queries import (
+    METRICS_PATH,
+    AlertThresholds,
+    MonitoringSpec,
+    ReferenceSpeeds,
+    rules_file,
+)
 
 GPU_EXPORTER_SERVICE = "gpu-exporter"
 GPU_EXPORTER_PORT = 5000
@@ -33,16 +39,10 @@ class HostMonitoring(TypedDict):
     """Scrape interval of the rendered Prometheus scrape config (default 30)."""
     gpu_exporter_image: NotRequired[str | None]
     """Pinned image of AMD's device metrics exporter (None: no exporter)."""
-    stall_minutes: NotRequired[int]
-    """Minutes without a generated token while requests wait before the stall alert fires."""
-    kv_cache_ratio: NotRequired[float]
-    """Share of the GPU KV cache that fires LlmKvCacheNearlyFull (default 0.9)."""
-    for_minutes: NotRequired[int]
-    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
-    reference_decode_tps: NotRequired[float | None]
-    """Measured single-stream decode tok/s (seed 002: 168.6), a reference line."""
-    reference_aggregate_tps: NotRequired[dict[str, float]]
-    """Measured aggregate decode tok/s by concurrent streams (seed 002: 542 at 8, 830 at 64)."""
+    alerts: NotRequired[AlertThresholds]
+    """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
+    reference: NotRequired[ReferenceSpeeds]
+    """Measured speeds, reference lines on the dashboard."""
 
 
 def monitoring_dir(base_dir: str) -> str:
@@ -72,11 +72,8 @@ def monitoring_spec(
         "alias": served_model_name,
         "min_decode_tps": min_decode_tps,
         "speculative_tokens": speculative_tokens,
-        "stall_minutes": monitoring.get("stall_minutes", 10),
-        "kv_cache_ratio": monitoring.get("kv_cache_ratio", 0.9),
-        "for_minutes": monitoring.get("for_minutes", 5),
-        "reference_decode_tps": monitoring.get("reference_decode_tps"),
-        "reference_aggregate_tps": dict(monitoring.get("reference_aggregate_tps") or {}),
+        "alerts": monitoring.get("alerts") or {},
+        "reference": monitoring.get("reference") or {},
         "gpu_job": gpu_job(served_model_name) if monitoring.get("gpu_exporter_image") else None,
     }
 

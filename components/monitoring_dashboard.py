@@ -20,6 +20,7 @@ from components.monitoring_queries import (
     MonitoringSpec,
     ServerKind,
     gpu_signals,
+    kv_cache_ratio,
     signals,
 )
 
@@ -81,7 +82,8 @@ def server_dashboard(kind: ServerKind, spec: MonitoringSpec) -> dict[str, Any]:
     s = signals(kind, spec)
     alias = spec["alias"]
     floor = spec.get("min_decode_tps")
-    reference = spec.get("reference_decode_tps")
+    speeds = spec.get("reference") or {}
+    reference = speeds.get("decode_tps")
     decode_lines: list[tuple[float, str]] = []
     decode_notes = []
     if floor is not None:
@@ -90,7 +92,7 @@ def server_dashboard(kind: ServerKind, spec: MonitoringSpec) -> dict[str, Any]:
     if reference is not None:
         decode_lines.append((reference, "blue"))
         decode_notes.append(f"blue from the measured {reference:g} tok/s")
-    aggregate = {int(k): v for k, v in (spec.get("reference_aggregate_tps") or {}).items()}
+    aggregate = {int(k): v for k, v in (speeds.get("aggregate_tps") or {}).items()}
     aggregate_lines = [(tps, "blue") for tps in aggregate.values()]
     aggregate_note = ", ".join(f"{v:g} tok/s at {n} streams" for n, v in sorted(aggregate.items()))
     server = "llama-server" if kind == "llama-server" else "vLLM"
@@ -163,7 +165,7 @@ def server_dashboard(kind: ServerKind, spec: MonitoringSpec) -> dict[str, Any]:
             )
         )
     )
-    ratio = spec.get("kv_cache_ratio", 0.9)
+    ratio = kv_cache_ratio(spec)
     if kind == "vllm":
         builder = builder.with_panel(
             _series(

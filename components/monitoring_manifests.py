@@ -8,7 +8,13 @@ a plain Prometheus's `kubernetes-pods` job scrapes by.
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
 from components.monitoring_dashboard import dashboard_json
-from components.monitoring_queries import METRICS_PATH, MonitoringSpec, rule_groups
+from components.monitoring_queries import (
+    METRICS_PATH,
+    AlertThresholds,
+    MonitoringSpec,
+    ReferenceSpeeds,
+    rule_groups,
+)
 from components.network_policies import NetworkClient
 
 if TYPE_CHECKING:
@@ -37,16 +43,10 @@ class KubernetesMonitoring(TypedDict):
     """Create a ConfigMap with the Grafana dashboard (label `grafana_dashboard: "1"`)."""
     dashboard_namespace: NotRequired[str | None]
     """Namespace of the dashboard ConfigMap (default: the server's)."""
-    stall_minutes: NotRequired[int]
-    """Minutes without a generated token while requests wait before the stall alert fires."""
-    kv_cache_ratio: NotRequired[float]
-    """Share of a slot's context that fires the context alert (default 0.9)."""
-    for_minutes: NotRequired[int]
-    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
-    reference_decode_tps: NotRequired[float | None]
-    """Measured single-stream decode tok/s, a reference line on the dashboard."""
-    reference_aggregate_tps: NotRequired[dict[str, float]]
-    """Measured aggregate decode tok/s by concurrent streams, reference lines."""
+    alerts: NotRequired[AlertThresholds]
+    """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
+    reference: NotRequired[ReferenceSpeeds]
+    """Measured speeds, reference lines on the dashboard."""
     fetch_job_pattern: NotRequired[str | None]
     """Regex of the model fetch Job names: an alert when one failed (kube-state-metrics)."""
 
@@ -61,11 +61,8 @@ def monitoring_spec(
         "alias": flags["alias"],
         "namespace": namespace,
         "min_decode_tps": args.get("min_decode_tps"),
-        "stall_minutes": monitoring.get("stall_minutes", 10),
-        "kv_cache_ratio": monitoring.get("kv_cache_ratio", 0.9),
-        "for_minutes": monitoring.get("for_minutes", 5),
-        "reference_decode_tps": monitoring.get("reference_decode_tps"),
-        "reference_aggregate_tps": dict(monitoring.get("reference_aggregate_tps") or {}),
+        "alerts": monitoring.get("alerts") or {},
+        "reference": monitoring.get("reference") or {},
         "slot_context": flags["ctx_size"] // flags["parallel"],
         "fetch_job_pattern": monitoring.get("fetch_job_pattern"),
     }

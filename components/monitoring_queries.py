@@ -18,6 +18,36 @@ RATE_WINDOW = "5m"
 """The window of every rate: at least four scrapes at the longest interval allowed by default."""
 
 
+STALL_MINUTES = 10
+"""Default minutes without a generated token, while requests wait, before the stall alert."""
+KV_CACHE_RATIO = 0.9
+"""Default share of the KV cache (or of a slot's context) that fires the KV alert."""
+FOR_MINUTES = 5
+"""Default minutes a condition must hold before the down, floor and KV alerts fire."""
+
+
+class AlertThresholds(TypedDict):
+    """When the alerts fire (the decode floor is the server's own `min_decode_tps`)."""
+
+    stall_minutes: NotRequired[int]
+    """Minutes without a generated token while requests wait before LlmNoTokensWhileRequestsWait
+    fires (default 10)."""
+    kv_cache_ratio: NotRequired[float]
+    """Share of the KV cache (vLLM) or of a slot's context (llama-server) that fires the KV
+    alert (default 0.9)."""
+    for_minutes: NotRequired[int]
+    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
+
+
+class ReferenceSpeeds(TypedDict):
+    """Measured speeds the dashboard draws as reference lines (seed 002 for the MI300X)."""
+
+    decode_tps: NotRequired[float | None]
+    """Single-stream decode tok/s (median)."""
+    aggregate_tps: NotRequired[dict[str, float]]
+    """Aggregate decode tok/s by concurrent streams (`{"8": 542}`)."""
+
+
 class MonitoringSpec(TypedDict):
     """What the dashboard and the alert rules of one server are generated from."""
 
@@ -29,18 +59,10 @@ class MonitoringSpec(TypedDict):
     """The Kubernetes namespace label of the series (None on a Docker host)."""
     min_decode_tps: NotRequired[float | None]
     """Decode floor (tok/s per stream): the LlmDecodeBelowFloor alert and a threshold line."""
-    stall_minutes: NotRequired[int]
-    """Minutes without a generated token while requests wait before LlmNoTokensWhileRequestsWait
-    fires (default 10)."""
-    kv_cache_ratio: NotRequired[float]
-    """Share of the KV cache (vLLM) or of a slot's context (llama-server) that fires
-    LlmKvCacheNearlyFull (default 0.9)."""
-    for_minutes: NotRequired[int]
-    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
-    reference_decode_tps: NotRequired[float | None]
-    """Measured single-stream decode tok/s, drawn as a reference line."""
-    reference_aggregate_tps: NotRequired[dict[str, float]]
-    """Measured aggregate decode tok/s by concurrent streams (`{"8": 542}`), drawn as lines."""
+    alerts: NotRequired[AlertThresholds]
+    """When the alerts fire (defaults: `STALL_MINUTES`, `KV_CACHE_RATIO`, `FOR_MINUTES`)."""
+    reference: NotRequired[ReferenceSpeeds]
+    """Measured speeds, drawn as reference lines."""
     slot_context: NotRequired[int | None]
     """llama-server: tokens per slot (`-c / -np`), what a sequence may grow to."""
     speculative_tokens: NotRequired[int | None]
@@ -49,6 +71,11 @@ class MonitoringSpec(TypedDict):
     """Kubernetes: a regex of the fetch Job names, for the kube-state-metrics alert."""
     gpu_job: NotRequired[str | None]
     """The `job` label of AMD's device metrics exporter (None: no GPU panels)."""
+
+
+def kv_cache_ratio(spec: MonitoringSpec) -> float:
+    """The share of the KV cache (or of a slot's context) the KV alert and panel mark."""
+    return (spec.get("alerts") or {}).get("kv_cache_ratio", KV_CACHE_RATIO)
 
 
 def selector(spec: MonitoringSpec, job: str | None = None) -> str:
@@ -191,9 +218,10 @@ class AlertRule:
 def alert_rules(kind: ServerKind, spec: MonitoringSpec) -> list[AlertRule]:
     """The alerts of one server: down, stalled, below the decode floor, KV full, fetch failed."""
     s = signals(kind, spec)
-    hold = spec.get("for_minutes", 5)
-    stall = spec.get("stall_minutes", 10)
-    ratio = spec.get("kv_cache_ratio", 0.9)
+    alerts = spec.get("alerts") or {}
+    hold = alerts.get("for_minutes", FOR_MINUTES)
+    stall = alerts.get("stall_minutes", STALL_MINUTES)
+    ratio = kv_cache_ratio(spec)
     alias = spec["alias"]
     rules = [
         AlertRule(

@@ -262,9 +262,10 @@ def _monitoring(
     marks = []
     if spec.get("min_decode_tps") is not None:
         marks.append(f"decode floor {spec.get('min_decode_tps'):g} tok/s (`server.minDecodeTps`)")
-    if spec.get("reference_decode_tps") is not None:
-        marks.append(f"measured {spec.get('reference_decode_tps'):g} tok/s per stream")
-    aggregate = {int(n): v for n, v in (spec.get("reference_aggregate_tps") or {}).items()}
+    speeds = spec.get("reference") or {}
+    if speeds.get("decode_tps") is not None:
+        marks.append(f"measured {speeds.get('decode_tps'):g} tok/s per stream")
+    aggregate = {int(n): v for n, v in (speeds.get("aggregate_tps") or {}).items()}
     marks += [f"{v:g} tok/s at {n} streams" for n, v in sorted(aggregate.items())]
     if marks:
         lines += ["", "Threshold lines: " + "; ".join(marks) + "."]

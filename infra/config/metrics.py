@@ -10,6 +10,13 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from components.monitoring_queries import (
+    FOR_MINUTES,
+    KV_CACHE_RATIO,
+    STALL_MINUTES,
+    AlertThresholds,
+    ReferenceSpeeds,
+)
 from infra.config.base import Cidr, DnsLabel, ImageReference, LabelKey, LabelValue, Port, Strict
 
 ScrapeSeconds = Annotated[int, Field(ge=1, le=3600)]
@@ -23,16 +30,29 @@ class ReferenceFigures(Strict):
     aggregate_tps: dict[Annotated[int, Field(ge=1)], Annotated[float, Field(gt=0)]] = {}
     """Aggregate decode tok/s by concurrent streams, e.g. `{8: 542, 64: 830}`."""
 
+    def speeds(self) -> ReferenceSpeeds:
+        """The components' form: stream counts as strings (object keys on Pulumi's protocol)."""
+        aggregate = {str(n): tps for n, tps in self.aggregate_tps.items()}
+        return {"decode_tps": self.decode_tps, "aggregate_tps": aggregate}
+
 
 class AlertSettings(Strict):
     """Thresholds of the alert rules (the decode floor is `server.minDecodeTps`)."""
 
-    stall_minutes: Annotated[int, Field(ge=1, le=1440)] = 10
+    stall_minutes: Annotated[int, Field(ge=1, le=1440)] = STALL_MINUTES
     """`LlmNoTokensWhileRequestsWait`: minutes without a generated token while requests wait."""
-    kv_cache_ratio: Annotated[float, Field(gt=0, le=1)] = 0.9
+    kv_cache_ratio: Annotated[float, Field(gt=0, le=1)] = KV_CACHE_RATIO
     """`LlmKvCacheNearlyFull`: the share of the KV cache (or of a slot's context) in use."""
-    for_minutes: Annotated[int, Field(ge=0, le=1440)] = 5
+    for_minutes: Annotated[int, Field(ge=0, le=1440)] = FOR_MINUTES
     """How long a condition must hold before down, floor and KV alerts fire."""
+
+    def thresholds(self) -> AlertThresholds:
+        """The components' form of the thresholds."""
+        return {
+            "stall_minutes": self.stall_minutes,
+            "kv_cache_ratio": self.kv_cache_ratio,
+            "for_minutes": self.for_minutes,
+        }
 
 
 class ScraperSettings(Strict):

@@ -138,15 +138,11 @@ def monitoring(stack: Mi300xStack) -> HostMonitoring | None:
     metrics = stack.metrics
     if metrics is None:
         return None
-    alerts, reference = metrics.alerts, metrics.reference
     return {
         "port": metrics.port,
         "allowed_cidrs": list(metrics.allowed_cidrs),
         "scrape_interval_seconds": metrics.scrape_interval_seconds,
         "gpu_exporter_image": metrics.gpu_exporter.image if metrics.gpu_exporter else None,
-        "stall_minutes": alerts.stall_minutes,
-        "kv_cache_ratio": alerts.kv_cache_ratio,
-        "for_minutes": alerts.for_minutes,
-        "reference_decode_tps": reference.decode_tps,
-        "reference_aggregate_tps": {str(n): tps for n, tps in reference.aggregate_tps.items()},
+        "alerts": metrics.alerts.thresholds(),
+        "reference": metrics.reference.speeds(),
     }

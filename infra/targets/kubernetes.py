@@ -314,7 +314,6 @@ def monitoring(stack: StrixHaloStack) -> KubernetesMonitoring | None:
     metrics = stack.metrics
     if not metrics.enabled:
         return None
-    alerts, reference = metrics.alerts, metrics.reference
     return {
         "scrapers": [
             {"namespace": s.namespace, "pod_labels": dict(s.pod_labels)} for s in metrics.scrapers
@@ -327,10 +326,7 @@ def monitoring(stack: StrixHaloStack) -> KubernetesMonitoring | None:
         "rules": metrics.rules,
         "dashboard": metrics.dashboard,
         "dashboard_namespace": metrics.dashboard_namespace,
-        "stall_minutes": alerts.stall_minutes,
-        "kv_cache_ratio": alerts.kv_cache_ratio,
-        "for_minutes": alerts.for_minutes,
-        "reference_decode_tps": reference.decode_tps,
-        "reference_aggregate_tps": {str(n): tps for n, tps in reference.aggregate_tps.items()},
+        "alerts": metrics.alerts.thresholds(),
+        "reference": metrics.reference.speeds(),
         "fetch_job_pattern": fetch_job_pattern(stack.store.name),
     }

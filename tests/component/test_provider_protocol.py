@@ -401,3 +401,27 @@ def test_plugin_manifest_uses_only_options_the_python_host_reads() -> None:
     assert not runtime["options"]["virtualenv"].startswith(("/", ".."))
     requirements = (ROOT / "provider" / "requirements.txt").read_text().splitlines()
     assert "-e .." in requirements
+
+
+def test_nested_alert_thresholds_arrive_as_integers_in_the_rules(up: Deployment) -> None:
+    metrics = {
+        "monitorKind": "ServiceMonitor",
+        "rules": True,
+        "dashboard": True,
+        "alerts": {"stallMinutes": 15, "forMinutes": 3, "kvCacheRatio": 0.8},
+        "reference": {"decodeTps": 200.5, "aggregateTps": {"8": 500}},
+    }
+    server = up.server(up.store(), metrics=metrics)
+    children = up.children(server.urn)
+    (group,) = children["qwen-alerts"].inputs["spec"]["groups"]
+    rules = {rule["alert"]: rule for rule in group["rules"]}
+    # The wire carried 3.0 and 15.0: the rules say 3m and 15m, never 3.0m.
+    assert rules["LlmServerDown"]["for"] == "3m"
+    assert "[15m]" in rules["LlmNoTokensWhileRequestsWait"]["expr"]
+    assert "0.8" in rules["LlmSlotContextNearlyFull"]["expr"]
+    (text,) = children["qwen-dashboard"].inputs["data"].values()
+    board = json.loads(text)
+    steps = [s["value"] for p in board["panels"] for s in
+             ((p.get("fieldConfig") or {}).get("defaults", {}).get("thresholds") or {})
+             .get("steps", []) if s.get("value") is not None]  # fmt: skip
+    assert 200.5 in steps and 500 in steps

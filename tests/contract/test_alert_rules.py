@@ -25,9 +25,7 @@ K8S: MonitoringSpec = {
     "alias": "deepseek-v4-flash-0731",
     "namespace": "llm",
     "min_decode_tps": 20,
-    "stall_minutes": 10,
-    "kv_cache_ratio": 0.9,
-    "for_minutes": 5,
+    "alerts": {"stall_minutes": 10, "kv_cache_ratio": 0.9, "for_minutes": 5},
     "slot_context": 100,
     "fetch_job_pattern": "models-fetch-[0-9a-f]{8}",
 }
@@ -35,9 +33,7 @@ HOST: MonitoringSpec = {
     "job": "ds",
     "alias": "deepseek-v4-flash-0731",
     "min_decode_tps": 150,
-    "stall_minutes": 10,
-    "kv_cache_ratio": 0.9,
-    "for_minutes": 5,
+    "alerts": {"stall_minutes": 10, "kv_cache_ratio": 0.9, "for_minutes": 5},
     "speculative_tokens": 7,
 }
 LLAMA = {"job": "ds", "namespace": "llm"}
