@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pulumi
 
 from infra.config import (
     ConfigError,
     FleetStack,
     Mi300xStack,
+    StackConfig,
     StrixHaloStack,
     expectations_path_for,
     load_stack_config,
@@ -32,19 +35,44 @@ def main() -> None:
         problems += fleet_probe_problems(stack, sources)
     if problems:
         raise ConfigError(problems)
-    expectations = None
-    if not isinstance(stack, FleetStack) and stack.server.verify_after_up:
-        expect = expectations_path_for(lock_path)
-        if not expect.is_file():
-            raise ConfigError(
-                [
-                    f"server.verifyAfterUp: true, but there are no expectations {expect} "
-                    "(record them: llm-infra verify STACK --url URL --record)"
-                ]
-            )
-        expectations = expect.read_text()
+    expectations = verify_expectations(stack, lock_path)
     if isinstance(stack, Mi300xStack):
-        docker_host.deploy(stack, sources[0], secrets, expectations)
+        docker_host.deploy(stack, sources[0], secrets, expectations[0])
     else:
         kubernetes.deploy(stack, sources, secrets, expectations)
     pulumi.export("plan", plan.to_json())
+
+
+def verify_expectations(stack: StackConfig, lock_path: Path) -> list[str | None]:
+    """Per server, the expectations its post-up check verifies (None: no check).
+
+    A single server reads `STACK.verify.json`; each server of a fleet its own
+    `STACK.SERVER.verify.json` (replicas of one alias are each checked). A server that asks
+    for the check without a recorded file is an error before any resource exists.
+    """
+    servers: list[tuple[str, bool, str | None]]
+    if isinstance(stack, FleetStack):
+        servers = [
+            (f"servers[{i}].verifyAfterUp", s.server.verify_after_up, s.server.resource_name)
+            for i, s in enumerate(stack.server_stacks())
+        ]
+    else:
+        servers = [("server.verifyAfterUp", stack.server.verify_after_up, None)]
+    texts: list[str | None] = []
+    problems = []
+    for key, wanted, name in servers:
+        expect = expectations_path_for(lock_path, name)
+        if not wanted:
+            texts.append(None)
+        elif expect.is_file():
+            texts.append(expect.read_text())
+        else:
+            texts.append(None)
+            record = "llm-infra verify STACK" + (f" --server {name}" if name else "")
+            problems.append(
+                f"{key}: true, but there are no expectations {expect} "
+                f"(record them: {record} --url URL --record)"
+            )
+    if problems:
+        raise ConfigError(problems)
+    return texts

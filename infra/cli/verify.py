@@ -7,43 +7,72 @@ import sys
 
 from components.payloads import verify
 from infra.cli.common import EXIT_CONFIG, Subparsers, add_stack_argument, report_config_error
-from infra.config import ConfigError, FleetStack, read_stack_file
+from infra.config import (
+    ConfigError,
+    FleetStack,
+    Mi300xStack,
+    StackConfig,
+    StrixHaloStack,
+    read_stack_file,
+)
 from infra.targets import endpoint_url
 
 URL_HELP = (
     "endpoint (default: the stack's URL; e.g. http://127.0.0.1:8080 through kubectl port-forward)"
 )
+SERVER_HELP = (
+    "a stack with servers: the server to check, by name (its URL, decode floor and "
+    "STACK.SERVER.verify.json)"
+)
 
 
 def add_parser(sub: Subparsers) -> None:
-    """Register `verify`: the stack, --url, and every option of the verify script."""
+    """Register `verify`: the stack, --url, --server, and every option of the verify script."""
     parser = sub.add_parser(
         "verify", help="check the deployed endpoint's answers against the stack's expectations"
     )
     add_stack_argument(parser)
     parser.add_argument("--url", help=URL_HELP)
-    verify.add_options(parser, default_expect="STACK.verify.json beside the stack file")
+    parser.add_argument("--server", help=SERVER_HELP)
+    verify.add_options(
+        parser, default_expect="STACK.verify.json (STACK.SERVER.verify.json) beside the stack file"
+    )
     parser.set_defaults(run=run)
 
 
+def one_server(stack: StackConfig, server: str | None) -> StrixHaloStack | Mi300xStack:
+    """The stack of the server `--server` names: a fleet needs one, a single server none."""
+    if not isinstance(stack, FleetStack):
+        if server is not None:
+            raise ConfigError(["--server: the stack has one server; leave --server out"])
+        return stack
+    servers = {s.server.resource_name: s for s in stack.server_stacks()}
+    if server is None:
+        raise ConfigError([f"--server: the stack has several servers; name one of {list(servers)}"])
+    if server not in servers:
+        raise ConfigError([f"--server: no server {server!r}; the servers are {list(servers)}"])
+    return servers[server]
+
+
 def run(args: argparse.Namespace) -> int:
-    """Record or check the expectations against the stack's endpoint."""
+    """Record or check the expectations against the stack's (or one fleet server's) endpoint."""
     try:
         stack_file = read_stack_file(args.stack)
-        stack = stack_file.stack()
+        stack = one_server(stack_file.stack(), args.server)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
     if args.expect is None:
-        args.expect = stack_file.expectations_path
+        args.expect = stack_file.expectations_path(args.server)
     if not args.expect.is_file() and not args.record:
+        server = f" --server {args.server}" if args.server else ""
         print(
             f"llm-infra verify: no expectations {args.expect}: record them once against a "
-            f"deployment you trust (llm-infra verify {stack_file.name} --url URL --record) and "
-            "commit the file",
+            f"deployment you trust (llm-infra verify {stack_file.name}{server} --url URL "
+            "--record) and commit the file",
             file=sys.stderr,
         )
         return EXIT_CONFIG
-    if args.min_decode_tps is None and not isinstance(stack, FleetStack):
+    if args.min_decode_tps is None:
         args.min_decode_tps = stack.server.min_decode_tps
     try:
         url = args.url or endpoint_url(stack)

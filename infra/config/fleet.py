@@ -163,11 +163,6 @@ def fleet_checks(fleet: FleetStack) -> list[str]:
                 )
             else:
                 nodes[host] = what.rsplit(".", 1)[0]
-        if entry.verify_after_up:
-            problems.append(
-                f"{key}.verifyAfterUp: not available in a stack with servers: (check each server "
-                "with: llm-infra verify STACK --url URL)"
-            )
         if entry.alias in aliases:
             other = fleet.servers[aliases[entry.alias]]
             if _model_key(other.model) != _model_key(entry.model):

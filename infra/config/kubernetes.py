@@ -179,7 +179,8 @@ class ServerSettings(Strict):
     api_key: bool = False
     gpu_gate: bool = False
     verify_after_up: bool = False
-    """Run `llm-infra verify` as a Job after each `pulumi up` (needs stacks/STACK.verify.json)."""
+    """Run `llm-infra verify` as a Job after each `pulumi up` (needs stacks/STACK.verify.json;
+    a fleet's server stacks/STACK.SERVER.verify.json)."""
     min_decode_tps: Annotated[float, Field(gt=0)] | None = None
     """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
     """Startup probe that fails unless the load log shows the layers on a Vulkan device."""

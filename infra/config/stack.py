@@ -121,10 +121,9 @@ class StackFile:
         """The stack's lock file (it may not exist yet)."""
         return lock_path_for(self.path)
 
-    @property
-    def expectations_path(self) -> Path:
-        """The stack's recorded verify expectations (they may not exist yet)."""
-        return expectations_path_for(self.lock_path)
+    def expectations_path(self, server: str | None = None) -> Path:
+        """The stack's recorded verify expectations, or one fleet server's (may not exist yet)."""
+        return expectations_path_for(self.lock_path, server)
 
     def values(self) -> dict[str, Any]:
         """The stack's keys, namespace stripped (what `parse_stack` validates)."""
@@ -195,9 +194,11 @@ def lock_path_for(stack_file: Path) -> Path:
     return stack_file.with_name(f"{name}.lock.json")
 
 
-def expectations_path_for(lock_path: Path) -> Path:
-    """Where a stack's verify expectations live: beside its lock, `STACK.verify.json`."""
-    return lock_path.with_name(lock_path.name.removesuffix(".lock.json") + ".verify.json")
+def expectations_path_for(lock_path: Path, server: str | None = None) -> Path:
+    """Where a stack's verify expectations live: beside its lock, `STACK.verify.json`; those of
+    one server of a fleet (by its name, a DNS label) `STACK.SERVER.verify.json`."""
+    stem = lock_path.name.removesuffix(".lock.json")
+    return lock_path.with_name(f"{stem}.{server}.verify.json" if server else f"{stem}.verify.json")
 
 
 class StackSecrets(BaseModel):

@@ -37,9 +37,11 @@ def deploy(
     stack: StrixHaloStack | FleetStack,
     sources: list[ModelSource],
     secrets: StackSecrets,
-    verify_expectations: str | None = None,
+    verify_expectations: list[str | None] | None = None,
 ) -> None:
     """Create the stack's resources (each server's, in `servers:` order) and its outputs.
+
+    `verify_expectations`: per server, what its post-up verify Job checks (None: no Job).
 
     A single-server stack keeps the names and outputs it always had; a fleet adds `servers`
     (per server: url, alias, modelPath, lockDigest, modelRevision) and `litellmModelList`.
@@ -69,10 +71,9 @@ def deploy(
         depends.append(namespace)
     entries: list[pulumi.Output[dict[str, Any]]] = []
     outputs: dict[str, pulumi.Output[dict[str, Any]]] = {}
-    for server_stack, source in zip(servers, sources, strict=True):
-        store, server = deploy_server(
-            server_stack, source, secrets, provider, depends, verify_expectations
-        )
+    expectations = verify_expectations or [None] * len(servers)
+    for server_stack, source, expect in zip(servers, sources, expectations, strict=True):
+        store, server = deploy_server(server_stack, source, secrets, provider, depends, expect)
         entry = server.url.apply(partial(litellm_route, server_stack))
         entries.append(entry)
         if fleet:

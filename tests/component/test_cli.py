@@ -39,7 +39,7 @@ def closed_port() -> int:
         ("plan", ["--json", "--suggest", "--headroom", "--gguf"]),
         (
             "verify",
-            ["--url", "--expect", "--record", "--api-key", "--api-key-env-file",
+            ["--url", "--server", "--expect", "--record", "--api-key", "--api-key-env-file",
              "--min-decode-tps", "--model", "--endpoint"],
         ),
         (

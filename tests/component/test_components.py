@@ -302,3 +302,37 @@ def test_verify_after_up_runs_a_job_after_the_deployment(tmp_path: Path) -> None
     }
     assert {"podSelector": {"matchLabels": verify_pod}} in peers
     assert "sk-live-verify-0123" not in json.dumps(rendered.resources)
+
+
+def test_each_server_of_a_fleet_verifies_against_its_own_expectations(tmp_path: Path) -> None:
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo-pair.yaml")
+    config, secret_keys = dict(stack_file.config), stack_file.secret_keys
+    servers = json.loads(config["llm-infra:servers"])
+    for server in servers:
+        server.update(verifyAfterUp=True, minDecodeTps=20)
+    servers[1]["minDecodeTps"] = 25
+    config["llm-infra:servers"] = json.dumps(servers)
+    config["llm-infra:lockFile"] = str(tmp_path / "strix-halo-pair.lock.json")
+    with pytest.raises(ConfigError) as missing:
+        run_program(program.main, config, secret_keys, stack="strix-halo-pair")
+    assert [p.split(":")[0] for p in missing.value.problems] == [
+        "servers[0].verifyAfterUp",
+        "servers[1].verifyAfterUp",
+    ]
+    assert "strix-halo-pair.deepseek-v4-flash-0731-b.verify.json" in missing.value.problems[1]
+    assert "--server deepseek-v4-flash-0731-b --url URL --record" in missing.value.problems[1]
+    expected = {}
+    for server in servers:
+        expected[server["name"]] = {"version": 1, "cases": [], "model": server["name"]}
+        path = tmp_path / f"strix-halo-pair.{server['name']}.verify.json"
+        path.write_text(json.dumps(expected[server["name"]]))
+    resources = by_name(run_program(program.main, config, secret_keys, stack="strix-halo-pair"))
+    for server, floor in zip(servers, ("20.0", "25.0"), strict=True):
+        name = server["name"]
+        job = resources[f"{name}-verify-job"]
+        assert f"{name}-deployment" in job["options"]["dependsOn"]
+        (container,) = job["inputs"]["spec"]["template"]["spec"]["containers"]
+        assert container["command"][2] == f"http://{name}.llm.svc:8080"
+        assert container["command"][-2:] == ["--min-decode-tps", floor]
+        data = resources[f"{name}-verify"]["inputs"]["data"]
+        assert json.loads(data["expect.json"]) == expected[name]

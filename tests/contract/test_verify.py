@@ -172,3 +172,37 @@ def test_a_silent_cpu_fallback_fails_on_the_recorded_speed(
     assert "of the " in first and "tok/s recorded (need 10%)" in first
     assert "the server may have fallen back to the CPU" in first
     assert "not checked (no speed recorded" in second
+
+
+def test_one_server_of_a_fleet_is_recorded_and_checked_by_name(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    from tests.component.test_cli import llm_infra
+    from tests.conftest import STACKS
+
+    stack = tmp_path / "Pulumi.strix-halo-pair.yaml"
+    stack.write_text((STACKS / "Pulumi.strix-halo-pair.yaml").read_text())
+    name = "deepseek-v4-flash-0731-b"
+    with run_llama_server(tiny_server_argv(models["a"])) as url:
+        unnamed = llm_infra("verify", str(stack), "--url", url, "--record")
+        assert unnamed.returncode == 2
+        assert "--server: the stack has several servers; name one of" in unnamed.stderr
+        assert f"'{name}'" in unnamed.stderr
+        unknown = llm_infra("verify", str(stack), "--server", "nope", "--url", url)
+        assert unknown.returncode == 2 and "no server 'nope'" in unknown.stderr
+        missing = llm_infra("verify", str(stack), "--server", name, "--url", url)
+        assert missing.returncode == 2
+        assert f"--server {name} --url URL --record" in missing.stderr
+        recorded = llm_infra("verify", str(stack), "--server", name, "--url", url, "--record")
+        assert recorded.returncode == 0, recorded.stderr
+        path = tmp_path / f"strix-halo-pair.{name}.verify.json"
+        doc = json.loads(path.read_text())
+        # One CPU records and checks: only a fall of a CPU fallback's size counts (see above).
+        doc["tolerance"]["min_decode_fraction"] = SAME_CPU_FRACTION
+        path.write_text(json.dumps(doc))
+        assert not (tmp_path / "strix-halo-pair.verify.json").exists()
+        checked = llm_infra("verify", str(stack), "--server", name, "--url", url)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"{len(verify.DEFAULT_CASES)}/{len(verify.DEFAULT_CASES)} cases passed" in checked.stdout
+    single = llm_infra("verify", "strix-halo", "--server", name)
+    assert single.returncode == 2 and "the stack has one server" in single.stderr
