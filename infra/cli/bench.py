@@ -772,6 +772,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_stack_argument(parser)
     parser.add_argument("--url", help=URL_HELP)
+    parser.add_argument("--server", help="a stack with servers: the server to measure, by name")
     add_options(parser)
     parser.set_defaults(run=run_stack)
 
@@ -779,12 +780,16 @@ def add_parser(sub: Subparsers) -> None:
 def run_stack(args: argparse.Namespace) -> int:
     """Benchmark the stack's endpoint (or --url)."""
     from infra.cli.common import report_config_error
+    from infra.cli.verify import one_server
     from infra.config import ConfigError, read_stack_file
     from infra.targets import endpoint_url
 
     try:
         stack = read_stack_file(args.stack).stack()
-        url = args.url or endpoint_url(stack)
+        url = args.url
+        # --url alone is enough, in a fleet too; --server picks (and checks) a fleet server.
+        if args.server is not None or url is None:
+            url = url or endpoint_url(one_server(stack, args.server))
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
     return run(url, args)

@@ -44,9 +44,9 @@ def closed_port() -> int:
         ),
         (
             "bench",
-            ["--url", "--api-key", "--model", "--out", "--decode-requests", "--decode-tokens",
-             "--prefill-requests", "--prefill-words", "--concurrency", "--concurrent-tokens",
-             "--requests-per-stream", "--seed", "--no-ignore-eos"],
+            ["--url", "--server", "--api-key", "--model", "--out", "--decode-requests",
+             "--decode-tokens", "--prefill-requests", "--prefill-words", "--concurrency",
+             "--concurrent-tokens", "--requests-per-stream", "--seed", "--no-ignore-eos"],
         ),
         ("gpu-gate", ["--log", "--expect-layers", "--device-prefix", "--min-gpu-mib",
                       "--wait-url"]),
@@ -150,3 +150,15 @@ def test_a_plaintext_secret_in_a_stack_file_is_refused_without_repeating_it(
         assert "apiKey: a secret in plain text" in result.stderr
         assert "pulumi config set --secret apiKey" in result.stderr
         assert "sk-live-plaintext" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("command", ["verify", "bench"])
+def test_a_fleet_endpoint_command_names_its_servers_when_none_is_chosen(command: str) -> None:
+    unnamed = llm_infra(command, "strix-halo-pair")
+    assert unnamed.returncode == 2
+    assert "--server: the stack has several servers; name one of" in unnamed.stderr
+    assert "'deepseek-v4-flash-0731-b'" in unnamed.stderr
+    unknown = llm_infra(command, "strix-halo-pair", "--server", "nope")
+    assert unknown.returncode == 2 and "no server 'nope'" in unknown.stderr
+    single = llm_infra(command, "strix-halo", "--server", "deepseek-v4-flash-0731")
+    assert single.returncode == 2 and "the stack has one server" in single.stderr
