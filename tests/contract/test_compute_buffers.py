@@ -10,6 +10,7 @@ what llama-server reserved.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,25 +23,24 @@ bench = load_file("bench_compute_buffers", ROOT / "bench" / "compute_buffers.py"
 
 
 def test_the_cpu_compute_buffer_is_the_mask_plus_activations(tmp_path: Path) -> None:
-    shapes = [(1024, 256), (1024, 4096)]
-    rows: dict[tuple[int, int, int, int], dict[str, float]] = {}
-    for i, (n_embd, n_ff) in enumerate(shapes):
-        model = bench.write_model(tmp_path / f"m{i}", n_embd, n_ff)
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for n_embd, n_ff in [(1024, 256), (1024, 4096)]:
+        model = bench.write_model(tmp_path / f"e{n_embd}-ff{n_ff}", n_embd, n_ff)
         for ctx in (4096, 16384):
             for ubatch in (128, 512):
-                log = tmp_path / f"m{i}-{ctx}-{ubatch}.log"
-                measured = bench.cpu_compute_mib(model, ctx, ubatch, log)
-                rows[(n_embd, n_ff, ctx, ubatch)] = bench.row(n_embd, n_ff, ctx, ubatch, measured)
+                key = (n_embd, n_ff, ctx, ubatch, 0, "f16")
+                buffers = bench.compute_buffers(model, key, tmp_path / bench.log_name(key))
+                assert list(buffers) == ["CPU"]
+                rows[key] = bench.row(key, "CPU", buffers["CPU"])
     print("\n" + bench.format_table(list(rows.items())))
-    for (n_embd, n_ff, ctx, ubatch), figures in rows.items():
-        assert figures["plan"] >= figures["measured"], (n_embd, n_ff, ctx, ubatch, figures)
+    for (n_embd, n_ff, ctx, ubatch, ngl, cache), figures in rows.items():
+        assert figures["plan"] >= figures["measured"], figures
         if ctx == 16384:
-            small = rows[(n_embd, n_ff, 4096, ubatch)]
-            grown = figures["measured"] - small["measured"]
+            grown = figures["measured"] - rows[(n_embd, n_ff, 4096, ubatch, ngl, cache)]["measured"]
             # Two decimals of MiB in each log line.
             assert abs(grown - 2 * (16384 - 4096) * ubatch / bench.MIB) <= 0.011, figures
     # The activations grow with n_ff: the model's shape shows in the rest, not only the mask.
-    assert (
-        rows[(1024, 4096, 4096, 512)]["floats_per_token"]
-        > rows[(1024, 256, 4096, 512)]["floats_per_token"]
-    )
+    wide, narrow = rows[(1024, 4096, 4096, 512, 0, "f16")], rows[(1024, 256, 4096, 512, 0, "f16")]
+    assert wide["floats_per_token"] > narrow["floats_per_token"]
+    # The logs a run kept read back to the same table (how a GPU machine's logs are read).
+    assert sorted(bench.from_logs(tmp_path)) == sorted(rows.items())
