@@ -11,7 +11,9 @@ buffers the way llama-server b11434 does:
 - Host memory in the container: CPU-resident weights and KV, the CPU compute buffer, the
   prompt cache (`--cache-ram`, default 8192 MiB) and a runtime allowance.
 
-Compute buffers are an estimate (see `compute_buffer_bytes`), overridable per device.
+Compute buffers are estimates, overridable per device: `vulkan_compute_bytes` for llama-style
+attention (measured on a Vulkan GPU: the host's buffer whenever layers are offloaded, the GPU's
+over an F16 KV cache), else the upper bound `compute_buffer_bytes`.
 """
 
 from __future__ import annotations
@@ -169,6 +171,43 @@ def compute_buffer_bytes(
     mask = 2 * 2 * pad(ctx_size) * tokens
     scores = 0 if flash_attn else 4 * max(shape.n_head, 1) * pad(ctx_size) * tokens
     return 64 * MIB + tokens * per_token + mask + scores
+
+
+VULKAN_SLACK_BYTES = 256 * 1024
+"""The fixed part of a Vulkan compute buffer (0.01-0.1 MiB measured), rounded up."""
+
+
+def vulkan_compute_bytes(
+    shape: AttentionShape, ctx_size: int, ubatch: int, device: Literal["gpu", "host"]
+) -> int:
+    """A Vulkan compute buffer of llama-server b11434 with flash attention, as measured.
+
+    Each of the GPU's and the host's buffers holds the F16 KQ mask (2 x context x ubatch bytes).
+    Per token of the ubatch, the host's adds 4 x n_embd floats (the input embeddings and their
+    copies); the GPU's adds the peak of the layer graph, max(6 x n_embd, 4 x n_ff) floats
+    (7 x n_embd with fewer than 8 heads). Measured on an H200 through Vulkan for n_embd 512 to
+    2048, n_ff 256 to 4096, contexts 4k to 64k and ubatches 128 and 512, every layer on the GPU
+    and an F16 KV cache (tests/fixtures/gpu_gate/h200-compute-buffers-f16.txt); the host figure
+    also for `-ngl 40` of 44 with a q8_0 cache (llama43-gpu.load.log). The GPU figure holds for
+    llama-style attention over an F16 cache only: a quantized cache adds a dequantized copy
+    (llama43 at q8_0: 210 MiB where F16 gives 76).
+    """
+    mask = 2 * pad(ctx_size) * ubatch
+    if device == "host":
+        per_token = 4 * shape.n_embd
+    else:
+        width = 7 if shape.n_head < 8 else 6
+        per_token = max(width * shape.n_embd, 4 * shape.n_ff)
+    return mask + 4 * per_token * ubatch + VULKAN_SLACK_BYTES
+
+
+def _measured_gpu_graph(inputs: LlamaCppPlanInputs) -> bool:
+    """Whether `vulkan_compute_bytes` was measured for this GPU graph (else the upper bound)."""
+    return (
+        inputs.attention.kind == "standard"
+        and inputs.flash_attn
+        and inputs.cache_type_k == inputs.cache_type_v == "f16"
+    )
 
 
 # -- llama.cpp plan -------------------------------------------------------------------------
@@ -334,11 +373,14 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
     n_kv = len(kv)
     gpu_kv = sum(kv[il] for il in place.gpu_layers if il < n_kv)
     cpu_kv = sum(kv[il] for il in place.cpu_layers if il < n_kv)
+    ubatch = min(inputs.ubatch, inputs.batch)
     estimate = compute_buffer_bytes(
-        inputs.attention,
-        inputs.ctx_size,
-        min(inputs.ubatch, inputs.batch),
-        flash_attn=inputs.flash_attn,
+        inputs.attention, inputs.ctx_size, ubatch, flash_attn=inputs.flash_attn
+    )
+    gpu_compute = (
+        vulkan_compute_bytes(inputs.attention, inputs.ctx_size, ubatch, "gpu")
+        if _measured_gpu_graph(inputs)
+        else estimate
     )
     override = inputs.compute_override_bytes
     gpu_weights = sum(weights.layer_bytes[il] for il in place.gpu_layers)
@@ -354,11 +396,18 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
             {
                 "weights": gpu_weights,
                 "kv_cache": gpu_kv,
-                "compute": override.get("vram", estimate if place.output_on_gpu else 0),
+                "compute": override.get("vram", gpu_compute if place.output_on_gpu else 0),
             },
         )
-    # With every layer on the GPU the CPU graph only embeds the input tokens.
-    cpu_compute = estimate if place.cpu_layers or not has_gpu else 64 * MIB
+    if not place.output_on_gpu:
+        cpu_compute = estimate  # the CPU runs the whole graph
+    elif inputs.attention.kind == "standard":
+        # The mask and the embeddings: the CPU layers' ubatch runs on the GPU too (llama.cpp
+        # offloads their large-batch ops), as measured for `-ngl 40` of 44.
+        cpu_compute = vulkan_compute_bytes(inputs.attention, inputs.ctx_size, ubatch, "host")
+    else:
+        # Not measured for other attention: the upper bound while layers stay on the CPU.
+        cpu_compute = estimate if place.cpu_layers else 64 * MIB
     devices["ram"] = Device(
         inputs.memory_limit_bytes,
         {
