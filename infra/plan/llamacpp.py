@@ -178,27 +178,37 @@ VULKAN_SLACK_BYTES = 256 * 1024
 
 
 def vulkan_compute_bytes(
-    shape: AttentionShape, ctx_size: int, ubatch: int, device: Literal["gpu", "host"]
+    shape: AttentionShape,
+    ctx_size: int,
+    ubatch: int,
+    device: Literal["gpu", "host"],
+    copied_kv_bytes: int = 0,
 ) -> int:
     """A Vulkan compute buffer of llama-server b11434 with flash attention, as measured.
 
     Each of the GPU's and the host's buffers holds the F16 KQ mask (2 x context x ubatch bytes).
     Per token of the ubatch, the host's adds 4 x n_embd floats (the input embeddings and their
-    copies); the GPU's adds the peak of the layer graph, max(6 x n_embd, 4 x n_ff) floats
-    (7 x n_embd with fewer than 8 heads). Measured on an H200 through Vulkan for n_embd 512 to
-    2048, n_ff 256 to 4096, contexts 4k to 64k and ubatches 128 and 512, every layer on the GPU
-    and an F16 KV cache (tests/fixtures/gpu_gate/h200-compute-buffers-f16.txt); the host figure
-    also for `-ngl 40` of 44 with a q8_0 cache (llama43-gpu.load.log). The GPU figure holds for
-    llama-style attention over an F16 cache only: a quantized cache adds a dequantized copy
-    (llama43 at q8_0: 210 MiB where F16 gives 76).
+    copies); the GPU's adds the peak of the layer graph, max(6 x n_embd, 4 x n_ff + 2 x n_embd)
+    floats (7 x n_embd with fewer than 8 heads), and, while layers stay on the CPU, a copy of the
+    largest such layer's KV cache (`copied_kv_bytes`): llama.cpp runs a CPU layer's ubatch on
+    the GPU too, and the allocator reuses that copy from one layer to the next.
+
+    Measured on an H200 through Vulkan (tests/fixtures/gpu_gate/compute/): n_embd 512 to 2048,
+    n_ff 256 to 4096, contexts 4k to 64k, ubatches 128 and 512, F16 and q8_0 caches, every
+    layer on the GPU or one of two on the CPU; and llama43 with `-ngl 40` of 44 at q8_0.
+    Never below a reserved buffer; at a 64k context within 2% on the host and 6% on the GPU
+    (13% with a CPU layer), llama43's within 1%; small buffers up to 30% over.
     """
     mask = 2 * pad(ctx_size) * ubatch
     if device == "host":
-        per_token = 4 * shape.n_embd
-    else:
-        width = 7 if shape.n_head < 8 else 6
-        per_token = max(width * shape.n_embd, 4 * shape.n_ff)
-    return mask + 4 * per_token * ubatch + VULKAN_SLACK_BYTES
+        return mask + 4 * 4 * shape.n_embd * ubatch + VULKAN_SLACK_BYTES
+    width = 7 if shape.n_head < 8 else 6
+    peak = max(width * shape.n_embd, 4 * shape.n_ff + 2 * shape.n_embd)
+    return mask + 4 * peak * ubatch + copied_kv_bytes + VULKAN_SLACK_BYTES
+
+
+MEASURED_CACHE_TYPES = ("f16", "q8_0")
+"""The KV cache types `vulkan_compute_bytes` was measured with on the GPU."""
 
 
 def _measured_gpu_graph(inputs: LlamaCppPlanInputs) -> bool:
@@ -206,7 +216,8 @@ def _measured_gpu_graph(inputs: LlamaCppPlanInputs) -> bool:
     return (
         inputs.attention.kind == "standard"
         and inputs.flash_attn
-        and inputs.cache_type_k == inputs.cache_type_v == "f16"
+        and inputs.cache_type_k in MEASURED_CACHE_TYPES
+        and inputs.cache_type_v in MEASURED_CACHE_TYPES
     )
 
 
@@ -377,10 +388,12 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
     estimate = compute_buffer_bytes(
         inputs.attention, inputs.ctx_size, ubatch, flash_attn=inputs.flash_attn
     )
+    # A CPU layer's ubatch runs on the GPU too: the largest CPU layer's KV cache is copied there.
+    copied = max((kv[il] for il in place.cpu_layers if il < n_kv), default=0)
     gpu_compute = (
-        vulkan_compute_bytes(inputs.attention, inputs.ctx_size, ubatch, "gpu")
+        vulkan_compute_bytes(inputs.attention, inputs.ctx_size, ubatch, "gpu", copied)
         if _measured_gpu_graph(inputs)
-        else estimate
+        else estimate + copied
     )
     override = inputs.compute_override_bytes
     gpu_weights = sum(weights.layer_bytes[il] for il in place.gpu_layers)

@@ -1,38 +1,52 @@
 """The planner's Vulkan compute buffers against what llama-server b11434 reserved on a real GPU.
 
-`tests/fixtures/gpu_gate/compute/h200-compute-buffers-f16.txt` is `bench/compute_buffers.py` on
-an H200 through NVIDIA's Vulkan driver: 2-layer llamas (n_embd 512-2048, n_ff 256-4096) with
-every layer on the GPU, an F16 KV cache, contexts 4k-64k and ubatches 128 and 512. The four
-load logs beside it are from the same run. The plan must never fall below a reserved buffer and
-must stay within 2% of it (plus the quarter MiB of fixed slack).
+`tests/fixtures/gpu_gate/compute/h200-compute-logs.tar.gz` holds the load logs of
+`bench/compute_buffers.py` on an H200 through NVIDIA's Vulkan driver: 2-layer llamas (n_embd
+512-2048, n_ff 256-4096) with F16 and q8_0 caches, every layer on the GPU (contexts 4k-64k,
+ubatches 128 and 512) or one of the two on the CPU (4k and 64k, ubatch 512). The plan must
+never fall below a reserved buffer. At 64k, where the KQ mask dominates as in a deployment, the
+host's stays within 2% and the GPU's within 13% (6% with every layer on the GPU); small
+buffers carry the quarter MiB of fixed slack.
 """
 
 from __future__ import annotations
 
+import re
+import tarfile
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
 from components.payloads.gpu_gate import parse_load_log
-from infra.plan.deepseek4 import AttentionShape
+from infra.plan.deepseek4 import AttentionShape, kv_cache_layers
 from infra.plan.llamacpp import VULKAN_SLACK_BYTES, vulkan_compute_bytes
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu_gate" / "compute"
-TABLE = FIXTURES / "h200-compute-buffers-f16.txt"
+LOGS = Path(__file__).resolve().parent.parent / "fixtures/gpu_gate/compute/h200-compute-logs.tar.gz"
+LOG_NAME = re.compile(r"e(\d+)-ff(\d+)-c(\d+)-ub(\d+)-ngl(\d+)-(f16|q8_0)\.load\.log")
 MIB = 1024**2
+SLACK_MIB = VULKAN_SLACK_BYTES / MIB
 DEVICES: dict[str, Literal["gpu", "host"]] = {"Vulkan0": "gpu", "Vulkan_Host": "host"}
 
-Row = tuple[int, int, int, int, str, float]
-"""(n_embd, n_ff, ctx, ubatch, device, MiB) of one reserved buffer."""
+Buffer = tuple[int, int, int, int, int, str, str, float]
+"""(n_embd, n_ff, ctx, ubatch, ngl, cache type, device, MiB) of one reserved buffer."""
 
 
-def table() -> list[Row]:
-    rows = []
-    for line in TABLE.read_text().splitlines()[1:]:
-        n_embd, n_ff, ctx, ubatch, _ngl, device, mib = line.split()[:7]
-        rows.append((int(n_embd), int(n_ff), int(ctx), int(ubatch), device, float(mib)))
-    return rows
+def reserved() -> list[Buffer]:
+    buffers = []
+    with tarfile.open(LOGS) as archive:
+        for member in archive.getmembers():
+            match = LOG_NAME.fullmatch(Path(member.name).name)
+            assert match, member.name
+            file = archive.extractfile(member)
+            assert file is not None
+            logged = parse_load_log(file.read().decode()).compute_buffers_mib
+            e, ff, c, ub, ngl = (int(v) for v in match.groups()[:5])
+            buffers += [(e, ff, c, ub, ngl, match[6], d, mib) for d, mib in logged.items()]
+    return sorted(buffers)
+
+
+BUFFERS = reserved()
 
 
 def shape(n_embd: int, n_ff: int) -> AttentionShape:
@@ -44,27 +58,28 @@ def shape(n_embd: int, n_ff: int) -> AttentionShape:
     )  # fmt: skip
 
 
-def test_the_table_covers_every_shape_context_ubatch_and_device() -> None:
-    rows = table()
-    keys = {(e, ff, c, ub, d) for e, ff, c, ub, d, _ in rows}
-    assert len(keys) == len(rows) == 6 * 3 * 2 * 2
-    assert {d for *_, d, _ in rows} == set(DEVICES)
+def planned_mib(buffer: Buffer) -> float:
+    """What the plan budgets for the buffer (`-ngl 2` of 3 keeps layer 0 on the CPU)."""
+    e, ff, ctx, ubatch, ngl, cache, device, _ = buffer
+    copied = 0
+    if ngl < 3 and DEVICES[device] == "gpu":
+        copied = kv_cache_layers(shape(e, ff), ctx, 1, cache, cache).total[0]
+    return vulkan_compute_bytes(shape(e, ff), ctx, ubatch, DEVICES[device], copied) / MIB
 
 
-@pytest.mark.parametrize("log", sorted(FIXTURES.glob("*.load.log")), ids=lambda p: p.name)
-def test_the_table_is_what_the_load_logs_say(log: Path) -> None:
-    e, ff, c, ub = (int(part[len(tag):]) for part, tag in zip(
-        log.name.split("-")[:4], ("e", "ff", "c", "ub"), strict=True))  # fmt: skip
-    logged = parse_load_log(log.read_text()).compute_buffers_mib
-    expected = {
-        d: mib for (te, tff, tc, tub, d, mib) in table() if (te, tff, tc, tub) == (e, ff, c, ub)
-    }
-    assert logged == expected
+def test_the_logs_cover_every_run_on_both_devices() -> None:
+    runs = {b[:6] for b in BUFFERS}
+    assert len(runs) == 2 * 6 * 3 * 2 + 2 * 3 * 2
+    assert all({b[6] for b in BUFFERS if b[:6] == run} == set(DEVICES) for run in runs)
 
 
-@pytest.mark.parametrize("row", table(), ids=lambda r: "e{}-ff{}-c{}-ub{}-{}".format(*r[:5]))
-def test_the_plan_holds_each_reserved_buffer_within_two_percent(row: Row) -> None:
-    n_embd, n_ff, ctx, ubatch, device, mib = row
-    planned = vulkan_compute_bytes(shape(n_embd, n_ff), ctx, ubatch, DEVICES[device]) / MIB
-    assert planned >= mib, (planned, mib)
-    assert planned <= 1.02 * mib + VULKAN_SLACK_BYTES / MIB, (planned, mib)
+@pytest.mark.parametrize(
+    "buffer", BUFFERS, ids=lambda b: "e{}-ff{}-c{}-ub{}-ngl{}-{}-{}".format(*b)
+)
+def test_the_plan_never_falls_below_a_reserved_buffer(buffer: Buffer) -> None:
+    *_, device, mib = buffer
+    planned = planned_mib(buffer)
+    assert mib <= planned <= 1.3 * mib + SLACK_MIB, (planned, mib)
+    if buffer[2] == 65536:
+        bound = 1.02 if device == "Vulkan_Host" else 1.06 if buffer[4] == 99 else 1.13
+        assert planned <= bound * mib + SLACK_MIB, (planned, mib)
