@@ -94,24 +94,33 @@ def read_log(log: Path) -> dict[str, float]:
     return buffers
 
 
-def planned_mib(key: Key, device: str) -> float | None:
-    """The planner's figure for the buffer, or None where the planner cannot be imported."""
-    try:
-        from infra.plan.deepseek4 import AttentionShape
-        from infra.plan.llamacpp import compute_buffer_bytes, vulkan_compute_bytes
-    except ImportError:
-        return None
-    n_embd, n_ff, ctx, ubatch, _, cache = key
+def shape_of(n_embd: int, n_ff: int) -> Any:
+    """The planner's AttentionShape of a generated model (needs the planner's imports)."""
+    from infra.plan.deepseek4 import AttentionShape
+
     n_head = heads(n_embd)
-    shape = AttentionShape(
+    return AttentionShape(
         kind="standard", n_layer=2, n_head_kv=(n_head, n_head), head_k=n_embd // n_head,
         head_v=n_embd // n_head, n_head=n_head, n_embd=n_embd, n_ff=n_ff, n_vocab=N_VOCAB,
     )  # fmt: skip
-    # As the plan budgets each device (infra.plan.llamacpp._llamacpp_devices).
+
+
+def planned_mib(key: Key, device: str) -> float | None:
+    """The planner's figure for the buffer, or None where the planner cannot be imported."""
+    try:
+        from infra.plan.deepseek4 import kv_cache_layers
+        from infra.plan.llamacpp import compute_buffer_bytes, vulkan_compute_bytes
+    except ImportError:
+        return None
+    n_embd, n_ff, ctx, ubatch, ngl, cache = key
+    shape = shape_of(n_embd, n_ff)
+    # As the plan budgets each device (infra.plan.llamacpp._llamacpp_devices): below -ngl 3
+    # layer 0 stays on the CPU and its KV cache is copied to the GPU for its ubatch.
+    copied = kv_cache_layers(shape, ctx, 1, cache, cache).total[0] if ngl < 3 else 0
     if device == "Vulkan_Host":
         return vulkan_compute_bytes(shape, ctx, ubatch, "host") / MIB
-    if device.startswith("Vulkan") and cache == "f16":
-        return vulkan_compute_bytes(shape, ctx, ubatch, "gpu") / MIB
+    if device.startswith("Vulkan"):
+        return vulkan_compute_bytes(shape, ctx, ubatch, "gpu", copied) / MIB
     return compute_buffer_bytes(shape, ctx, ubatch, flash_attn=True) / MIB
 
 

@@ -11,22 +11,22 @@ buffers carry the quarter MiB of fixed slack.
 
 from __future__ import annotations
 
-import re
 import tarfile
 from pathlib import Path
-from typing import Literal
 
 import pytest
 
 from components.payloads.gpu_gate import parse_load_log
-from infra.plan.deepseek4 import AttentionShape, kv_cache_layers
-from infra.plan.llamacpp import VULKAN_SLACK_BYTES, vulkan_compute_bytes
+from infra.plan.llamacpp import VULKAN_SLACK_BYTES
+from tests.conftest import ROOT
+from tests.support.modules import load_file
 
-LOGS = Path(__file__).resolve().parent.parent / "fixtures/gpu_gate/compute/h200-compute-logs.tar.gz"
-LOG_NAME = re.compile(r"e(\d+)-ff(\d+)-c(\d+)-ub(\d+)-ngl(\d+)-(f16|q8_0)\.load\.log")
+bench = load_file("bench_compute_buffers", ROOT / "bench" / "compute_buffers.py")
+
+LOGS = ROOT / "tests" / "fixtures" / "gpu_gate" / "compute" / "h200-compute-logs.tar.gz"
 MIB = 1024**2
 SLACK_MIB = VULKAN_SLACK_BYTES / MIB
-DEVICES: dict[str, Literal["gpu", "host"]] = {"Vulkan0": "gpu", "Vulkan_Host": "host"}
+DEVICES = {"Vulkan0", "Vulkan_Host"}
 
 Buffer = tuple[int, int, int, int, int, str, str, float]
 """(n_embd, n_ff, ctx, ubatch, ngl, cache type, device, MiB) of one reserved buffer."""
@@ -36,7 +36,7 @@ def reserved() -> list[Buffer]:
     buffers = []
     with tarfile.open(LOGS) as archive:
         for member in archive.getmembers():
-            match = LOG_NAME.fullmatch(Path(member.name).name)
+            match = bench.LOG_NAME.fullmatch(Path(member.name).name)
             assert match, member.name
             file = archive.extractfile(member)
             assert file is not None
@@ -49,28 +49,17 @@ def reserved() -> list[Buffer]:
 BUFFERS = reserved()
 
 
-def shape(n_embd: int, n_ff: int) -> AttentionShape:
-    """The generated models' shape (bench/compute_buffers.py: 128-wide heads, 380 tokens)."""
-    n_head = max(n_embd // 128, 1)
-    return AttentionShape(
-        kind="standard", n_layer=2, n_head_kv=(n_head, n_head), head_k=128, head_v=128,
-        n_head=n_head, n_embd=n_embd, n_ff=n_ff, n_vocab=380,
-    )  # fmt: skip
-
-
 def planned_mib(buffer: Buffer) -> float:
     """What the plan budgets for the buffer (`-ngl 2` of 3 keeps layer 0 on the CPU)."""
-    e, ff, ctx, ubatch, ngl, cache, device, _ = buffer
-    copied = 0
-    if ngl < 3 and DEVICES[device] == "gpu":
-        copied = kv_cache_layers(shape(e, ff), ctx, 1, cache, cache).total[0]
-    return vulkan_compute_bytes(shape(e, ff), ctx, ubatch, DEVICES[device], copied) / MIB
+    planned = bench.planned_mib(buffer[:6], buffer[6])
+    assert planned is not None
+    return float(planned)
 
 
 def test_the_logs_cover_every_run_on_both_devices() -> None:
     runs = {b[:6] for b in BUFFERS}
     assert len(runs) == 2 * 6 * 3 * 2 + 2 * 3 * 2
-    assert all({b[6] for b in BUFFERS if b[:6] == run} == set(DEVICES) for run in runs)
+    assert all({b[6] for b in BUFFERS if b[:6] == run} == DEVICES for run in runs)
 
 
 @pytest.mark.parametrize(
