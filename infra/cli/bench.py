@@ -789,7 +789,8 @@ def run_stack(args: argparse.Namespace) -> int:
         url = args.url
         # --url alone is enough, in a fleet too; --server picks (and checks) a fleet server.
         if args.server is not None or url is None:
-            url = url or endpoint_url(one_server(stack, args.server))
+            server = one_server(stack, args.server)
+            url = url or endpoint_url(server)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
     return run(url, args)

@@ -160,5 +160,8 @@ def test_a_fleet_endpoint_command_names_its_servers_when_none_is_chosen(command:
     assert "'deepseek-v4-flash-0731-b'" in unnamed.stderr
     unknown = llm_infra(command, "strix-halo-pair", "--server", "nope")
     assert unknown.returncode == 2 and "no server 'nope'" in unknown.stderr
+    # With --url too: the name is still checked, never ignored.
+    named = llm_infra(command, "strix-halo-pair", "--server", "nope", "--url", "http://127.0.0.1:9")
+    assert named.returncode == 2 and "no server 'nope'" in named.stderr
     single = llm_infra(command, "strix-halo", "--server", "deepseek-v4-flash-0731")
     assert single.returncode == 2 and "the stack has one server" in single.stderr

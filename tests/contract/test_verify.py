@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 
 from components.payloads import verify
+from tests.component.test_cli import llm_infra
+from tests.conftest import STACKS
 from tests.support.llama_server import run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_model_seeded
 
@@ -177,9 +179,6 @@ def test_a_silent_cpu_fallback_fails_on_the_recorded_speed(
 def test_one_server_of_a_fleet_is_recorded_and_checked_by_name(
     models: dict[str, Path], tmp_path: Path
 ) -> None:
-    from tests.component.test_cli import llm_infra
-    from tests.conftest import STACKS
-
     stack = tmp_path / "Pulumi.strix-halo-pair.yaml"
     stack.write_text((STACKS / "Pulumi.strix-halo-pair.yaml").read_text())
     name = "deepseek-v4-flash-0731-b"
