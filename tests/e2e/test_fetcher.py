@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -477,3 +478,39 @@ def test_a_lock_naming_one_file_twice_or_a_hostile_name_is_refused(
     assert result.returncode == 2
     assert "files[2]: " in result.stdout and message in result.stdout
     assert file_gets(hub) == []
+
+
+class _YieldingStdout:
+    """A stdout that lets another thread run between any two writes (as a busy pod does)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[str] = []
+
+    def write(self, text: str) -> int:
+        time.sleep(0.0005)
+        self.chunks.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_log_lines_from_parallel_downloads_never_run_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    out = _YieldingStdout()
+    monkeypatch.setattr(sys, "stdout", out)
+    messages = [f"file-{t}-{i}.gguf: complete ({i} bytes)" for t in range(4) for i in range(25)]
+
+    def worker(t: int) -> None:
+        for i in range(25):
+            fetcher.log(f"file-{t}-{i}.gguf: complete ({i} bytes)")
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines = "".join(out.chunks).splitlines()
+    # One line per message, each whole: "<timestamp> <message>".
+    assert sorted(line.split(" ", 1)[1] for line in lines) == sorted(messages)

@@ -222,9 +222,19 @@ def marker_path(dest: Path, lock: Lock) -> Path:
     return dest / STATE_DIR / f"complete-{lock.digest[:16]}.json"
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def log(message: str) -> None:
-    """Plain log lines: Job logs are not a terminal."""
-    print(time.strftime("%Y-%m-%dT%H:%M:%S") + " " + message, flush=True)
+    """Plain log lines: Job logs are not a terminal.
+
+    Downloads run in threads: ``print`` writes the text and its newline separately, so two
+    threads could run two lines into one. Each line is one write, under a lock.
+    """
+    line = time.strftime("%Y-%m-%dT%H:%M:%S") + " " + message + "\n"
+    with _LOG_LOCK:
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def file_url(lock: Lock, item: ModelFile) -> str:
