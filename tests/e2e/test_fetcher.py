@@ -503,8 +503,8 @@ def test_log_lines_from_parallel_downloads_never_run_together(
     messages = [f"file-{t}-{i}.gguf: complete ({i} bytes)" for t in range(4) for i in range(25)]
 
     def worker(t: int) -> None:
-        for i in range(25):
-            fetcher.log(f"file-{t}-{i}.gguf: complete ({i} bytes)")
+        for message in messages[25 * t : 25 * (t + 1)]:
+            fetcher.log(message)
 
     threads = [threading.Thread(target=worker, args=(t,)) for t in range(4)]
     for thread in threads:
