@@ -22,8 +22,15 @@ files store and the memory planner reads. Schema (version 1), every value JSON-n
       "layer_bytes": [2150000000, ...],   # tensor bytes of blk.N.*, index N
       "other_tensors": {"token_embd.weight": 1234, "output.weight": 5678, ...},
       "total_bytes": 93400000000,         # sum of every tensor's bytes, all shards
-      "tensor_count": 1234                # tensors in all shards
+      "tensor_count": 1234,               # tensors in all shards
+      "matmul_weights": {                 # (schema 2) the 2-D and 3-D weights of a layer
+        "0": {"Q4_K 4096x1024": 2, ...},  # ("output": the non-layer ones but token_embd),
+        "output": {"Q6_K 4096x129280": 1} # "TYPE ne0xne1[xne2]" -> how many: what the CPU
+      }                                   # repack rules read (infra/plan/repack.py)
     }
+
+A schema 1 summary (no `matmul_weights`) still reads; the plan then says it cannot tell which
+weights llama.cpp repacks and budgets the upper bound.
 
 Tensor bytes are the tensors' own sizes (elements / block size x type size), without the
 alignment padding between tensors in the file.
@@ -41,7 +48,7 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 # Arrays this long or longer are per-token tables (vocab, merges, scores), never planning inputs.
 MAX_STORED_ARRAY = 64
-SUMMARY_SCHEMA = 1
+SUMMARY_SCHEMA = 2
 
 # ggml type id -> (name, block size in elements, bytes per block), as gguf 0.19's
 # `gguf.constants.GGML_QUANT_SIZES` (a unit test keeps the two equal).
@@ -94,6 +101,8 @@ Scalar = int | float | bool | str
 MetadataValue = Scalar | list[Scalar] | list[Any]
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
+# Tensors llama.cpp reads as the input layer (row lookups, never a matrix product).
+INPUT_TENSORS = ("token_embd.", "position_embd.", "token_types.")
 # {arch}.<suffix> keys the planner (and a reader of the lock) needs; deepseek4 keeps all.
 _PLANNING_KEYS = (
     "block_count", "context_length", "embedding_length", "feed_forward_length",
@@ -333,6 +342,7 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
     subset = {k: _jsonable(v) for k, v in sorted(metadata.items()) if _planning_key(k, arch)}
     layer_bytes: dict[int, int] = {}
     other: dict[str, int] = {}
+    matmul: dict[str, dict[str, int]] = {}
     tensor_count = 0
     for header in headers:
         tensor_count += len(header.tensors)
@@ -343,6 +353,11 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
                 layer_bytes[index] = layer_bytes.get(index, 0) + tensor.nbytes
             else:
                 other[tensor.name] = other.get(tensor.name, 0) + tensor.nbytes
+            # Matrix weights (2-D, or 3-D experts); the input layer's lookup table is none.
+            if len(tensor.dims) in (2, 3) and not tensor.name.startswith(INPUT_TENSORS):
+                where = matmul.setdefault(match[1] if match else "output", {})
+                key = f"{tensor.type_name} {'x'.join(str(d) for d in tensor.dims)}"
+                where[key] = where.get(key, 0) + 1
     block_count = metadata.get(f"{arch}.block_count")
     n_layers = max([*layer_bytes, -1]) + 1
     if isinstance(block_count, int) and not isinstance(block_count, bool):
@@ -359,4 +374,8 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
         "other_tensors": dict(sorted(other.items())),
         "total_bytes": sum(layer_bytes.values()) + sum(other.values()),
         "tensor_count": tensor_count,
+        "matmul_weights": {
+            where: dict(sorted(matmul[where].items()))
+            for where in sorted(matmul, key=lambda w: (w == "output", int(w) if w.isdigit() else 0))
+        },
     }

@@ -51,6 +51,9 @@ class NodePreflight(TypedDict):
     """GPU memory the memory plan counts on (`memory.vramGib`): VRAM + GTT must reach it."""
     gpu_device_path: NotRequired[str]
     """Host path of the DRM render nodes (default `/dev/dri`)."""
+    cpu_variant: NotRequired[str | None]
+    """The ggml CPU variant the memory plan counts on (`memory.nodeCpu`): the preflight fails
+    when the server image's llama-server loads another on this node. Always reported."""
 
 
 def _gib_text(count: int) -> str:
@@ -68,8 +71,11 @@ def preflight_script(
     dri: str = "/dev/dri",
     sysfs_drm: str = SYSFS_DRM,
     llama_server: str = LLAMA_SERVER,
+    cpu_variant: str | None = None,
+    cpuinfo: str = "/proc/cpuinfo",
 ) -> str:
-    """The bash script: render node, amdgpu VRAM + GTT, disk, Vulkan device; exit 1 on a problem.
+    """The bash script: render node, amdgpu VRAM + GTT, disk, Vulkan device, the CPU variant
+    llama-server loads (its repack buffers depend on it); exit 1 on a problem.
 
     `files` are the model's (name, size); what of them is already on the volume counts as
     free. `retired` files count as free only with `replace` (with `keep` they stay until the
@@ -210,6 +216,32 @@ def preflight_script(
             "  fi",
             "fi",
         ]
+    # ggml loads the best CPU variant the node supports and logs which (`load_backend: loaded
+    # CPU backend from .../libggml-cpu-<variant>.so`, ggml-backend-reg.cpp line 259, b11434).
+    lines += [
+        f"cpuinfo={shlex.quote(cpuinfo)}",
+        "flags=$(grep -m1 '^flags' \"$cpuinfo\" 2>/dev/null | tr ' ' '\\n'"
+        " | grep -xE 'avx2|avx512f|avx512_vnni|avx512_bf16|avx_vnni|amx_int8|amx_tile'"
+        " | tr '\\n' ' ' || true)",
+        f"llama_server={shlex.quote(llama_server)}",
+        'variant=""',
+        'if [ -x "$llama_server" ]; then',
+        '  variant=$(timeout 60 "$llama_server" -lv 4 --list-devices 2>&1'
+        " | sed -n 's|.*loaded CPU backend from .*libggml-cpu-\\([a-z0-9_.]*\\)\\.so.*|\\1|p'"
+        " | head -n 1)",
+        "fi",
+        'echo "preflight: CPU features ${flags:-(none of avx2 avx512 amx)}; llama-server loads'
+        ' the ${variant:-unknown} CPU variant"',
+    ]
+    if cpu_variant is not None:
+        lines += [
+            f"expected={shlex.quote(cpu_variant)}",
+            'if [ -n "$variant" ] && [ "$variant" != "$expected" ]; then',
+            '  problem "CPU: llama-server loads the $variant CPU variant on this node, the memory'
+            " plan counts on $expected (memory.nodeCpu), whose repack buffers for CPU-resident"
+            ' weights differ: set memory.nodeCpu: $variant"',
+            "fi",
+        ]
     lines += [
         'if [ "$problems" -gt 0 ]; then',
         '  echo "preflight: $problems problem(s); nothing was started" >&2',
@@ -319,6 +351,7 @@ def store_preflight_job(
         check_devices=preflight.get("gpu_access", "privileged") == "privileged",
         retired=retired,
         replace=upgrade == "replace",
+        cpu_variant=preflight.get("cpu_variant"),
     )
     return preflight_job(
         preflight_job_name(store_name, script, preflight["image"]),

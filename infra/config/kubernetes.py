@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from components.addresses import covers_every_address
 from components.llamacpp_manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
@@ -33,6 +33,17 @@ from infra.config.base import (
     shard_set_problems,
 )
 from infra.config.metrics import KubernetesMetricsSettings
+from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
+
+
+def _known_cpu(name: str) -> str:
+    if name not in CPU_NAMES and name not in CPU_VARIANTS:
+        known = ", ".join(sorted({*CPU_NAMES, *CPU_VARIANTS}))
+        raise ValueError(f"{name!r} is not a CPU or ggml CPU variant the plan knows ({known})")
+    return name
+
+
+NodeCpu = Annotated[str, AfterValidator(_known_cpu)]
 
 
 class KubernetesSettings(Strict):
@@ -245,6 +256,11 @@ class MemorySettings(Strict):
     """Sequential read speed of the model volume: how long the load takes, for the probes."""
     init_seconds: Annotated[int, Field(ge=0)] = 60
     """Device and runtime start-up on top of reading the weights (Vulkan init, warm-up)."""
+    node_cpu: NodeCpu | None = None
+    """The server node's CPU (`zen5`, `sapphirerapids`, ...) or ggml CPU variant (`haswell`,
+    ...): it decides which CPU-resident weights llama.cpp repacks into buffers of their own
+    (CPU_REPACK, AMX; the node preflight prints what it sees). Unset: the plan budgets the
+    largest (AMX)."""
 
 
 class NetworkClientSettings(Strict):

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from components.gguf_header import INPUT_TENSORS
 from infra.plan.deepseek4 import (
     DEFAULT_BATCH,
     DEFAULT_UBATCH,
@@ -33,6 +34,7 @@ from infra.plan.deepseek4 import (
     kv_layout,
     pad,
 )
+from infra.plan.repack import CPU_VARIANTS, MAX_GROWTH, MatmulWeight, Repack, repack, worst_repack
 from infra.plan.report import (
     GIB,
     MIB,
@@ -45,8 +47,6 @@ from infra.plan.report import (
 )
 
 DEFAULT_CACHE_RAM_MIB = 8192
-# Tensors llama.cpp loads as the input layer, which it never offloads.
-_INPUT_TENSORS = ("token_embd.", "position_embd.", "token_types.")
 
 WeightSource = Literal["GGUF header", "lock summary", "file sizes + layer structure"]
 
@@ -61,6 +61,9 @@ class ModelWeights:
     output_bytes: int
     """Every other non-layer tensor (output, output_norm, ...): the output layer's device."""
     source: WeightSource
+    matmul_weights: Mapping[str, tuple[MatmulWeight, ...]] | None = None
+    """Matrix weights by layer index (`"0"`, ...) and `"output"`, for the CPU repack rules;
+    None when the source has no per-tensor types (a schema 1 summary, file sizes)."""
 
     @property
     def total_bytes(self) -> int:
@@ -73,12 +76,20 @@ class ModelWeights:
     ) -> ModelWeights:
         """From a `components.gguf_header.summarize` summary."""
         other: Mapping[str, int] = summary["other_tensors"]
-        inputs = sum(b for n, b in other.items() if n.startswith(_INPUT_TENSORS))
+        inputs = sum(b for n, b in other.items() if n.startswith(INPUT_TENSORS))
+        listed: Mapping[str, Mapping[str, int]] | None = summary.get("matmul_weights")
+        matmul = None
+        if listed is not None:
+            matmul = {
+                where: tuple(_matmul_weight(key, count) for key, count in found.items())
+                for where, found in listed.items()
+            }
         return cls(
             layer_bytes=tuple(int(b) for b in summary["layer_bytes"]),
             input_bytes=inputs,
             output_bytes=sum(other.values()) - inputs,
             source=source,
+            matmul_weights=matmul,
         )
 
     @classmethod
@@ -88,6 +99,12 @@ class ModelWeights:
         per_layer, rest = divmod(total_bytes, n_layer)
         layers = tuple(per_layer + (1 if i < rest else 0) for i in range(n_layer))
         return cls(layers, 0, 0, "file sizes + layer structure")
+
+
+def _matmul_weight(key: str, count: int) -> MatmulWeight:
+    """`"Q4_K 4096x1024"`, 2 (a summary's `matmul_weights` entry) as a MatmulWeight."""
+    type_name, _, shape = key.partition(" ")
+    return MatmulWeight(type_name, tuple(int(d) for d in shape.split("x")), int(count))
 
 
 @dataclass(frozen=True)
@@ -143,6 +160,11 @@ class LlamaCppPlanInputs:
     """`store.upgrade: keep`: during an upgrade the volume holds the old model and the new one."""
     n_rs_seq: int = 0
     """deepseek4 compressor-state rollback planes (speculative decoding only)."""
+    cpu_variant: str | None = None
+    """The ggml CPU variant of the node (`infra.plan.repack.CPU_VARIANTS`), which decides the
+    repack buffers of CPU-resident weights; None: unknown, the largest is budgeted."""
+    repack: bool = True
+    """False with `--no-repack`: CPU-resident weights stay in the model buffer."""
     rpc_devices: tuple[RpcDevice, ...] = ()
     """Other nodes' GPUs through rpc-server, in `--rpc` order (llama.cpp puts them first)."""
     tensor_split: tuple[float, ...] | None = None
@@ -346,10 +368,12 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
             },
         )
     cpu = held["ram"]
+    packed = cpu_repack(inputs, tuple(il for il in cpu if il < n_layer), n_layer in cpu)
     devices["ram"] = Device(
         inputs.memory_limit_bytes,
         {
-            "weights": weight_bytes(cpu) + weights.input_bytes,
+            "weights": weight_bytes(cpu) + weights.input_bytes - packed.moved_bytes,
+            "repacked_weights": packed.buffer_bytes,
             "kv_cache": kv_bytes(cpu),
             "compute": override.get("ram", estimate if cpu else 64 * MIB),
             "prompt_cache": max(inputs.cache_ram_mib, 0) * MIB,
@@ -364,6 +388,31 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
         n_layer in offloaded,
     )
     return devices, place
+
+
+def cpu_repack(
+    inputs: LlamaCppPlanInputs, cpu_layers: tuple[int, ...], output_on_cpu: bool
+) -> Repack:
+    """The repack buffers of the CPU-resident weights (`infra.plan.repack`).
+
+    Without per-tensor types, or without the node's CPU, the plan cannot know which weights
+    move: it budgets the upper bound, every CPU-resident layer's weights repacked at the
+    largest growth (Q8_0 into AMX), unless the variant has no AMX (repacking then never grows
+    a tensor, so the total is exact and only the split is unknown)."""
+    if not inputs.repack:
+        return Repack(0, {})
+    weights = inputs.weights
+    if weights.matmul_weights is None:
+        if inputs.cpu_variant is not None and "AMX_INT8" not in CPU_VARIANTS[inputs.cpu_variant]:
+            return Repack(0, {})
+        moved = sum(weights.layer_bytes[il] for il in cpu_layers)
+        moved += weights.output_bytes if output_on_cpu else 0
+        return Repack(moved, {"upper bound": math.ceil(moved * MAX_GROWTH)})
+    wheres = [str(il) for il in cpu_layers] + (["output"] if output_on_cpu else [])
+    found = [w for where in wheres for w in weights.matmul_weights.get(where, ())]
+    if inputs.cpu_variant is None:
+        return worst_repack(found)
+    return repack(found, inputs.cpu_variant)
 
 
 def _add_disk(devices: dict[str, Device], inputs: LlamaCppPlanInputs) -> None:
@@ -421,10 +470,12 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
     else:
         # Not measured for other attention: the upper bound while layers stay on the CPU.
         cpu_compute = estimate if place.cpu_layers else 64 * MIB
+    packed = cpu_repack(inputs, place.cpu_layers, not place.output_on_gpu)
     devices["ram"] = Device(
         inputs.memory_limit_bytes,
         {
-            "weights": cpu_weights,
+            "weights": cpu_weights - packed.moved_bytes,
+            "repacked_weights": packed.buffer_bytes,
             "kv_cache": cpu_kv,
             "compute": override.get("ram", cpu_compute),
             "prompt_cache": max(inputs.cache_ram_mib, 0) * MIB,
@@ -546,6 +597,7 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
         ]
     rows += [
         TableRow(f"weights ({cpu_text} + token_embd)", ram.items["weights"], "RAM (container)"),
+        TableRow(_repack_text(inputs), ram.items["repacked_weights"], "RAM (container)"),
         TableRow("KV cache (CPU layers)", ram.items["kv_cache"], "RAM (container)"),
         TableRow("compute buffers (CPU)", ram.items["compute"], "RAM (container)"),
         TableRow(f"prompt cache (--cache-ram {inputs.cache_ram_mib})", ram.items["prompt_cache"],
@@ -591,6 +643,15 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
                 "would still fit (with no headroom)"
             )
     return Plan(devices, advice, problems, rows, notes, weights.source, transfers)
+
+
+def _repack_text(inputs: LlamaCppPlanInputs) -> str:
+    """What the repack row holds: the node's variant, or why it is an upper bound."""
+    if inputs.cpu_variant is None:
+        return "repacked weights (node CPU unknown: the largest, AMX, budgeted)"
+    if inputs.weights.matmul_weights is None:
+        return f"repacked weights ({inputs.cpu_variant}: which ones is known once locked)"
+    return f"repacked weights (CPU_REPACK/AMX, ggml CPU variant {inputs.cpu_variant})"
 
 
 def _held_text(layers: tuple[int, ...], n_layer: int) -> str:

@@ -20,6 +20,7 @@ from infra.plan.llamacpp import (
     WeightSource,
     plan_llamacpp,
 )
+from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Plan, TableRow
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
 
@@ -84,6 +85,7 @@ def llamacpp_inputs(
         disk_bytes=int(quantity_value(stack.store.size)),
         upgrade_keeps_old_model=stack.store.upgrade == "keep",
         rpc_devices=rpc_devices(stack),
+        cpu_variant=cpu_variant(memory.node_cpu) if memory.node_cpu is not None else None,
     )
 
 

@@ -29,6 +29,7 @@ from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, S
 from infra.config.fleet import entry_key
 from infra.lock import ModelSource
 from infra.plan.llamacpp import rpc_tensor_split
+from infra.plan.repack import cpu_variant
 from infra.plan.stack import llamacpp_inputs
 from infra.targets.litellm import litellm_entry
 
@@ -252,6 +253,9 @@ def store_args(
             "image": stack.server.image,
             "gpu_access": stack.server.gpu_access,
             "min_gpu_memory_gib": stack.memory.vram_gib,
+            "cpu_variant": None
+            if stack.memory.node_cpu is None
+            else cpu_variant(stack.memory.node_cpu),
         }
         if store.node_preflight
         else None,

@@ -5,6 +5,14 @@ Each case writes a tiny llama model (shape, weight type), reads its GGUF headers
 `-lv 4` and the same `-c`/`-np`/cache types and compares the planned bytes with the
 `load_tensors: ... model buffer size` and `llama_kv_cache: size` lines. Run with `-s` to see
 the predicted-vs-logged table (compute buffers are printed too; they are an estimate).
+
+Every case runs under the baseline CPU variant (`x64`) and every variant this machine's CPU
+supports (`tests.support.llama_build`): the weights llama.cpp repacks for that variant
+(`CPU_REPACK`, `AMX`) are predicted per buffer, never skipped. With `-lm none` the weights are
+anonymous buffers, so the plan's weights plus its repack buffers must match the log's total;
+with the default mmap the repack buffers must match and the mapped buffer lies between the
+weights left in it and those plus the repacked ones (llama.cpp maps the file's range from the
+first to the last tensor it keeps, repacked tensors in between included).
 """
 
 from __future__ import annotations
@@ -19,9 +27,16 @@ import pytest
 
 from components.gguf_header import read_gguf_header, summarize
 from infra.plan.deepseek4 import attention_shape, kv_cache_layers
-from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, compute_buffer_bytes
+from infra.plan.llamacpp import (
+    LlamaCppPlanInputs,
+    ModelWeights,
+    compute_buffer_bytes,
+    cpu_repack,
+    placement,
+)
 from infra.plan.report import MIB
-from tests.support.llama_server import free_port, run_llama_server
+from tests.support import llama_build
+from tests.support.llama_server import free_port, llama_server_binary, run_llama_server
 from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
 
 pytestmark = pytest.mark.contract
@@ -51,7 +66,16 @@ CASES = [
     Case("f32-c16384-np4-q4_0", TinyLlamaSpec(3, 256, 4, 2, 512, Q.F32), 16384, 4, "q4_0"),
     Case("gqa-c3000-np3-f16", TinyLlamaSpec(5, 256, 8, 2, 384, Q.F16), 3000, 3, "f16"),
     Case("kvu-c6000-np2-q8_0", TinyLlamaSpec(2, 128, 4, 4, 256, Q.F16), 6000, 2, "q8_0", True),
+    Case("q4-c4096-np2-f16", TinyLlamaSpec(4, 256, 4, 2, 512, Q.Q4_0), 4096, 2, "f16"),
 ]
+
+
+def _variants() -> list[str]:
+    llama_server_binary()  # builds once; the variants are the build's
+    return sorted(set(llama_build.supported_variants()) | {llama_build.BASELINE_VARIANT})
+
+
+VARIANTS = _variants()
 
 
 @pytest.fixture(scope="module")
@@ -59,16 +83,21 @@ def table() -> Iterator[list[str]]:
     """Rows of the predicted-vs-logged table, printed once the module's cases have run."""
     rows: list[str] = []
     yield rows
-    header = f"{'case':<22} {'model MiB: plan / log':>26} {'KV MiB: plan / log':>24}"
-    print("\n" + "\n".join([header + "   compute MiB: estimate / log", *rows]))
+    header = (
+        f"{'case':<20} {'variant':<15} {'load':<5} {'weights MiB':>19} {'repack MiB':>19} "
+        f"{'KV MiB: plan / log':>20}   compute MiB: estimate / log"
+    )
+    print("\n" + "\n".join([header, *rows]))
 
 
 def _mib(value: int) -> float:
     return value / MIB
 
 
-def _logged(log: str) -> tuple[float, float, float]:
-    model = sum(float(m[2]) for m in _MODEL.finditer(log))
+def _logged(log: str) -> tuple[dict[str, float], float, float]:
+    model: dict[str, float] = {}
+    for m in _MODEL.finditer(log):
+        model[m[1]] = model.get(m[1], 0.0) + float(m[2])
     kv = sum(float(m[1]) for m in _KV.finditer(log))
     compute = sum(float(m[2]) for m in _COMPUTE.finditer(log))
     return model, kv, compute
@@ -79,9 +108,11 @@ def _within(predicted: float, logged: float) -> bool:
     return abs(predicted - logged) <= TOLERANCE * logged + 0.01
 
 
+@pytest.mark.parametrize("load_mode", ["none", "mmap"])
+@pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_planned_model_and_kv_buffers_match_llama_server_log(
-    case: Case, tmp_path: Path, table: list[str]
+    case: Case, variant: str, load_mode: str, tmp_path: Path, table: list[str]
 ) -> None:
     shards = write_tiny_model(tmp_path / "m", "cal", 3, case.spec)
     headers = []
@@ -100,6 +131,7 @@ def test_planned_model_and_kv_buffers_match_llama_server_log(
         cache_type_k=case.cache,
         cache_type_v=case.cache,
         kv_unified=case.unified,
+        cpu_variant=variant,
     )
     kv = kv_cache_layers(
         inputs.attention,
@@ -109,23 +141,47 @@ def test_planned_model_and_kv_buffers_match_llama_server_log(
         case.cache,
         kv_unified=case.unified,
     )
-    predicted_model = _mib(inputs.weights.total_bytes)
+    place = placement(len(inputs.weights.layer_bytes), 0, has_gpu=False)
+    packed = cpu_repack(inputs, place.cpu_layers, output_on_cpu=True)
+    kept = _mib(inputs.weights.total_bytes - packed.moved_bytes)
+    predicted_repack = {name: _mib(size) for name, size in packed.buffers.items()}
     predicted_kv = _mib(kv.cache_bytes)
     predicted_compute = _mib(compute_buffer_bytes(inputs.attention, case.ctx, inputs.ubatch))
 
     argv = ["-m", str(shards[0]), "--port", str(free_port()), "--threads", "2", "-lv", "4"]
-    argv += ["-c", str(case.ctx), "-np", str(case.parallel), "-ngl", "0"]
+    argv += ["-c", str(case.ctx), "-np", str(case.parallel), "-ngl", "0", "-lm", load_mode]
     argv += ["--cache-type-k", case.cache, "--cache-type-v", case.cache]
     argv += ["-kvu"] if case.unified else ["-no-kvu"]
     log_path = tmp_path / "llama-server.log"
-    with run_llama_server(argv, timeout=60.0, log_path=log_path):
+    with run_llama_server(argv, timeout=60.0, log_path=log_path, cpu_variant=variant):
         pass
-    model, kv_logged, compute = _logged(log_path.read_text(errors="replace"))
-    assert model > 0 and kv_logged > 0, "llama-server logged no model or KV buffer sizes"
+    log = log_path.read_text(errors="replace")
+    assert f"libggml-cpu-{variant}.so" in log, f"llama-server did not load the {variant} variant"
+    model, kv_logged, compute = _logged(log)
+    weights_buffer = "CPU" if load_mode == "none" else "CPU_Mapped"
+    assert model.get(weights_buffer, 0) > 0 and kv_logged > 0, (
+        f"llama-server logged no {weights_buffer} model buffer or KV cache: {model}"
+    )
+    logged_repack = {name: size for name, size in model.items() if name != weights_buffer}
 
     table.append(
-        f"{case.name:<22} {predicted_model:15.2f} / {model:8.2f} {predicted_kv:13.2f} / "
-        f"{kv_logged:8.2f}   {predicted_compute:14.1f} / {compute:6.1f}"
+        f"{case.name:<20} {variant:<15} {load_mode:<5} {kept:8.2f} / "
+        f"{model[weights_buffer]:8.2f} {sum(predicted_repack.values()):8.2f} / "
+        f"{sum(logged_repack.values()):8.2f} {predicted_kv:9.2f} / {kv_logged:8.2f}   "
+        f"{predicted_compute:8.1f} / {compute:6.1f}"
     )
-    assert _within(predicted_model, model), f"model buffer {predicted_model:.2f} vs {model:.2f}"
+    assert set(logged_repack) == set(predicted_repack), (
+        f"repack buffers: planned {predicted_repack}, logged {logged_repack}"
+    )
+    for name, size in predicted_repack.items():
+        assert _within(size, logged_repack[name]), f"{name} buffer {size:.2f} vs {logged_repack}"
+    if load_mode == "none":
+        assert _within(kept, model[weights_buffer]), (
+            f"model buffer {kept:.2f} vs {model[weights_buffer]:.2f}"
+        )
+    else:
+        moved = _mib(packed.moved_bytes)
+        assert kept - 0.01 <= model[weights_buffer] <= (kept + moved) * (1 + TOLERANCE) + 0.01, (
+            f"mapped buffer {model[weights_buffer]:.2f} outside {kept:.2f}..{kept + moved:.2f}"
+        )
     assert _within(predicted_kv, kv_logged), f"KV cache {predicted_kv:.2f} vs {kv_logged:.2f}"

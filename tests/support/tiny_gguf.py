@@ -61,7 +61,7 @@ class TinyLlamaSpec:
     n_head_kv: int = N_HEAD_KV
     n_ff: int = N_FF
     weight_type: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32
-    """Type of the 2-D weights (F32, F16 or Q8_0); norms stay F32."""
+    """Type of the 2-D weights (F32, F16, Q8_0 or Q4_0); norms stay F32."""
 
     @property
     def head_dim(self) -> int:
@@ -147,6 +147,7 @@ _FILE_TYPES = {
     gguf.GGMLQuantizationType.F32: gguf.LlamaFileType.ALL_F32,
     gguf.GGMLQuantizationType.F16: gguf.LlamaFileType.MOSTLY_F16,
     gguf.GGMLQuantizationType.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+    gguf.GGMLQuantizationType.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0,
 }
 
 

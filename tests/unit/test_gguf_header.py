@@ -172,7 +172,7 @@ def test_summary_of_a_three_shard_set(tmp_path: Path) -> None:
     tensors = [t for s in shards for t in gguf.GGUFReader(s).tensors]
 
     assert json.loads(json.dumps(summary)) == summary
-    assert summary["schema"] == 1
+    assert summary["schema"] == 2
     assert summary["architecture"] == "llama"
     assert summary["tensor_count"] == len(tensors) == 21
     assert summary["total_bytes"] == sum(int(t.n_bytes) for t in tensors)
@@ -192,6 +192,16 @@ def test_summary_of_a_three_shard_set(tmp_path: Path) -> None:
     assert metadata["llama.context_length"] == 131072
     assert not any(k.startswith(("tokenizer.", "split.")) for k in metadata)
     assert summary["vocab_size"] == headers[0].array_lengths["tokenizer.ggml.tokens"]
+    # Matrix weights by layer, by "TYPE ne0xne1": the 2-D tensors but token_embd's lookup table.
+    expected: dict[str, dict[str, int]] = {}
+    for t in tensors:
+        if len(t.shape) != 2 or t.name.startswith("token_embd."):
+            continue
+        where = t.name.split(".")[1] if t.name.startswith("blk.") else "output"
+        key = f"{t.tensor_type.name} {'x'.join(str(int(d)) for d in t.shape)}"
+        expected.setdefault(where, {})[key] = expected.get(where, {}).get(key, 0) + 1
+    assert summary["matmul_weights"] == expected
+    assert list(summary["matmul_weights"]) == ["0", "1", "output"]
 
 
 def test_summary_keeps_every_deepseek4_key(tmp_path: Path) -> None:

@@ -237,12 +237,39 @@ def test_the_real_cpu_build_of_llama_server_lists_no_vulkan_device_and_fails(
 
 
 @pytest.mark.contract
+def test_the_cpu_variant_llama_server_loads_is_reported_and_checked_against_the_plan(
+    tmp_path: Path,
+) -> None:
+    binary = llama_server_binary()  # loads the test run's variant (GGML_BACKEND_PATH)
+    loaded = Path(os.environ["GGML_BACKEND_PATH"]).name.removeprefix("libggml-cpu-")
+    loaded = loaded.removesuffix(".so")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse4_2 avx avx2 avx512f amx_int8 xsave\n")
+    fake = node(tmp_path, listing="Available devices:\n  Vulkan0: AMD Radeon (98304 MiB)\n")
+    script = fake.script(llama_server=binary, cpu_variant=loaded, cpuinfo=str(cpuinfo))
+    # The real binary lists no Vulkan device; only the CPU lines matter here.
+    result = run(script, tmp_path)
+    assert (
+        f"preflight: CPU features avx2 avx512f amx_int8 ; llama-server loads the {loaded} CPU "
+        "variant" in result.stdout
+    )
+    assert "preflight: CPU:" not in result.stderr
+    other = "zen4" if loaded != "zen4" else "haswell"
+    result = run(fake.script(llama_server=binary, cpu_variant=other), tmp_path)
+    assert (
+        f"preflight: CPU: llama-server loads the {loaded} CPU variant on this node, the memory "
+        f"plan counts on {other} (memory.nodeCpu), whose repack buffers for CPU-resident weights "
+        f"differ: set memory.nodeCpu: {loaded}"
+    ) in result.stderr.splitlines()
+
+
+@pytest.mark.contract
 @pytest.mark.parametrize(
     "variant",
     [
         {"check_devices": True, "retired": ["Qwen3.6*.gguf"], "replace": True},
         {"check_devices": True, "need_gib": None},
-        {"check_devices": False, "retired": [], "replace": False},
+        {"check_devices": False, "retired": [], "replace": False, "cpu_variant": "zen4"},
     ],
 )
 def test_shellcheck_passes_on_the_preflight_script(

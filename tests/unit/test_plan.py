@@ -62,6 +62,7 @@ SEED = LlamaCppPlanInputs(
     memory_limit_bytes=20 * GIB,
     compute_override_bytes={"vram": 2 * GIB},
     disk_bytes=120 * GIB,
+    cpu_variant="zen4",  # Strix Halo's Zen 5 runs ggml's zen4 variant
 )
 
 
