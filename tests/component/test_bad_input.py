@@ -100,6 +100,7 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("store name too long for its Job", "strix-halo", [("store", "name", "m" * 60)], "store.name"),
     ("fetch deadline of nothing", "strix-halo", [("store", "fetchTimeoutHours", 1e-9)], "store.fetchTimeoutHours"),
     ("infinite size", "strix-halo", [("memory", "vramGib", "1e400")], "memory.vramGib"),
+    ("node CPU the plan does not know", "strix-halo", [("memory", "nodeCpu", "zen9")], "memory.nodeCpu"),
     ("hub endpoint with credentials", "strix-halo", [("store", "hfEndpoint", "https://user:pw@mirror.example")], "store.hfEndpoint"),
     ("hub endpoint port out of range", "strix-halo", [("store", "hfEndpoint", "https://mirror.example:99999")], "store.hfEndpoint"),
     ("hub endpoint half an IPv6", "strix-halo", [("store", "hfEndpoint", "https://[::1")], "store.hfEndpoint"),
