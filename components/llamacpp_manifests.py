@@ -93,6 +93,9 @@ class LlamaServerFlags(TypedDict):
     local GPU), as the memory plan computed it."""
     metrics: NotRequired[bool]
     """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set."""
+    repack: NotRequired[bool]
+    """False: `--no-repack`, CPU-resident weights stay in the model buffer (no CPU_REPACK or
+    AMX buffers; omitted: llama-server repacks)."""
 
 
 class HttpProbe(TypedDict):
@@ -172,6 +175,8 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
         argv += ["--log-file", log_file]
     if flags.get("metrics"):
         argv.append("--metrics")
+    if flags.get("repack") is False:
+        argv.append("--no-repack")
     return argv
 
 

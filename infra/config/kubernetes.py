@@ -197,6 +197,10 @@ class ServerSettings(Strict):
     """Startup probe that fails unless the load log shows the layers on a Vulkan device."""
     cache_ram: Annotated[int, Field(ge=0)] | None = None
     """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
+    repack: bool = True
+    """Let llama.cpp repack CPU-resident weights into CPU_REPACK/AMX buffers (false:
+    `--no-repack`). b11434's AMX path dies on quantized weights: the plan refuses it on an AMX
+    node (memory.nodeCpu) until this is false."""
 
     name: DnsLabel | None = None
     alias: ModelName

@@ -407,7 +407,8 @@ def cpu_repack(
             return Repack(0, {})
         moved = sum(weights.layer_bytes[il] for il in cpu_layers)
         moved += weights.output_bytes if output_on_cpu else 0
-        return Repack(moved, {"upper bound": math.ceil(moved * MAX_GROWTH)})
+        amx = inputs.cpu_variant is not None and moved > 0
+        return Repack(moved, {"upper bound": math.ceil(moved * MAX_GROWTH)}, moved if amx else 0)
     wheres = [str(il) for il in cpu_layers] + (["output"] if output_on_cpu else [])
     found = [w for where in wheres for w in weights.matmul_weights.get(where, ())]
     if inputs.cpu_variant is None:
@@ -619,6 +620,15 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             f"--tensor-split {split} (RPC devices first, as llama.cpp orders them)"
         )
     advice: list[str] = []
+    packed = cpu_repack(inputs, place.cpu_layers, not place.output_on_gpu)
+    if packed.amx_quantized_bytes and inputs.cpu_variant is not None:
+        problems.append(
+            f"plan: the node's CPU ({inputs.cpu_variant}, memory.nodeCpu) would put "
+            f"{fmt_size(packed.amx_quantized_bytes)} of quantized CPU-resident weights into AMX "
+            "buffers, and llama.cpp b11434 dies on them in its warm-up run (SIGILL: the AMX "
+            "tile configuration is miscompiled, ggml-org/llama.cpp#26954): set server.repack: "
+            "false (--no-repack), or offload every layer (server.gpuLayers)"
+        )
     if vram is not None and not vram.fits:
         problems.append(_vram_refusal(inputs, vram, gpu_text))
     if not ram.fits:

@@ -25,6 +25,12 @@ Rules, all from the pinned b11434 sources:
 
 The input layer's `token_embd` is a row lookup (GET_ROWS), never repacked. `--no-repack` turns
 all of it off (`use_extra_bufts`).
+
+b11434's AMX path dies on quantized weights: `ggml_tile_config_init` (`amx/mmq.cpp` lines
+204-224) keeps its tile configuration on the stack and GCC stores only the palette byte before
+`ldtilecfg`, so the first `tilezero` of the warm-up run is an undefined instruction (SIGILL; seen
+on a Xeon with AMX, tests/fixtures/cpu_variants/; upstream ggml-org/llama.cpp#26954). F16 in AMX
+runs no tile instruction and serves. `Repack.amx_quantized_bytes` says when a plan would hit it.
 """
 
 from __future__ import annotations
@@ -118,6 +124,8 @@ class Repack:
     """File bytes of the tensors that leave the model buffer."""
     buffers: Mapping[str, int]
     """Bytes of each repack buffer (`CPU_REPACK`, `AMX`), as llama.cpp allocates them."""
+    amx_quantized_bytes: int = 0
+    """File bytes of quantized weights in AMX, on which b11434 dies (module docstring)."""
 
     @property
     def buffer_bytes(self) -> int:
@@ -152,18 +160,19 @@ def repack(weights: Iterable[MatmulWeight], variant: str) -> Repack:
     """The repack buffers of these CPU-resident matrix weights under a ggml CPU variant."""
     features = CPU_VARIANTS[variant]
     amx = "AMX_INT8" in features and "AVX512_VNNI" in features
-    moved = 0
+    moved = quantized = 0
     buffers = {"AMX": 0, "CPU_REPACK": 0}
     for weight in weights:
         amx_bytes = _amx_bytes(weight) if amx else None
         if amx_bytes is not None:
             buffers["AMX"] += amx_bytes
+            quantized += weight.nbytes if weight.type_name != "F16" else 0
         elif _repacked(weight, features):
             buffers["CPU_REPACK"] += weight.nbytes
         else:
             continue
         moved += weight.nbytes
-    return Repack(moved, {name: size for name, size in buffers.items() if size})
+    return Repack(moved, {name: size for name, size in buffers.items() if size}, quantized)
 
 
 def worst_repack(weights: Iterable[MatmulWeight]) -> Repack:

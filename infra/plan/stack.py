@@ -86,6 +86,7 @@ def llamacpp_inputs(
         upgrade_keeps_old_model=stack.store.upgrade == "keep",
         rpc_devices=rpc_devices(stack),
         cpu_variant=cpu_variant(memory.node_cpu) if memory.node_cpu is not None else None,
+        repack=server.repack,
     )
 
 

@@ -283,6 +283,7 @@ def server_args(
         "top_p": server.top_p,
         "threads": server.threads,
         "cache_ram_mib": server.cache_ram,
+        "repack": server.repack,
     }
     if server.rpc is not None:
         # A split model: the workers' Services, and each device's share from the memory plan.

@@ -90,6 +90,7 @@ def test_the_node_preflight_runs_on_the_server_node_in_its_image_before_the_fetc
         check_devices=True,
         retired=["Qwen3.6*.gguf"],
         replace=False,
+        cpu_variant="zen4",  # memory.nodeCpu: zen5
     )
     assert container["command"] == ["bash", "-c", expected]
     assert job["inputs"]["metadata"]["name"].startswith("models-node-")

@@ -354,6 +354,7 @@ def test_store_args_carry_the_upgrade_mode_and_the_preflight_from_the_server(
         "image": stack.server.image,
         "gpu_access": "privileged",
         "min_gpu_memory_gib": 90,
+        "cpu_variant": "zen4",  # memory.nodeCpu: zen5
     }
     del strix_halo_values["store"]["nodePreflight"]
     assert (

@@ -11,6 +11,7 @@ import math
 
 import pytest
 
+from components.llamacpp_manifests import llama_server_args
 from infra.plan.deepseek4 import AttentionShape
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, plan_llamacpp
 from infra.plan.repack import MAX_GROWTH, MatmulWeight, cpu_variant, repack, worst_repack
@@ -117,3 +118,31 @@ def test_with_tensor_types_the_plan_moves_exactly_the_repacked_weights() -> None
     assert ram["weights"] == 4 * 1024
     off = plan_llamacpp(_inputs(weights=weights, cpu_variant="zen4", repack=False))
     assert off.devices["ram"].items["repacked_weights"] == 0
+
+
+def test_quantized_weights_in_amx_are_refused_until_repack_is_off() -> None:
+    q8 = MatmulWeight("Q8_0", (256, 256), 4)
+    matmul = {str(il): (q8,) for il in range(4)}
+    weights = ModelWeights((q8.nbytes,) * 4, 0, 0, "GGUF header", matmul)
+    plan = plan_llamacpp(_inputs(weights=weights, cpu_variant="sapphirerapids"))
+    (problem,) = plan.problems
+    assert problem.startswith("plan: the node's CPU (sapphirerapids, memory.nodeCpu) would put ")
+    assert "set server.repack: false (--no-repack)" in problem
+    assert not plan_llamacpp(
+        _inputs(weights=weights, cpu_variant="sapphirerapids", repack=False)
+    ).problems
+    # F16 in AMX runs no tile instruction: served, not refused.
+    f16 = MatmulWeight("F16", (256, 256), 4)
+    f16_weights = ModelWeights((f16.nbytes,) * 4, 0, 0, "GGUF header", {"0": (f16,)})
+    assert not plan_llamacpp(_inputs(weights=f16_weights, cpu_variant="sapphirerapids")).problems
+
+
+def test_no_repack_reaches_the_llama_server_argv() -> None:
+    flags = {
+        "model_path": "/models/m.gguf", "alias": "m", "host": "0.0.0.0", "port": 8080,
+        "jinja": True, "gpu_layers": 0, "ctx_size": 4096, "parallel": 1, "cont_batching": True,
+        "cache_type_k": "f16", "cache_type_v": "f16", "temperature": 1.0, "top_p": 1.0,
+        "threads": 2,
+    }  # fmt: skip
+    assert "--no-repack" not in llama_server_args(flags)  # type: ignore[arg-type]
+    assert llama_server_args({**flags, "repack": False})[-1] == "--no-repack"  # type: ignore[typeddict-item]
