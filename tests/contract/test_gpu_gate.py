@@ -6,6 +6,7 @@ with ``-ngl 40`` while every layer runs on the CPU.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,11 @@ import pytest
 from components.payloads import GPU_GATE_SOURCE, gpu_gate
 from tests.conftest import ROOT
 from tests.support.gate_server import cached_prompts, complete, run_gated_llama_server
-from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.llama_server import (
+    run_llama_server,
+    stock_llama_server_binary,
+    tiny_server_argv,
+)
 from tests.support.modules import load_file
 from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -29,7 +34,8 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_cpu_build_at_lv4_is_reported_as_no_gpu(model: Path, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
-    with run_llama_server(tiny_server_argv(model, "-ngl", "40", "-lv", "4"), log_path=log):
+    argv = tiny_server_argv(model, "-ngl", "40", "-lv", "4")
+    with run_llama_server(argv, log_path=log, binary=stock_llama_server_binary()):
         pass
     text = log.read_text()
     # What b11434 really prints here, so the parser is tested against the real format.
@@ -62,10 +68,30 @@ def test_cpu_build_at_default_verbosity_fails_and_asks_for_lv4(model: Path, tmp_
     assert any("the log is at verbosity 3" in p for p in result.problems)
 
 
+def test_a_build_with_the_rpc_backend_claims_an_offload_and_the_gate_still_fails(
+    model: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.log"
+    with run_llama_server(tiny_server_argv(model, "-ngl", "40", "-lv", "4"), log_path=log):
+        pass
+    text = log.read_text()
+    # b11434 counts an RPC backend as a way to offload (llama_supports_gpu_offload): no warning,
+    # and an "offloaded N/N layers" line although every buffer is on the CPU.
+    assert "no usable GPU found" not in text
+    assert re.search(r"load_tensors: offloaded \d+/\d+ layers to GPU", text)
+    result = gpu_gate.check_log(text, 40)
+    assert not result.ok
+    assert not result.evidence.gpu_buffers_mib
+    assert any(
+        "expected a non-zero 'Vulkan<N> model buffer size' line" in p for p in result.problems
+    )
+
+
 def test_log_file_misses_the_warning_but_the_gate_still_fails(model: Path, tmp_path: Path) -> None:
     log_file = tmp_path / "llama.log"
     argv = tiny_server_argv(model, "-ngl", "40", "-lv", "4", "--log-file", str(log_file))
-    with run_llama_server(argv, log_path=tmp_path / "stderr.log") as url:
+    stock = stock_llama_server_binary()
+    with run_llama_server(argv, log_path=tmp_path / "stderr.log", binary=stock) as url:
         # As the stock-python-image check would run: wait for /health, then read the log.
         check = subprocess.run(
             [sys.executable, "-I", str(GPU_GATE_SOURCE), "--log", str(log_file),

@@ -22,7 +22,7 @@ from tests.support.llama_server import (
     _flag_value,
     _stop,
     _wait_healthy,
-    llama_server_binary,
+    stock_llama_server_binary,
 )
 
 _CACHE_STATE = re.compile(r"cache state: (\d+) prompts, ([0-9.]+) MiB")
@@ -44,7 +44,7 @@ def run_gated_llama_server(
     """
     log = _flag_value(argv, "--log-file")
     port = _flag_value(argv, "--port")
-    script = load_log_shell(log, binary or llama_server_binary())
+    script = load_log_shell(log, binary or stock_llama_server_binary())
     base_url = f"http://127.0.0.1:{port}"
     with console.open("wb") as out:
         process = subprocess.Popen(

@@ -49,6 +49,18 @@ def binary(name: str) -> Path:
     return path
 
 
+def stock_llama_server() -> Path:
+    """llama-server without the RPC backend beside it, as the stock server images ship it.
+
+    With the RPC backend loaded, b11434 counts RPC as a way to offload
+    (`llama_supports_gpu_offload`), so it never prints "no usable GPU found" on a machine
+    without a GPU; the stock images, and the gate's tests of them, have no RPC backend."""
+    path = build_root() / "bin-norpc" / "llama-server"
+    if not os.access(path, os.X_OK):
+        raise LlamaBuildError(f"{path} is not an executable of the build")
+    return path
+
+
 def deepseek4_model() -> Path:
     """llama.cpp's own tiny random deepseek4 (`test-llama-archs -a deepseek4 -s 42`)."""
     return build_root() / "models" / "deepseek4-moe.gguf"

@@ -35,6 +35,12 @@ def llama_server_binary() -> str:
     return str(path)
 
 
+def stock_llama_server_binary() -> str:
+    """The build's llama-server shaped as the stock server images (no RPC backend beside it)."""
+    llama_server_binary()  # the run's CPU variant for every process started from here on
+    return str(llama_build.stock_llama_server())
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
