@@ -24,10 +24,10 @@ from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.experimental.schema import generate_schema
 from pulumi.provider.experimental.util import camel_case
 
-from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelVolume
-from components.llamacpp_rpc_worker import LlamaCppRpcWorker
-from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
-from components.vllm_rocm_server import SshConnection, VllmRocmServer, VllmRocmServerArgs
+from components.llamacpp.rpc_worker import LlamaCppRpcWorker
+from components.llamacpp.server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
+from components.model_store.component import GgufModelStore, GgufModelStoreArgs, ModelVolume
+from components.vllm.component import SshConnection, VllmRocmServer, VllmRocmServerArgs
 
 PACKAGE = "llm-infra"
 COMPONENTS: list[type[pulumi.ComponentResource]] = [

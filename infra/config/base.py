@@ -16,7 +16,7 @@ import pulumi
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from components.images import parse_image
+from components.k8s.images import parse_image
 
 NAMESPACE = "llm-infra"
 SECRET_KEYS = ("hfToken", "apiKey", "sshPrivateKey")

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from components.addresses import covers_every_address
-from components.images import parse_image
+from components.k8s.images import parse_image
 from infra.config.base import (
     AbsolutePath,
     Cidr,

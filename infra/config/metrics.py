@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from components.monitoring_queries import (
+from components.monitoring.queries import (
     FOR_MINUTES,
     KV_CACHE_RATIO,
     STALL_MINUTES,

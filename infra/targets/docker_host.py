@@ -7,11 +7,11 @@ from typing import Any
 
 import pulumi
 
-from components.caddyfile import CaddySite, base_url
-from components.host_monitoring import HostMonitoring
 from components.payloads.fetcher import ModelFile
-from components.vllm_rocm_builders import PatchOverlay, VllmFlags
-from components.vllm_rocm_server import ModelLock, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.builders import PatchOverlay, VllmFlags
+from components.vllm.caddyfile import CaddySite, base_url
+from components.vllm.component import ModelLock, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.host_monitoring import HostMonitoring
 from infra.config import Mi300xStack, StackSecrets, project_root
 from infra.lock import ModelSource
 from infra.targets.litellm import litellm_entry

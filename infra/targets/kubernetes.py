@@ -19,12 +19,12 @@ from components import (
     ModelFile,
     ModelVolume,
 )
-from components.llamacpp_manifests import selector_labels, server_labels, service_url
-from components.llamacpp_rpc_manifests import rpc_endpoint
-from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
-from components.model_store_manifests import MODELS_MOUNT, fetch_job_pattern
-from components.monitoring_manifests import KubernetesMonitoring
-from components.network_policies import NetworkClient
+from components.k8s.network_policies import NetworkClient
+from components.llamacpp.manifests import selector_labels, server_labels, service_url
+from components.llamacpp.rpc_manifests import rpc_endpoint
+from components.llamacpp.rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
+from components.model_store.manifests import MODELS_MOUNT, fetch_job_pattern
+from components.monitoring.manifests import KubernetesMonitoring
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
 from infra.lock import ModelSource

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from pulumi_command import local
 
-from components.vllm_rocm_server import ModelLock, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.component import ModelLock, VllmRocmServer, VllmRocmServerArgs
 from infra.render import Rendered, run_program
 from tests.unit.test_vllm_builders import MODEL_DIR, VLLM_IMAGE, sample_caddy, sample_flags
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from components.node_preflight import (
+from components.model_store.node_preflight import (
     NodePreflight,
     preflight_job,
     preflight_job_name,

@@ -13,8 +13,8 @@ from typing import Any, Literal, NotRequired, TypedDict
 
 import yaml
 
-from components.caddyfile import CaddySite, MetricsSite
 from components.payloads.fetcher import lock_digest
+from components.vllm.caddyfile import CaddySite, MetricsSite
 
 VLLM_SERVICE = "vllm"
 CADDY_SERVICE = "caddy"

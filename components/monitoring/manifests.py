@@ -7,18 +7,18 @@ a plain Prometheus's `kubernetes-pods` job scrapes by.
 
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 
-from components.monitoring_dashboard import dashboard_json
-from components.monitoring_queries import (
+from components.k8s.network_policies import NetworkClient
+from components.monitoring.dashboard import dashboard_json
+from components.monitoring.queries import (
     METRICS_PATH,
     AlertThresholds,
     MonitoringSpec,
     ReferenceSpeeds,
     rule_groups,
 )
-from components.network_policies import NetworkClient
 
 if TYPE_CHECKING:
-    from components.llamacpp_vulkan_server import LlamaCppVulkanServerArgs
+    from components.llamacpp.server import LlamaCppVulkanServerArgs
 
 JOB_LABEL = "app.kubernetes.io/instance"
 """The server label whose value becomes the `job` of its series (the monitor's jobLabel)."""

@@ -5,9 +5,16 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import after, inherited_dependencies, manifest_args, with_integers
-from components.gguf_model_store import ModelVolume
-from components.llamacpp_manifests import (
+from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
+from components.k8s.network_policies import NetworkClient, ingress_policy
+from components.k8s.pod_security import DEFAULT_UID
+from components.k8s.verify_job import (
+    verify_config_map,
+    verify_digest,
+    verify_job,
+    verify_pod_labels,
+)
+from components.llamacpp.manifests import (
     API_KEY_FILE,
     LlamaServerFlags,
     ServerProbes,
@@ -18,7 +25,8 @@ from components.llamacpp_manifests import (
     server_service,
     service_url,
 )
-from components.monitoring_manifests import (
+from components.model_store.component import ModelVolume
+from components.monitoring.manifests import (
     MONITORING_API,
     KubernetesMonitoring,
     dashboard_config_map,
@@ -26,10 +34,7 @@ from components.monitoring_manifests import (
     prometheus_rule,
     service_monitor,
 )
-from components.network_policies import NetworkClient, ingress_policy
 from components.payloads import VERIFY_SOURCE
-from components.pod_security import DEFAULT_UID
-from components.verify_job import verify_config_map, verify_digest, verify_job, verify_pod_labels
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 

@@ -11,15 +11,15 @@ from typing import Any, NotRequired, TypedDict
 
 import yaml
 
-from components.caddyfile import GPU_METRICS_PATH, CaddySite, MetricsSite, site_is_ip
-from components.monitoring_dashboard import dashboard_json
-from components.monitoring_queries import (
+from components.monitoring.dashboard import dashboard_json
+from components.monitoring.queries import (
     METRICS_PATH,
     AlertThresholds,
     MonitoringSpec,
     ReferenceSpeeds,
     rules_file,
 )
+from components.vllm.caddyfile import GPU_METRICS_PATH, CaddySite, MetricsSite, site_is_ip
 
 GPU_EXPORTER_SERVICE = "gpu-exporter"
 GPU_EXPORTER_PORT = 5000

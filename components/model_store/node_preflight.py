@@ -12,9 +12,7 @@ import hashlib
 import shlex
 from typing import Any, NotRequired, TypedDict
 
-from components.model_store_manifests import MODELS_MOUNT
-from components.payloads.fetcher import ModelFile
-from components.pod_security import (
+from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -28,6 +26,8 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.model_store.manifests import MODELS_MOUNT
+from components.payloads.fetcher import ModelFile
 
 LLAMA_SERVER = "/app/llama-server"
 """llama-server in the ggml-org server images (their entrypoint)."""

@@ -6,32 +6,10 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 from pulumi_command import remote
 
-from components.caddyfile import CaddySite, base_url, caddyfile
-from components.children import after, inherited_dependencies, with_integers
-from components.host_monitoring import (
-    GPU_EXPORTER_SERVICE,
-    HostMonitoring,
-    gpu_exporter_service,
-    metrics_site,
-    monitoring_files,
-    monitoring_spec,
-)
-from components.host_scripts import (
-    HostRequirements,
-    check_script,
-    down_script,
-    env_file_content,
-    env_file_script,
-    fetch_script,
-    preflight_script,
-    remote_command,
-    up_script,
-    verify_patches_script,
-    verify_script,
-)
+from components.k8s.children import after, inherited_dependencies, with_integers
 from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document
-from components.vllm_rocm_builders import (
+from components.vllm.builders import (
     PatchOverlay,
     RemotePaths,
     VllmFlags,
@@ -43,6 +21,28 @@ from components.vllm_rocm_builders import (
     remote_paths,
     sha256_text,
     vllm_address,
+)
+from components.vllm.caddyfile import CaddySite, base_url, caddyfile
+from components.vllm.host_monitoring import (
+    GPU_EXPORTER_SERVICE,
+    HostMonitoring,
+    gpu_exporter_service,
+    metrics_site,
+    monitoring_files,
+    monitoring_spec,
+)
+from components.vllm.host_scripts import (
+    HostRequirements,
+    check_script,
+    down_script,
+    env_file_content,
+    env_file_script,
+    fetch_script,
+    preflight_script,
+    remote_command,
+    up_script,
+    verify_patches_script,
+    verify_script,
 )
 
 TYPE_TOKEN = "llm-infra:index:VllmRocmServer"

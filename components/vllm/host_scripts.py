@@ -7,9 +7,8 @@ import posixpath
 import shlex
 from typing import TypedDict
 
-from components.caddyfile import CaddySite
 from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
-from components.vllm_rocm_builders import (
+from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
     PatchOverlay,
@@ -17,6 +16,7 @@ from components.vllm_rocm_builders import (
     patch_remote_path,
     remote_paths,
 )
+from components.vllm.caddyfile import CaddySite
 
 SCRIPT_END = "LLM_INFRA_SCRIPT"
 

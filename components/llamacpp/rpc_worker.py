@@ -5,8 +5,8 @@ from typing import NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import inherited_dependencies, manifest_args, with_integers
-from components.llamacpp_rpc_manifests import (
+from components.k8s.children import inherited_dependencies, manifest_args, with_integers
+from components.llamacpp.rpc_manifests import (
     RPC_PORT,
     rpc_endpoint,
     worker_deployment,

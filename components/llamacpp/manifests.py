@@ -2,10 +2,7 @@
 
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
 
-from components.model_store_manifests import MODELS_MOUNT, model_check_container, model_volumes
-from components.monitoring_manifests import scrape_annotations
-from components.payloads.gpu_gate import probe_command, server_command
-from components.pod_security import (
+from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -19,9 +16,12 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.model_store.manifests import MODELS_MOUNT, model_check_container, model_volumes
+from components.monitoring.manifests import scrape_annotations
+from components.payloads.gpu_gate import probe_command, server_command
 
 if TYPE_CHECKING:
-    from components.llamacpp_vulkan_server import LlamaCppVulkanServerArgs
+    from components.llamacpp.server import LlamaCppVulkanServerArgs
 
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
 

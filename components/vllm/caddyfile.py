@@ -3,7 +3,7 @@
 import ipaddress
 from typing import NotRequired, TypedDict
 
-from components.monitoring_queries import METRICS_PATH
+from components.monitoring.queries import METRICS_PATH
 
 # Processes inside the Caddy container reach it over its own loopback, which no outside packet
 # can claim as its source: the deploy's final check uses it, the allowlist lets it through.

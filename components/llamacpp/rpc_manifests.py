@@ -7,8 +7,7 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 
 from typing import TYPE_CHECKING, Any
 
-from components.llamacpp_manifests import cluster_ip_service
-from components.pod_security import (
+from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -22,9 +21,10 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.llamacpp.manifests import cluster_ip_service
 
 if TYPE_CHECKING:
-    from components.llamacpp_rpc_worker import LlamaCppRpcWorkerArgs
+    from components.llamacpp.rpc_worker import LlamaCppRpcWorkerArgs
 
 RPC_PORT = 50052
 """rpc-server's default port (`-p`)."""

@@ -5,8 +5,10 @@ from typing import NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import after, inherited_dependencies, manifest_args, with_integers
-from components.model_store_manifests import (
+from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
+from components.k8s.network_policies import egress_policy
+from components.k8s.pod_security import DEFAULT_UID
+from components.model_store.manifests import (
     HF_TOKEN_KEY,
     MODELS_MOUNT,
     content_digest,
@@ -18,15 +20,13 @@ from components.model_store_manifests import (
     store_labels,
     store_names,
 )
-from components.network_policies import egress_policy
-from components.node_preflight import (
+from components.model_store.node_preflight import (
     NodePreflight,
     preflight_network_policy,
     store_preflight_job,
 )
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
-from components.pod_security import DEFAULT_UID
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
