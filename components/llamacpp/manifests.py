@@ -1,7 +1,10 @@
 """Pure builders of LlamaCppVulkanServer: llama-server argv, probes, the Deployment and Service."""
 
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
+from pydantic import Field
+
+from components.grammars import AbsolutePath, IpAddress, ModelName, Port, RpcEndpoint, UrlPath
 from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
@@ -48,47 +51,47 @@ CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
 class LlamaServerFlags(TypedDict):
     """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
 
-    model_path: str
+    model_path: AbsolutePath
     """`-m`: model file, the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder."""
-    alias: str
+    alias: ModelName
     """`--alias`: name in `GET /v1/models`; must match LiteLLM's `model_name` for this server."""
-    host: str
+    host: IpAddress
     """`--host`: bind address; `0.0.0.0` so the Service reaches the pod."""
-    port: int
+    port: Port
     """`--port`: listen port (containerPort and Service targetPort)."""
     jinja: bool
     """`--jinja`: use the chat template in the GGUF (reasoning comes back in
     `reasoning_content`)."""
-    gpu_layers: int
+    gpu_layers: Annotated[int, Field(ge=0, le=100_000)]
     """`-ngl`: GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers."""
-    ctx_size: int
+    ctx_size: Annotated[int, Field(ge=1)]
     """`-c`: total KV-cache context, shared by the slots."""
-    parallel: int
+    parallel: Annotated[int, Field(ge=1, le=1024)]
     """`-np`: parallel slots; each gets `-c / -np` tokens."""
     cont_batching: bool
     """`--cont-batching` (or `--no-cont-batching`): continuous batching across slots."""
-    cache_type_k: str
+    cache_type_k: CacheType
     """`--cache-type-k`: K cache type, one of CACHE_TYPES (deepseek4 needs K = V)."""
-    cache_type_v: str
+    cache_type_v: CacheType
     """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
-    temperature: float
+    temperature: Annotated[float, Field(ge=0, le=100)]
     """`--temp`: default sampling temperature (clients may override per request)."""
-    top_p: float
+    top_p: Annotated[float, Field(gt=0, le=1)]
     """`--top-p`: default nucleus-sampling threshold (clients may override)."""
-    threads: int
+    threads: Annotated[int, Field(ge=1, le=4096)]
     """`--threads`: CPU threads: sampling and the CPU-resident layers."""
-    cache_ram_mib: NotRequired[int | None]
+    cache_ram_mib: NotRequired[Annotated[int, Field(ge=0)] | None]
     """`--cache-ram`: prompt cache in host RAM (MiB), counted against the container limit (omitted:
     llama-server's 8192).
     """
-    log_verbosity: NotRequired[int | None]
+    log_verbosity: NotRequired[Annotated[int, Field(ge=0, le=4)] | None]
     """`-lv`: log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads."""
-    log_file: NotRequired[str | None]
+    log_file: NotRequired[AbsolutePath | None]
     """`--log-file`: load log for the GPU gate's startup probe."""
-    rpc: NotRequired[list[str] | None]
+    rpc: NotRequired[list[RpcEndpoint] | None]
     """`--rpc`: the workers' rpc-servers (`host:port`), whose GPUs take a share of the layers;
     llama.cpp puts them before the local GPU."""
-    tensor_split: NotRequired[list[float] | None]
+    tensor_split: NotRequired[list[Annotated[float, Field(ge=0)]] | None]
     """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
     local GPU), as the memory plan computed it."""
     metrics: NotRequired[bool]
@@ -98,15 +101,15 @@ class LlamaServerFlags(TypedDict):
 class HttpProbe(TypedDict):
     """An HTTP GET probe."""
 
-    path: str
+    path: UrlPath
     """Request path, e.g. `/health`."""
-    initial_delay_seconds: int
+    initial_delay_seconds: Annotated[int, Field(ge=0, le=86_400)]
     """Seconds after start (or after the startup probe succeeded) before the first probe."""
-    period_seconds: int
+    period_seconds: Annotated[int, Field(ge=1, le=86_400)]
     """Seconds between probes."""
-    failure_threshold: int
+    failure_threshold: Annotated[int, Field(ge=1, le=100_000)]
     """Consecutive failures before the probe counts as failed."""
-    timeout_seconds: int
+    timeout_seconds: Annotated[int, Field(ge=1, le=86_400)]
     """Seconds one probe may take."""
 
 

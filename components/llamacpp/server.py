@@ -1,10 +1,22 @@
 """LlamaCppVulkanServer: llama.cpp's llama-server (Vulkan image) as a Deployment and a Service."""
 
-from typing import Any, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import Field
 
+from components.grammars import (
+    AbsolutePath,
+    DnsLabel,
+    ExtendedResource,
+    ImageReference,
+    LabelKey,
+    LabelValue,
+    Port,
+    Quantity,
+    ResourceName,
+)
 from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
 from components.k8s.network_policies import NetworkClient, ingress_policy
 from components.k8s.pod_security import DEFAULT_UID
@@ -35,6 +47,7 @@ from components.monitoring.manifests import (
     service_monitor,
 )
 from components.payloads import VERIFY_SOURCE
+from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 
@@ -42,32 +55,31 @@ TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 class LlamaCppVulkanServerArgs(TypedDict):
     """Inputs of LlamaCppVulkanServer."""
 
-    namespace: pulumi.Input[str]
+    namespace: pulumi.Input[DnsLabel]
     """Namespace of the Deployment and Service (may be a Namespace's output)."""
-    image: str
+    image: ImageReference
     """Server image, pinned to a build (`server-vulkan-b11434`)."""
     flags: LlamaServerFlags
     """llama-server flags."""
     model: ModelVolume
     """The model volume and its init check: a GgufModelStore's `model_volume` (or its outputs)."""
-    node_selector: dict[str, str]
+    node_selector: dict[LabelKey, LabelValue]
     """Node labels the pod must match (the GPU node)."""
-    resources: dict[str, dict[str, str]]
+    resources: dict[Literal["requests", "limits"], dict[ResourceName, Quantity]]
     """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
     probes: ServerProbes
     """Startup, readiness and liveness probes."""
-    service_port: NotRequired[int]
+    service_port: NotRequired[Port]
     """Port of the Service (default: the server port)."""
-    gpu_device_path: NotRequired[str]
+    gpu_device_path: NotRequired[AbsolutePath]
     """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
-    # Plain str, not a Literal: Pulumi's component schema inference knows no Literal types.
-    gpu_access: NotRequired[str]
+    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
     """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
-    gpu_resource: NotRequired[str]
+    gpu_resource: NotRequired[ExtendedResource]
     """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
-    run_as_user: NotRequired[int]
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
     """Non-root uid in `device-plugin` mode (default 1000)."""
-    supplemental_groups: NotRequired[list[int]]
+    supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
     """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
     api_key: NotRequired[pulumi.Input[str] | None]
     """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
@@ -79,9 +91,9 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
     verify_expectations: NotRequired[str | None]
     """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
-    verify_image: NotRequired[str]
+    verify_image: NotRequired[ImageReference]
     """Pinned stock Python image of the verify Job (default: the model check's image)."""
-    min_decode_tps: NotRequired[float | None]
+    min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
     """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
     the floor of the LlmDecodeBelowFloor alert."""
     metrics: NotRequired[KubernetesMonitoring | None]
@@ -101,8 +113,13 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: LlamaCppVulkanServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        args = checked_inputs(
+            "LlamaCppVulkanServer",
+            name,
+            with_integers(args, LlamaCppVulkanServerArgs),
+            LlamaCppVulkanServerArgs,
+        )
         super().__init__(TYPE_TOKEN, name, None, opts)
-        args = with_integers(args, LlamaCppVulkanServerArgs)
         namespace = pulumi.Output.from_input(args["namespace"])
         # Known strings from a Python caller; outputs of the store through the provider.
         model = pulumi.Output.from_input(args["model"])

@@ -1,11 +1,26 @@
 """GgufModelStore: a protected PVC for GGUF models and the Job that fetches a locked shard set."""
 
-from typing import NotRequired, TypedDict
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
+from pydantic import Field
 
-from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
+from components.grammars import (
+    DnsLabel,
+    FilePattern,
+    HttpUrl,
+    ImageReference,
+    LabelKey,
+    LabelValue,
+    Quantity,
+    RepoId,
+    Revision,
+    StorageClass,
+)
+from components.k8s.children import after, inherited_dependencies, manifest_args
 from components.k8s.network_policies import egress_policy
 from components.k8s.pod_security import DEFAULT_UID
 from components.model_store.manifests import (
@@ -27,6 +42,7 @@ from components.model_store.node_preflight import (
 )
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
+from components.validation import Problem, checked_inputs, cross_field_rule
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
@@ -34,54 +50,65 @@ TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 class ModelVolume(TypedDict):
     """Where a server finds its model: what a GgufModelStore provides."""
 
-    claim_name: str
+    claim_name: DnsLabel
     """The models PVC."""
-    fetcher_config_map: str
+    fetcher_config_map: DnsLabel
     """ConfigMap with the fetcher and lock, for the server's init check."""
-    check_image: str
+    check_image: ImageReference
     """Image that runs the init check (the store's fetch image)."""
-    run_as_user: int
+    run_as_user: Annotated[int, Field(ge=1, le=2**31 - 1)]
     """Non-root uid of the init check."""
 
 
 class GgufModelStoreArgs(TypedDict):
     """Inputs of GgufModelStore."""
 
-    namespace: pulumi.Input[str]
+    namespace: pulumi.Input[DnsLabel]
     """Namespace of the PVC, ConfigMap, Secret and Job (may be a Namespace's output)."""
-    repo: str
+    repo: RepoId
     """Hugging Face repo id, e.g. `unsloth/DeepSeek-V4-Flash-0731-GGUF`."""
-    revision: str
+    revision: Revision
     """Branch, tag or commit sha to fetch."""
-    files: list[ModelFile]
+    files: Annotated[list[ModelFile], Field(min_length=1)]
     """The files of the model, first shard first."""
-    volume_size: str
+    volume_size: Quantity
     """PVC size as a Kubernetes quantity (`120Gi`): the model plus room for the next one."""
-    storage_class: pulumi.Input[str]
+    storage_class: pulumi.Input[StorageClass]
     """Storage class of the PVC (k3s: `local-path`, bound to one node)."""
-    node_selector: dict[str, str]
+    node_selector: dict[LabelKey, LabelValue]
     """Where the Job runs: the server's node, since a local-path volume is node-bound."""
-    fetch_image: str
+    fetch_image: ImageReference
     """A pinned stock Python image that runs the fetcher (standard library only)."""
-    retired_patterns: NotRequired[list[str]]
+    retired_patterns: NotRequired[list[FilePattern]]
     """Glob patterns of retired model files to delete (never a file of this model)."""
-    parallel_downloads: NotRequired[int]
+    parallel_downloads: NotRequired[Annotated[int, Field(ge=1, le=16)]]
     """Files downloaded at once (default 3)."""
-    fetch_timeout_seconds: NotRequired[int]
+    fetch_timeout_seconds: NotRequired[Annotated[int, Field(ge=60, le=30 * 86_400)]]
     """Deadline of the fetch Job (default 12 h: 87 GiB over a slow home link)."""
-    hf_endpoint: NotRequired[str | None]
+    hf_endpoint: NotRequired[HttpUrl | None]
     """Hub endpoint (a mirror); default huggingface.co."""
     hf_token: NotRequired[pulumi.Input[str] | None]
     """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
     network_policy: NotRequired[bool]
     """Restrict the fetch pod to DNS and the hub's port (default True)."""
-    run_as_user: NotRequired[int]
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
     """Non-root uid of the fetch and check containers (default 10001)."""
-    upgrade: NotRequired[str]
+    upgrade: NotRequired[Literal["keep", "replace"]]
     """`keep` (default): on a new lock the old model stays until the new one is verified;
     `replace`: retired files go first when the volume cannot hold both (downtime)."""
     node_preflight: NotRequired[NodePreflight | None]
     """Check the node (render node, VRAM + GTT, disk, Vulkan device) in a Job before the fetch."""
+
+
+@cross_field_rule(GgufModelStoreArgs)
+def _retired_patterns_spare_the_model(args: Mapping[str, Any]) -> list[Problem]:
+    names = [file["name"] for file in args.get("files", [])]
+    return [
+        (("retired_patterns", index), f"{pattern!r} matches {hit!r}, a file of this model")
+        for index, pattern in enumerate(args.get("retired_patterns", []))
+        for hit in [next((n for n in names if fnmatchcase(n, pattern)), None)]
+        if hit is not None
+    ]
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -99,8 +126,8 @@ class GgufModelStore(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GgufModelStoreArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        args = checked_inputs("GgufModelStore", name, args, GgufModelStoreArgs)
         super().__init__(TYPE_TOKEN, name, None, opts)
-        args = with_integers(args, GgufModelStoreArgs)
         namespace = pulumi.Output.from_input(args["namespace"])
         labels = store_labels(name)
         lock = fetch_document(args["repo"], args["revision"], args["files"])

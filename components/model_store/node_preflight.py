@@ -10,8 +10,11 @@ problem with its numbers and the setting to change, in the MI300X host preflight
 
 import hashlib
 import shlex
-from typing import Any, NotRequired, TypedDict
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+from pydantic import Field
+
+from components.grammars import AbsolutePath, ImageReference
 from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
@@ -42,14 +45,14 @@ GIB = 1 << 30
 class NodePreflight(TypedDict):
     """What the node preflight checks before the model is downloaded."""
 
-    image: str
+    image: ImageReference
     """The server image: its llama-server lists the Vulkan devices the server will see."""
-    gpu_access: NotRequired[str]
+    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
     """`privileged` (default): mounts the render nodes and checks them and the Vulkan device;
     `device-plugin`: the plugin hands the GPU only to the server, so only sysfs and the disk."""
-    min_gpu_memory_gib: NotRequired[float | None]
+    min_gpu_memory_gib: NotRequired[Annotated[float, Field(gt=0)] | None]
     """GPU memory the memory plan counts on (`memory.vramGib`): VRAM + GTT must reach it."""
-    gpu_device_path: NotRequired[str]
+    gpu_device_path: NotRequired[AbsolutePath]
     """Host path of the DRM render nodes (default `/dev/dri`)."""
 
 

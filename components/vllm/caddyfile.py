@@ -1,9 +1,15 @@
 """The Caddyfile of the MI300X host: HTTPS site, client allowlist, streaming reverse proxy."""
 
 import ipaddress
-from typing import NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
 
+from pydantic import Field
+
+from components.addresses import covers_every_address
+from components.grammars import Cidr, Email, ImageReference, Port, SiteAddress
 from components.monitoring.queries import METRICS_PATH
+from components.validation import Problem, cross_field_rule
 
 # Processes inside the Caddy container reach it over its own loopback, which no outside packet
 # can claim as its source: the deploy's final check uses it, the allowlist lets it through.
@@ -16,24 +22,41 @@ CLIENT_PATHS = ("/v1/*", "/health")
 class CaddySite(TypedDict):
     """The HTTPS front door: site address, certificates and the client allowlist."""
 
-    site: str
+    site: SiteAddress
     """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
-    tls: str
+    tls: Literal["auto", "internal"]
     """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
-    allowed_cidrs: list[str]
+    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
     """Client networks allowed through; everything else gets 403. Never empty."""
-    image: str
+    image: ImageReference
     """A pinned Caddy 2.11 image (version tag or digest)."""
-    acme_email: NotRequired[str | None]
+    acme_email: NotRequired[Email | None]
     """ACME account email; required with `tls: auto`."""
+    allow_world: NotRequired[bool]
+    """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to
+    it); default False."""
+
+
+@cross_field_rule(CaddySite)
+def _allowlist_admits_not_the_world(site: Mapping[str, Any]) -> list[Problem]:
+    cidrs = list(site.get("allowed_cidrs", []))
+    if cidrs and covers_every_address(cidrs) and not site.get("allow_world", False):
+        return [
+            (
+                ("allowed_cidrs",),
+                f"{cidrs!r} admits every address: list the client networks (or set "
+                "allow_world: True to serve the world on purpose)",
+            )
+        ]
+    return []
 
 
 class MetricsSite(TypedDict):
     """The second site: vLLM's /metrics (and the GPU exporter's) for the monitoring network only."""
 
-    port: int
+    port: Port
     """HTTPS port of the site on the host."""
-    allowed_cidrs: list[str]
+    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
     """Networks allowed to scrape; everything else gets 403."""
     gpu_upstream: NotRequired[str | None]
     """`host:port` of AMD's device metrics exporter, served at /gpu/metrics (None: no GPU)."""

@@ -7,10 +7,12 @@ the monitoring stack to pick up.
 """
 
 import posixpath
-from typing import Any, NotRequired, TypedDict
+from typing import Annotated, Any, NotRequired, TypedDict
 
 import yaml
+from pydantic import Field
 
+from components.grammars import Cidr, ImageReference, Port
 from components.monitoring.dashboard import dashboard_json
 from components.monitoring.queries import (
     METRICS_PATH,
@@ -31,13 +33,13 @@ CADDY_ROOT_CA = "caddy-root.crt"
 class HostMonitoring(TypedDict):
     """vLLM's metrics site, the optional GPU exporter, and what the alerts and dashboard watch."""
 
-    port: int
+    port: Port
     """HTTPS port of the metrics site on the host (TLS like the API site)."""
-    allowed_cidrs: list[str]
+    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
     """Networks allowed to scrape; everyone else gets 403."""
-    scrape_interval_seconds: NotRequired[int]
+    scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]
     """Scrape interval of the rendered Prometheus scrape config (default 30)."""
-    gpu_exporter_image: NotRequired[str | None]
+    gpu_exporter_image: NotRequired[ImageReference | None]
     """Pinned image of AMD's device metrics exporter (None: no exporter)."""
     alerts: NotRequired[AlertThresholds]
     """When the alerts fire: stall minutes, KV share, how long a condition must hold."""

@@ -5,7 +5,9 @@ Each is a bash script (shellcheck-clean) that pulumi-command runs over SSH.
 
 import posixpath
 import shlex
-from typing import TypedDict
+from typing import Annotated, TypedDict
+
+from pydantic import Field
 
 from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
 from components.vllm.builders import (
@@ -27,9 +29,9 @@ q = shlex.quote
 class HostRequirements(TypedDict):
     """What the preflight demands of the host before anything is downloaded or started."""
 
-    min_free_disk_gib: float
+    min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
     """Free disk in the model directory's filesystem, counting what the model already uses."""
-    min_ram_gib: float
+    min_ram_gib: Annotated[float, Field(ge=0, le=100_000)]
     """Installed RAM (MemTotal): the CPU KV tier is pinned, so available RAM varies at run time."""
 
 
