@@ -292,17 +292,14 @@ FilePattern = Annotated[
 """A file name or glob of file names on the volume (no `/`, no leading `-`)."""
 
 
-_MODEL_FILE = TypeAdapter(
-    TypedDict(
-        "ModelFileGrammar",
-        {
-            "path": RepoPath,
-            "name": FileName,
-            "size": NotRequired[Annotated[int, Field(ge=0)] | None],
-            "sha256": NotRequired[Sha256 | None],
-        },
-    )
-)
+class _ModelFileGrammar(TypedDict):
+    path: RepoPath
+    name: FileName
+    size: NotRequired[Annotated[int, Field(ge=0)] | None]
+    sha256: NotRequired[Sha256 | None]
+
+
+_MODEL_FILE = TypeAdapter(_ModelFileGrammar)
 
 
 @cross_field_rule(ModelFile)

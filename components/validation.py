@@ -27,7 +27,6 @@ from typing import (
     get_args,
     get_origin,
     get_type_hints,
-    is_typeddict,
 )
 
 import pulumi
@@ -45,6 +44,9 @@ from pydantic import (
     create_model,
 )
 from pydantic_core import PydanticUndefined
+
+# typing's own is_typeddict misses typing_extensions' TypedDict (the fetcher's ModelFile).
+from typing_extensions import is_typeddict
 
 from components.k8s.children import with_integers
 
@@ -188,7 +190,7 @@ def _hints(typed_dict: type) -> dict[str, Any]:
 def input_model(args_type: type) -> type[BaseModel]:
     """The pydantic model of a TypedDict of inputs (cached; made once per type)."""
     hints = _hints(args_type)
-    required = getattr(args_type, "__required_keys__", frozenset())
+    required: frozenset[str] = getattr(args_type, "__required_keys__", frozenset())
     fields: dict[str, Any] = {
         # Any input may be another resource's output: checked when it resolves.
         key: (
@@ -197,7 +199,7 @@ def input_model(args_type: type) -> type[BaseModel]:
         )
         for key, hint in hints.items()
     }
-    return create_model(  # type: ignore[call-overload, no-any-return]
+    return create_model(
         args_type.__name__,
         __config__=ConfigDict(
             extra="forbid", strict=True, arbitrary_types_allowed=True, allow_inf_nan=False

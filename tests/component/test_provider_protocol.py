@@ -40,6 +40,7 @@ NAMESPACE_URN = f"urn:pulumi:{STACK}::{PROJECT}::kubernetes:core/v1:Namespace::l
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "yaml-k3s" / "Pulumi.yaml").read_text())
 API_KEY = "sk-live-0123456789abcdef"
 HF_TOKEN = "hf_live_token_0123456789"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
 
 
@@ -290,7 +291,7 @@ def vllm_inputs() -> dict[str, Any]:
             "user": "deploy",
             "port": 2222,
             "privateKey": secret(SSH_KEY),
-            "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleHostKey",
+            "hostKey": HOST_KEY,
         },
         "modelDir": "/srv/models/DeepSeek-V4-Flash-0731",
         "modelLock": {

@@ -31,7 +31,7 @@ def every_property(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]
         for name, spec in resource["properties"].items():
             yield f"{token}.outputs.{name}", spec
     for token, type_spec in schema["types"].items():
-        for name, spec in type_spec["properties"].items():
+        for name, spec in type_spec.get("properties", {}).items():
             yield f"{token}.{name}", spec
 
 

@@ -1,0 +1,264 @@
+# The cases feed the constructors deliberately ill-typed inputs, as a Python caller might.
+# mypy: disable-error-code="arg-type, typeddict-item, misc, literal-required, return-value"
+# mypy: disable-error-code="typeddict-unknown-key, assignment, dict-item, unused-ignore"
+"""The components check their own inputs, whichever door they come through.
+
+A Python program (`from components import ...`) under a fresh mock engine, and `provider/`
+over gRPC as the engine drives it, get the same refusals a stack file gets, naming the input as
+that caller wrote it, before any resource is registered.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; pulumi pulls it in
+import pulumi
+import pytest
+
+from components import GgufModelStore, LlamaCppRpcWorker, LlamaCppVulkanServer, VllmRocmServer
+from components.grammars import ssh_host_key
+from components.validation import ComponentInputError
+from infra.config.inputs import stack_key
+from infra.render import run_program
+from infra.targets.kubernetes import server_args, store_args
+from tests.component.test_provider_protocol import (
+    VLLM,
+    Deployment,
+    input_errors,
+    preview,  # noqa: F401  (the fixture)
+    vllm_inputs,
+)
+from tests.component.test_vllm_component import HOST_KEY
+from tests.component.test_vllm_component import server_args as sample_vllm_args
+from tests.conftest import stack_values, strix, unlocked_source
+
+INJECTED_BLOCK = "127.0.0.2/32\n\thandle /tokenize {\n\t\treverse_proxy vllm:8000\n\t}\n\t#"
+
+
+def refusal(build: Callable[[], None]) -> str:
+    """Run `build` under mocks; it must be refused. The problems, one per line."""
+    with pytest.raises(ComponentInputError) as caught:
+        run_program(build, {}, [], stack="test")
+    return str(caught.value)
+
+
+def vllm_args() -> Any:
+    """The VllmRocmServer sample args, as a caller's plain dict."""
+    return copy.deepcopy(dict(sample_vllm_args()))
+
+
+def vllm(**overrides: Any) -> Callable[[], None]:
+    args = vllm_args()
+    for key, value in overrides.items():
+        section, _, field = key.partition("__")
+        if field:
+            args[section] = {**args[section], field: value}  # type: ignore[literal-required]
+        else:
+            args[key] = value  # type: ignore[literal-required]
+    return lambda: VllmRocmServer("mi300x", args) and None
+
+
+def llama(change: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    stack = strix(stack_values("strix-halo"))
+    source = unlocked_source(stack)
+    volume = {
+        "claim_name": "models",
+        "fetcher_config_map": "models-fetcher",
+        "check_image": "python:3.12.8-slim-bookworm",
+        "run_as_user": 10001,
+    }
+    args = copy.deepcopy(dict(server_args(stack, source, volume)))  # type: ignore[arg-type]
+    change(args)
+    return lambda: LlamaCppVulkanServer("ds", args) and None  # type: ignore[arg-type]
+
+
+def store(change: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    stack = strix(stack_values("strix-halo"))
+    args = copy.deepcopy(dict(store_args(stack, unlocked_source(stack), None)))
+    change(args)
+    return lambda: GgufModelStore("models", args) and None  # type: ignore[arg-type]
+
+
+def test_caddyfile_block_in_an_allowed_cidr_is_refused_naming_the_cidr() -> None:
+    problems = refusal(vllm(caddy__allowed_cidrs=[INJECTED_BLOCK]))
+    assert "caddy.allowed_cidrs[0]: '127.0.0.2/32\\n\\thandle" in problems
+    assert "is not a network address/prefix" in problems
+
+
+def test_site_and_acme_email_with_newlines_are_refused() -> None:
+    problems = refusal(vllm(caddy__site="llm.example.com\nhandle", caddy__acme_email="a@b.c\n}"))
+    assert "caddy.site: 'llm.example.com\\nhandle' is not a lowercase DNS name" in problems
+    assert "caddy.acme_email: 'a@b.c\\n}': String should match pattern" in problems
+
+
+def test_model_dir_with_a_command_is_refused() -> None:
+    problems = refusal(vllm(model_dir="/srv/models\ntouch X\n#"))
+    assert "model_dir: '/srv/models\\ntouch X\\n#' must be an absolute path" in problems
+
+
+def test_missing_host_key_is_refused_unless_explicitly_ignored() -> None:
+    args = vllm_args()
+    del args["connection"]["host_key"]  # type: ignore[misc]
+    problems = refusal(lambda: VllmRocmServer("mi300x", args) and None)
+    assert "connection.host_key: is required, so that nobody in between" in problems
+    args["connection"] = {**args["connection"], "insecure_ignore_host_key": True}  # type: ignore[typeddict-unknown-key]
+    rendered = run_program(lambda: VllmRocmServer("mi300x", args) and None, {}, [], "test")
+    assert any(r["type"] == "command:remote:Command" for r in rendered.resources)
+
+
+def test_host_key_with_an_opt_out_is_a_contradiction() -> None:
+    args = vllm_args()
+    args["connection"] = {**args["connection"], "insecure_ignore_host_key": True}  # type: ignore[typeddict-unknown-key]
+    problems = refusal(lambda: VllmRocmServer("mi300x", args) and None)
+    assert "connection.insecure_ignore_host_key: True contradicts host_key" in problems
+
+
+@pytest.mark.parametrize("cidrs", [["0.0.0.0/0"], ["0.0.0.0/1", "128.0.0.0/1", "::/0"]])
+def test_an_allowlist_of_the_whole_world_needs_allow_world(cidrs: list[str]) -> None:
+    problems = refusal(vllm(caddy__allowed_cidrs=cidrs))
+    assert "caddy.allowed_cidrs: " in problems and "admits every address" in problems
+    args = vllm_args()
+    args["caddy"] = {**args["caddy"], "allowed_cidrs": cidrs, "allow_world": True}
+    rendered = run_program(lambda: VllmRocmServer("mi300x", args) and None, {}, [], "test")
+    assert rendered.resources
+
+
+def test_an_empty_allowlist_is_refused() -> None:
+    problems = refusal(vllm(caddy__allowed_cidrs=[]))
+    assert "caddy.allowed_cidrs: List should have at least 1 item" in problems
+
+
+def test_missing_caddy_image_is_refused_not_a_key_error() -> None:
+    args = vllm_args()
+    args["caddy"] = {k: v for k, v in args["caddy"].items() if k != "image"}  # type: ignore[assignment]
+    assert "caddy.image: is required" in refusal(lambda: VllmRocmServer("x", args) and None)
+
+
+def test_truncated_host_key_is_refused_and_a_fingerprint_is_explained() -> None:
+    assert "does not decode" in refusal(vllm(connection__host_key="ssh-ed25519 AAAA"))
+    fingerprint = "SHA256:" + "A" * 43
+    problems = refusal(vllm(connection__host_key=fingerprint))
+    assert "is a key fingerprint, not the key" in problems
+
+
+def test_host_key_as_ssh_keyscan_prints_it_is_accepted() -> None:
+    assert ssh_host_key(f"mi300x.example.com {HOST_KEY} root@mi300x") == HOST_KEY
+    rsa_blob_as_ed25519 = "ssh-ed25519 AAAAB3NzaC1yc2EAAAADAQABAAAAgQC7"
+    with pytest.raises(ValueError, match=r"not an ssh-ed25519 key|does not decode"):
+        ssh_host_key(rsa_blob_as_ed25519)
+
+
+def test_go_template_text_in_the_alias_is_refused() -> None:
+    problems = refusal(llama(lambda a: a["flags"].update(alias="{{ $labels.job }}")))
+    assert "flags.alias: '{{ $labels.job }}': String should match pattern" in problems
+
+
+def test_out_of_range_and_wrongly_typed_numbers_are_refused() -> None:
+    def change(args: dict[str, Any]) -> None:
+        args["flags"].update(port=70000, gpu_layers=-1, threads=True)
+        args["service_port"] = "8080"
+
+    problems = refusal(llama(change))
+    assert "flags.port: 70000: Input should be less than or equal to 65535" in problems
+    assert "flags.gpu_layers: -1: Input should be greater than or equal to 0" in problems
+    assert "flags.threads: True: Input should be a valid integer" in problems
+    assert "service_port: '8080': Input should be a valid integer" in problems
+
+
+def test_unknown_cache_type_and_gpu_access_typo_are_refused_with_what_is_allowed() -> None:
+    def change(args: dict[str, Any]) -> None:
+        args["flags"]["cache_type_k"] = "q9"
+        args["gpu_access"] = "device_plugin"
+
+    problems = refusal(llama(change))
+    assert "flags.cache_type_k: 'q9': Input should be 'f32', 'f16'" in problems
+    assert "gpu_access: 'device_plugin': Input should be 'privileged' or 'device-plugin'" in (
+        problems
+    )
+
+
+def test_a_misspelt_and_an_unknown_flag_are_refused_not_ignored() -> None:
+    def change(args: dict[str, Any]) -> None:
+        args["flags"]["gpu_layer"] = args["flags"].pop("gpu_layers")
+        args["flags"]["ngl"] = 3
+
+    problems = refusal(llama(change))
+    assert "flags.gpu_layers: is required" in problems
+    assert "flags.gpu_layer: unknown key" in problems and "flags.ngl: unknown key" in problems
+
+
+def test_retired_pattern_that_matches_the_model_is_refused() -> None:
+    problems = refusal(store(lambda a: a.update(retired_patterns=["*"])))
+    assert "retired_patterns[0]: '*' matches" in problems and "a file of this model" in problems
+
+
+def test_a_lock_file_name_outside_the_volume_and_an_upgrade_typo_are_refused() -> None:
+    def change(args: dict[str, Any]) -> None:
+        args["files"][0] = {**args["files"][0], "name": "../x"}
+
+    problems = refusal(store(change))
+    assert "files[0].name: '../x' is not a file name" in problems
+    problems = refusal(store(lambda a: a.update(upgrade="replace-all")))
+    assert "upgrade: 'replace-all': Input should be 'keep' or 'replace'" in problems
+
+
+def test_rpc_worker_without_head_labels_is_refused() -> None:
+    args = {
+        "namespace": "llm-infra",
+        "image": "registry.lan/llama.cpp:vulkan-rpc-b11434",
+        "head": "ds",
+        "head_pod_labels": {},
+        "node_selector": {"kubernetes.io/hostname": "nucbox-2"},
+        "resources": {"limits": {"memory": "4Gi"}},
+    }
+    problems = refusal(lambda: LlamaCppRpcWorker("w", args) and None)  # type: ignore[arg-type]
+    assert "head_pod_labels: List should have at least 1 item" in problems or (
+        "head_pod_labels: Dictionary should have at least 1 item" in problems
+    )
+
+
+def test_refused_inputs_register_no_resource_at_all() -> None:
+    registered: list[str] = []
+
+    def program() -> None:
+        try:
+            VllmRocmServer("mi300x", {**vllm_args(), "model_dir": "relative"})
+        except ComponentInputError:
+            registered.append("refused")
+
+    rendered = run_program(program, {}, [], stack="test")
+    assert registered == ["refused"] and rendered.resources == []
+
+
+def test_an_output_input_is_checked_when_it_resolves() -> None:
+    def program() -> None:
+        args = vllm_args()
+        host = pulumi.Output.from_input("bad host")
+        args["connection"] = {**args["connection"], "host": host}
+        VllmRocmServer("mi300x", args)
+
+    with pytest.raises(Exception, match=r"connection\.host: 'bad host' is not a lowercase DNS"):
+        run_program(program, {}, [], "test")
+
+
+def test_stack_file_keys_name_the_component_inputs_they_feed() -> None:
+    assert stack_key("VllmRocmServer", ("caddy", "allowed_cidrs", 0)) == "caddy.allowedCidrs[0]"
+    assert stack_key("LlamaCppVulkanServer", ("flags", "ctx_size")) == "server.contextSize"
+    assert stack_key("GgufModelStore", ("files", 0, "name")) == "model.files[0].name"
+
+
+def test_provider_refuses_a_caddyfile_block_naming_the_camel_case_input(
+    preview: Deployment,  # noqa: F811  (the fixture)
+) -> None:
+    inputs = vllm_inputs()
+    inputs["caddy"]["allowedCidrs"] = [INJECTED_BLOCK]
+    inputs["flags"]["port"] = 70000
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.construct(VLLM, "mi300x", inputs)
+    errors = dict(input_errors(caught.value))
+    assert "is not a network address/prefix" in errors["caddy.allowedCidrs[0]"]
+    assert "less than or equal to 65535" in errors["flags.port"]
+    assert [r for r in preview.monitor.registrations if r.type == VLLM] == []
