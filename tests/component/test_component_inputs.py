@@ -10,16 +10,21 @@ that caller wrote it, before any resource is registered.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import copy
 from collections.abc import Callable
 from typing import Any
 
 import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; pulumi pulls it in
+import pulumi
 import pytest
+from pulumi.runtime import settings
 
 from components import GgufModelStore, LlamaCppRpcWorker, LlamaCppVulkanServer, VllmRocmServer
 from components.grammars import ssh_host_key
-from components.validation import ComponentInputError
+from components.validation import ComponentInputError, checked_inputs
+from components.vllm.component import VllmRocmServerArgs
 from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import server_args, store_args
@@ -230,6 +235,50 @@ def test_refused_inputs_register_no_resource_at_all() -> None:
 
     rendered = run_program(program, {}, [], stack="test")
     assert registered == ["refused"] and rendered.resources == []
+
+
+def resolved(value: Any) -> Any:
+    """An output's value, awaited on a loop of its own (no program: nothing to register)."""
+
+    async def wait() -> Any:
+        return await value().future()
+
+    def run() -> Any:
+        settings.configure(settings.Settings(project="test", stack="test", dry_run=False))
+        loop = asyncio.new_event_loop()
+        try:
+            asyncio.set_event_loop(loop)
+            return loop.run_until_complete(wait())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+    # Pulumi's ambient settings are context variables: keep this loop's tasks out of them.
+    return contextvars.copy_context().run(run)
+
+
+@pytest.mark.parametrize(
+    ("host", "connection"),
+    [("bad host", False), ("bad host", True), ("gpu-host.example.com", False)],
+    ids=["host-output", "connection-output", "good-host-output"],
+)
+def test_an_output_input_is_checked_with_the_same_message_when_it_resolves(
+    host: str, connection: bool
+) -> None:
+    def checked_host() -> pulumi.Output[Any]:
+        args = vllm_args()
+        if connection:
+            args["connection"] = pulumi.Output.from_input({**args["connection"], "host": host})
+        else:
+            args["connection"]["host"] = pulumi.Output.from_input(host)
+        checked = checked_inputs("VllmRocmServer", "mi300x", args, VllmRocmServerArgs)
+        return pulumi.Output.from_input(checked["connection"]).apply(lambda c: c["host"])
+
+    if host == "bad host":
+        with pytest.raises(ComponentInputError, match=r"connection\.host: 'bad host' is not a"):
+            resolved(checked_host)
+    else:
+        assert resolved(checked_host) == host
 
 
 def test_stack_file_keys_name_the_component_inputs_they_feed() -> None:
