@@ -108,7 +108,10 @@ def _host_key_or_explicit_opt_out(connection: Mapping[str, Any]) -> list[Problem
     if connection.get("host_key") is not None and insecure:
         return [(("insecure_ignore_host_key",), "True contradicts host_key (drop one)")]
     if insecure:
-        pulumi.log.warn("connection: the SSH host key is not checked (insecure_ignore_host_key)")
+        pulumi.log.warn(
+            f"connection: the SSH host key is not checked (insecure_ignore_host_key): any host "
+            f"answering at {connection.get('host')} receives the API key; set host_key instead"
+        )
     return []
 
 

@@ -31,6 +31,7 @@ from components.grammars import (
     Quantity,
     RepoPath,
     SiteAddress,
+    SshHostKey,
     is_ip_address,
     quantity_value,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Quantity",
     "RepoPath",
     "SiteAddress",
+    "SshHostKey",
     "is_ip_address",
     "quantity_value",
 ]

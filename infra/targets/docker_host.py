@@ -10,7 +10,12 @@ import pulumi
 from components.payloads.fetcher import ModelFile
 from components.vllm.builders import PatchOverlay, VllmFlags
 from components.vllm.caddyfile import CaddySite, base_url
-from components.vllm.component import ModelLock, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.component import (
+    ModelLock,
+    SshConnection,
+    VllmRocmServer,
+    VllmRocmServerArgs,
+)
 from components.vllm.host_monitoring import HostMonitoring
 from infra.config import Mi300xStack, StackSecrets, project_root
 from infra.lock import ModelSource
@@ -26,11 +31,6 @@ def deploy(
     verify_expectations: str | None = None,
 ) -> None:
     """Create the stack's resources and export its outputs."""
-    if stack.host.insecure_ignore_host_key:
-        pulumi.log.warn(
-            "host.insecureIgnoreHostKey: true: any host answering at "
-            f"{stack.host.address} receives the API key; set host.hostKey instead"
-        )
     args = server_args(stack, source, secrets)
     args["verify_expectations"] = verify_expectations
     args["min_decode_tps"] = stack.server.min_decode_tps
@@ -107,14 +107,18 @@ def server_args(
         {"source": str(root / p.source), "target": p.target, "sha256": p.sha256}
         for p in stack.patches
     ]
+    connection: SshConnection = {
+        "host": host.address,
+        "user": host.user,
+        "port": host.port,
+        "private_key": secrets.ssh_private_key,
+        "host_key": host.host_key,
+    }
+    if host.insecure_ignore_host_key:
+        # The component warns that the host key goes unchecked.
+        connection["insecure_ignore_host_key"] = True
     return {
-        "connection": {
-            "host": host.address,
-            "user": host.user,
-            "port": host.port,
-            "private_key": secrets.ssh_private_key,
-            "host_key": host.host_key,
-        },
+        "connection": connection,
         "model_dir": host.model_dir,
         "model_lock": lock,
         "fetch_image": stack.fetch_image,
