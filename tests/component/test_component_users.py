@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,13 @@ def store_args(files: list[Any]) -> Any:
     }
 
 
+def build_store(files: list[Any]) -> Callable[[], None]:
+    def program() -> None:
+        GgufModelStore("models", store_args(files))
+
+    return program
+
+
 def server_args(gpu_layers: int = 2, ctx_size: int = 256) -> Any:
     probe = {
         "path": "/health",
@@ -135,7 +143,7 @@ def test_store_files_from_a_lock_are_pinned_and_fetched_verified(
 
 def test_files_without_sha256_are_fetched_with_a_warning(warnings: list[str]) -> None:
     files = [{"path": "tiny.gguf", "name": "tiny.gguf"}]
-    run_program(lambda: GgufModelStore("models", store_args(files)) and None, {}, [], "t")
+    run_program(build_store(files), {}, [], "t")
     (warning,) = warnings
     assert "'tiny.gguf' without sha256 are fetched unverified" in warning
     assert "store_files_from_lock" in warning
