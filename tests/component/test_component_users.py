@@ -134,9 +134,7 @@ def test_store_files_from_a_lock_are_pinned_and_fetched_verified(
     files = store_files_from_lock(tiny_lock)
     assert [f["name"] for f in files] == [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     assert all(f["size"] and len(f["sha256"] or "") == 64 for f in files)
-    rendered = run_program(
-        lambda: GgufModelStore("models", store_args(files)) and None, {}, [], "t"
-    )
+    rendered = run_program(build_store(files), {}, [], "t")
     assert fetched_lock(rendered)["files"] == files
     assert warnings == []
 
