@@ -51,6 +51,9 @@ from typing_extensions import is_typeddict
 from components.k8s.children import with_integers
 
 T = TypeVar("T")
+Input = Union[T, Awaitable[T], pulumi.Output[T]]  # noqa: UP007
+"""`pulumi.Input[T]` without its forward reference, so `typing.get_type_hints` resolves the
+Args types (the SDK's analyzer reads both alike)."""
 Location = tuple[str | int, ...]
 Problem = tuple[Location, str]
 Rule = Callable[[Mapping[str, Any]], list[Problem]]

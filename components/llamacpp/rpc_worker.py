@@ -26,7 +26,7 @@ from components.llamacpp.rpc_manifests import (
     worker_policy,
     worker_service,
 )
-from components.validation import checked_inputs
+from components.validation import Input, checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppRpcWorker"
 
@@ -34,7 +34,7 @@ TYPE_TOKEN = "llm-infra:index:LlamaCppRpcWorker"
 class LlamaCppRpcWorkerArgs(TypedDict):
     """Inputs of LlamaCppRpcWorker."""
 
-    namespace: pulumi.Input[DnsLabel]
+    namespace: Input[DnsLabel]
     """Namespace of the worker's objects (the server's: its policy admits pods of it)."""
     image: ImageReference
     """Image holding rpc-server, the same llama.cpp build as the server's, with -DGGML_RPC=ON."""

@@ -47,7 +47,7 @@ from components.monitoring.manifests import (
     service_monitor,
 )
 from components.payloads import VERIFY_SOURCE
-from components.validation import checked_inputs
+from components.validation import Input, checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 
@@ -55,7 +55,7 @@ TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 class LlamaCppVulkanServerArgs(TypedDict):
     """Inputs of LlamaCppVulkanServer."""
 
-    namespace: pulumi.Input[DnsLabel]
+    namespace: Input[DnsLabel]
     """Namespace of the Deployment and Service (may be a Namespace's output)."""
     image: ImageReference
     """Server image, pinned to a build (`server-vulkan-b11434`)."""
@@ -81,7 +81,7 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """Non-root uid in `device-plugin` mode (default 1000)."""
     supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
     """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
-    api_key: NotRequired[pulumi.Input[str] | None]
+    api_key: NotRequired[Input[str] | None]
     """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
     Secret, read from a file.
     """

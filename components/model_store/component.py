@@ -42,7 +42,7 @@ from components.model_store.node_preflight import (
 )
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
-from components.validation import Problem, checked_inputs, cross_field_rule
+from components.validation import Input, Problem, checked_inputs, cross_field_rule
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
@@ -63,7 +63,7 @@ class ModelVolume(TypedDict):
 class GgufModelStoreArgs(TypedDict):
     """Inputs of GgufModelStore."""
 
-    namespace: pulumi.Input[DnsLabel]
+    namespace: Input[DnsLabel]
     """Namespace of the PVC, ConfigMap, Secret and Job (may be a Namespace's output)."""
     repo: RepoId
     """Hugging Face repo id, e.g. `unsloth/DeepSeek-V4-Flash-0731-GGUF`."""
@@ -73,7 +73,7 @@ class GgufModelStoreArgs(TypedDict):
     """The files of the model, first shard first."""
     volume_size: Quantity
     """PVC size as a Kubernetes quantity (`120Gi`): the model plus room for the next one."""
-    storage_class: pulumi.Input[StorageClass]
+    storage_class: Input[StorageClass]
     """Storage class of the PVC (k3s: `local-path`, bound to one node)."""
     node_selector: dict[LabelKey, LabelValue]
     """Where the Job runs: the server's node, since a local-path volume is node-bound."""
@@ -87,7 +87,7 @@ class GgufModelStoreArgs(TypedDict):
     """Deadline of the fetch Job (default 12 h: 87 GiB over a slow home link)."""
     hf_endpoint: NotRequired[HttpUrl | None]
     """Hub endpoint (a mirror); default huggingface.co."""
-    hf_token: NotRequired[pulumi.Input[str] | None]
+    hf_token: NotRequired[Input[str] | None]
     """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
     network_policy: NotRequired[bool]
     """Restrict the fetch pod to DNS and the hub's port (default True)."""

@@ -23,7 +23,7 @@ from components.grammars import (
 from components.k8s.children import after, inherited_dependencies
 from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document
-from components.validation import Problem, checked_inputs, cross_field_rule
+from components.validation import Input, Problem, checked_inputs, cross_field_rule
 from components.vllm.builders import (
     PatchOverlay,
     RemotePaths,
@@ -66,15 +66,15 @@ TYPE_TOKEN = "llm-infra:index:VllmRocmServer"
 class SshConnection(TypedDict):
     """How pulumi-command reaches the host."""
 
-    host: pulumi.Input[SiteAddress]
+    host: Input[SiteAddress]
     """Host name or address of the SSH server."""
-    user: pulumi.Input[SshUser]
+    user: Input[SshUser]
     """SSH user: may run docker and write base_dir and model_dir."""
-    private_key: pulumi.Input[str]
+    private_key: Input[str]
     """Private key (PEM/OpenSSH text); always passed on as a Pulumi secret."""
-    port: NotRequired[pulumi.Input[Port]]
+    port: NotRequired[Input[Port]]
     """SSH port (default 22)."""
-    host_key: NotRequired[pulumi.Input[SshHostKey] | None]
+    host_key: NotRequired[Input[SshHostKey] | None]
     """The host's public key (`ssh-keyscan -t ed25519 HOST` prints it): a different host key
     refuses the connection. Required unless insecure_ignore_host_key."""
     insecure_ignore_host_key: NotRequired[bool]
@@ -118,7 +118,7 @@ def _host_key_or_explicit_opt_out(connection: Mapping[str, Any]) -> list[Problem
 class VllmRocmServerArgs(TypedDict):
     """Inputs of VllmRocmServer."""
 
-    connection: pulumi.Input[SshConnection]
+    connection: Input[SshConnection]
     """SSH connection to the GPU host (address, user and key may be other resources' outputs)."""
     model_dir: AbsolutePath
     """Host directory of the model files; survives `pulumi destroy`."""
@@ -132,7 +132,7 @@ class VllmRocmServerArgs(TypedDict):
     """`vllm serve` flags; `flags.model` is where model_dir is mounted in the container."""
     caddy: CaddySite
     """HTTPS site, TLS mode and client allowlist."""
-    api_key: pulumi.Input[str]
+    api_key: Input[str]
     """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
     requirements: HostRequirements
     """Minimum free disk and RAM the preflight demands."""
