@@ -41,7 +41,7 @@ from pulumi.provider.server import ComponentInitError
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
 from components.llamacpp.server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
 from components.model_store.component import GgufModelStore, GgufModelStoreArgs, ModelVolume
-from components.validation import ComponentInputError, Location
+from components.validation import INPUTS_HEADING, ComponentInputError, Location
 from components.vllm.component import SshConnection, VllmRocmServer, VllmRocmServerArgs
 
 PACKAGE = "llm-infra"
@@ -127,7 +127,7 @@ class ArgsAnalyzer(Analyzer):
             properties_mapping={},
             module=typ.__module__,
             python_type=str,
-            description=f"The values `{field}` takes.",
+            description=f"The values `{camel_case(field)}` takes.",
             enum=[EnumValueDefinition(name=_pascal(str(v)), value=v) for v in values],
         )
         self.type_definitions[name] = enum
@@ -158,6 +158,10 @@ class LlmInfraProvider(ComponentProvider):
         self._type_defs = result["type_definitions"]
         self._external_enum_types = result["external_enum_types"]
         self._dependencies = sorted(result["dependencies"], key=lambda d: f"{d.name}{d.version}")
+        for type_def in self._type_defs.values():
+            # help() lists the fields in the type's docstring; the schema describes each field.
+            if type_def.description:
+                type_def.description = type_def.description.split(INPUTS_HEADING)[0]
         for cls, fields in OUTPUT_INPUTS.items():
             properties, _ = self._declared(cls)
             for field in fields:
@@ -276,6 +280,7 @@ def _clean_descriptions(node: Any) -> Any:
             if key == "description" and isinstance(item, str)
             else _clean_descriptions(item)
             for key, item in node.items()
+            if not (key == "description" and item is None)
         }
     if isinstance(node, list):
         return [_clean_descriptions(item) for item in node]

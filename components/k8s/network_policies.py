@@ -4,9 +4,10 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from components.grammars import Cidr, DnsLabel, LabelKey, LabelValue
-from components.validation import Problem, cross_field_rule
+from components.validation import Problem, cross_field_rule, documented
 
 
+@documented
 class NetworkClient(TypedDict):
     """Pods allowed to reach a server: a namespace, optionally narrowed by pod labels."""
 

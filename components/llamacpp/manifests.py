@@ -22,6 +22,7 @@ from components.k8s.pod_security import (
 from components.model_store.manifests import MODELS_MOUNT, model_check_container, model_volumes
 from components.monitoring.manifests import scrape_annotations
 from components.payloads.gpu_gate import probe_command, server_command
+from components.validation import documented
 
 if TYPE_CHECKING:
     from components.llamacpp.server import LlamaCppVulkanServerArgs
@@ -48,6 +49,7 @@ CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_
 CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
 
 
+@documented
 class LlamaServerFlags(TypedDict):
     """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
 
@@ -98,6 +100,7 @@ class LlamaServerFlags(TypedDict):
     """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set."""
 
 
+@documented
 class HttpProbe(TypedDict):
     """An HTTP GET probe."""
 
@@ -113,6 +116,7 @@ class HttpProbe(TypedDict):
     """Seconds one probe may take."""
 
 
+@documented
 class ServerProbes(TypedDict):
     """Startup, readiness and liveness probes of the server."""
 

@@ -26,11 +26,12 @@ from components.llamacpp.rpc_manifests import (
     worker_policy,
     worker_service,
 )
-from components.validation import Input, checked_inputs
+from components.validation import Input, checked_inputs, documented
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppRpcWorker"
 
 
+@documented
 class LlamaCppRpcWorkerArgs(TypedDict):
     """Inputs of LlamaCppRpcWorker."""
 

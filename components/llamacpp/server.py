@@ -47,11 +47,12 @@ from components.monitoring.manifests import (
     service_monitor,
 )
 from components.payloads import VERIFY_SOURCE
-from components.validation import Input, checked_inputs
+from components.validation import Input, checked_inputs, documented
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
 
 
+@documented
 class LlamaCppVulkanServerArgs(TypedDict):
     """Inputs of LlamaCppVulkanServer."""
 

@@ -42,11 +42,12 @@ from components.model_store.node_preflight import (
 )
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
-from components.validation import Input, Problem, checked_inputs, cross_field_rule
+from components.validation import Input, Problem, checked_inputs, cross_field_rule, documented
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
 
+@documented
 class ModelVolume(TypedDict):
     """Where a server finds its model: what a GgufModelStore provides."""
 
@@ -60,6 +61,7 @@ class ModelVolume(TypedDict):
     """Non-root uid of the init check."""
 
 
+@documented
 class GgufModelStoreArgs(TypedDict):
     """Inputs of GgufModelStore."""
 

@@ -31,6 +31,7 @@ from components.k8s.pod_security import (
 )
 from components.model_store.manifests import MODELS_MOUNT
 from components.payloads.fetcher import ModelFile
+from components.validation import documented
 
 LLAMA_SERVER = "/app/llama-server"
 """llama-server in the ggml-org server images (their entrypoint)."""
@@ -42,6 +43,7 @@ PREFLIGHT_DEADLINE_S = 900
 GIB = 1 << 30
 
 
+@documented
 class NodePreflight(TypedDict):
     """What the node preflight checks before the model is downloaded."""
 

@@ -19,6 +19,7 @@ from components.monitoring.queries import (
     ReferenceSpeeds,
     rule_groups,
 )
+from components.validation import documented
 
 if TYPE_CHECKING:
     from components.llamacpp.server import LlamaCppVulkanServerArgs
@@ -29,6 +30,7 @@ MONITORING_API = "monitoring.coreos.com/v1"
 DASHBOARD_LABEL = "grafana_dashboard"
 
 
+@documented
 class KubernetesMonitoring(TypedDict):
     """How a llama-server is scraped, and which monitoring objects come with it."""
 

@@ -13,6 +13,7 @@ import yaml
 from pydantic import Field
 
 from components.grammars import StreamCount
+from components.validation import documented
 
 ServerKind = Literal["llama-server", "vllm"]
 METRICS_PATH = "/metrics"
@@ -29,6 +30,7 @@ FOR_MINUTES = 5
 """Default minutes a condition must hold before the down, floor and KV alerts fire."""
 
 
+@documented
 class AlertThresholds(TypedDict):
     """When the alerts fire (the decode floor is the server's own `min_decode_tps`)."""
 
@@ -42,6 +44,7 @@ class AlertThresholds(TypedDict):
     """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
 
 
+@documented
 class ReferenceSpeeds(TypedDict):
     """Measured speeds the dashboard draws as reference lines (seed 002 for the MI300X)."""
 

@@ -24,6 +24,7 @@ from components.grammars import (
     Sha256,
 )
 from components.payloads.fetcher import lock_digest
+from components.validation import documented
 from components.vllm.caddyfile import CaddySite, MetricsSite
 
 VLLM_SERVICE = "vllm"
@@ -32,6 +33,7 @@ CADDY_SERVICE = "caddy"
 TlsMode = Literal["auto", "internal"]
 
 
+@documented
 class SpeculativeConfig(TypedDict):
     """`--speculative-config` JSON (vLLM 0.33 keys)."""
 
@@ -41,6 +43,7 @@ class SpeculativeConfig(TypedDict):
     """Tokens drafted per step (the seed measured 7)."""
 
 
+@documented
 class VllmFlags(TypedDict):
     """`vllm serve` flags, one typed field per flag (vLLM 0.33 names in the docstrings)."""
 
@@ -82,6 +85,7 @@ class VllmFlags(TypedDict):
     """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4)."""
 
 
+@documented
 class PatchOverlay(TypedDict):
     """A patched file bind-mounted read-only over a file of the vLLM image."""
 

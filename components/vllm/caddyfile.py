@@ -9,7 +9,7 @@ from pydantic import Field
 from components.addresses import covers_every_address
 from components.grammars import Cidr, Email, ImageReference, Port, SiteAddress
 from components.monitoring.queries import METRICS_PATH
-from components.validation import Problem, cross_field_rule
+from components.validation import Problem, cross_field_rule, documented
 
 # Processes inside the Caddy container reach it over its own loopback, which no outside packet
 # can claim as its source: the deploy's final check uses it, the allowlist lets it through.
@@ -19,6 +19,7 @@ CONTAINER_LOOPBACK = ("127.0.0.1/32", "::1/128")
 CLIENT_PATHS = ("/v1/*", "/health")
 
 
+@documented
 class CaddySite(TypedDict):
     """The HTTPS front door: site address, certificates and the client allowlist."""
 

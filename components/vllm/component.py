@@ -23,7 +23,7 @@ from components.grammars import (
 from components.k8s.children import after, inherited_dependencies
 from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document
-from components.validation import Input, Problem, checked_inputs, cross_field_rule
+from components.validation import Input, Problem, checked_inputs, cross_field_rule, documented
 from components.vllm.builders import (
     PatchOverlay,
     RemotePaths,
@@ -63,6 +63,7 @@ from components.vllm.host_scripts import (
 TYPE_TOKEN = "llm-infra:index:VllmRocmServer"
 
 
+@documented
 class SshConnection(TypedDict):
     """How pulumi-command reaches the host."""
 
@@ -81,6 +82,7 @@ class SshConnection(TypedDict):
     """Connect without checking the host key (a warning says so); default False."""
 
 
+@documented
 class ModelLock(TypedDict):
     """The locked model the host fetches: what `llm-infra lock` resolved."""
 
@@ -115,6 +117,7 @@ def _host_key_or_explicit_opt_out(connection: Mapping[str, Any]) -> list[Problem
     return []
 
 
+@documented
 class VllmRocmServerArgs(TypedDict):
     """Inputs of VllmRocmServer."""
 

@@ -21,6 +21,7 @@ from components.monitoring.queries import (
     ReferenceSpeeds,
     rules_file,
 )
+from components.validation import documented
 from components.vllm.caddyfile import GPU_METRICS_PATH, CaddySite, MetricsSite, site_is_ip
 
 GPU_EXPORTER_SERVICE = "gpu-exporter"
@@ -30,6 +31,7 @@ CADDY_ROOT_CA = "caddy-root.crt"
 """With `tls: internal`, the scrape config trusts Caddy's root (copied next to it by the user)."""
 
 
+@documented
 class HostMonitoring(TypedDict):
     """vLLM's metrics site, the optional GPU exporter, and what the alerts and dashboard watch."""
 

@@ -10,6 +10,7 @@ from typing import Annotated, TypedDict
 from pydantic import Field
 
 from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
+from components.validation import documented
 from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
@@ -26,6 +27,7 @@ q = shlex.quote
 """Every value enters a script as one quoted word."""
 
 
+@documented
 class HostRequirements(TypedDict):
     """What the preflight demands of the host before anything is downloaded or started."""
 
