@@ -99,8 +99,15 @@ def error_messages(error: ValidationError) -> list[Problem]:
             message = f"{shown(item['input'])} {message.removeprefix('Value error, ')}"
         elif "input" in item and not isinstance(item["input"], dict | list):
             message = f"{shown(item['input'])}: {message}"
-        problems.append((tuple(item["loc"]), message))
+        problems.append((tuple(_short(part) for part in item["loc"]), message))
     return problems
+
+
+def _short(part: str | int) -> str | int:
+    # A dict key is part of the location: a hostile one must not make the message huge.
+    if isinstance(part, str) and (len(part) > 64 or not part.isprintable()):
+        return shown(part) if len(part) <= 64 else f"{part[:40]!r}... ({len(part)} characters)"
+    return part
 
 
 def cross_field_rule(args_type: type) -> Callable[[Rule], Rule]:

@@ -1,8 +1,13 @@
-"""Hostile strings in every string field of both stacks, found by walking the config models.
+"""Hostile strings in every string input, through every door, and tricky strings that pass.
 
-Each value either stops the render with exit 2 naming its key, or renders into scripts that,
-run with stub `docker`, `ssh`, `curl` and `wget` first on PATH, never execute the payload,
-and into a Caddyfile whose host and remote_ip matchers are exactly the configured ones.
+The refusals are unit tests of the grammars: each hostile string, in each string field of the
+stack file, of each component's Python constructor (under a fresh mock engine) and of each
+component over `provider/` (one provider process, Construct over gRPC as the engine sends it),
+is refused naming the field as that caller wrote it, before any resource exists.
+
+Strings the grammars admit (quotes in free text, unicode as punycode, long values, glob-like
+patterns) really render and run: the scripts in a sandbox whose docker, ssh, curl and wget are
+stubs, the Caddyfile in the real caddy in front of a stub upstream that checks the API key.
 """
 
 from __future__ import annotations
@@ -19,15 +24,30 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
+import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; pulumi pulls it in
 import pytest
+from pulumi.provider.experimental.util import camel_case
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
+from components.validation import ComponentInputError, snake_path
 from infra import program
 from infra.config import ConfigError, FleetStack, Mi300xStack, StrixHaloStack, parse_stack
 from infra.config.kubernetes import ProbesSettings
-from infra.render import Rendered, run_program
+from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program
+from tests.component.test_provider_protocol import (
+    Deployment,
+    input_errors,
+    preview,  # noqa: F401  (the fixture)
+)
 from tests.conftest import ROOT, stack_values
+from tests.support.component_inputs import (
+    COMPONENTS,
+    FREE_TEXT,
+    wire_names,
+    with_string,
+)
+from tests.support.component_inputs import string_fields as input_strings
 
 MARK = "PWNED"
 RPC_IMAGE = "registry.lan/llama.cpp:vulkan-rpc-b11434"
@@ -259,23 +279,15 @@ def caddy_matchers(rendered: Rendered, sandbox: Path) -> tuple[list[str], list[s
     return sorted(set(hosts)), sorted(set(ranges))
 
 
-@pytest.mark.contract
 @pytest.mark.parametrize(("stack", "path", "kind", "value"), list(cases()))
-def test_a_hostile_string_is_refused_or_stays_inert(
-    stack: str, path: Path_, kind: str, value: str, sandbox: Path
+def test_a_stack_file_refuses_a_hostile_string_naming_its_key(
+    stack: str, path: Path_, kind: str, value: str
 ) -> None:
-    values = stack_values(stack)
-    if stack == "mi300x":
-        # Paths of this sandbox, so the rendered scripts touch nothing outside it.
-        values["host"].update(baseDir=str(sandbox / "base"), modelDir=str(sandbox / "models"))
-    edited = with_value(values, path, kind, value)
+    edited = with_value(stack_values(stack), path, kind, value)
     key = key_of(path[:-1] if kind.startswith("dict") else path).removesuffix("[0]")
-    try:
+    with pytest.raises(ConfigError) as caught:
         parse_stack(edited)
-    except ConfigError as exc:
-        assert any(problem.startswith(key) for problem in exc.problems), exc.problems
-        return
-    rendered_and_run(stack, edited, key, sandbox)
+    assert any(problem.startswith(key) for problem in caught.value.problems), caught.value.problems
 
 
 def rendered_and_run(stack: str, values: dict[str, Any], key: str, sandbox: Path) -> None:
@@ -309,3 +321,81 @@ def test_the_stacks_as_written_render_scripts_that_run_under_the_stubs(
         values["host"].update(baseDir=str(sandbox / "base"), modelDir=str(sandbox / "models"))
     rendered_and_run(stack, values, "(none)", sandbox)
     assert not (sandbox / MARK).exists()
+
+
+# -- the components' own doors ----------------------------------------------------------------
+
+
+def component_cases() -> Iterator[Any]:
+    for component, (_, args_type, base) in COMPONENTS.items():
+        for path, kind in input_strings(args_type, base()):
+            if path[-1] in FREE_TEXT:
+                continue
+            for index, value in enumerate(HOSTILE):
+                yield pytest.param(
+                    component,
+                    path,
+                    kind,
+                    value,
+                    id=f"{component}-{'.'.join(map(str, path))}-{kind}-{index}",
+                )
+
+
+COMPONENT_CASES = list(component_cases())
+
+
+def field_name(path: Path_, wire: bool) -> str:
+    """The input's path as the caller wrote it: snake_case in Python, camelCase over the wire."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            name = camel_case(part) if wire else part
+            text += f".{name}" if text else name
+    return text
+
+
+def test_every_component_has_string_fields_in_the_corpus() -> None:
+    covered = {case.values[0] for case in COMPONENT_CASES}
+    assert covered == set(COMPONENTS)
+    assert len(COMPONENT_CASES) > 800
+
+
+@pytest.mark.parametrize(("component", "path", "kind", "value"), COMPONENT_CASES)
+def test_a_python_constructor_refuses_a_hostile_string_naming_the_input(
+    component: str, path: Path_, kind: str, value: str
+) -> None:
+    cls, _, base = COMPONENTS[component]
+    args = with_string(base(), path, kind, value)
+
+    def program() -> None:
+        cls("hostile", args)
+
+    monitor = RecordingMonitor(EchoMocks())
+    with pytest.raises(ComponentInputError) as caught:
+        run_program(program, {}, [], stack="test", monitor=monitor)
+    named = field_name(path, wire=False)
+    assert any(snake_path(loc).startswith(named) for loc, _ in caught.value.problems), (
+        caught.value.problems
+    )
+    assert monitor.registrations == []
+
+
+@pytest.mark.parametrize(("component", "path", "kind", "value"), COMPONENT_CASES)
+def test_the_provider_refuses_a_hostile_string_naming_the_input(
+    preview: Deployment,  # noqa: F811  (the fixture)
+    component: str,
+    path: Path_,
+    kind: str,
+    value: str,
+) -> None:
+    _, args_type, base = COMPONENTS[component]
+    args = wire_names(with_string(base(), path, kind, value), args_type)
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.construct(f"llm-infra:index:{component}", "hostile", args)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT, caught.value.details()
+    named = field_name(path, wire=True)
+    paths = [where for where, _ in input_errors(caught.value)]
+    assert any(where.startswith(named) for where in paths), (paths, caught.value.details())
+    assert preview.monitor.registrations == []
