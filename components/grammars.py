@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, NotRequired
 
 from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from components.k8s.images import parse_image
@@ -320,3 +321,19 @@ def _patch_source(value: str) -> str:
 
 PatchSource = Annotated[str, AfterValidator(_patch_source)]
 """A local file: relative to the Pulumi project (no `..`) or an absolute path."""
+
+
+def env_file_value(value: str) -> str:
+    """A value for a single-quoted compose env-file line (`KEY='value'`), unchanged."""
+    if not value or any(char in value for char in "'\n\r\0"):
+        # The value is a secret: the message never shows it.
+        raise PydanticCustomError(
+            "secret_value",
+            "must be non-empty, without single quotes or line breaks (it is written to a "
+            "compose env file as KEY='value')",
+        )
+    return value
+
+
+EnvFileSecret = Annotated[str, AfterValidator(env_file_value)]
+"""A secret that goes into a compose env file: any text but `'`, line breaks and NUL."""

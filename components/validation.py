@@ -90,7 +90,9 @@ def error_messages(error: ValidationError) -> list[Problem]:
     problems: list[Problem] = []
     for item in error.errors():
         message = item["msg"]
-        if item["type"] == "extra_forbidden":
+        if item["type"] == "secret_value":
+            pass  # A secret's problem never quotes the secret.
+        elif item["type"] == "extra_forbidden":
             message = "unknown key"
         elif item["type"] == "missing":
             message = "is required"

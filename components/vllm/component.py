@@ -11,6 +11,7 @@ from pydantic import Field
 from components.grammars import (
     AbsolutePath,
     DnsLabel,
+    EnvFileSecret,
     FilePattern,
     ImageReference,
     Port,
@@ -135,7 +136,7 @@ class VllmRocmServerArgs(TypedDict):
     """`vllm serve` flags; `flags.model` is where model_dir is mounted in the container."""
     caddy: CaddySite
     """HTTPS site, TLS mode and client allowlist."""
-    api_key: Input[str]
+    api_key: Input[EnvFileSecret]
     """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
     requirements: HostRequirements
     """Minimum free disk and RAM the preflight demands."""

@@ -8,7 +8,9 @@ import shlex
 from typing import Annotated, TypedDict
 
 from pydantic import Field
+from pydantic_core import PydanticCustomError
 
+from components.grammars import env_file_value
 from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
 from components.validation import documented
 from components.vllm.builders import (
@@ -186,9 +188,10 @@ def env_file_script(paths: RemotePaths, project: str) -> str:
 
 def env_file_content(api_key: str) -> str:
     """The env file line for compose: single-quoted, so compose does not interpolate `$`."""
-    if not api_key or any(c in api_key for c in "'\n\r\0"):
-        raise ValueError("api_key: must be non-empty, without quotes or line breaks")
-    return f"VLLM_API_KEY='{api_key}'\n"
+    try:
+        return f"VLLM_API_KEY='{env_file_value(api_key)}'\n"
+    except PydanticCustomError as exc:
+        raise ValueError(f"api_key: {exc}") from None
 
 
 def up_script(paths: RemotePaths, project: str, compose_sha256: str, wait_seconds: int) -> str:

@@ -299,3 +299,10 @@ def test_provider_refuses_a_caddyfile_block_naming_the_camel_case_input(
     assert "is not a network address/prefix" in errors["caddy.allowedCidrs[0]"]
     assert "less than or equal to 65535" in errors["flags.port"]
     assert [r for r in preview.monitor.registrations if r.type == VLLM] == []
+
+
+def test_an_api_key_the_env_file_cannot_hold_is_refused_without_showing_it() -> None:
+    secret = "sk-live'\nleak"
+    problems = refusal(vllm(api_key=secret))
+    assert "api_key: must be non-empty, without single quotes or line breaks" in problems
+    assert "sk-live" not in problems
