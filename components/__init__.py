@@ -9,48 +9,55 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from components.llamacpp.manifests import HttpProbe, LlamaServerFlags, ServerProbes
-    from components.llamacpp.rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
-    from components.llamacpp.server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
-    from components.model_store.component import GgufModelStore, GgufModelStoreArgs, ModelVolume
-    from components.monitoring.manifests import KubernetesMonitoring
-    from components.monitoring.queries import AlertThresholds, ReferenceSpeeds
+    from components.llamacpp.inputs import (
+        HttpProbe,
+        LlamaCppRpcWorkerArgs,
+        LlamaCppVulkanServerArgs,
+        LlamaServerFlags,
+        ServerProbes,
+    )
+    from components.llamacpp.rpc_worker import LlamaCppRpcWorker
+    from components.llamacpp.server import LlamaCppVulkanServer
+    from components.model_store.component import GgufModelStore
+    from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
+    from components.monitoring.inputs import AlertThresholds, KubernetesMonitoring, ReferenceSpeeds
     from components.payloads.fetcher import ModelFile
-    from components.vllm.builders import PatchOverlay, VllmFlags
-    from components.vllm.caddyfile import CaddySite
-    from components.vllm.component import (
+    from components.vllm.component import VllmRocmServer
+    from components.vllm.inputs import (
+        CaddySite,
+        HostMonitoring,
+        HostRequirements,
         ModelLock,
+        PatchOverlay,
         SshConnection,
-        VllmRocmServer,
+        VllmFlags,
         VllmRocmServerArgs,
     )
-    from components.vllm.host_monitoring import HostMonitoring
-    from components.vllm.host_scripts import HostRequirements
 
 _HOMES = {
-    "AlertThresholds": "components.monitoring.queries",
-    "CaddySite": "components.vllm.caddyfile",
+    "AlertThresholds": "components.monitoring.inputs",
+    "CaddySite": "components.vllm.inputs",
     "GgufModelStore": "components.model_store.component",
-    "GgufModelStoreArgs": "components.model_store.component",
-    "HostMonitoring": "components.vllm.host_monitoring",
-    "HostRequirements": "components.vllm.host_scripts",
-    "HttpProbe": "components.llamacpp.manifests",
-    "KubernetesMonitoring": "components.monitoring.manifests",
+    "GgufModelStoreArgs": "components.model_store.inputs",
+    "HostMonitoring": "components.vllm.inputs",
+    "HostRequirements": "components.vllm.inputs",
+    "HttpProbe": "components.llamacpp.inputs",
+    "KubernetesMonitoring": "components.monitoring.inputs",
     "LlamaCppRpcWorker": "components.llamacpp.rpc_worker",
-    "LlamaCppRpcWorkerArgs": "components.llamacpp.rpc_worker",
+    "LlamaCppRpcWorkerArgs": "components.llamacpp.inputs",
     "LlamaCppVulkanServer": "components.llamacpp.server",
-    "LlamaCppVulkanServerArgs": "components.llamacpp.server",
-    "LlamaServerFlags": "components.llamacpp.manifests",
+    "LlamaCppVulkanServerArgs": "components.llamacpp.inputs",
+    "LlamaServerFlags": "components.llamacpp.inputs",
     "ModelFile": "components.payloads.fetcher",
-    "ModelLock": "components.vllm.component",
-    "ModelVolume": "components.model_store.component",
-    "PatchOverlay": "components.vllm.builders",
-    "ReferenceSpeeds": "components.monitoring.queries",
-    "ServerProbes": "components.llamacpp.manifests",
-    "SshConnection": "components.vllm.component",
-    "VllmFlags": "components.vllm.builders",
+    "ModelLock": "components.vllm.inputs",
+    "ModelVolume": "components.model_store.inputs",
+    "PatchOverlay": "components.vllm.inputs",
+    "ReferenceSpeeds": "components.monitoring.inputs",
+    "ServerProbes": "components.llamacpp.inputs",
+    "SshConnection": "components.vllm.inputs",
+    "VllmFlags": "components.vllm.inputs",
     "VllmRocmServer": "components.vllm.component",
-    "VllmRocmServerArgs": "components.vllm.component",
+    "VllmRocmServerArgs": "components.vllm.inputs",
 }
 """Each public name and the module that defines it, imported on first use."""
 

@@ -38,11 +38,14 @@ from pulumi.provider.experimental.schema import generate_schema
 from pulumi.provider.experimental.util import camel_case
 from pulumi.provider.server import ComponentInitError
 
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
-from components.llamacpp.server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
-from components.model_store.component import GgufModelStore, GgufModelStoreArgs, ModelVolume
+from components.llamacpp.server import LlamaCppVulkanServer
+from components.model_store.component import GgufModelStore
+from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
 from components.validation import INPUTS_HEADING, ComponentInputError, Location
-from components.vllm.component import SshConnection, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.component import VllmRocmServer
+from components.vllm.inputs import SshConnection, VllmRocmServerArgs
 
 PACKAGE = "llm-infra"
 COMPONENTS: list[type[pulumi.ComponentResource]] = [

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.llamacpp.server import LlamaCppVulkanServerArgs
-from components.model_store.component import GgufModelStoreArgs
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
+from components.model_store.inputs import GgufModelStoreArgs
 from components.payloads.fetcher import ModelFile
 from components.validation import ComponentInputError, input_problems
 from infra.config import ConfigError, quantity_value

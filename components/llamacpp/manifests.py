@@ -1,10 +1,7 @@
 """Pure builders of LlamaCppVulkanServer: llama-server argv, probes, the Deployment and Service."""
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, TypedDict, get_args
+from typing import Any
 
-from pydantic import Field
-
-from components.grammars import AbsolutePath, IpAddress, ModelName, Port, RpcEndpoint, UrlPath
 from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
@@ -19,16 +16,10 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.llamacpp.inputs import HttpProbe, LlamaCppVulkanServerArgs, LlamaServerFlags
 from components.model_store.manifests import MODELS_MOUNT, model_check_container, model_volumes
 from components.monitoring.manifests import scrape_annotations
 from components.payloads.gpu_gate import probe_command, server_command
-from components.validation import documented
-
-if TYPE_CHECKING:
-    from components.llamacpp.server import LlamaCppVulkanServerArgs
-
-DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
-
 
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
@@ -41,91 +32,6 @@ GATE_LOG = "/logs/llama-server.log"
 
 
 API_KEY_FILE = "api-key"
-
-
-CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
-
-
-CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
-
-
-@documented
-class LlamaServerFlags(TypedDict):
-    """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
-
-    model_path: AbsolutePath
-    """`-m`: model file, the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder."""
-    alias: ModelName
-    """`--alias`: name in `GET /v1/models`; must match LiteLLM's `model_name` for this server."""
-    host: IpAddress
-    """`--host`: bind address; `0.0.0.0` so the Service reaches the pod."""
-    port: Port
-    """`--port`: listen port (containerPort and Service targetPort)."""
-    jinja: bool
-    """`--jinja`: use the chat template in the GGUF (reasoning comes back in
-    `reasoning_content`)."""
-    gpu_layers: Annotated[int, Field(ge=0, le=100_000)]
-    """`-ngl`: GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers."""
-    ctx_size: Annotated[int, Field(ge=1)]
-    """`-c`: total KV-cache context, shared by the slots."""
-    parallel: Annotated[int, Field(ge=1, le=1024)]
-    """`-np`: parallel slots; each gets `-c / -np` tokens."""
-    cont_batching: bool
-    """`--cont-batching` (or `--no-cont-batching`): continuous batching across slots."""
-    cache_type_k: CacheType
-    """`--cache-type-k`: K cache type, one of CACHE_TYPES (deepseek4 needs K = V)."""
-    cache_type_v: CacheType
-    """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
-    temperature: Annotated[float, Field(ge=0, le=100)]
-    """`--temp`: default sampling temperature (clients may override per request)."""
-    top_p: Annotated[float, Field(gt=0, le=1)]
-    """`--top-p`: default nucleus-sampling threshold (clients may override)."""
-    threads: Annotated[int, Field(ge=1, le=4096)]
-    """`--threads`: CPU threads: sampling and the CPU-resident layers."""
-    cache_ram_mib: NotRequired[Annotated[int, Field(ge=0)] | None]
-    """`--cache-ram`: prompt cache in host RAM (MiB), counted against the container limit (omitted:
-    llama-server's 8192).
-    """
-    log_verbosity: NotRequired[Annotated[int, Field(ge=0, le=4)] | None]
-    """`-lv`: log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads."""
-    log_file: NotRequired[AbsolutePath | None]
-    """`--log-file`: load log for the GPU gate's startup probe."""
-    rpc: NotRequired[list[RpcEndpoint] | None]
-    """`--rpc`: the workers' rpc-servers (`host:port`), whose GPUs take a share of the layers;
-    llama.cpp puts them before the local GPU."""
-    tensor_split: NotRequired[list[Annotated[float, Field(ge=0)]] | None]
-    """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
-    local GPU), as the memory plan computed it."""
-    metrics: NotRequired[bool]
-    """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set."""
-
-
-@documented
-class HttpProbe(TypedDict):
-    """An HTTP GET probe."""
-
-    path: UrlPath
-    """Request path, e.g. `/health`."""
-    initial_delay_seconds: Annotated[int, Field(ge=0, le=86_400)]
-    """Seconds after start (or after the startup probe succeeded) before the first probe."""
-    period_seconds: Annotated[int, Field(ge=1, le=86_400)]
-    """Seconds between probes."""
-    failure_threshold: Annotated[int, Field(ge=1, le=100_000)]
-    """Consecutive failures before the probe counts as failed."""
-    timeout_seconds: Annotated[int, Field(ge=1, le=86_400)]
-    """Seconds one probe may take."""
-
-
-@documented
-class ServerProbes(TypedDict):
-    """Startup, readiness and liveness probes of the server."""
-
-    startup: HttpProbe
-    """Covers the model load: liveness and readiness only start once it succeeded."""
-    readiness: HttpProbe
-    """When the pod receives traffic."""
-    liveness: HttpProbe
-    """When a hung server is restarted."""
 
 
 def service_url(service: str, namespace: str, port: int) -> str:
@@ -203,7 +109,7 @@ def selector_labels(labels: dict[str, str]) -> dict[str, str]:
     return {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
 
 
-def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
+def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The llama-server container."""
     flags = args["flags"]
     probes = args["probes"]
@@ -267,13 +173,13 @@ def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
     }
 
 
-def progress_deadline_seconds(args: "LlamaCppVulkanServerArgs") -> int:
+def progress_deadline_seconds(args: LlamaCppVulkanServerArgs) -> int:
     """The Deployment's progressDeadlineSeconds: the image pull, then the startup probe's window."""
     return IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
 
 
 def server_deployment(
-    name: str, namespace: str, labels: dict[str, str], args: "LlamaCppVulkanServerArgs"
+    name: str, namespace: str, labels: dict[str, str], args: LlamaCppVulkanServerArgs
 ) -> dict[str, Any]:
     """The Deployment: one replica, Recreate (one GPU), a deadline that covers pull and load."""
     model = args["model"]
@@ -326,13 +232,13 @@ def server_deployment(
     }
 
 
-def _pod_metadata(labels: dict[str, str], args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
+def _pod_metadata(labels: dict[str, str], args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     if args.get("metrics") is None:
         return {"labels": labels}
     return {"labels": labels, "annotations": scrape_annotations(args["flags"]["port"])}
 
 
-def deployment_skips(args: "LlamaCppVulkanServerArgs") -> list[tuple[str, str]]:
+def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
     """The checkov findings this Deployment accepts, each with its reason."""
     skips = image_skips(args["image"]) + image_skips(args["model"]["check_image"])
     if args.get("gpu_access", "privileged") == "privileged":

@@ -1,24 +1,12 @@
 """LlamaCppVulkanServer: llama.cpp's llama-server (Vulkan image) as a Deployment and a Service."""
 
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-from pydantic import Field
 
-from components.grammars import (
-    AbsolutePath,
-    DnsLabel,
-    ExtendedResource,
-    ImageReference,
-    LabelKey,
-    LabelValue,
-    Port,
-    Quantity,
-    ResourceName,
-)
 from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
-from components.k8s.network_policies import NetworkClient, ingress_policy
+from components.k8s.network_policies import ingress_policy
 from components.k8s.pod_security import DEFAULT_UID
 from components.k8s.verify_job import (
     verify_config_map,
@@ -26,10 +14,9 @@ from components.k8s.verify_job import (
     verify_job,
     verify_pod_labels,
 )
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import (
     API_KEY_FILE,
-    LlamaServerFlags,
-    ServerProbes,
     progress_deadline_seconds,
     selector_labels,
     server_deployment,
@@ -37,68 +24,18 @@ from components.llamacpp.manifests import (
     server_service,
     service_url,
 )
-from components.model_store.component import ModelVolume
+from components.model_store.inputs import ModelVolume
 from components.monitoring.manifests import (
     MONITORING_API,
-    KubernetesMonitoring,
     dashboard_config_map,
     monitoring_spec,
     prometheus_rule,
     service_monitor,
 )
 from components.payloads import VERIFY_SOURCE
-from components.validation import Input, checked_inputs, documented
+from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
-
-
-@documented
-class LlamaCppVulkanServerArgs(TypedDict):
-    """Inputs of LlamaCppVulkanServer."""
-
-    namespace: Input[DnsLabel]
-    """Namespace of the Deployment and Service (may be a Namespace's output)."""
-    image: ImageReference
-    """Server image, pinned to a build (`server-vulkan-b11434`)."""
-    flags: LlamaServerFlags
-    """llama-server flags."""
-    model: ModelVolume
-    """The model volume and its init check: a GgufModelStore's `model_volume` (or its outputs)."""
-    node_selector: dict[LabelKey, LabelValue]
-    """Node labels the pod must match (the GPU node)."""
-    resources: dict[Literal["requests", "limits"], dict[ResourceName, Quantity]]
-    """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
-    probes: ServerProbes
-    """Startup, readiness and liveness probes."""
-    service_port: NotRequired[Port]
-    """Port of the Service (default: the server port)."""
-    gpu_device_path: NotRequired[AbsolutePath]
-    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
-    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
-    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
-    gpu_resource: NotRequired[ExtendedResource]
-    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
-    """Non-root uid in `device-plugin` mode (default 1000)."""
-    supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
-    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
-    api_key: NotRequired[Input[str] | None]
-    """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
-    Secret, read from a file.
-    """
-    allowed_clients: NotRequired[list[NetworkClient] | None]
-    """Who may reach the server (a NetworkPolicy); None creates no policy."""
-    gpu_gate: NotRequired[bool]
-    """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
-    verify_expectations: NotRequired[str | None]
-    """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
-    verify_image: NotRequired[ImageReference]
-    """Pinned stock Python image of the verify Job (default: the model check's image)."""
-    min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
-    """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
-    the floor of the LlmDecodeBelowFloor alert."""
-    metrics: NotRequired[KubernetesMonitoring | None]
-    """`--metrics`, who may scrape, and the monitor, alert rules and dashboard; None: no metrics."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):

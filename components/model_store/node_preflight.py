@@ -10,11 +10,8 @@ problem with its numbers and the setting to change, in the MI300X host preflight
 
 import hashlib
 import shlex
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Any
 
-from pydantic import Field
-
-from components.grammars import AbsolutePath, ImageReference
 from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
@@ -29,9 +26,9 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.model_store.inputs import NodePreflight
 from components.model_store.manifests import MODELS_MOUNT
 from components.payloads.fetcher import ModelFile
-from components.validation import documented
 
 LLAMA_SERVER = "/app/llama-server"
 """llama-server in the ggml-org server images (their entrypoint)."""
@@ -41,21 +38,6 @@ AMD_VENDOR = "0x1002"
 # Image pull (the server image is ~2 GB) plus the checks themselves, which take seconds.
 PREFLIGHT_DEADLINE_S = 900
 GIB = 1 << 30
-
-
-@documented
-class NodePreflight(TypedDict):
-    """What the node preflight checks before the model is downloaded."""
-
-    image: ImageReference
-    """The server image: its llama-server lists the Vulkan devices the server will see."""
-    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
-    """`privileged` (default): mounts the render nodes and checks them and the Vulkan device;
-    `device-plugin`: the plugin hands the GPU only to the server, so only sysfs and the disk."""
-    min_gpu_memory_gib: NotRequired[Annotated[float, Field(gt=0)] | None]
-    """GPU memory the memory plan counts on (`memory.vramGib`): VRAM + GTT must reach it."""
-    gpu_device_path: NotRequired[AbsolutePath]
-    """Host path of the DRM render nodes (default `/dev/dri`)."""
 
 
 def _gib_text(count: int) -> str:

@@ -5,24 +5,12 @@ Grafana's dashboard sidecar picks up by its `grafana_dashboard` label, and the p
 a plain Prometheus's `kubernetes-pods` job scrapes by.
 """
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Any
 
-from pydantic import Field
-
-from components.grammars import DnsLabel, JobPattern, LabelKey, LabelValue
-from components.k8s.network_policies import NetworkClient
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.monitoring.dashboard import dashboard_json
-from components.monitoring.queries import (
-    METRICS_PATH,
-    AlertThresholds,
-    MonitoringSpec,
-    ReferenceSpeeds,
-    rule_groups,
-)
-from components.validation import documented
-
-if TYPE_CHECKING:
-    from components.llamacpp.server import LlamaCppVulkanServerArgs
+from components.monitoring.inputs import KubernetesMonitoring
+from components.monitoring.queries import METRICS_PATH, MonitoringSpec, rule_groups
 
 JOB_LABEL = "app.kubernetes.io/instance"
 """The server label whose value becomes the `job` of its series (the monitor's jobLabel)."""
@@ -30,34 +18,8 @@ MONITORING_API = "monitoring.coreos.com/v1"
 DASHBOARD_LABEL = "grafana_dashboard"
 
 
-@documented
-class KubernetesMonitoring(TypedDict):
-    """How a llama-server is scraped, and which monitoring objects come with it."""
-
-    scrapers: NotRequired[list[NetworkClient]]
-    """Who the NetworkPolicy admits to the server port for scraping (a monitoring namespace)."""
-    monitor_kind: NotRequired[Literal["ServiceMonitor", "PodMonitor"] | None]
-    """`ServiceMonitor` or `PodMonitor` (prometheus-operator CRDs); None creates neither."""
-    scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]
-    """Scrape interval of the monitor and the annotations (default 30)."""
-    monitor_labels: NotRequired[dict[LabelKey, LabelValue]]
-    """Extra labels of the monitor and the rule, which a Prometheus selects them by."""
-    rules: NotRequired[bool]
-    """Create a PrometheusRule with the server's alerts."""
-    dashboard: NotRequired[bool]
-    """Create a ConfigMap with the Grafana dashboard (label `grafana_dashboard: "1"`)."""
-    dashboard_namespace: NotRequired[DnsLabel | None]
-    """Namespace of the dashboard ConfigMap (default: the server's)."""
-    alerts: NotRequired[AlertThresholds]
-    """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
-    reference: NotRequired[ReferenceSpeeds]
-    """Measured speeds, reference lines on the dashboard."""
-    fetch_job_pattern: NotRequired[JobPattern | None]
-    """Regex of the model fetch Job names: an alert when one failed (kube-state-metrics)."""
-
-
 def monitoring_spec(
-    name: str, namespace: str, args: "LlamaCppVulkanServerArgs", monitoring: KubernetesMonitoring
+    name: str, namespace: str, args: LlamaCppVulkanServerArgs, monitoring: KubernetesMonitoring
 ) -> MonitoringSpec:
     """What the dashboard and the alerts of this server are generated from."""
     flags = args["flags"]

@@ -7,13 +7,11 @@ signals here, so a metric name is written once.
 """
 
 from dataclasses import dataclass
-from typing import Annotated, Literal, NotRequired, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
 import yaml
-from pydantic import Field
 
-from components.grammars import StreamCount
-from components.validation import documented
+from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
 
 ServerKind = Literal["llama-server", "vllm"]
 METRICS_PATH = "/metrics"
@@ -28,30 +26,6 @@ KV_CACHE_RATIO = 0.9
 """Default share of the KV cache (or of a slot's context) that fires the KV alert."""
 FOR_MINUTES = 5
 """Default minutes a condition must hold before the down, floor and KV alerts fire."""
-
-
-@documented
-class AlertThresholds(TypedDict):
-    """When the alerts fire (the decode floor is the server's own `min_decode_tps`)."""
-
-    stall_minutes: NotRequired[Annotated[int, Field(ge=1, le=10_080)]]
-    """Minutes without a generated token while requests wait before LlmNoTokensWhileRequestsWait
-    fires (default 10)."""
-    kv_cache_ratio: NotRequired[Annotated[float, Field(gt=0, le=1)]]
-    """Share of the KV cache (vLLM) or of a slot's context (llama-server) that fires the KV
-    alert (default 0.9)."""
-    for_minutes: NotRequired[Annotated[int, Field(ge=0, le=10_080)]]
-    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
-
-
-@documented
-class ReferenceSpeeds(TypedDict):
-    """Measured speeds the dashboard draws as reference lines (seed 002 for the MI300X)."""
-
-    decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
-    """Single-stream decode tok/s (median)."""
-    aggregate_tps: NotRequired[dict[StreamCount, Annotated[float, Field(gt=0)]]]
-    """Aggregate decode tok/s by concurrent streams (`{"8": 542}`)."""
 
 
 class MonitoringSpec(TypedDict):

@@ -1,15 +1,13 @@
 """The Caddyfile of the MI300X host: HTTPS site, client allowlist, streaming reverse proxy."""
 
 import ipaddress
-from collections.abc import Mapping
-from typing import Annotated, Any, Literal, NotRequired, TypedDict
+from typing import Annotated, NotRequired, TypedDict
 
 from pydantic import Field
 
-from components.addresses import covers_every_address
-from components.grammars import Cidr, Email, ImageReference, Port, SiteAddress
+from components.grammars import Cidr, Port
 from components.monitoring.queries import METRICS_PATH
-from components.validation import Problem, cross_field_rule, documented
+from components.vllm.inputs import CaddySite
 
 # Processes inside the Caddy container reach it over its own loopback, which no outside packet
 # can claim as its source: the deploy's final check uses it, the allowlist lets it through.
@@ -17,39 +15,6 @@ CONTAINER_LOOPBACK = ("127.0.0.1/32", "::1/128")
 # What API clients need of vLLM. Everything else (/metrics, /invocations, /tokenize, /pooling,
 # ...) is 404 at Caddy: vLLM checks the API key only under /v1 and a few other prefixes.
 CLIENT_PATHS = ("/v1/*", "/health")
-
-
-@documented
-class CaddySite(TypedDict):
-    """The HTTPS front door: site address, certificates and the client allowlist."""
-
-    site: SiteAddress
-    """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
-    tls: Literal["auto", "internal"]
-    """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
-    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
-    """Client networks allowed through; everything else gets 403. Never empty."""
-    image: ImageReference
-    """A pinned Caddy 2.11 image (version tag or digest)."""
-    acme_email: NotRequired[Email | None]
-    """ACME account email; required with `tls: auto`."""
-    allow_world: NotRequired[bool]
-    """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to
-    it); default False."""
-
-
-@cross_field_rule(CaddySite)
-def _allowlist_admits_not_the_world(site: Mapping[str, Any]) -> list[Problem]:
-    cidrs = list(site.get("allowed_cidrs", []))
-    if cidrs and covers_every_address(cidrs) and not site.get("allow_world", False):
-        return [
-            (
-                ("allowed_cidrs",),
-                f"{cidrs!r} admits every address: list the client networks (or set "
-                "allow_world: True to serve the world on purpose)",
-            )
-        ]
-    return []
 
 
 class MetricsSite(TypedDict):

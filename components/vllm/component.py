@@ -1,34 +1,17 @@
 """VllmRocmServer: vLLM (ROCm image) behind Caddy on one GPU host, over SSH with pulumi-command."""
 
 import posixpath
-from collections.abc import Mapping
-from typing import Annotated, Any, NotRequired, TypedDict
+from typing import Any
 
 import pulumi
 from pulumi_command import remote
-from pydantic import Field
 
-from components.grammars import (
-    AbsolutePath,
-    DnsLabel,
-    EnvFileSecret,
-    FilePattern,
-    ImageReference,
-    Port,
-    RepoId,
-    Revision,
-    SiteAddress,
-    SshHostKey,
-    SshUser,
-)
 from components.k8s.children import after, inherited_dependencies
 from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
-from components.payloads.fetcher import ModelFile, fetch_document
-from components.validation import Input, Problem, checked_inputs, cross_field_rule, documented
+from components.payloads.fetcher import fetch_document
+from components.validation import checked_inputs
 from components.vllm.builders import (
-    PatchOverlay,
     RemotePaths,
-    VllmFlags,
     compose_file,
     compose_yaml,
     lock_json,
@@ -38,17 +21,15 @@ from components.vllm.builders import (
     sha256_text,
     vllm_address,
 )
-from components.vllm.caddyfile import CaddySite, base_url, caddyfile
+from components.vllm.caddyfile import base_url, caddyfile
 from components.vllm.host_monitoring import (
     GPU_EXPORTER_SERVICE,
-    HostMonitoring,
     gpu_exporter_service,
     metrics_site,
     monitoring_files,
     monitoring_spec,
 )
 from components.vllm.host_scripts import (
-    HostRequirements,
     check_script,
     down_script,
     env_file_content,
@@ -60,103 +41,13 @@ from components.vllm.host_scripts import (
     verify_patches_script,
     verify_script,
 )
+from components.vllm.inputs import (
+    ModelLock,
+    SshConnection,
+    VllmRocmServerArgs,
+)
 
 TYPE_TOKEN = "llm-infra:index:VllmRocmServer"
-
-
-@documented
-class SshConnection(TypedDict):
-    """How pulumi-command reaches the host."""
-
-    host: Input[SiteAddress]
-    """Host name or address of the SSH server."""
-    user: Input[SshUser]
-    """SSH user: may run docker and write base_dir and model_dir."""
-    private_key: Input[str]
-    """Private key (PEM/OpenSSH text); always passed on as a Pulumi secret."""
-    port: NotRequired[Input[Port]]
-    """SSH port (default 22)."""
-    host_key: NotRequired[Input[SshHostKey] | None]
-    """The host's public key (`ssh-keyscan -t ed25519 HOST` prints it): a different host key
-    refuses the connection. Required unless insecure_ignore_host_key."""
-    insecure_ignore_host_key: NotRequired[bool]
-    """Connect without checking the host key (a warning says so); default False."""
-
-
-@documented
-class ModelLock(TypedDict):
-    """The locked model the host fetches: what `llm-infra lock` resolved."""
-
-    repo: RepoId
-    """Hugging Face repo id, e.g. `deepseek-ai/DeepSeek-V4-Flash-0731`."""
-    revision: Revision
-    """The commit sha the lock resolved (a branch or tag only before the model is locked)."""
-    files: list[ModelFile]
-    """Every file of the model, with its size and sha256 when locked."""
-    unresolved_patterns: NotRequired[list[FilePattern]]
-    """File patterns not yet resolved to files: recorded in an unlocked preview's lock."""
-
-
-@cross_field_rule(SshConnection)
-def _host_key_or_explicit_opt_out(connection: Mapping[str, Any]) -> list[Problem]:
-    insecure = connection.get("insecure_ignore_host_key", False)
-    if connection.get("host_key") is None and not insecure:
-        return [
-            (
-                ("host_key",),
-                "is required, so that nobody in between can pose as the host and receive the "
-                "API key (paste `ssh-keyscan -t ed25519 HOST`, or set insecure_ignore_host_key)",
-            )
-        ]
-    if connection.get("host_key") is not None and insecure:
-        return [(("insecure_ignore_host_key",), "True contradicts host_key (drop one)")]
-    if insecure:
-        pulumi.log.warn(
-            f"connection: the SSH host key is not checked (insecure_ignore_host_key): any host "
-            f"answering at {connection.get('host')} receives the API key; set host_key instead"
-        )
-    return []
-
-
-@documented
-class VllmRocmServerArgs(TypedDict):
-    """Inputs of VllmRocmServer."""
-
-    connection: Input[SshConnection]
-    """SSH connection to the GPU host (address, user and key may be other resources' outputs)."""
-    model_dir: AbsolutePath
-    """Host directory of the model files; survives `pulumi destroy`."""
-    model_lock: ModelLock
-    """The locked model, fetched into model_dir on the host (the fetcher's lock document)."""
-    fetch_image: ImageReference
-    """A pinned stock Python image that runs the fetcher, so the host needs no Python."""
-    image: ImageReference
-    """vLLM ROCm image pinned by digest (`vllm/vllm-openai-rocm@sha256:...`)."""
-    flags: VllmFlags
-    """`vllm serve` flags; `flags.model` is where model_dir is mounted in the container."""
-    caddy: CaddySite
-    """HTTPS site, TLS mode and client allowlist."""
-    api_key: Input[EnvFileSecret]
-    """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
-    requirements: HostRequirements
-    """Minimum free disk and RAM the preflight demands."""
-    base_dir: NotRequired[AbsolutePath]
-    """Host directory of the compose project and its files (default `/opt/llm`)."""
-    patches: NotRequired[list[PatchOverlay]]
-    """Patched files mounted read-only over the image's files, each pinned by sha256."""
-    project_name: NotRequired[DnsLabel]
-    """Compose project name (default `llm`)."""
-    startup_timeout_seconds: NotRequired[Annotated[int, Field(ge=60, le=7 * 86_400)]]
-    """How long `up` waits for vLLM to turn healthy (default 3600: load plus kernel builds)."""
-    fetch_parallel: NotRequired[Annotated[int, Field(ge=1, le=16)]]
-    """Model files downloaded at once (default 3)."""
-    verify_expectations: NotRequired[str | None]
-    """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
-    min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
-    """Decode-speed floor of that check (tok/s), and of the LlmDecodeBelowFloor alert."""
-    metrics: NotRequired[HostMonitoring | None]
-    """vLLM's /metrics on a second Caddy site, the GPU exporter, and the dashboard, alert rules
-    and scrape config as files on the host; None: no metrics site."""
 
 
 class VllmRocmServer(pulumi.ComponentResource):

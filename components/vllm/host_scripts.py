@@ -5,38 +5,24 @@ Each is a bash script (shellcheck-clean) that pulumi-command runs over SSH.
 
 import posixpath
 import shlex
-from typing import Annotated, TypedDict
 
-from pydantic import Field
 from pydantic_core import PydanticCustomError
 
 from components.grammars import env_file_value
 from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
-from components.validation import documented
 from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
-    PatchOverlay,
     RemotePaths,
     patch_remote_path,
     remote_paths,
 )
-from components.vllm.caddyfile import CaddySite
+from components.vllm.inputs import CaddySite, HostRequirements, PatchOverlay
 
 SCRIPT_END = "LLM_INFRA_SCRIPT"
 
 q = shlex.quote
 """Every value enters a script as one quoted word."""
-
-
-@documented
-class HostRequirements(TypedDict):
-    """What the preflight demands of the host before anything is downloaded or started."""
-
-    min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
-    """Free disk in the model directory's filesystem, counting what the model already uses."""
-    min_ram_gib: Annotated[float, Field(ge=0, le=100_000)]
-    """Installed RAM (MemTotal): the CPU KV tier is pinned, so available RAM varies at run time."""
 
 
 def remote_command(script: str) -> str:

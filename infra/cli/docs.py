@@ -13,11 +13,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from components.llamacpp.manifests import LlamaServerFlags
-from components.llamacpp.server import LlamaCppVulkanServerArgs
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs, LlamaServerFlags
 from components.monitoring.dashboard import panel_queries, server_dashboard
 from components.monitoring.queries import MonitoringSpec, ServerKind, alert_rules
-from components.vllm.builders import VllmFlags, vllm_serve_args
+from components.vllm.builders import vllm_serve_args
+from components.vllm.inputs import VllmFlags
 from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import (
     ConfigError,

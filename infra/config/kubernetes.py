@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from components.addresses import covers_every_address
-from components.llamacpp.manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
+from components.llamacpp.inputs import CACHE_TYPES, DEFAULT_IMAGE, CacheType
 from components.llamacpp.rpc_manifests import RPC_BINARY, RPC_PORT
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (

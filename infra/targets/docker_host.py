@@ -8,15 +8,17 @@ from typing import Any
 import pulumi
 
 from components.payloads.fetcher import ModelFile
-from components.vllm.builders import PatchOverlay, VllmFlags
-from components.vllm.caddyfile import CaddySite, base_url
-from components.vllm.component import (
+from components.vllm.caddyfile import base_url
+from components.vllm.component import VllmRocmServer
+from components.vllm.inputs import (
+    CaddySite,
+    HostMonitoring,
     ModelLock,
+    PatchOverlay,
     SshConnection,
-    VllmRocmServer,
+    VllmFlags,
     VllmRocmServerArgs,
 )
-from components.vllm.host_monitoring import HostMonitoring
 from infra.config import Mi300xStack, StackSecrets, project_root
 from infra.lock import ModelSource
 from infra.targets.litellm import litellm_entry

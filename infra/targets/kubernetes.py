@@ -20,11 +20,12 @@ from components import (
     ModelVolume,
 )
 from components.k8s.network_policies import NetworkClient
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.manifests import selector_labels, server_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
-from components.llamacpp.rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
+from components.llamacpp.rpc_worker import LlamaCppRpcWorker
 from components.model_store.manifests import MODELS_MOUNT, fetch_job_pattern
-from components.monitoring.manifests import KubernetesMonitoring
+from components.monitoring.inputs import KubernetesMonitoring
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
 from infra.lock import ModelSource

@@ -24,7 +24,7 @@ from pulumi.runtime import settings
 from components import GgufModelStore, LlamaCppRpcWorker, LlamaCppVulkanServer, VllmRocmServer
 from components.grammars import ssh_host_key
 from components.validation import ComponentInputError, checked_inputs
-from components.vllm.component import VllmRocmServerArgs
+from components.vllm.inputs import VllmRocmServerArgs
 from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import server_args, store_args

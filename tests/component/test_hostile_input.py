@@ -36,8 +36,9 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
 from components.validation import ComponentInputError, input_problems, snake_path
-from components.vllm.caddyfile import CaddySite, caddyfile
+from components.vllm.caddyfile import caddyfile
 from components.vllm.host_monitoring import metrics_site
+from components.vllm.inputs import CaddySite
 from infra import program
 from infra.config import ConfigError, FleetStack, Mi300xStack, StrixHaloStack, parse_stack
 from infra.config.kubernetes import ProbesSettings

@@ -13,7 +13,8 @@ import pytest
 import yaml
 from pulumi_command import local
 
-from components.vllm.component import ModelLock, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.component import VllmRocmServer
+from components.vllm.inputs import ModelLock, VllmRocmServerArgs
 from infra.render import Rendered, run_program
 from tests.unit.test_vllm_builders import MODEL_DIR, VLLM_IMAGE, sample_caddy, sample_flags
 

@@ -12,11 +12,14 @@ from typing import Any, Literal
 
 from pulumi.provider.experimental.util import camel_case
 
-from components.llamacpp.rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
-from components.llamacpp.server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
-from components.model_store.component import GgufModelStore, GgufModelStoreArgs
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppVulkanServerArgs
+from components.llamacpp.rpc_worker import LlamaCppRpcWorker
+from components.llamacpp.server import LlamaCppVulkanServer
+from components.model_store.component import GgufModelStore
+from components.model_store.inputs import GgufModelStoreArgs
 from components.validation import known_type
-from components.vllm.component import VllmRocmServer, VllmRocmServerArgs
+from components.vllm.component import VllmRocmServer
+from components.vllm.inputs import VllmRocmServerArgs
 
 Path_ = tuple[str | int, ...]
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"

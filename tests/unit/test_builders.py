@@ -9,8 +9,8 @@ import pytest
 
 from components.k8s.images import parse_image
 from components.k8s.network_policies import egress_policy, ingress_policy
+from components.llamacpp.inputs import LlamaServerFlags
 from components.llamacpp.manifests import (
-    LlamaServerFlags,
     llama_server_args,
     probe_window_seconds,
     server_deployment,

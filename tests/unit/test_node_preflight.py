@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from components.model_store.inputs import NodePreflight
 from components.model_store.node_preflight import (
-    NodePreflight,
     preflight_job,
     preflight_job_name,
     preflight_script,

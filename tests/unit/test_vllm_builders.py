@@ -10,8 +10,6 @@ import pytest
 import yaml
 
 from components.vllm.builders import (
-    PatchOverlay,
-    VllmFlags,
     compose_file,
     compose_yaml,
     lock_json,
@@ -19,7 +17,7 @@ from components.vllm.builders import (
     remote_paths,
     vllm_serve_args,
 )
-from components.vllm.caddyfile import CaddySite, base_url, caddyfile
+from components.vllm.caddyfile import base_url, caddyfile
 from components.vllm.host_scripts import (
     MODELS_PROBE,
     check_script,
@@ -33,6 +31,7 @@ from components.vllm.host_scripts import (
     verify_patches_script,
     verify_script,
 )
+from components.vllm.inputs import CaddySite, PatchOverlay, VllmFlags
 
 MODEL = "/models/DeepSeek-V4-Flash-0731"
 MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
