@@ -3,7 +3,9 @@
 Every rule for these inputs lives here; the builders take them validated.
 """
 
-from typing import Annotated, Literal, NotRequired, TypedDict, get_args
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
 from pydantic import Field
 
@@ -23,9 +25,9 @@ from components.grammars import (
     UrlPath,
 )
 from components.k8s.network_policies import NetworkClient
-from components.model_store.inputs import ModelVolume
+from components.model_store.inputs import MODELS_MOUNT, ModelVolume
 from components.monitoring.inputs import KubernetesMonitoring
-from components.validation import Input, documented
+from components.validation import Input, Problem, cross_field_rule, documented
 
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
 
@@ -157,6 +159,11 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
     verify_image: NotRequired[ImageReference]
     """Pinned stock Python image of the verify Job (default: the model check's image)."""
+    disk_read_mibps: NotRequired[Annotated[float, Field(gt=0)]]
+    """Read speed of the model volume (MiB/s, default 300): with `init_seconds`, how long the
+    load takes, which the startup probe must outlast (x1.5)."""
+    init_seconds: NotRequired[Annotated[int, Field(ge=0)]]
+    """Start-up time before the load (default 60 s: image start, the model check)."""
     min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
     """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
     the floor of the LlmDecodeBelowFloor alert."""
@@ -197,3 +204,56 @@ class LlamaCppRpcWorkerArgs(TypedDict):
     """Non-root uid in `device-plugin` mode (default 10001)."""
     supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
     """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
+
+
+LOAD_MARGIN = 1.5
+"""The startup probe must outlast the load estimate by this factor: disks slow down when busy."""
+DISK_READ_MIBPS = 300.0
+"""Model volume read speed assumed when the caller gives none (a SATA SSD, busy)."""
+INIT_SECONDS = 60
+"""Start-up before the load assumed when the caller gives none."""
+
+
+def startup_threshold_needed(probe: HttpProbe, load_seconds: float) -> int | None:
+    """The failure_threshold a startup probe needs to outlast a load (x LOAD_MARGIN), or None
+    when it already does. The stack file's plan and the server's own check both ask this."""
+    needed = load_seconds * LOAD_MARGIN
+    window = probe["initial_delay_seconds"] + probe["period_seconds"] * probe["failure_threshold"]
+    if window >= needed:
+        return None
+    return math.ceil((needed - probe["initial_delay_seconds"]) / probe["period_seconds"])
+
+
+@cross_field_rule(LlamaCppVulkanServerArgs)
+def _server_fits_its_store(args: Mapping[str, Any]) -> list[Problem]:
+    """Rules between a server and its store's model volume (both doors: they check the args)."""
+    problems: list[Problem] = []
+    model, flags = args.get("model"), args.get("flags", {})
+    if not isinstance(model, Mapping):
+        return problems
+    model_file = model.get("model_file")
+    if isinstance(model_file, str) and flags.get("model_path") != f"{MODELS_MOUNT}/{model_file}":
+        problems.append(
+            (
+                ("flags", "model_path"),
+                f"{flags.get('model_path')!r} is not the store's first file "
+                f"{MODELS_MOUNT}/{model_file} (llama-server loads the other shards from it)",
+            )
+        )
+    size = model.get("model_bytes")
+    startup = args.get("probes", {}).get("startup")
+    if isinstance(size, int) and isinstance(startup, Mapping):
+        read = args.get("disk_read_mibps", DISK_READ_MIBPS)
+        init = args.get("init_seconds", INIT_SECONDS)
+        load = size / (read * 2**20) + init
+        threshold = startup_threshold_needed(startup, load)  # type: ignore[arg-type]
+        if threshold is not None:
+            problems.append(
+                (
+                    ("probes", "startup", "failure_threshold"),
+                    f"{startup['failure_threshold']} allows the load too little time: reading "
+                    f"{size / 2**30:.1f} GiB at {read:g} MiB/s plus {init}s "
+                    f"takes ~{load:.0f}s; raise it to at least {threshold} (x{LOAD_MARGIN} margin)",
+                )
+            )
+    return problems

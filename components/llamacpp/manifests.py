@@ -17,7 +17,8 @@ from components.k8s.pod_security import (
     scratch_volume,
 )
 from components.llamacpp.inputs import HttpProbe, LlamaCppVulkanServerArgs, LlamaServerFlags
-from components.model_store.manifests import MODELS_MOUNT, model_check_container, model_volumes
+from components.model_store.inputs import MODELS_MOUNT
+from components.model_store.manifests import model_check_container, model_volumes
 from components.monitoring.manifests import scrape_annotations
 from components.payloads.gpu_gate import probe_command, server_command
 

@@ -6,10 +6,9 @@ import pulumi_kubernetes as k8s
 from components.k8s.children import after, inherited_dependencies, manifest_args
 from components.k8s.network_policies import egress_policy
 from components.k8s.pod_security import DEFAULT_UID
-from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
+from components.model_store.inputs import MODELS_MOUNT, GgufModelStoreArgs, ModelVolume
 from components.model_store.manifests import (
     HF_TOKEN_KEY,
-    MODELS_MOUNT,
     content_digest,
     fetch_job,
     fetch_pod_labels,
@@ -21,10 +20,16 @@ from components.model_store.manifests import (
 )
 from components.model_store.node_preflight import preflight_network_policy, store_preflight_job
 from components.payloads import FETCHER_SOURCE
-from components.payloads.fetcher import fetch_document, lock_digest
+from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
 from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
+
+
+def model_bytes(files: list[ModelFile]) -> int | None:
+    """Bytes of the model files, when every size is known (from a lock)."""
+    sizes = [file.get("size") for file in files]
+    return None if any(size is None for size in sizes) else sum(size or 0 for size in sizes)
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -158,6 +163,8 @@ class GgufModelStore(pulumi.ComponentResource):
             "fetcher_config_map": names["config_map"],
             "check_image": args["fetch_image"],
             "run_as_user": run_as_user,
+            "model_file": args["files"][0]["name"],
+            "model_bytes": model_bytes(args["files"]),
         }
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
         self.fetch_policy: k8s.networking.v1.NetworkPolicy | None = None

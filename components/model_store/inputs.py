@@ -12,6 +12,7 @@ from pydantic import Field
 from components.grammars import (
     AbsolutePath,
     DnsLabel,
+    FileName,
     FilePattern,
     HttpUrl,
     ImageReference,
@@ -41,6 +42,10 @@ class NodePreflight(TypedDict):
     """Host path of the DRM render nodes (default `/dev/dri`)."""
 
 
+MODELS_MOUNT = "/models"
+"""Where pods mount the model volume (the fetch Job, the server, its model check)."""
+
+
 @documented
 class ModelVolume(TypedDict):
     """Where a server finds its model: what a GgufModelStore provides."""
@@ -53,6 +58,11 @@ class ModelVolume(TypedDict):
     """Image that runs the init check (the store's fetch image)."""
     run_as_user: Annotated[int, Field(ge=1, le=2**31 - 1)]
     """Non-root uid of the init check."""
+    model_file: NotRequired[FileName]
+    """The store's first file: the server's `-m` must be `/models/<model_file>`."""
+    model_bytes: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """Bytes of the model files when the lock gives every size: the server's startup probe
+    must outlast reading them."""
 
 
 @documented

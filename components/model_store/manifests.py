@@ -15,11 +15,9 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.model_store.inputs import MODELS_MOUNT
 from components.payloads import FETCHER_MOUNT
 from components.payloads.fetcher import lock_digest
-
-MODELS_MOUNT = "/models"
-
 
 HF_TOKEN_KEY = "token"
 

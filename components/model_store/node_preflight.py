@@ -26,8 +26,7 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-from components.model_store.inputs import NodePreflight
-from components.model_store.manifests import MODELS_MOUNT
+from components.model_store.inputs import MODELS_MOUNT, NodePreflight
 from components.payloads.fetcher import ModelFile
 
 LLAMA_SERVER = "/app/llama-server"

@@ -24,7 +24,8 @@ from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.manifests import selector_labels, server_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
-from components.model_store.manifests import MODELS_MOUNT, fetch_job_pattern
+from components.model_store.inputs import MODELS_MOUNT
+from components.model_store.manifests import fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
@@ -308,6 +309,9 @@ def server_args(
         "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
         "allowed_clients": allowed_clients(stack),
         "metrics": monitoring(stack),
+        # The server checks its startup probe against its store's model at these speeds too.
+        "disk_read_mibps": stack.memory.disk_read_mibps,
+        "init_seconds": stack.memory.init_seconds,
     }
 
 

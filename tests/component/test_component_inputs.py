@@ -306,3 +306,39 @@ def test_an_api_key_the_env_file_cannot_hold_is_refused_without_showing_it() -> 
     problems = refusal(vllm(api_key=secret))
     assert "api_key: must be non-empty, without single quotes or line breaks" in problems
     assert "sk-live" not in problems
+
+
+def test_a_startup_probe_too_short_for_the_stores_model_is_refused() -> None:
+    def change(args: dict[str, Any]) -> None:
+        args["model"] = {**args["model"], "model_file": "Model-00001-of-00003.gguf"}
+        args["flags"]["model_path"] = "/models/Model-00001-of-00003.gguf"
+        args["model"]["model_bytes"] = 17 * 2**30
+        args["probes"]["startup"].update(initial_delay_seconds=0, period_seconds=10)
+        args["probes"]["startup"]["failure_threshold"] = 1
+
+    problems = refusal(llama(change))
+    assert "probes.startup.failure_threshold: 1 allows the load too little time" in problems
+    assert "reading 17.0 GiB at 300 MiB/s plus 60s takes ~118s" in problems
+    assert "raise it to at least 18" in problems
+
+
+def test_the_server_must_load_the_stores_first_file() -> None:
+    def change(args: dict[str, Any]) -> None:
+        args["model"] = {**args["model"], "model_file": "Model-00001-of-00003.gguf"}
+        args["flags"]["model_path"] = "/models/Model-00002-of-00003.gguf"
+
+    problems = refusal(llama(change))
+    assert "flags.model_path: '/models/Model-00002-of-00003.gguf' is not the store's first" in (
+        problems
+    )
+
+
+def test_a_store_gives_its_server_the_first_file_and_the_model_size() -> None:
+    stack = strix(stack_values("strix-halo"))
+    args = copy.deepcopy(dict(store_args(stack, unlocked_source(stack), None)))
+    args["files"] = [{**f, "size": 2**30, "sha256": "a" * 64} for f in args["files"]]
+    volumes: list[Any] = []
+    run_program(lambda: volumes.append(GgufModelStore("m", args).model_volume), {}, [], "t")
+    (volume,) = volumes
+    assert volume["model_file"] == args["files"][0]["name"]
+    assert volume["model_bytes"] == len(args["files"]) * 2**30
