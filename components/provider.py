@@ -43,7 +43,12 @@ from components.llamacpp.rpc_worker import LlamaCppRpcWorker
 from components.llamacpp.server import LlamaCppVulkanServer
 from components.model_store.component import GgufModelStore
 from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
-from components.validation import INPUTS_HEADING, ComponentInputError, Location
+from components.validation import (
+    INPUTS_HEADING,
+    SCHEMA_NAMES,
+    ComponentInputError,
+    schema_path,
+)
 from components.vllm.component import VllmRocmServer
 from components.vllm.inputs import SshConnection, VllmRocmServerArgs
 
@@ -137,17 +142,6 @@ class ArgsAnalyzer(Analyzer):
         return enum
 
 
-def schema_path(component: type, loc: Location) -> str:
-    """A component input's path as the engine names it: `caddy.allowedCidrs[0]`."""
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{camel_case(part)}" if text else camel_case(part)
-    return text
-
-
 class LlmInfraProvider(ComponentProvider):
     """The SDK's component provider for COMPONENTS, with secrets and output-taking inputs."""
 
@@ -187,21 +181,24 @@ class LlmInfraProvider(ComponentProvider):
         options: pulumi.ResourceOptions | None = None,
     ) -> ConstructResult:
         """The SDK's construct; a refusal of the inputs is attributed to each input."""
+        # Problems found now, or when an input resolves later, name inputs in camelCase.
+        names = SCHEMA_NAMES.set(True)
         try:
             return super().construct(name, resource_type, inputs, options)
         except ComponentInitError as exc:
             if not isinstance(exc.inner, ComponentInputError):
                 raise
-            component = self._components[resource_type.rsplit(":", 1)[-1]]
             refusal = exc.inner
             errors: list[pulumi.InputPropertyErrorDetails] = [
-                {"property_path": schema_path(component, loc), "reason": message}
+                {"property_path": schema_path(loc), "reason": message}
                 for loc, message in refusal.problems
             ]
             lines = "".join(f"\n{e['property_path']}: {e['reason']}" for e in errors)
             raise pulumi.InputPropertiesError(
                 f"invalid inputs of {refusal.component} {name!r}:{lines}", errors
             ) from None
+        finally:
+            SCHEMA_NAMES.reset(names)
 
     def _declared(self, cls: type) -> tuple[dict[str, PropertyDefinition], tuple[str, str, str]]:
         """The property definitions of an Args or nested type, and where the schema has them."""

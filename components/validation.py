@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import (
     Annotated,
     Any,
@@ -31,6 +32,7 @@ from typing import (
 
 import pulumi
 from pulumi.output import Unknown
+from pulumi.provider.experimental.util import camel_case
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -61,13 +63,19 @@ Rule = Callable[[Mapping[str, Any]], list[Problem]]
 _RULES: dict[type, list[Rule]] = {}
 
 
+SCHEMA_NAMES: ContextVar[bool] = ContextVar("SCHEMA_NAMES", default=False)
+"""True while the provider constructs a component (and in the applies it starts): problems
+then name inputs as the engine sent them, in camelCase."""
+
+
 class ComponentInputError(pulumi.RunError):
     """Invalid inputs of a component: one problem per line, each naming its input."""
 
     def __init__(self, component: str, name: str, problems: list[Problem]) -> None:
         self.component = component
         self.problems = problems
-        lines = "\n".join(f"{snake_path(loc)}: {message}" for loc, message in problems)
+        path = schema_path if SCHEMA_NAMES.get() else snake_path
+        lines = "\n".join(f"{path(loc)}: {message}" for loc, message in problems)
         super().__init__(f"invalid inputs of {component} {name!r}:\n{lines}")
 
 
@@ -77,6 +85,11 @@ def snake_path(loc: Location) -> str:
     for part in loc:
         key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
     return key
+
+
+def schema_path(loc: Location) -> str:
+    """An input's path as the engine names it over the provider: `caddy.allowedCidrs[0]`."""
+    return snake_path(tuple(camel_case(p) if isinstance(p, str) else p for p in loc))
 
 
 def shown(value: object) -> str:

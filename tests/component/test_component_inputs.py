@@ -29,15 +29,18 @@ from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import server_args, store_args
 from tests.component.test_provider_protocol import (
+    SSH_KEY,
     VLLM,
     Deployment,
     input_errors,
     preview,  # noqa: F401  (the fixture)
+    up,  # noqa: F401  (the fixture)
     vllm_inputs,
 )
 from tests.component.test_vllm_component import HOST_KEY
 from tests.component.test_vllm_component import server_args as sample_vllm_args
 from tests.conftest import stack_values, strix, unlocked_source
+from tests.support.provider_host import secret
 
 INJECTED_BLOCK = "127.0.0.2/32\n\thandle /tokenize {\n\t\treverse_proxy vllm:8000\n\t}\n\t#"
 
@@ -335,10 +338,24 @@ def test_the_server_must_load_the_stores_first_file() -> None:
 
 def test_a_store_gives_its_server_the_first_file_and_the_model_size() -> None:
     stack = strix(stack_values("strix-halo"))
-    args = copy.deepcopy(dict(store_args(stack, unlocked_source(stack), None)))
+    args: Any = copy.deepcopy(dict(store_args(stack, unlocked_source(stack), None)))
     args["files"] = [{**f, "size": 2**30, "sha256": "a" * 64} for f in args["files"]]
     volumes: list[Any] = []
     run_program(lambda: volumes.append(GgufModelStore("m", args).model_volume), {}, [], "t")
     (volume,) = volumes
     assert volume["model_file"] == args["files"][0]["name"]
     assert volume["model_bytes"] == len(args["files"]) * 2**30
+
+
+def test_over_the_provider_an_input_checked_when_it_resolves_is_named_in_camel_case(
+    up: Deployment,  # noqa: F811  (the fixture)
+) -> None:
+    inputs = vllm_inputs()
+    # A secret object input reaches the provider as one output, checked when it resolves.
+    connection = {**inputs["connection"], "privateKey": SSH_KEY, "hostKey": "ssh-ed25519 AAAA"}
+    inputs["connection"] = secret(connection)
+    with pytest.raises(grpc.RpcError) as caught:
+        up.construct(VLLM, "mi300x", inputs)
+    assert "connection.hostKey: 'ssh-ed25519 AAAA' has a key that does not decode" in (
+        caught.value.details()
+    )
