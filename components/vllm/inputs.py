@@ -86,6 +86,8 @@ class HostMonitoring(TypedDict):
     """HTTPS port of the metrics site on the host (TLS like the API site)."""
     allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
     """Networks allowed to scrape; everyone else gets 403."""
+    allow_world: NotRequired[bool]
+    """Accept a scrape allowlist that admits every address; default False."""
     scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]
     """Scrape interval of the rendered Prometheus scrape config (default 30)."""
     gpu_exporter_image: NotRequired[ImageReference | None]
@@ -94,6 +96,10 @@ class HostMonitoring(TypedDict):
     """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
     reference: NotRequired[ReferenceSpeeds]
     """Measured speeds, reference lines on the dashboard."""
+
+
+# The scrape allowlist follows the API site's rule.
+cross_field_rule(HostMonitoring)(_allowlist_admits_not_the_world)
 
 
 @documented

@@ -147,6 +147,7 @@ def monitoring(stack: Mi300xStack) -> HostMonitoring | None:
     return {
         "port": metrics.port,
         "allowed_cidrs": list(metrics.allowed_cidrs),
+        "allow_world": metrics.allow_world,
         "scrape_interval_seconds": metrics.scrape_interval_seconds,
         "gpu_exporter_image": metrics.gpu_exporter.image if metrics.gpu_exporter else None,
         "alerts": metrics.alerts.thresholds(),

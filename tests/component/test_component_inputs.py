@@ -359,3 +359,13 @@ def test_over_the_provider_an_input_checked_when_it_resolves_is_named_in_camel_c
     assert "connection.hostKey: 'ssh-ed25519 AAAA' has a key that does not decode" in (
         caught.value.details()
     )
+
+
+def test_a_scrape_allowlist_of_the_whole_world_needs_allow_world() -> None:
+    args = vllm_args()
+    args["metrics"] = {"port": 9443, "allowed_cidrs": ["0.0.0.0/0", "::/0"]}
+    problems = refusal(lambda: VllmRocmServer("mi300x", args) and None)
+    assert "metrics.allowed_cidrs: " in problems and "admits every address" in problems
+    args["metrics"]["allow_world"] = True
+    rendered = run_program(lambda: VllmRocmServer("mi300x", args) and None, {}, [], "test")
+    assert rendered.resources
