@@ -51,11 +51,12 @@ class GgufModelStore(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, name, None, opts)
         namespace = pulumi.Output.from_input(args["namespace"])
         labels = store_labels(name)
-        unpinned = [f"{file['name']!r}" for file in args["files"] if not file.get("sha256")]
+        unpinned = [file["name"] for file in args["files"] if not file.get("sha256")]
         if unpinned:
             pulumi.log.warn(
-                f"GgufModelStore {name!r}: {', '.join(unpinned)} without sha256 are fetched "
-                "unverified; build files from a lock file (llm-infra lock, then "
+                f"GgufModelStore {name!r}: {len(unpinned)} of {len(args['files'])} files "
+                f"({unpinned[0]!r}, ...) have no sha256 and are fetched unverified: pin them "
+                "with a lock file (llm-infra lock; from Python, "
                 "infra.component_users.store_files_from_lock)"
             )
         lock = fetch_document(args["repo"], args["revision"], args["files"])

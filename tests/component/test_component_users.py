@@ -143,7 +143,7 @@ def test_files_without_sha256_are_fetched_with_a_warning(warnings: list[str]) ->
     files = [{"path": "tiny.gguf", "name": "tiny.gguf"}]
     run_program(build_store(files), {}, [], "t")
     (warning,) = warnings
-    assert "'tiny.gguf' without sha256 are fetched unverified" in warning
+    assert "1 of 1 files ('tiny.gguf', ...) have no sha256 and are fetched unverified" in warning
     assert "store_files_from_lock" in warning
 
 
