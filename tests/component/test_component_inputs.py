@@ -23,11 +23,12 @@ from pulumi.runtime import settings
 
 from components import GgufModelStore, LlamaCppRpcWorker, LlamaCppVulkanServer, VllmRocmServer
 from components.grammars import ssh_host_key
+from components.llamacpp.split import check_split, split_problems
 from components.validation import ComponentInputError, checked_inputs
 from components.vllm.inputs import VllmRocmServerArgs
 from infra.config.inputs import stack_key
 from infra.render import run_program
-from infra.targets.kubernetes import server_args, store_args
+from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
 from tests.component.test_provider_protocol import (
     SSH_KEY,
     VLLM,
@@ -369,3 +370,55 @@ def test_a_scrape_allowlist_of_the_whole_world_needs_allow_world() -> None:
     args["metrics"]["allow_world"] = True
     rendered = run_program(lambda: VllmRocmServer("mi300x", args) and None, {}, [], "test")
     assert rendered.resources
+
+
+SPLIT_VOLUME: Any = {
+    "claim_name": "m",
+    "fetcher_config_map": "f",
+    "check_image": "python:3.12",
+    "run_as_user": 1,
+}
+
+
+def split_stack() -> Any:
+    return strix(stack_values("strix-halo-pair-split"))
+
+
+def test_a_split_models_head_and_workers_as_the_stack_builds_them_agree() -> None:
+    stack = split_stack()
+    source = unlocked_source(stack)
+    volume = {
+        "claim_name": "m",
+        "fetcher_config_map": "f",
+        "check_image": "python:3.12",
+        "run_as_user": 1,
+    }
+    head = server_args(stack, source, volume)
+    workers = rpc_worker_args(stack)
+    assert workers and split_problems(stack.server.resource_name, head, workers) == []
+
+
+def test_workers_that_do_not_match_their_head_are_named() -> None:
+    stack = split_stack()
+    source = unlocked_source(stack)
+    volume = {
+        "claim_name": "m",
+        "fetcher_config_map": "f",
+        "check_image": "python:3.12",
+        "run_as_user": 1,
+    }
+    head = copy.deepcopy(server_args(stack, source, volume))
+    workers = copy.deepcopy(rpc_worker_args(stack))
+    (name,) = workers
+    workers[name]["head_pod_labels"] = {"app.kubernetes.io/instance": "someone-else"}
+    head["flags"]["rpc"] = ["elsewhere.llm-infra.svc:50052"]
+    head["flags"]["tensor_split"] = [1.0]
+    problems = dict(
+        (".".join(map(str, loc)), message)
+        for loc, message in split_problems(stack.server.resource_name, head, workers)
+    )
+    assert "would shut the head out" in problems[f"{name}.head_pod_labels"]
+    assert "is not the workers' Services in order" in problems["flags.rpc"]
+    assert "has 1 shares for 1 workers" in problems["flags.tensor_split"]
+    with pytest.raises(ComponentInputError, match=r"flags\.rpc"):
+        check_split(stack.server.resource_name, head, workers)
