@@ -1,10 +1,19 @@
 """VllmRocmServer: vLLM (ROCm image) behind Caddy on one GPU host, over SSH with pulumi-command."""
 
 import posixpath
+import warnings
 from typing import Any
 
 import pulumi
-from pulumi_command import remote
+
+with warnings.catch_warnings():
+    # pulumi_command.remote warns at import about its deprecated CopyFile, which this component
+    # does not use (it copies with CopyToRemote): a program importing it should not see that.
+    warnings.filterwarnings("ignore", "This resource is deprecated", DeprecationWarning)
+    from pulumi_command import remote
+
+    # pulumi_command loads a module on first use: load `remote` while the filter holds.
+    remote.CopyToRemote  # noqa: B018
 
 from components.k8s.children import after, inherited_dependencies
 from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE

@@ -67,3 +67,16 @@ def test_the_payloads_import_no_pulumi() -> None:
         [sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_importing_the_docker_host_component_warns_nothing() -> None:
+    program = "from components import VllmRocmServer\nimport components.provider\n"
+    done = subprocess.run(
+        [sys.executable, "-W", "error::DeprecationWarning", "-c", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
