@@ -1,22 +1,65 @@
-"""Reusable Pulumi components that deploy large LLM servers on AMD hardware."""
+"""Reusable Pulumi components that deploy large LLM servers on AMD hardware.
 
-from components.caddyfile import CaddySite
-from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelVolume
-from components.host_monitoring import HostMonitoring
-from components.host_scripts import HostRequirements
-from components.llamacpp_manifests import HttpProbe, LlamaServerFlags, ServerProbes
-from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
-from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
-from components.monitoring_manifests import KubernetesMonitoring
-from components.monitoring_queries import AlertThresholds, ReferenceSpeeds
-from components.payloads.fetcher import ModelFile
-from components.vllm_rocm_builders import PatchOverlay, VllmFlags
-from components.vllm_rocm_server import (
-    ModelLock,
-    SshConnection,
-    VllmRocmServer,
-    VllmRocmServerArgs,
-)
+The package is lazy: `from components import LlamaCppVulkanServer` imports the llama.cpp
+modules only, so a Kubernetes-only program never imports `pulumi_command`, and the payloads
+(`components.payloads`) import no pulumi at all.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from components.llamacpp.inputs import (
+        HttpProbe,
+        LlamaCppRpcWorkerArgs,
+        LlamaCppVulkanServerArgs,
+        LlamaServerFlags,
+        ServerProbes,
+    )
+    from components.llamacpp.rpc_worker import LlamaCppRpcWorker
+    from components.llamacpp.server import LlamaCppVulkanServer
+    from components.model_store.component import GgufModelStore
+    from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
+    from components.monitoring.inputs import AlertThresholds, KubernetesMonitoring, ReferenceSpeeds
+    from components.payloads.fetcher import ModelFile
+    from components.vllm.component import VllmRocmServer
+    from components.vllm.inputs import (
+        CaddySite,
+        HostMonitoring,
+        HostRequirements,
+        ModelLock,
+        PatchOverlay,
+        SshConnection,
+        VllmFlags,
+        VllmRocmServerArgs,
+    )
+
+_HOMES = {
+    "AlertThresholds": "components.monitoring.inputs",
+    "CaddySite": "components.vllm.inputs",
+    "GgufModelStore": "components.model_store.component",
+    "GgufModelStoreArgs": "components.model_store.inputs",
+    "HostMonitoring": "components.vllm.inputs",
+    "HostRequirements": "components.vllm.inputs",
+    "HttpProbe": "components.llamacpp.inputs",
+    "KubernetesMonitoring": "components.monitoring.inputs",
+    "LlamaCppRpcWorker": "components.llamacpp.rpc_worker",
+    "LlamaCppRpcWorkerArgs": "components.llamacpp.inputs",
+    "LlamaCppVulkanServer": "components.llamacpp.server",
+    "LlamaCppVulkanServerArgs": "components.llamacpp.inputs",
+    "LlamaServerFlags": "components.llamacpp.inputs",
+    "ModelFile": "components.payloads.fetcher",
+    "ModelLock": "components.vllm.inputs",
+    "ModelVolume": "components.model_store.inputs",
+    "PatchOverlay": "components.vllm.inputs",
+    "ReferenceSpeeds": "components.monitoring.inputs",
+    "ServerProbes": "components.llamacpp.inputs",
+    "SshConnection": "components.vllm.inputs",
+    "VllmFlags": "components.vllm.inputs",
+    "VllmRocmServer": "components.vllm.component",
+    "VllmRocmServerArgs": "components.vllm.inputs",
+}
+"""Each public name and the module that defines it, imported on first use."""
 
 __all__ = [
     "AlertThresholds",
@@ -43,3 +86,16 @@ __all__ = [
     "VllmRocmServer",
     "VllmRocmServerArgs",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'components' has no attribute {name!r}")
+    value = getattr(import_module(home), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])

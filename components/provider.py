@@ -1,7 +1,10 @@
 """What the component provider hosts, for other Pulumi languages (`provider/`).
 
-The SDK's ComponentProvider infers the schema from the components' type annotations. This
-subclass adds what annotations cannot say, and maps inputs in every form the engine sends them:
+The SDK's ComponentProvider infers the schema from the components' type annotations: the same
+Args types the components validate their inputs with. The SDK's analyzer knows no
+`Annotated[...]` (how a grammar or a range is attached) and no `Literal[...]`; here a grammar
+is read as its base type and a Literal becomes the schema's enum, mechanically. This subclass
+adds what annotations cannot say, and maps inputs in every form the engine sends them:
 
 - Secret inputs are `secret` in the schema, so every SDK and the engine treat them as secrets.
 - The model volume is typed as known strings for the builders, yet the server resolves it as an
@@ -10,24 +13,44 @@ subclass adds what annotations cannot say, and maps inputs in every form the eng
   one output; the SDK's own mapping then loses its fields. Here it is mapped inside an apply,
   and a plain input (one that decides what a component creates) that is not known is refused.
 Numbers stay as the wire has them (doubles): the components make integers of them themselves.
+A component's refusal of its inputs reaches the engine as InputPropertiesError, each problem
+under the input's schema (camelCase) path.
 """
 
 import inspect
 import json
+import re
 from importlib import metadata
-from typing import Any
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import pulumi
 from pulumi.output import Unknown
-from pulumi.provider.experimental.analyzer import PropertyDefinition
+from pulumi.provider import ConstructResult, Provider
+from pulumi.provider.experimental.analyzer import (
+    Analyzer,
+    EnumValueDefinition,
+    PropertyDefinition,
+    PropertyType,
+    TypeDefinition,
+)
 from pulumi.provider.experimental.component import ComponentProvider
 from pulumi.provider.experimental.schema import generate_schema
 from pulumi.provider.experimental.util import camel_case
+from pulumi.provider.server import ComponentInitError
 
-from components.gguf_model_store import GgufModelStore, GgufModelStoreArgs, ModelVolume
-from components.llamacpp_rpc_worker import LlamaCppRpcWorker
-from components.llamacpp_vulkan_server import LlamaCppVulkanServer, LlamaCppVulkanServerArgs
-from components.vllm_rocm_server import SshConnection, VllmRocmServer, VllmRocmServerArgs
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
+from components.llamacpp.rpc_worker import LlamaCppRpcWorker
+from components.llamacpp.server import LlamaCppVulkanServer
+from components.model_store.component import GgufModelStore
+from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
+from components.validation import (
+    INPUTS_HEADING,
+    SCHEMA_NAMES,
+    ComponentInputError,
+    schema_path,
+)
+from components.vllm.component import VllmRocmServer
+from components.vllm.inputs import SshConnection, VllmRocmServerArgs
 
 PACKAGE = "llm-infra"
 COMPONENTS: list[type[pulumi.ComponentResource]] = [
@@ -63,11 +86,79 @@ def _version() -> str:
 VERSION = _version()
 
 
+def _pascal(text: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^A-Za-z0-9]+", text))
+
+
+class ArgsAnalyzer(Analyzer):
+    """The SDK's analyzer, reading `Annotated[X, ...]` as X and a `Literal` as an enum type."""
+
+    def analyze_property(
+        self,
+        arg: Any,
+        typ: type,
+        name: str,
+        *,
+        can_be_plain: bool,
+        is_component_output: bool,
+        optional: bool | None = None,
+    ) -> PropertyDefinition:
+        """One property; grammars and ranges stay with the validation, enums go in the schema."""
+        flags = {"can_be_plain": can_be_plain, "is_component_output": is_component_output}
+        origin = get_origin(arg)
+        if origin is Annotated:
+            return self.analyze_property(get_args(arg)[0], typ, name, optional=optional, **flags)
+        if origin is dict and get_args(arg)[0] is not str:
+            value = get_args(arg)[1]
+            return self.analyze_property(dict[str, value], typ, name, optional=optional, **flags)  # type: ignore[valid-type]
+        if origin is Literal:
+            enum = self._enum(get_args(arg), name, typ)
+            return PropertyDefinition(
+                ref=f"#/types/{self.name}:index:{enum.name}",
+                optional=bool(optional),
+                plain=True if can_be_plain else None,
+                description=self.get_docstring(typ, name),
+            )
+        return super().analyze_property(arg, typ, name, optional=optional, **flags)
+
+    def _enum(self, values: tuple[Any, ...], field: str, typ: type) -> TypeDefinition:
+        name = _pascal(field)
+        known = self.type_definitions.get(name)
+        if known is not None and known.enum is not None:
+            if [member.value for member in known.enum] != list(values):
+                raise ValueError(f"two enums named {name} with different values ({typ.__name__})")
+            return known
+        enum = TypeDefinition(
+            name=name,
+            type=PropertyType.STRING,
+            properties={},
+            properties_mapping={},
+            module=typ.__module__,
+            python_type=str,
+            description=f"The values `{camel_case(field)}` takes.",
+            enum=[EnumValueDefinition(name=_pascal(str(v)), value=v) for v in values],
+        )
+        self.type_definitions[name] = enum
+        return enum
+
+
 class LlmInfraProvider(ComponentProvider):
     """The SDK's component provider for COMPONENTS, with secrets and output-taking inputs."""
 
     def __init__(self, version: str = VERSION) -> None:
-        super().__init__(COMPONENTS, PACKAGE, version=version)
+        # ComponentProvider.__init__ with the analyzer that reads the validating Args types.
+        self._name = PACKAGE
+        self.analyzer = ArgsAnalyzer(PACKAGE)
+        result = self.analyzer.analyze(COMPONENTS)
+        self._components = {component.__name__: component for component in COMPONENTS}
+        self._component_defs = result["component_definitions"]
+        self._type_defs = result["type_definitions"]
+        self._external_enum_types = result["external_enum_types"]
+        self._dependencies = sorted(result["dependencies"], key=lambda d: f"{d.name}{d.version}")
+        for type_def in self._type_defs.values():
+            # help() lists the fields in the type's docstring; the schema describes each field.
+            if type_def.description:
+                type_def.description = type_def.description.split(INPUTS_HEADING)[0]
         for cls, fields in OUTPUT_INPUTS.items():
             properties, _ = self._declared(cls)
             for field in fields:
@@ -80,7 +171,34 @@ class LlmInfraProvider(ComponentProvider):
             section, token, key = where
             for field in fields:
                 spec[section][token][key][camel_case(field)]["secret"] = True
-        self.schema = json.dumps(_clean_descriptions(spec))
+        Provider.__init__(self, version, json.dumps(_clean_descriptions(spec)))
+
+    def construct(
+        self,
+        name: str,
+        resource_type: str,
+        inputs: Any,
+        options: pulumi.ResourceOptions | None = None,
+    ) -> ConstructResult:
+        """The SDK's construct; a refusal of the inputs is attributed to each input."""
+        # Problems found now, or when an input resolves later, name inputs in camelCase.
+        names = SCHEMA_NAMES.set(True)
+        try:
+            return super().construct(name, resource_type, inputs, options)
+        except ComponentInitError as exc:
+            if not isinstance(exc.inner, ComponentInputError):
+                raise
+            refusal = exc.inner
+            errors: list[pulumi.InputPropertyErrorDetails] = [
+                {"property_path": schema_path(loc), "reason": message}
+                for loc, message in refusal.problems
+            ]
+            lines = "".join(f"\n{e['property_path']}: {e['reason']}" for e in errors)
+            raise pulumi.InputPropertiesError(
+                f"invalid inputs of {refusal.component} {name!r}:{lines}", errors
+            ) from None
+        finally:
+            SCHEMA_NAMES.reset(names)
 
     def _declared(self, cls: type) -> tuple[dict[str, PropertyDefinition], tuple[str, str, str]]:
         """The property definitions of an Args or nested type, and where the schema has them."""
@@ -162,6 +280,7 @@ def _clean_descriptions(node: Any) -> Any:
             if key == "description" and isinstance(item, str)
             else _clean_descriptions(item)
             for key, item in node.items()
+            if not (key == "description" and item is None)
         }
     if isinstance(node, list):
         return [_clean_descriptions(item) for item in node]

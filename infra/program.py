@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pulumi
 
+from components.validation import ComponentInputError
 from infra.config import (
     ConfigError,
     FleetStack,
@@ -15,6 +16,7 @@ from infra.config import (
     expectations_path_for,
     load_stack_config,
 )
+from infra.config.inputs import stack_problems
 from infra.lock import stack_model_sources
 from infra.plan.stack import fleet_probe_problems, llamacpp_inputs, probe_problems, stack_plan
 from infra.targets import docker_host, kubernetes
@@ -36,10 +38,14 @@ def main() -> None:
     if problems:
         raise ConfigError(problems)
     expectations = verify_expectations(stack, lock_path)
-    if isinstance(stack, Mi300xStack):
-        docker_host.deploy(stack, sources[0], secrets, expectations[0])
-    else:
-        kubernetes.deploy(stack, sources, secrets, expectations)
+    try:
+        if isinstance(stack, Mi300xStack):
+            docker_host.deploy(stack, sources[0], secrets, expectations[0])
+        else:
+            kubernetes.deploy(stack, sources, secrets, expectations)
+    except ComponentInputError as exc:
+        # The components' own checks, reported under the stack file's keys.
+        raise ConfigError(stack_problems(exc)) from None
     pulumi.export("plan", plan.to_json())
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from components.addresses import covers_every_address
-from components.images import parse_image
+from components.k8s.images import parse_image
 
 Resource = Mapping[str, Any]
 Files = Mapping[str, str]

@@ -1,12 +1,20 @@
-"""The example program: a model store and a llama.cpp Vulkan server for one small GGUF."""
+"""The example program: a model store and a llama.cpp Vulkan server for one small GGUF.
+
+With a lock file beside it (`llm-infra lock`'s format), the store fetches exactly the locked
+files and verifies each one's sha256; without one, it fetches the file unpinned (and warns).
+"""
+
+from pathlib import Path
 
 import pulumi
 
-from components import GgufModelStore, HttpProbe, LlamaCppVulkanServer
+from components import GgufModelStore, HttpProbe, LlamaCppVulkanServer, ModelFile
+from infra.component_users import store_files_from_lock
 
 NAMESPACE = "llm"
 NODE = {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
 MODEL = "Qwen3-8B-Q4_K_M.gguf"
+LOCK = Path(__file__).with_name("qwen3-8b.lock.json")
 
 
 def health_probe(initial_delay_seconds: int, failure_threshold: int) -> HttpProbe:
@@ -20,15 +28,23 @@ def health_probe(initial_delay_seconds: int, failure_threshold: int) -> HttpProb
     }
 
 
-def main() -> None:
+def model_files(lock: Path) -> list[ModelFile]:
+    """The locked files when there is a lock, else the model file by name."""
+    if lock.exists():
+        return store_files_from_lock(lock)
+    return [{"path": MODEL, "name": MODEL}]
+
+
+def main(lock: Path = LOCK) -> None:
     """Create the store and the server; export the URL."""
+    files = model_files(lock)
     store = GgufModelStore(
         "models",
         {
             "namespace": NAMESPACE,
             "repo": "unsloth/Qwen3-8B-GGUF",
             "revision": "main",
-            "files": [{"path": MODEL, "name": MODEL}],
+            "files": files,
             "volume_size": "20Gi",
             "storage_class": "local-path",
             "node_selector": NODE,
@@ -41,7 +57,7 @@ def main() -> None:
             "namespace": NAMESPACE,
             "image": "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
             "flags": {
-                "model_path": f"/models/{MODEL}",
+                "model_path": f"/models/{files[0]['name']}",
                 "alias": "qwen3-8b",
                 "host": "0.0.0.0",
                 "port": 8080,

@@ -13,11 +13,11 @@ import sys
 import textwrap
 from pathlib import Path
 
-from components.llamacpp_manifests import LlamaServerFlags
-from components.llamacpp_vulkan_server import LlamaCppVulkanServerArgs
-from components.monitoring_dashboard import panel_queries, server_dashboard
-from components.monitoring_queries import MonitoringSpec, ServerKind, alert_rules
-from components.vllm_rocm_builders import VllmFlags, vllm_serve_args
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs, LlamaServerFlags
+from components.monitoring.dashboard import panel_queries, server_dashboard
+from components.monitoring.queries import MonitoringSpec, ServerKind, alert_rules
+from components.vllm.builders import vllm_serve_args
+from components.vllm.inputs import VllmFlags
 from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import (
     ConfigError,
@@ -97,7 +97,7 @@ def _flag_rows(argv: list[str], meanings: dict[str, str]) -> list[str]:
 
 
 def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[str]:
-    from components.llamacpp_manifests import probe_window_seconds, server_container
+    from components.llamacpp.manifests import probe_window_seconds, server_container
     from infra.targets.kubernetes import server_args
 
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
@@ -177,7 +177,7 @@ def _strix_halo(stack: StrixHaloStack, source: ModelSource, name: str) -> list[s
 
 def _rpc_workers(stack: StrixHaloStack) -> list[str]:
     """The split model's workers: where each runs, what it runs, who may reach it."""
-    from components.llamacpp_rpc_manifests import rpc_server_argv
+    from components.llamacpp.rpc_manifests import rpc_server_argv
     from infra.targets.kubernetes import rpc_endpoints, rpc_worker_args
 
     workers = rpc_worker_args(stack)
@@ -282,7 +282,7 @@ def _strix_halo_monitoring(stack: StrixHaloStack, args: LlamaCppVulkanServerArgs
     metrics = args.get("metrics")
     if metrics is None:
         return ["## Metrics", "", "Off (`metrics.enabled: false`): no `--metrics`.", ""]
-    from components.monitoring_manifests import monitoring_spec
+    from components.monitoring.manifests import monitoring_spec
     from infra.targets.kubernetes import service_port
 
     name, namespace = stack.server.resource_name, stack.kubernetes.namespace
@@ -317,7 +317,7 @@ def _strix_halo_monitoring(stack: StrixHaloStack, args: LlamaCppVulkanServerArgs
 
 
 def _mi300x_monitoring(stack: Mi300xStack) -> list[str]:
-    from components.host_monitoring import monitoring_dir, monitoring_spec
+    from components.vllm.host_monitoring import monitoring_dir, monitoring_spec
     from infra.targets.docker_host import monitoring
 
     metrics = monitoring(stack)

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from components.addresses import covers_every_address
-from components.images import parse_image
+from components.k8s.images import parse_image
 from infra.config.base import (
     AbsolutePath,
     Cidr,
@@ -21,13 +21,13 @@ from infra.config.base import (
     RepoModelSettings,
     RepoPath,
     SiteAddress,
+    SshHostKey,
     Strict,
     image_problems,
     is_ip_address,
 )
 from infra.config.metrics import HostMetricsSettings
 
-_KEY_TYPES = r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-[a-z0-9@.-]+)"
 # Directories of the operating system: no model or compose project goes there.
 SYSTEM_DIRS = (
     "/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/proc", "/root", "/run",
@@ -42,15 +42,9 @@ class HostSettings(Strict):
     """The host's DNS name or IP address."""
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
     port: Port = 22
-    host_key: (
-        Annotated[
-            str,
-            Field(pattern=rf"^{_KEY_TYPES} [A-Za-z0-9+/]+={{0,3}}$"),
-        ]
-        | None
-    ) = None
-    """The host's public key (`ssh-keyscan -t ed25519 HOST`, without the host name): any other
-    key refuses the connection, so nobody in between receives the API key."""
+    host_key: SshHostKey | None = None
+    """The host's public key (a line of `ssh-keyscan -t ed25519 HOST`): any other key refuses
+    the connection, so nobody in between receives the API key."""
     insecure_ignore_host_key: bool = False
     """Connect without checking the host key (render and preview warn)."""
     base_dir: AbsolutePath = "/opt/llm"

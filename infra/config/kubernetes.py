@@ -8,8 +8,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from components.addresses import covers_every_address
-from components.llamacpp_manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
-from components.llamacpp_rpc_manifests import RPC_BINARY, RPC_PORT
+from components.llamacpp.inputs import CACHE_TYPES, DEFAULT_IMAGE, CacheType
+from components.llamacpp.rpc_manifests import RPC_BINARY, RPC_PORT
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
     AbsolutePath,

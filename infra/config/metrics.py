@@ -10,13 +10,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from components.monitoring_queries import (
-    FOR_MINUTES,
-    KV_CACHE_RATIO,
-    STALL_MINUTES,
-    AlertThresholds,
-    ReferenceSpeeds,
-)
+from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
+from components.monitoring.queries import FOR_MINUTES, KV_CACHE_RATIO, STALL_MINUTES
 from infra.config.base import Cidr, DnsLabel, ImageReference, LabelKey, LabelValue, Port, Strict
 
 ScrapeSeconds = Annotated[int, Field(ge=1, le=3600)]

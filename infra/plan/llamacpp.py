@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from components.gguf_header import INPUT_TENSORS
+from components.model_store.inputs import CpuVariant
 from infra.plan.deepseek4 import (
     DEFAULT_BATCH,
     DEFAULT_UBATCH,
@@ -160,7 +161,7 @@ class LlamaCppPlanInputs:
     """`store.upgrade: keep`: during an upgrade the volume holds the old model and the new one."""
     n_rs_seq: int = 0
     """deepseek4 compressor-state rollback planes (speculative decoding only)."""
-    cpu_variant: str | None = None
+    cpu_variant: CpuVariant | None = None
     """The ggml CPU variant of the node (`infra.plan.repack.CPU_VARIANTS`), which decides the
     repack buffers of CPU-resident weights; None: unknown, the largest is budgeted."""
     repack: bool = True

@@ -37,12 +37,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, get_args
+
+from components.model_store.inputs import CpuVariant
 
 # ggml's x86 CPU variants and the features each is built with (`ggml/src/CMakeLists.txt` lines
 # 493-517, b11434). The repack rules read only AVX2, AVX512 and AMX_INT8.
 _HASWELL: Final = ("SSE42", "AVX", "F16C", "FMA", "AVX2", "BMI2")
-CPU_VARIANTS: Final[Mapping[str, frozenset[str]]] = {
+CPU_VARIANTS: Final[Mapping[CpuVariant, frozenset[str]]] = {
     "x64": frozenset(),
     "sse42": frozenset({"SSE42"}),
     "sandybridge": frozenset({"SSE42", "AVX"}),
@@ -60,8 +62,12 @@ CPU_VARIANTS: Final[Mapping[str, frozenset[str]]] = {
         {*_HASWELL, "AVX512", "AVX512_VBMI", "AVX512_VNNI", "AVX512_BF16", "AMX_TILE", "AMX_INT8"}
     ),
 }
+if set(CPU_VARIANTS) != set(get_args(CpuVariant)):
+    raise ImportError(
+        "infra.plan.repack.CPU_VARIANTS and components' CpuVariant name other variants"
+    )
 # CPUs by the name people know them, to the variant ggml picks for them (the highest score).
-CPU_NAMES: Final[Mapping[str, str]] = {
+CPU_NAMES: Final[Mapping[str, CpuVariant]] = {
     "zen3": "haswell",
     "zen4": "zen4",
     "zen5": "zen4",  # Strix Halo (Ryzen AI Max): AVX-512 with VBMI, VNNI and BF16; no AMX
@@ -88,10 +94,11 @@ _BLOCKS: Final[Mapping[str, tuple[int, int]]] = {
 MAX_GROWTH: Final = 38 / 34
 
 
-def cpu_variant(name: str) -> str:
+def cpu_variant(name: str) -> CpuVariant:
     """The ggml variant for a CPU or variant name (`zen5` -> `zen4`); KeyError if unknown."""
-    if name in CPU_VARIANTS:
-        return name
+    for variant in CPU_VARIANTS:
+        if variant == name:
+            return variant
     return CPU_NAMES[name]
 
 
@@ -156,7 +163,7 @@ def _repacked(weight: MatmulWeight, features: frozenset[str]) -> bool:
     return weight.type_name in _REPACK_AVX512 and "AVX512" in features
 
 
-def repack(weights: Iterable[MatmulWeight], variant: str) -> Repack:
+def repack(weights: Iterable[MatmulWeight], variant: CpuVariant) -> Repack:
     """The repack buffers of these CPU-resident matrix weights under a ggml CPU variant."""
     features = CPU_VARIANTS[variant]
     amx = "AMX_INT8" in features and "AVX512_VNNI" in features

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config import ConfigError, FleetStack, StackConfig, StrixHaloStack, quantity_value
 from infra.config.docker_host import Mi300xStack
@@ -195,10 +195,6 @@ def fleet_plan(
     return Plan(devices, advice, problems, rows, notes, "; ".join(kinds), transfers)
 
 
-# The startup probe must outlast the estimate by this factor: disks slow down when busy.
-LOAD_MARGIN = 1.5
-
-
 def load_seconds(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> float:
     """Estimated time from container start to a loaded model (a split model: plus sending the
     workers their weights)."""
@@ -224,10 +220,18 @@ def fleet_probe_problems(fleet: FleetStack, sources: list[ModelSource]) -> list[
 def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[str]:
     """A startup probe that would kill the server while it is still loading."""
     startup = stack.server.probes.startup
-    needed = load_seconds(stack, inputs) * LOAD_MARGIN
-    if startup.window_seconds >= needed:
+    threshold = startup_threshold_needed(
+        {
+            "path": startup.path,
+            "initial_delay_seconds": startup.initial_delay_seconds,
+            "period_seconds": startup.period_seconds,
+            "failure_threshold": startup.failure_threshold,
+            "timeout_seconds": startup.timeout_seconds,
+        },
+        load_seconds(stack, inputs),
+    )
+    if threshold is None:
         return []
-    threshold = math.ceil((needed - startup.initial_delay_seconds) / startup.period_seconds)
     rpc = stack.server.rpc
     network = (
         f" (and to the workers at server.rpc.networkMibps {rpc.network_mibps:g})" if rpc else ""

@@ -7,11 +7,18 @@ from typing import Any
 
 import pulumi
 
-from components.caddyfile import CaddySite, base_url
-from components.host_monitoring import HostMonitoring
 from components.payloads.fetcher import ModelFile
-from components.vllm_rocm_builders import PatchOverlay, VllmFlags
-from components.vllm_rocm_server import ModelLock, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.caddyfile import base_url
+from components.vllm.component import VllmRocmServer
+from components.vllm.inputs import (
+    CaddySite,
+    HostMonitoring,
+    ModelLock,
+    PatchOverlay,
+    SshConnection,
+    VllmFlags,
+    VllmRocmServerArgs,
+)
 from infra.config import Mi300xStack, StackSecrets, project_root
 from infra.lock import ModelSource
 from infra.targets.litellm import litellm_entry
@@ -26,11 +33,6 @@ def deploy(
     verify_expectations: str | None = None,
 ) -> None:
     """Create the stack's resources and export its outputs."""
-    if stack.host.insecure_ignore_host_key:
-        pulumi.log.warn(
-            "host.insecureIgnoreHostKey: true: any host answering at "
-            f"{stack.host.address} receives the API key; set host.hostKey instead"
-        )
     args = server_args(stack, source, secrets)
     args["verify_expectations"] = verify_expectations
     args["min_decode_tps"] = stack.server.min_decode_tps
@@ -107,14 +109,18 @@ def server_args(
         {"source": str(root / p.source), "target": p.target, "sha256": p.sha256}
         for p in stack.patches
     ]
+    connection: SshConnection = {
+        "host": host.address,
+        "user": host.user,
+        "port": host.port,
+        "private_key": secrets.ssh_private_key,
+        "host_key": host.host_key,
+    }
+    if host.insecure_ignore_host_key:
+        # The component warns that the host key goes unchecked.
+        connection["insecure_ignore_host_key"] = True
     return {
-        "connection": {
-            "host": host.address,
-            "user": host.user,
-            "port": host.port,
-            "private_key": secrets.ssh_private_key,
-            "host_key": host.host_key,
-        },
+        "connection": connection,
         "model_dir": host.model_dir,
         "model_lock": lock,
         "fetch_image": stack.fetch_image,
@@ -141,6 +147,7 @@ def monitoring(stack: Mi300xStack) -> HostMonitoring | None:
     return {
         "port": metrics.port,
         "allowed_cidrs": list(metrics.allowed_cidrs),
+        "allow_world": metrics.allow_world,
         "scrape_interval_seconds": metrics.scrape_interval_seconds,
         "gpu_exporter_image": metrics.gpu_exporter.image if metrics.gpu_exporter else None,
         "alerts": metrics.alerts.thresholds(),

@@ -19,12 +19,15 @@ from components import (
     ModelFile,
     ModelVolume,
 )
-from components.llamacpp_manifests import selector_labels, server_labels, service_url
-from components.llamacpp_rpc_manifests import rpc_endpoint
-from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
-from components.model_store_manifests import MODELS_MOUNT, fetch_job_pattern
-from components.monitoring_manifests import KubernetesMonitoring
-from components.network_policies import NetworkClient
+from components.k8s.network_policies import NetworkClient
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
+from components.llamacpp.manifests import selector_labels, server_labels, service_url
+from components.llamacpp.rpc_manifests import rpc_endpoint
+from components.llamacpp.rpc_worker import LlamaCppRpcWorker
+from components.llamacpp.split import check_split
+from components.model_store.inputs import MODELS_MOUNT
+from components.model_store.manifests import fetch_job_pattern
+from components.monitoring.inputs import KubernetesMonitoring
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
 from infra.lock import ModelSource
@@ -127,22 +130,26 @@ def deploy_server(
         store_args(stack, source, secrets.hf_token),
         opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
     )
+    head_args: LlamaCppVulkanServerArgs = {
+        **server_args(stack, source, store.model_volume),
+        "api_key": secrets.api_key,
+        "verify_expectations": verify_expectations,
+        "min_decode_tps": stack.server.min_decode_tps,
+    }
+    worker_args = rpc_worker_args(stack)
+    # The rules between the head and its workers, before either exists.
+    check_split(stack.server.resource_name, head_args, worker_args)
     workers = [
         LlamaCppRpcWorker(
             name,
             args,
             opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
         )
-        for name, args in rpc_worker_args(stack).items()
+        for name, args in worker_args.items()
     ]
     server = LlamaCppVulkanServer(
         stack.server.resource_name,
-        {
-            **server_args(stack, source, store.model_volume),
-            "api_key": secrets.api_key,
-            "verify_expectations": verify_expectations,
-            "min_decode_tps": stack.server.min_decode_tps,
-        },
+        head_args,
         # Waiting on the store waits on its fetch Job: the server starts on a complete model;
         # a split model's head also waits for its workers (it connects to them at load).
         opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store, *workers]),
@@ -312,6 +319,9 @@ def server_args(
         "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
         "allowed_clients": allowed_clients(stack),
         "metrics": monitoring(stack),
+        # The server checks its startup probe against its store's model at these speeds too.
+        "disk_read_mibps": stack.memory.disk_read_mibps,
+        "init_seconds": stack.memory.init_seconds,
     }
 
 

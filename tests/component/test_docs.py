@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.monitoring_dashboard import panel_queries
+from components.monitoring.dashboard import panel_queries
 from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS
 
@@ -57,7 +57,7 @@ def test_reference_has_the_seed_sections() -> None:
 def test_every_rendered_flag_is_explained_from_its_field_docstring(
     stack: str, server_key: str | None, tmp_path: Path
 ) -> None:
-    from components.llamacpp_manifests import LlamaServerFlags
+    from components.llamacpp.inputs import LlamaServerFlags
     from infra.cli.docs import flag_meanings
 
     text = (STACKS / f"Pulumi.{stack}.yaml").read_text()

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 
-from components.llamacpp_manifests import DEFAULT_IMAGE, selector_labels, server_labels
+from components.llamacpp.inputs import DEFAULT_IMAGE
+from components.llamacpp.manifests import selector_labels, server_labels
 from infra.config import ConfigError, FleetStack, StrixHaloStack, parse_stack
 from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers

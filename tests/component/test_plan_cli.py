@@ -106,8 +106,9 @@ def test_render_refuses_an_mi300x_gpu_kv_cache_that_does_not_fit_hbm(tmp_path: P
 
 
 def test_seed_probes_outlast_the_estimated_load_with_margin() -> None:
+    from components.llamacpp.inputs import LOAD_MARGIN
     from infra.lock import model_source
-    from infra.plan.stack import LOAD_MARGIN, llamacpp_inputs, load_seconds, probe_problems
+    from infra.plan.stack import llamacpp_inputs, load_seconds, probe_problems
     from tests.conftest import stack_values, strix
 
     stack = strix(stack_values("strix-halo"))

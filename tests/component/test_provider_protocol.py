@@ -20,7 +20,14 @@ from pulumi.output import Unknown
 from pulumi.runtime import rpc
 from pulumi.runtime.proto import errors_pb2, provider_pb2, provider_pb2_grpc, status_pb2
 
+from components.k8s.pod_security import DEFAULT_UID
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
+from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
 from components.payloads.fetcher import fetch_document, lock_digest
+from infra.render import clean
+from infra.targets.kubernetes import server_args, store_args
+from tests.conftest import stack_values, strix, unlocked_source
+from tests.support.component_inputs import wire_names
 from tests.support.provider_host import (
     ROOT,
     UNKNOWN,
@@ -40,6 +47,7 @@ NAMESPACE_URN = f"urn:pulumi:{STACK}::{PROJECT}::kubernetes:core/v1:Namespace::l
 EXAMPLE = yaml.safe_load((ROOT / "examples" / "yaml-k3s" / "Pulumi.yaml").read_text())
 API_KEY = "sk-live-0123456789abcdef"
 HF_TOKEN = "hf_live_token_0123456789"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
 
 
@@ -290,7 +298,7 @@ def vllm_inputs() -> dict[str, Any]:
             "user": "deploy",
             "port": 2222,
             "privateKey": secret(SSH_KEY),
-            "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExampleHostKey",
+            "hostKey": HOST_KEY,
         },
         "modelDir": "/srv/models/DeepSeek-V4-Flash-0731",
         "modelLock": {
@@ -425,3 +433,35 @@ def test_nested_alert_thresholds_arrive_as_integers_in_the_rules(up: Deployment)
              ((p.get("fieldConfig") or {}).get("defaults", {}).get("thresholds") or {})
              .get("steps", []) if s.get("value") is not None]  # fmt: skip
     assert 200.5 in steps and 500 in steps
+
+
+def test_the_stack_files_inputs_through_the_provider_render_what_the_stack_file_renders(
+    up: Deployment,
+) -> None:
+    """Same builders behind both doors: each child gets exactly the golden render's inputs."""
+    golden = json.loads((ROOT / "tests/golden/strix-halo/resources.json").read_text())
+    stack = strix(stack_values("strix-halo"))
+    source = unlocked_source(stack)
+    store_inputs = store_args(stack, source, None)
+    store = up.construct(STORE, "models", wire_names(store_inputs, GgufModelStoreArgs))
+    built = outputs(store)
+    volume: ModelVolume = {
+        "claim_name": built["claimName"],
+        "fetcher_config_map": built["fetcherConfigMap"],
+        "check_image": store_inputs["fetch_image"],
+        "run_as_user": DEFAULT_UID,
+        "model_file": store_inputs["files"][0]["name"],
+        "model_bytes": None,
+    }
+    server_inputs = server_args(stack, source, volume)
+    name = stack.server.resource_name or server_inputs["flags"]["alias"]
+    server = up.construct(LLAMA, name, wire_names(server_inputs, LlamaCppVulkanServerArgs))
+    for component, parent in (("models", store.urn), (name, server.urn)):
+        through_provider = {
+            n: clean(r.inputs) for n, r in up.children(parent).items() if n != "namespace"
+        }
+        from_stack_file = {r["name"]: r["inputs"] for r in golden if r["parent"] == component}
+        assert len(from_stack_file) >= 4, component
+        assert through_provider.keys() == from_stack_file.keys()
+        for child, inputs in from_stack_file.items():
+            assert through_provider[child] == inputs, child

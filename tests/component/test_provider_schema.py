@@ -31,7 +31,7 @@ def every_property(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]
         for name, spec in resource["properties"].items():
             yield f"{token}.outputs.{name}", spec
     for token, type_spec in schema["types"].items():
-        for name, spec in type_spec["properties"].items():
+        for name, spec in type_spec.get("properties", {}).items():
             yield f"{token}.{name}", spec
 
 
@@ -169,3 +169,37 @@ def test_schema_names_the_package_and_its_version(
     assert schema["version"] == VERSION
     info = provider.GetPluginInfo(empty_pb2.Empty())
     assert info.version == VERSION
+
+
+@pytest.mark.parametrize(
+    ("where", "enum", "values"),
+    [
+        ("llm-infra:index:CaddySite.tls", "Tls", ["auto", "internal"]),
+        (
+            "llm-infra:index:LlamaCppVulkanServer.gpuAccess",
+            "GpuAccess",
+            ["privileged", "device-plugin"],
+        ),
+        (
+            "llm-infra:index:LlamaServerFlags.cacheTypeK",
+            "CacheTypeK",
+            ["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"],
+        ),
+        ("llm-infra:index:GgufModelStore.upgrade", "Upgrade", ["keep", "replace"]),
+    ],
+)
+def test_inputs_of_a_fixed_set_are_enums_in_the_schema(
+    schema: dict[str, Any], where: str, enum: str, values: list[str]
+) -> None:
+    spec = dict(every_property(schema))[where]
+    assert spec["$ref"] == f"#/types/{PACKAGE}:index:{enum}"
+    enum_type = schema["types"][f"{PACKAGE}:index:{enum}"]
+    assert enum_type["type"] == "string"
+    assert [member["value"] for member in enum_type["enum"]] == values
+
+
+def test_type_descriptions_leave_out_the_field_list_help_shows(schema: dict[str, Any]) -> None:
+    caddy = schema["types"][f"{PACKAGE}:index:CaddySite"]
+    assert caddy["description"] == (
+        "The HTTPS front door: site address, certificates and the client allowlist."
+    )

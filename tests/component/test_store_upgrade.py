@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.node_preflight import preflight_script
+from components.model_store.node_preflight import preflight_script
 from infra import program
 from infra.config import ConfigError, read_stack_file
 from infra.lock import model_source

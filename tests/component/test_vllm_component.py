@@ -13,12 +13,14 @@ import pytest
 import yaml
 from pulumi_command import local
 
-from components.vllm_rocm_server import ModelLock, VllmRocmServer, VllmRocmServerArgs
+from components.vllm.component import VllmRocmServer
+from components.vllm.inputs import ModelLock, VllmRocmServerArgs
 from infra.render import Rendered, run_program
 from tests.unit.test_vllm_builders import MODEL_DIR, VLLM_IMAGE, sample_caddy, sample_flags
 
 API_KEY = "sk-live-api-key-0123456789"
 SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"
 LOCK: ModelLock = {
     "repo": "deepseek-ai/DeepSeek-V4-Flash-0731",
     "revision": "0" * 40,
@@ -29,7 +31,12 @@ LOCK: ModelLock = {
 def server_args(patch: Path | None = None, **overrides: Any) -> VllmRocmServerArgs:
     """Sample args; the secrets are plain strings here, as a caller may pass them."""
     args: dict[str, Any] = {
-        "connection": {"host": "203.0.113.10", "user": "deploy", "private_key": SSH_KEY},
+        "connection": {
+            "host": "203.0.113.10",
+            "user": "deploy",
+            "private_key": SSH_KEY,
+            "host_key": HOST_KEY,
+        },
         "model_dir": MODEL_DIR,
         "model_lock": LOCK,
         "fetch_image": "python:3.12.11-slim",
@@ -205,7 +212,12 @@ def test_outputs_wait_for_the_final_check() -> None:
 def test_the_connection_may_come_from_another_resource() -> None:
     def program() -> None:
         host = k8s.core.v1.ConfigMap("gpu-host", metadata={"name": "203.0.113.10"})
-        connection = {"host": host.metadata.name, "user": "deploy", "private_key": SSH_KEY}
+        connection = {
+            "host": host.metadata.name,
+            "user": "deploy",
+            "private_key": SSH_KEY,
+            "host_key": HOST_KEY,
+        }
         VllmRocmServer("mi300x", server_args(connection=connection))
 
     resources = by_name(run_program(program, {}, [], stack="test"))

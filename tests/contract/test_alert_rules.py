@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.monitoring_queries import MonitoringSpec, ServerKind, alert_rules, rules_file
+from components.monitoring.queries import MonitoringSpec, ServerKind, alert_rules, rules_file
 from tests.component.test_render import render
 from tests.conftest import ROOT
 from tests.support.prometheus import prometheus_tool

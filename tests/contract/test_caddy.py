@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from components.caddyfile import caddyfile
+from components.vllm.caddyfile import caddyfile
 from infra import program
 from infra.config import read_stack_file
 from infra.render import run_program

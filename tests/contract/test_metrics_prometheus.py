@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.monitoring_dashboard import panel_queries
-from components.monitoring_manifests import JOB_LABEL, monitoring_spec
-from components.monitoring_queries import MonitoringSpec, alert_rules
+from components.monitoring.dashboard import panel_queries
+from components.monitoring.manifests import JOB_LABEL, monitoring_spec
+from components.monitoring.queries import MonitoringSpec, alert_rules
 from infra import program
 from infra.config import StrixHaloStack, read_stack_file
 from infra.render import run_program

@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from components.host_monitoring import GPU_EXPORTER_SERVICE, gpu_exporter_service
-from components.host_scripts import (
+from components.vllm.builders import compose_yaml, remote_paths
+from components.vllm.host_monitoring import GPU_EXPORTER_SERVICE, gpu_exporter_service
+from components.vllm.host_scripts import (
     env_file_script,
     preflight_script,
     remote_command,
     verify_patches_script,
 )
-from components.vllm_rocm_builders import compose_yaml, remote_paths
 from tests.unit.test_vllm_builders import all_scripts, sample_compose
 
 pytestmark = pytest.mark.contract

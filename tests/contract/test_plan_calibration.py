@@ -32,6 +32,7 @@ from infra.plan.llamacpp import (
     cpu_repack,
     placement,
 )
+from infra.plan.repack import cpu_variant
 from infra.plan.report import MIB
 from tests.support import llama_build
 from tests.support.calibration_cases import CASES, Case
@@ -107,7 +108,7 @@ def test_planned_model_and_kv_buffers_match_llama_server_log(
         cache_type_k=case.cache,
         cache_type_v=case.cache,
         kv_unified=case.unified,
-        cpu_variant=variant,
+        cpu_variant=cpu_variant(variant),
     )
     kv = kv_cache_layers(
         inputs.attention,

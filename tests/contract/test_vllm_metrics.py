@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.host_monitoring import monitoring_spec
-from components.monitoring_dashboard import panel_queries
-from components.monitoring_queries import MonitoringSpec, alert_rules
+from components.monitoring.dashboard import panel_queries
+from components.monitoring.queries import MonitoringSpec, alert_rules
+from components.vllm.host_monitoring import monitoring_spec
 from infra.config import Mi300xStack, read_stack_file
 from infra.targets.docker_host import monitoring as host_monitoring
 from tests.component.test_render import render

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from components.vllm_rocm_builders import vllm_serve_args
+from components.vllm.builders import vllm_serve_args
 from tests.conftest import ROOT
 from tests.unit.test_vllm_builders import sample_flags
 

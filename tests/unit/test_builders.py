@@ -7,16 +7,17 @@ from typing import Any
 
 import pytest
 
-from components.images import parse_image
-from components.llamacpp_manifests import (
-    LlamaServerFlags,
+from components.k8s.images import parse_image
+from components.k8s.network_policies import egress_policy, ingress_policy
+from components.llamacpp.inputs import LlamaServerFlags
+from components.llamacpp.manifests import (
     llama_server_args,
     probe_window_seconds,
     server_deployment,
     server_labels,
     server_service,
 )
-from components.model_store_manifests import (
+from components.model_store.manifests import (
     content_digest,
     fetch_job,
     fetcher_config_map,
@@ -24,7 +25,6 @@ from components.model_store_manifests import (
     model_pvc,
     store_names,
 )
-from components.network_policies import egress_policy, ingress_policy
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import fetch_document, lock_digest
 from infra.targets.kubernetes import server_args, store_args

@@ -84,12 +84,20 @@ def test_the_host_key_is_required_unless_explicitly_ignored(values: dict[str, An
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4 $(touch /tmp/x)",
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4\nhandle",
         "host.example ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4",
+        "SHA256:nThbg6kXUpJWGl7E1IGOCspRomTxdCARLviKw6E5SY8",
     ],
 )
 def test_a_host_key_is_one_key_and_nothing_after_it(values: dict[str, Any], key: str) -> None:
     values["host"]["hostKey"] = key
     (problem,) = problems_of(values)
     assert problem.startswith("host.hostKey: ")
+
+
+def test_a_host_key_line_as_ssh_keyscan_prints_it_is_accepted(values: dict[str, Any]) -> None:
+    key = values["host"]["hostKey"]
+    values["host"]["hostKey"] = f"mi300x.example.com {key} root@mi300x"
+    stack = parse_stack(values)
+    assert isinstance(stack, Mi300xStack) and stack.host.host_key == key
 
 
 @pytest.mark.parametrize("directory", ["/etc", "/etc/llm", "/usr/local/models", "/var/lib/x"])

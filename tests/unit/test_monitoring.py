@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from components.model_store_manifests import fetch_job_pattern, store_names
-from components.monitoring_dashboard import dashboard_uid, panel_queries, server_dashboard
-from components.monitoring_queries import MonitoringSpec, alert_rules, rule_groups, selector
+from components.model_store.manifests import fetch_job_pattern, store_names
+from components.monitoring.dashboard import dashboard_uid, panel_queries, server_dashboard
+from components.monitoring.queries import MonitoringSpec, alert_rules, rule_groups, selector
 
 K8S: MonitoringSpec = {"job": "ds", "alias": "ds-model", "namespace": "llm", "slot_context": 65536}
 HOST: MonitoringSpec = {"job": "ds-model", "alias": "ds-model", "speculative_tokens": 7}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from components.node_preflight import (
-    NodePreflight,
+from components.model_store.inputs import NodePreflight
+from components.model_store.node_preflight import (
     preflight_job,
     preflight_job_name,
     preflight_script,

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from components.llamacpp_manifests import llama_server_args
+from components.llamacpp.manifests import llama_server_args
 from infra.plan.deepseek4 import AttentionShape
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, plan_llamacpp
 from infra.plan.repack import MAX_GROWTH, MatmulWeight, cpu_variant, repack, worst_repack
@@ -24,7 +24,7 @@ PRE_AVX2_VARIANTS = ["x64", "sse42", "sandybridge", "ivybridge", "piledriver"]
 @pytest.mark.parametrize("variant", AVX2_VARIANTS)
 def test_q4_0_weights_move_to_cpu_repack_with_avx2(variant: str) -> None:
     weights = [MatmulWeight("Q4_0", (4096, 1024), 3)]
-    packed = repack(weights, variant)
+    packed = repack(weights, cpu_variant(variant))
     expected = "AMX" if variant == "sapphirerapids" else "CPU_REPACK"
     assert set(packed.buffers) == {expected}
     assert packed.moved_bytes == 4096 * 1024 // 32 * 18 * 3
@@ -33,7 +33,7 @@ def test_q4_0_weights_move_to_cpu_repack_with_avx2(variant: str) -> None:
 @pytest.mark.parametrize("variant", PRE_AVX2_VARIANTS)
 def test_nothing_is_repacked_without_avx2(variant: str) -> None:
     weights = [MatmulWeight("Q4_0", (4096, 1024)), MatmulWeight("Q4_K", (4096, 1024, 8))]
-    assert repack(weights, variant).buffers == {}
+    assert repack(weights, cpu_variant(variant)).buffers == {}
 
 
 def test_q2_k_needs_avx512_and_q8_0_is_never_repacked_on_x86_without_amx() -> None:

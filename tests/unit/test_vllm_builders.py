@@ -9,8 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
-from components.caddyfile import CaddySite, base_url, caddyfile
-from components.host_scripts import (
+from components.vllm.builders import (
+    compose_file,
+    compose_yaml,
+    lock_json,
+    patch_remote_path,
+    remote_paths,
+    vllm_serve_args,
+)
+from components.vllm.caddyfile import base_url, caddyfile
+from components.vllm.host_scripts import (
     MODELS_PROBE,
     check_script,
     down_script,
@@ -23,16 +31,7 @@ from components.host_scripts import (
     verify_patches_script,
     verify_script,
 )
-from components.vllm_rocm_builders import (
-    PatchOverlay,
-    VllmFlags,
-    compose_file,
-    compose_yaml,
-    lock_json,
-    patch_remote_path,
-    remote_paths,
-    vllm_serve_args,
-)
+from components.vllm.inputs import CaddySite, PatchOverlay, VllmFlags
 
 MODEL = "/models/DeepSeek-V4-Flash-0731"
 MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"

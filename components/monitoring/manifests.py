@@ -5,20 +5,12 @@ Grafana's dashboard sidecar picks up by its `grafana_dashboard` label, and the p
 a plain Prometheus's `kubernetes-pods` job scrapes by.
 """
 
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any
 
-from components.monitoring_dashboard import dashboard_json
-from components.monitoring_queries import (
-    METRICS_PATH,
-    AlertThresholds,
-    MonitoringSpec,
-    ReferenceSpeeds,
-    rule_groups,
-)
-from components.network_policies import NetworkClient
-
-if TYPE_CHECKING:
-    from components.llamacpp_vulkan_server import LlamaCppVulkanServerArgs
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
+from components.monitoring.dashboard import dashboard_json
+from components.monitoring.inputs import KubernetesMonitoring
+from components.monitoring.queries import METRICS_PATH, MonitoringSpec, rule_groups
 
 JOB_LABEL = "app.kubernetes.io/instance"
 """The server label whose value becomes the `job` of its series (the monitor's jobLabel)."""
@@ -26,33 +18,8 @@ MONITORING_API = "monitoring.coreos.com/v1"
 DASHBOARD_LABEL = "grafana_dashboard"
 
 
-class KubernetesMonitoring(TypedDict):
-    """How a llama-server is scraped, and which monitoring objects come with it."""
-
-    scrapers: NotRequired[list[NetworkClient]]
-    """Who the NetworkPolicy admits to the server port for scraping (a monitoring namespace)."""
-    monitor_kind: NotRequired[str | None]
-    """`ServiceMonitor` or `PodMonitor` (prometheus-operator CRDs); None creates neither."""
-    scrape_interval_seconds: NotRequired[int]
-    """Scrape interval of the monitor and the annotations (default 30)."""
-    monitor_labels: NotRequired[dict[str, str]]
-    """Extra labels of the monitor and the rule, which a Prometheus selects them by."""
-    rules: NotRequired[bool]
-    """Create a PrometheusRule with the server's alerts."""
-    dashboard: NotRequired[bool]
-    """Create a ConfigMap with the Grafana dashboard (label `grafana_dashboard: "1"`)."""
-    dashboard_namespace: NotRequired[str | None]
-    """Namespace of the dashboard ConfigMap (default: the server's)."""
-    alerts: NotRequired[AlertThresholds]
-    """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
-    reference: NotRequired[ReferenceSpeeds]
-    """Measured speeds, reference lines on the dashboard."""
-    fetch_job_pattern: NotRequired[str | None]
-    """Regex of the model fetch Job names: an alert when one failed (kube-state-metrics)."""
-
-
 def monitoring_spec(
-    name: str, namespace: str, args: "LlamaCppVulkanServerArgs", monitoring: KubernetesMonitoring
+    name: str, namespace: str, args: LlamaCppVulkanServerArgs, monitoring: KubernetesMonitoring
 ) -> MonitoringSpec:
     """What the dashboard and the alerts of this server are generated from."""
     flags = args["flags"]

@@ -1,17 +1,31 @@
 """NetworkPolicies: the server admits only its clients; the fetch Job reaches only DNS and HTTPS."""
 
+from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
+from components.grammars import Cidr, DnsLabel, LabelKey, LabelValue
+from components.validation import Problem, cross_field_rule, documented
 
+
+@documented
 class NetworkClient(TypedDict):
     """Pods allowed to reach a server: a namespace, optionally narrowed by pod labels."""
 
-    namespace: NotRequired[str]
+    namespace: NotRequired[DnsLabel]
     """Namespace of the clients (e.g. `litellm`)."""
-    pod_labels: NotRequired[dict[str, str]]
+    pod_labels: NotRequired[dict[LabelKey, LabelValue]]
     """Labels the client pods must carry; all pods of the namespace when empty."""
-    cidr: NotRequired[str]
+    cidr: NotRequired[Cidr]
     """Instead of a namespace: a network (ipBlock), such as a node's address."""
+
+
+@cross_field_rule(NetworkClient)
+def _one_kind_of_client(client: Mapping[str, Any]) -> list[Problem]:
+    if ("namespace" in client) == ("cidr" in client):
+        return [((), "names either a namespace (with optional pod_labels) or a cidr, not both")]
+    if "cidr" in client and "pod_labels" in client:
+        return [(("pod_labels",), "selects pods of a namespace: it does not go with a cidr")]
+    return []
 
 
 def ingress_policy(

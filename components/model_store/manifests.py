@@ -5,9 +5,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from components.payloads import FETCHER_MOUNT
-from components.payloads.fetcher import lock_digest
-from components.pod_security import (
+from components.k8s.pod_security import (
     DEFAULT_UID,
     SCRATCH_MOUNT,
     checkov_skips,
@@ -17,9 +15,9 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-
-MODELS_MOUNT = "/models"
-
+from components.model_store.inputs import MODELS_MOUNT
+from components.payloads import FETCHER_MOUNT
+from components.payloads.fetcher import lock_digest
 
 HF_TOKEN_KEY = "token"
 

@@ -1,16 +1,22 @@
 """LlamaCppVulkanServer: llama.cpp's llama-server (Vulkan image) as a Deployment and a Service."""
 
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import after, inherited_dependencies, manifest_args, with_integers
-from components.gguf_model_store import ModelVolume
-from components.llamacpp_manifests import (
+from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
+from components.k8s.network_policies import ingress_policy
+from components.k8s.pod_security import DEFAULT_UID
+from components.k8s.verify_job import (
+    verify_config_map,
+    verify_digest,
+    verify_job,
+    verify_pod_labels,
+)
+from components.llamacpp.inputs import LlamaCppVulkanServerArgs
+from components.llamacpp.manifests import (
     API_KEY_FILE,
-    LlamaServerFlags,
-    ServerProbes,
     progress_deadline_seconds,
     selector_labels,
     server_deployment,
@@ -18,69 +24,18 @@ from components.llamacpp_manifests import (
     server_service,
     service_url,
 )
-from components.monitoring_manifests import (
+from components.model_store.inputs import ModelVolume
+from components.monitoring.manifests import (
     MONITORING_API,
-    KubernetesMonitoring,
     dashboard_config_map,
     monitoring_spec,
     prometheus_rule,
     service_monitor,
 )
-from components.network_policies import NetworkClient, ingress_policy
 from components.payloads import VERIFY_SOURCE
-from components.pod_security import DEFAULT_UID
-from components.verify_job import verify_config_map, verify_digest, verify_job, verify_pod_labels
+from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
-
-
-class LlamaCppVulkanServerArgs(TypedDict):
-    """Inputs of LlamaCppVulkanServer."""
-
-    namespace: pulumi.Input[str]
-    """Namespace of the Deployment and Service (may be a Namespace's output)."""
-    image: str
-    """Server image, pinned to a build (`server-vulkan-b11434`)."""
-    flags: LlamaServerFlags
-    """llama-server flags."""
-    model: ModelVolume
-    """The model volume and its init check: a GgufModelStore's `model_volume` (or its outputs)."""
-    node_selector: dict[str, str]
-    """Node labels the pod must match (the GPU node)."""
-    resources: dict[str, dict[str, str]]
-    """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
-    probes: ServerProbes
-    """Startup, readiness and liveness probes."""
-    service_port: NotRequired[int]
-    """Port of the Service (default: the server port)."""
-    gpu_device_path: NotRequired[str]
-    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
-    # Plain str, not a Literal: Pulumi's component schema inference knows no Literal types.
-    gpu_access: NotRequired[str]
-    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
-    gpu_resource: NotRequired[str]
-    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
-    run_as_user: NotRequired[int]
-    """Non-root uid in `device-plugin` mode (default 1000)."""
-    supplemental_groups: NotRequired[list[int]]
-    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
-    api_key: NotRequired[pulumi.Input[str] | None]
-    """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
-    Secret, read from a file.
-    """
-    allowed_clients: NotRequired[list[NetworkClient] | None]
-    """Who may reach the server (a NetworkPolicy); None creates no policy."""
-    gpu_gate: NotRequired[bool]
-    """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
-    verify_expectations: NotRequired[str | None]
-    """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
-    verify_image: NotRequired[str]
-    """Pinned stock Python image of the verify Job (default: the model check's image)."""
-    min_decode_tps: NotRequired[float | None]
-    """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
-    the floor of the LlmDecodeBelowFloor alert."""
-    metrics: NotRequired[KubernetesMonitoring | None]
-    """`--metrics`, who may scrape, and the monitor, alert rules and dashboard; None: no metrics."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):
@@ -96,8 +51,13 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: LlamaCppVulkanServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        args = checked_inputs(
+            "LlamaCppVulkanServer",
+            name,
+            with_integers(args, LlamaCppVulkanServerArgs),
+            LlamaCppVulkanServerArgs,
+        )
         super().__init__(TYPE_TOKEN, name, None, opts)
-        args = with_integers(args, LlamaCppVulkanServerArgs)
         namespace = pulumi.Output.from_input(args["namespace"])
         # Known strings from a Python caller; outputs of the store through the provider.
         model = pulumi.Output.from_input(args["model"])

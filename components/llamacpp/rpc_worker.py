@@ -1,12 +1,11 @@
 """LlamaCppRpcWorker: llama.cpp's rpc-server on another GPU node, lent to one llama-server."""
 
-from typing import NotRequired, TypedDict
-
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import inherited_dependencies, manifest_args, with_integers
-from components.llamacpp_rpc_manifests import (
+from components.k8s.children import inherited_dependencies, manifest_args, with_integers
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
+from components.llamacpp.rpc_manifests import (
     RPC_PORT,
     rpc_endpoint,
     worker_deployment,
@@ -14,41 +13,9 @@ from components.llamacpp_rpc_manifests import (
     worker_policy,
     worker_service,
 )
+from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppRpcWorker"
-
-
-class LlamaCppRpcWorkerArgs(TypedDict):
-    """Inputs of LlamaCppRpcWorker."""
-
-    namespace: pulumi.Input[str]
-    """Namespace of the worker's objects (the server's: its policy admits pods of it)."""
-    image: str
-    """Image holding rpc-server, the same llama.cpp build as the server's, with -DGGML_RPC=ON."""
-    head: str
-    """Name of the server (the head) this worker serves: labels its objects."""
-    head_pod_labels: dict[str, str]
-    """Labels of the head's pods: the only pods the worker's NetworkPolicy admits."""
-    node_selector: dict[str, str]
-    """Node labels the pod must match (the worker's GPU node)."""
-    resources: dict[str, dict[str, str]]
-    """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
-    binary: NotRequired[str]
-    """rpc-server inside the image (default `/app/ggml-rpc-server`)."""
-    port: NotRequired[int]
-    """rpc-server's port, of the container and the Service (default 50052)."""
-    threads: NotRequired[int | None]
-    """`-t`: CPU threads of rpc-server (default: rpc-server's own)."""
-    gpu_device_path: NotRequired[str]
-    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
-    gpu_access: NotRequired[str]
-    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
-    gpu_resource: NotRequired[str]
-    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
-    run_as_user: NotRequired[int]
-    """Non-root uid in `device-plugin` mode (default 10001)."""
-    supplemental_groups: NotRequired[list[int]]
-    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
 
 
 class LlamaCppRpcWorker(pulumi.ComponentResource):
@@ -62,8 +29,13 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: LlamaCppRpcWorkerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        args = checked_inputs(
+            "LlamaCppRpcWorker",
+            name,
+            with_integers(args, LlamaCppRpcWorkerArgs),
+            LlamaCppRpcWorkerArgs,
+        )
         super().__init__(TYPE_TOKEN, name, None, opts)
-        args = with_integers(args, LlamaCppRpcWorkerArgs)
         namespace = pulumi.Output.from_input(args["namespace"])
         labels = worker_labels(name, args["head"])
         port = args.get("port", RPC_PORT)

@@ -1,14 +1,14 @@
 """GgufModelStore: a protected PVC for GGUF models and the Job that fetches a locked shard set."""
 
-from typing import NotRequired, TypedDict
-
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.children import after, inherited_dependencies, manifest_args, with_integers
-from components.model_store_manifests import (
+from components.k8s.children import after, inherited_dependencies, manifest_args
+from components.k8s.network_policies import egress_policy
+from components.k8s.pod_security import DEFAULT_UID
+from components.model_store.inputs import MODELS_MOUNT, GgufModelStoreArgs, ModelVolume
+from components.model_store.manifests import (
     HF_TOKEN_KEY,
-    MODELS_MOUNT,
     content_digest,
     fetch_job,
     fetch_pod_labels,
@@ -18,70 +18,18 @@ from components.model_store_manifests import (
     store_labels,
     store_names,
 )
-from components.network_policies import egress_policy
-from components.node_preflight import (
-    NodePreflight,
-    preflight_network_policy,
-    store_preflight_job,
-)
+from components.model_store.node_preflight import preflight_network_policy, store_preflight_job
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
-from components.pod_security import DEFAULT_UID
+from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
 
-class ModelVolume(TypedDict):
-    """Where a server finds its model: what a GgufModelStore provides."""
-
-    claim_name: str
-    """The models PVC."""
-    fetcher_config_map: str
-    """ConfigMap with the fetcher and lock, for the server's init check."""
-    check_image: str
-    """Image that runs the init check (the store's fetch image)."""
-    run_as_user: int
-    """Non-root uid of the init check."""
-
-
-class GgufModelStoreArgs(TypedDict):
-    """Inputs of GgufModelStore."""
-
-    namespace: pulumi.Input[str]
-    """Namespace of the PVC, ConfigMap, Secret and Job (may be a Namespace's output)."""
-    repo: str
-    """Hugging Face repo id, e.g. `unsloth/DeepSeek-V4-Flash-0731-GGUF`."""
-    revision: str
-    """Branch, tag or commit sha to fetch."""
-    files: list[ModelFile]
-    """The files of the model, first shard first."""
-    volume_size: str
-    """PVC size as a Kubernetes quantity (`120Gi`): the model plus room for the next one."""
-    storage_class: pulumi.Input[str]
-    """Storage class of the PVC (k3s: `local-path`, bound to one node)."""
-    node_selector: dict[str, str]
-    """Where the Job runs: the server's node, since a local-path volume is node-bound."""
-    fetch_image: str
-    """A pinned stock Python image that runs the fetcher (standard library only)."""
-    retired_patterns: NotRequired[list[str]]
-    """Glob patterns of retired model files to delete (never a file of this model)."""
-    parallel_downloads: NotRequired[int]
-    """Files downloaded at once (default 3)."""
-    fetch_timeout_seconds: NotRequired[int]
-    """Deadline of the fetch Job (default 12 h: 87 GiB over a slow home link)."""
-    hf_endpoint: NotRequired[str | None]
-    """Hub endpoint (a mirror); default huggingface.co."""
-    hf_token: NotRequired[pulumi.Input[str] | None]
-    """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
-    network_policy: NotRequired[bool]
-    """Restrict the fetch pod to DNS and the hub's port (default True)."""
-    run_as_user: NotRequired[int]
-    """Non-root uid of the fetch and check containers (default 10001)."""
-    upgrade: NotRequired[str]
-    """`keep` (default): on a new lock the old model stays until the new one is verified;
-    `replace`: retired files go first when the volume cannot hold both (downtime)."""
-    node_preflight: NotRequired[NodePreflight | None]
-    """Check the node (render node, VRAM + GTT, disk, Vulkan device) in a Job before the fetch."""
+def model_bytes(files: list[ModelFile]) -> int | None:
+    """Bytes of the model files, when every size is known (from a lock)."""
+    sizes = [file.get("size") for file in files]
+    return None if any(size is None for size in sizes) else sum(size or 0 for size in sizes)
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -99,10 +47,18 @@ class GgufModelStore(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GgufModelStoreArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        args = checked_inputs("GgufModelStore", name, args, GgufModelStoreArgs)
         super().__init__(TYPE_TOKEN, name, None, opts)
-        args = with_integers(args, GgufModelStoreArgs)
         namespace = pulumi.Output.from_input(args["namespace"])
         labels = store_labels(name)
+        unpinned = [file["name"] for file in args["files"] if not file.get("sha256")]
+        if unpinned:
+            pulumi.log.warn(
+                f"GgufModelStore {name!r}: {len(unpinned)} of {len(args['files'])} files "
+                f"({unpinned[0]!r}, ...) have no sha256 and are fetched unverified: pin them "
+                "with a lock file (llm-infra lock; from Python, "
+                "infra.component_users.store_files_from_lock)"
+            )
         lock = fetch_document(args["repo"], args["revision"], args["files"])
         fetcher_source = FETCHER_SOURCE.read_text()
         names = store_names(name, content_digest(lock, fetcher_source))
@@ -208,6 +164,8 @@ class GgufModelStore(pulumi.ComponentResource):
             "fetcher_config_map": names["config_map"],
             "check_image": args["fetch_image"],
             "run_as_user": run_as_user,
+            "model_file": args["files"][0]["name"],
+            "model_bytes": model_bytes(args["files"]),
         }
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
         self.fetch_policy: k8s.networking.v1.NetworkPolicy | None = None

@@ -1,11 +1,8 @@
 """Pure builders of LlamaCppVulkanServer: llama-server argv, probes, the Deployment and Service."""
 
-from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, get_args
+from typing import Any
 
-from components.model_store_manifests import MODELS_MOUNT, model_check_container, model_volumes
-from components.monitoring_manifests import scrape_annotations
-from components.payloads.gpu_gate import probe_command, server_command
-from components.pod_security import (
+from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -19,12 +16,11 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-
-if TYPE_CHECKING:
-    from components.llamacpp_vulkan_server import LlamaCppVulkanServerArgs
-
-DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
-
+from components.llamacpp.inputs import HttpProbe, LlamaCppVulkanServerArgs, LlamaServerFlags
+from components.model_store.inputs import MODELS_MOUNT
+from components.model_store.manifests import model_check_container, model_volumes
+from components.monitoring.manifests import scrape_annotations
+from components.payloads.gpu_gate import probe_command, server_command
 
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
@@ -37,91 +33,6 @@ GATE_LOG = "/logs/llama-server.log"
 
 
 API_KEY_FILE = "api-key"
-
-
-CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
-
-
-CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
-
-
-class LlamaServerFlags(TypedDict):
-    """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
-
-    model_path: str
-    """`-m`: model file, the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder."""
-    alias: str
-    """`--alias`: name in `GET /v1/models`; must match LiteLLM's `model_name` for this server."""
-    host: str
-    """`--host`: bind address; `0.0.0.0` so the Service reaches the pod."""
-    port: int
-    """`--port`: listen port (containerPort and Service targetPort)."""
-    jinja: bool
-    """`--jinja`: use the chat template in the GGUF (reasoning comes back in
-    `reasoning_content`)."""
-    gpu_layers: int
-    """`-ngl`: GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers."""
-    ctx_size: int
-    """`-c`: total KV-cache context, shared by the slots."""
-    parallel: int
-    """`-np`: parallel slots; each gets `-c / -np` tokens."""
-    cont_batching: bool
-    """`--cont-batching` (or `--no-cont-batching`): continuous batching across slots."""
-    cache_type_k: str
-    """`--cache-type-k`: K cache type, one of CACHE_TYPES (deepseek4 needs K = V)."""
-    cache_type_v: str
-    """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
-    temperature: float
-    """`--temp`: default sampling temperature (clients may override per request)."""
-    top_p: float
-    """`--top-p`: default nucleus-sampling threshold (clients may override)."""
-    threads: int
-    """`--threads`: CPU threads: sampling and the CPU-resident layers."""
-    cache_ram_mib: NotRequired[int | None]
-    """`--cache-ram`: prompt cache in host RAM (MiB), counted against the container limit (omitted:
-    llama-server's 8192).
-    """
-    log_verbosity: NotRequired[int | None]
-    """`-lv`: log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads."""
-    log_file: NotRequired[str | None]
-    """`--log-file`: load log for the GPU gate's startup probe."""
-    rpc: NotRequired[list[str] | None]
-    """`--rpc`: the workers' rpc-servers (`host:port`), whose GPUs take a share of the layers;
-    llama.cpp puts them before the local GPU."""
-    tensor_split: NotRequired[list[float] | None]
-    """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
-    local GPU), as the memory plan computed it."""
-    metrics: NotRequired[bool]
-    """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set."""
-    repack: NotRequired[bool]
-    """False: `--no-repack`, CPU-resident weights stay in the model buffer (no CPU_REPACK or
-    AMX buffers; omitted: llama-server repacks)."""
-
-
-class HttpProbe(TypedDict):
-    """An HTTP GET probe."""
-
-    path: str
-    """Request path, e.g. `/health`."""
-    initial_delay_seconds: int
-    """Seconds after start (or after the startup probe succeeded) before the first probe."""
-    period_seconds: int
-    """Seconds between probes."""
-    failure_threshold: int
-    """Consecutive failures before the probe counts as failed."""
-    timeout_seconds: int
-    """Seconds one probe may take."""
-
-
-class ServerProbes(TypedDict):
-    """Startup, readiness and liveness probes of the server."""
-
-    startup: HttpProbe
-    """Covers the model load: liveness and readiness only start once it succeeded."""
-    readiness: HttpProbe
-    """When the pod receives traffic."""
-    liveness: HttpProbe
-    """When a hung server is restarted."""
 
 
 def service_url(service: str, namespace: str, port: int) -> str:
@@ -201,7 +112,7 @@ def selector_labels(labels: dict[str, str]) -> dict[str, str]:
     return {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
 
 
-def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
+def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The llama-server container."""
     flags = args["flags"]
     probes = args["probes"]
@@ -265,13 +176,13 @@ def server_container(args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
     }
 
 
-def progress_deadline_seconds(args: "LlamaCppVulkanServerArgs") -> int:
+def progress_deadline_seconds(args: LlamaCppVulkanServerArgs) -> int:
     """The Deployment's progressDeadlineSeconds: the image pull, then the startup probe's window."""
     return IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
 
 
 def server_deployment(
-    name: str, namespace: str, labels: dict[str, str], args: "LlamaCppVulkanServerArgs"
+    name: str, namespace: str, labels: dict[str, str], args: LlamaCppVulkanServerArgs
 ) -> dict[str, Any]:
     """The Deployment: one replica, Recreate (one GPU), a deadline that covers pull and load."""
     model = args["model"]
@@ -324,13 +235,13 @@ def server_deployment(
     }
 
 
-def _pod_metadata(labels: dict[str, str], args: "LlamaCppVulkanServerArgs") -> dict[str, Any]:
+def _pod_metadata(labels: dict[str, str], args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     if args.get("metrics") is None:
         return {"labels": labels}
     return {"labels": labels, "annotations": scrape_annotations(args["flags"]["port"])}
 
 
-def deployment_skips(args: "LlamaCppVulkanServerArgs") -> list[tuple[str, str]]:
+def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
     """The checkov findings this Deployment accepts, each with its reason."""
     skips = image_skips(args["image"]) + image_skips(args["model"]["check_image"])
     if args.get("gpu_access", "privileged") == "privileged":

@@ -11,6 +11,8 @@ from typing import Literal, NotRequired, TypedDict
 
 import yaml
 
+from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
+
 ServerKind = Literal["llama-server", "vllm"]
 METRICS_PATH = "/metrics"
 """Where llama-server (with `--metrics`), vLLM and AMD's exporter serve Prometheus metrics."""
@@ -24,28 +26,6 @@ KV_CACHE_RATIO = 0.9
 """Default share of the KV cache (or of a slot's context) that fires the KV alert."""
 FOR_MINUTES = 5
 """Default minutes a condition must hold before the down, floor and KV alerts fire."""
-
-
-class AlertThresholds(TypedDict):
-    """When the alerts fire (the decode floor is the server's own `min_decode_tps`)."""
-
-    stall_minutes: NotRequired[int]
-    """Minutes without a generated token while requests wait before LlmNoTokensWhileRequestsWait
-    fires (default 10)."""
-    kv_cache_ratio: NotRequired[float]
-    """Share of the KV cache (vLLM) or of a slot's context (llama-server) that fires the KV
-    alert (default 0.9)."""
-    for_minutes: NotRequired[int]
-    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
-
-
-class ReferenceSpeeds(TypedDict):
-    """Measured speeds the dashboard draws as reference lines (seed 002 for the MI300X)."""
-
-    decode_tps: NotRequired[float | None]
-    """Single-stream decode tok/s (median)."""
-    aggregate_tps: NotRequired[dict[str, float]]
-    """Aggregate decode tok/s by concurrent streams (`{"8": 542}`)."""
 
 
 class MonitoringSpec(TypedDict):

@@ -8,6 +8,7 @@ at preview. The helpers here make the builders see one thing: typed, known value
 import types
 from collections.abc import Awaitable
 from typing import (
+    Annotated,
     Any,
     ForwardRef,
     NotRequired,
@@ -75,8 +76,8 @@ def with_integers(value: T, annotation: Any, where: str = "args") -> T:
 
 def _value_type(annotation: Any) -> Any:
     """The type of a known value under NotRequired, `| None` and `pulumi.Input[...]`."""
-    while get_origin(annotation) in (NotRequired, Required):
-        (annotation,) = get_args(annotation)
+    while get_origin(annotation) in (NotRequired, Required, Annotated):
+        annotation = get_args(annotation)[0]
     if get_origin(annotation) in (Union, types.UnionType):
         known = [
             member

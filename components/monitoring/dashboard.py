@@ -16,7 +16,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common, dashboard
 from grafana_foundation_sdk.models.text import TextMode
 
-from components.monitoring_queries import (
+from components.monitoring.queries import (
     MonitoringSpec,
     ServerKind,
     gpu_signals,

@@ -1,9 +1,13 @@
 """The Caddyfile of the MI300X host: HTTPS site, client allowlist, streaming reverse proxy."""
 
 import ipaddress
-from typing import NotRequired, TypedDict
+from typing import Annotated, NotRequired, TypedDict
 
-from components.monitoring_queries import METRICS_PATH
+from pydantic import Field
+
+from components.grammars import Cidr, Port
+from components.monitoring.queries import METRICS_PATH
+from components.vllm.inputs import CaddySite
 
 # Processes inside the Caddy container reach it over its own loopback, which no outside packet
 # can claim as its source: the deploy's final check uses it, the allowlist lets it through.
@@ -13,27 +17,12 @@ CONTAINER_LOOPBACK = ("127.0.0.1/32", "::1/128")
 CLIENT_PATHS = ("/v1/*", "/health")
 
 
-class CaddySite(TypedDict):
-    """The HTTPS front door: site address, certificates and the client allowlist."""
-
-    site: str
-    """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
-    tls: str
-    """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
-    allowed_cidrs: list[str]
-    """Client networks allowed through; everything else gets 403. Never empty."""
-    image: str
-    """A pinned Caddy 2.11 image (version tag or digest)."""
-    acme_email: NotRequired[str | None]
-    """ACME account email; required with `tls: auto`."""
-
-
 class MetricsSite(TypedDict):
     """The second site: vLLM's /metrics (and the GPU exporter's) for the monitoring network only."""
 
-    port: int
+    port: Port
     """HTTPS port of the site on the host."""
-    allowed_cidrs: list[str]
+    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
     """Networks allowed to scrape; everything else gets 403."""
     gpu_upstream: NotRequired[str | None]
     """`host:port` of AMD's device metrics exporter, served at /gpu/metrics (None: no GPU)."""

@@ -1,23 +1,44 @@
 """VllmRocmServer: vLLM (ROCm image) behind Caddy on one GPU host, over SSH with pulumi-command."""
 
 import posixpath
-from typing import Any, NotRequired, TypedDict
+import warnings
+from typing import Any
 
 import pulumi
-from pulumi_command import remote
 
-from components.caddyfile import CaddySite, base_url, caddyfile
-from components.children import after, inherited_dependencies, with_integers
-from components.host_monitoring import (
+with warnings.catch_warnings():
+    # pulumi_command.remote warns at import about its deprecated CopyFile, which this component
+    # does not use (it copies with CopyToRemote): a program importing it should not see that.
+    warnings.filterwarnings("ignore", "This resource is deprecated", DeprecationWarning)
+    from pulumi_command import remote
+
+    # pulumi_command loads a module on first use: load `remote` while the filter holds.
+    remote.CopyToRemote  # noqa: B018
+
+from components.k8s.children import after, inherited_dependencies
+from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
+from components.payloads.fetcher import fetch_document
+from components.validation import checked_inputs
+from components.vllm.builders import (
+    RemotePaths,
+    compose_file,
+    compose_yaml,
+    lock_json,
+    lock_sha256,
+    patch_remote_path,
+    remote_paths,
+    sha256_text,
+    vllm_address,
+)
+from components.vllm.caddyfile import base_url, caddyfile
+from components.vllm.host_monitoring import (
     GPU_EXPORTER_SERVICE,
-    HostMonitoring,
     gpu_exporter_service,
     metrics_site,
     monitoring_files,
     monitoring_spec,
 )
-from components.host_scripts import (
-    HostRequirements,
+from components.vllm.host_scripts import (
     check_script,
     down_script,
     env_file_content,
@@ -29,91 +50,13 @@ from components.host_scripts import (
     verify_patches_script,
     verify_script,
 )
-from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
-from components.payloads.fetcher import ModelFile, fetch_document
-from components.vllm_rocm_builders import (
-    PatchOverlay,
-    RemotePaths,
-    VllmFlags,
-    compose_file,
-    compose_yaml,
-    lock_json,
-    lock_sha256,
-    patch_remote_path,
-    remote_paths,
-    sha256_text,
-    vllm_address,
+from components.vllm.inputs import (
+    ModelLock,
+    SshConnection,
+    VllmRocmServerArgs,
 )
 
 TYPE_TOKEN = "llm-infra:index:VllmRocmServer"
-
-
-class SshConnection(TypedDict):
-    """How pulumi-command reaches the host."""
-
-    host: pulumi.Input[str]
-    """Host name or address of the SSH server."""
-    user: pulumi.Input[str]
-    """SSH user: may run docker and write base_dir and model_dir."""
-    private_key: pulumi.Input[str]
-    """Private key (PEM/OpenSSH text); always passed on as a Pulumi secret."""
-    port: NotRequired[pulumi.Input[int]]
-    """SSH port (default 22)."""
-    host_key: NotRequired[pulumi.Input[str] | None]
-    """The host's public key; when set, a different host key refuses the connection."""
-
-
-class ModelLock(TypedDict):
-    """The locked model the host fetches: what `llm-infra lock` resolved."""
-
-    repo: str
-    """Hugging Face repo id, e.g. `deepseek-ai/DeepSeek-V4-Flash-0731`."""
-    revision: str
-    """The commit sha the lock resolved (a branch or tag only before the model is locked)."""
-    files: list[ModelFile]
-    """Every file of the model, with its size and sha256 when locked."""
-    unresolved_patterns: NotRequired[list[str]]
-    """File patterns not yet resolved to files: recorded in an unlocked preview's lock."""
-
-
-class VllmRocmServerArgs(TypedDict):
-    """Inputs of VllmRocmServer."""
-
-    connection: pulumi.Input[SshConnection]
-    """SSH connection to the GPU host (address, user and key may be other resources' outputs)."""
-    model_dir: str
-    """Host directory of the model files; survives `pulumi destroy`."""
-    model_lock: ModelLock
-    """The locked model, fetched into model_dir on the host (the fetcher's lock document)."""
-    fetch_image: str
-    """A pinned stock Python image that runs the fetcher, so the host needs no Python."""
-    image: str
-    """vLLM ROCm image pinned by digest (`vllm/vllm-openai-rocm@sha256:...`)."""
-    flags: VllmFlags
-    """`vllm serve` flags; `flags.model` is where model_dir is mounted in the container."""
-    caddy: CaddySite
-    """HTTPS site, TLS mode and client allowlist."""
-    api_key: pulumi.Input[str]
-    """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
-    requirements: HostRequirements
-    """Minimum free disk and RAM the preflight demands."""
-    base_dir: NotRequired[str]
-    """Host directory of the compose project and its files (default `/opt/llm`)."""
-    patches: NotRequired[list[PatchOverlay]]
-    """Patched files mounted read-only over the image's files, each pinned by sha256."""
-    project_name: NotRequired[str]
-    """Compose project name (default `llm`)."""
-    startup_timeout_seconds: NotRequired[int]
-    """How long `up` waits for vLLM to turn healthy (default 3600: load plus kernel builds)."""
-    fetch_parallel: NotRequired[int]
-    """Model files downloaded at once (default 3)."""
-    verify_expectations: NotRequired[str | None]
-    """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
-    min_decode_tps: NotRequired[float | None]
-    """Decode-speed floor of that check (tok/s), and of the LlmDecodeBelowFloor alert."""
-    metrics: NotRequired[HostMonitoring | None]
-    """vLLM's /metrics on a second Caddy site, the GPU exporter, and the dashboard, alert rules
-    and scrape config as files on the host; None: no metrics site."""
 
 
 class VllmRocmServer(pulumi.ComponentResource):
@@ -127,8 +70,8 @@ class VllmRocmServer(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: VllmRocmServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        args = checked_inputs("VllmRocmServer", name, args, VllmRocmServerArgs)
         super().__init__(TYPE_TOKEN, name, None, opts)
-        args = with_integers(args, VllmRocmServerArgs)
         base_dir = args.get("base_dir", "/opt/llm")
         project = args.get("project_name", "llm")
         patches = args.get("patches", [])

@@ -3,8 +3,7 @@
 import hashlib
 from typing import Any
 
-from components.payloads import VERIFY_MOUNT
-from components.pod_security import (
+from components.k8s.pod_security import (
     SCRATCH_MOUNT,
     checkov_skips,
     image_skips,
@@ -13,6 +12,7 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.payloads import VERIFY_MOUNT
 
 
 def floor_args(min_decode_tps: float | None) -> list[str]:

@@ -5,32 +5,24 @@ Each is a bash script (shellcheck-clean) that pulumi-command runs over SSH.
 
 import posixpath
 import shlex
-from typing import TypedDict
 
-from components.caddyfile import CaddySite
+from pydantic_core import PydanticCustomError
+
+from components.grammars import env_file_value
 from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
-from components.vllm_rocm_builders import (
+from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
-    PatchOverlay,
     RemotePaths,
     patch_remote_path,
     remote_paths,
 )
+from components.vllm.inputs import CaddySite, HostRequirements, PatchOverlay
 
 SCRIPT_END = "LLM_INFRA_SCRIPT"
 
 q = shlex.quote
 """Every value enters a script as one quoted word."""
-
-
-class HostRequirements(TypedDict):
-    """What the preflight demands of the host before anything is downloaded or started."""
-
-    min_free_disk_gib: float
-    """Free disk in the model directory's filesystem, counting what the model already uses."""
-    min_ram_gib: float
-    """Installed RAM (MemTotal): the CPU KV tier is pinned, so available RAM varies at run time."""
 
 
 def remote_command(script: str) -> str:
@@ -182,9 +174,10 @@ def env_file_script(paths: RemotePaths, project: str) -> str:
 
 def env_file_content(api_key: str) -> str:
     """The env file line for compose: single-quoted, so compose does not interpolate `$`."""
-    if not api_key or any(c in api_key for c in "'\n\r\0"):
-        raise ValueError("api_key: must be non-empty, without quotes or line breaks")
-    return f"VLLM_API_KEY='{api_key}'\n"
+    try:
+        return f"VLLM_API_KEY='{env_file_value(api_key)}'\n"
+    except PydanticCustomError as exc:
+        raise ValueError(f"api_key: {exc}") from None
 
 
 def up_script(paths: RemotePaths, project: str, compose_sha256: str, wait_seconds: int) -> str:

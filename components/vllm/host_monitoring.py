@@ -7,42 +7,20 @@ the monitoring stack to pick up.
 """
 
 import posixpath
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
 import yaml
 
-from components.caddyfile import GPU_METRICS_PATH, CaddySite, MetricsSite, site_is_ip
-from components.monitoring_dashboard import dashboard_json
-from components.monitoring_queries import (
-    METRICS_PATH,
-    AlertThresholds,
-    MonitoringSpec,
-    ReferenceSpeeds,
-    rules_file,
-)
+from components.monitoring.dashboard import dashboard_json
+from components.monitoring.queries import METRICS_PATH, MonitoringSpec, rules_file
+from components.vllm.caddyfile import GPU_METRICS_PATH, MetricsSite, site_is_ip
+from components.vllm.inputs import CaddySite, HostMonitoring
 
 GPU_EXPORTER_SERVICE = "gpu-exporter"
 GPU_EXPORTER_PORT = 5000
 """The port AMD's device metrics exporter listens on by default."""
 CADDY_ROOT_CA = "caddy-root.crt"
 """With `tls: internal`, the scrape config trusts Caddy's root (copied next to it by the user)."""
-
-
-class HostMonitoring(TypedDict):
-    """vLLM's metrics site, the optional GPU exporter, and what the alerts and dashboard watch."""
-
-    port: int
-    """HTTPS port of the metrics site on the host (TLS like the API site)."""
-    allowed_cidrs: list[str]
-    """Networks allowed to scrape; everyone else gets 403."""
-    scrape_interval_seconds: NotRequired[int]
-    """Scrape interval of the rendered Prometheus scrape config (default 30)."""
-    gpu_exporter_image: NotRequired[str | None]
-    """Pinned image of AMD's device metrics exporter (None: no exporter)."""
-    alerts: NotRequired[AlertThresholds]
-    """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
-    reference: NotRequired[ReferenceSpeeds]
-    """Measured speeds, reference lines on the dashboard."""
 
 
 def monitoring_dir(base_dir: str) -> str:

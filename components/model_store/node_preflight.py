@@ -10,11 +10,9 @@ problem with its numbers and the setting to change, in the MI300X host preflight
 
 import hashlib
 import shlex
-from typing import Any, NotRequired, TypedDict
+from typing import Any
 
-from components.model_store_manifests import MODELS_MOUNT
-from components.payloads.fetcher import ModelFile
-from components.pod_security import (
+from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -28,6 +26,8 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.model_store.inputs import MODELS_MOUNT, NodePreflight
+from components.payloads.fetcher import ModelFile
 
 LLAMA_SERVER = "/app/llama-server"
 """llama-server in the ggml-org server images (their entrypoint)."""
@@ -37,23 +37,6 @@ AMD_VENDOR = "0x1002"
 # Image pull (the server image is ~2 GB) plus the checks themselves, which take seconds.
 PREFLIGHT_DEADLINE_S = 900
 GIB = 1 << 30
-
-
-class NodePreflight(TypedDict):
-    """What the node preflight checks before the model is downloaded."""
-
-    image: str
-    """The server image: its llama-server lists the Vulkan devices the server will see."""
-    gpu_access: NotRequired[str]
-    """`privileged` (default): mounts the render nodes and checks them and the Vulkan device;
-    `device-plugin`: the plugin hands the GPU only to the server, so only sysfs and the disk."""
-    min_gpu_memory_gib: NotRequired[float | None]
-    """GPU memory the memory plan counts on (`memory.vramGib`): VRAM + GTT must reach it."""
-    gpu_device_path: NotRequired[str]
-    """Host path of the DRM render nodes (default `/dev/dri`)."""
-    cpu_variant: NotRequired[str | None]
-    """The ggml CPU variant the memory plan counts on (`memory.nodeCpu`): the preflight fails
-    when the server image's llama-server loads another on this node. Always reported."""
 
 
 def _gib_text(count: int) -> str:

@@ -9,78 +9,18 @@ import hashlib
 import json
 import posixpath
 import re
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Literal, TypedDict
 
 import yaml
 
-from components.caddyfile import CaddySite, MetricsSite
 from components.payloads.fetcher import lock_digest
+from components.vllm.caddyfile import MetricsSite
+from components.vllm.inputs import CaddySite, PatchOverlay, VllmFlags
 
 VLLM_SERVICE = "vllm"
 CADDY_SERVICE = "caddy"
 
 TlsMode = Literal["auto", "internal"]
-
-
-class SpeculativeConfig(TypedDict):
-    """`--speculative-config` JSON (vLLM 0.33 keys)."""
-
-    method: str
-    """Draft method, e.g. `dspark` (DeepSeek V4's own draft heads)."""
-    num_speculative_tokens: int
-    """Tokens drafted per step (the seed measured 7)."""
-
-
-class VllmFlags(TypedDict):
-    """`vllm serve` flags, one typed field per flag (vLLM 0.33 names in the docstrings)."""
-
-    model: str
-    """Positional MODEL: the model directory inside the container, e.g. `/models/<dir>`."""
-    served_model_name: str
-    """`--served-model-name`: model id in `/v1/models`; LiteLLM routes by it."""
-    host: str
-    """`--host`: bind address inside the compose network (never published on the host)."""
-    port: int
-    """`--port`: vLLM's port behind Caddy, on the compose network."""
-    tensor_parallel_size: int
-    """`-tp`: tensor parallel size, the GPUs the model is split over."""
-    max_model_len: int
-    """`--max-model-len`: longest context in tokens (262144 = 256k)."""
-    max_num_batched_tokens: int
-    """`--max-num-batched-tokens`: scheduler budget per step (seed 002: 2048)."""
-    kv_cache_memory_bytes: int
-    """`--kv-cache-memory-bytes`: GPU KV cache in bytes (replaces --gpu-memory-utilization)."""
-    kv_offloading_size_gib: float
-    """`--kv-offloading-size`: CPU KV tier in GiB, pinned host memory for prefix-cache entries."""
-    kv_offloading_backend: str
-    """`--kv-offloading-backend`: CPU KV tier implementation."""
-    enable_prefix_caching: bool
-    """`--enable-prefix-caching` (or `--no-enable-prefix-caching`): reuses the KV of shared prompt
-    prefixes.
-    """
-    speculative_config: NotRequired[SpeculativeConfig | None]
-    """`--speculative-config`: speculative decoding (DSpark, draft tokens), as compact JSON."""
-    reasoning_parser: NotRequired[str | None]
-    """`--reasoning-parser`: splits reasoning into `reasoning_content` (e.g. `deepseek_v4`)."""
-    tool_call_parser: NotRequired[str | None]
-    """`--tool-call-parser` (and `--enable-auto-tool-choice`): parses the model's tool calls; lets
-    the model call tools the client offers.
-    """
-    max_num_seqs: NotRequired[int | None]
-    """`--max-num-seqs`: concurrent sequences (vLLM's default when unset)."""
-    kv_cache_dtype: NotRequired[str | None]
-    """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4)."""
-
-
-class PatchOverlay(TypedDict):
-    """A patched file bind-mounted read-only over a file of the vLLM image."""
-
-    source: str
-    """Local path of the patched file (relative to the Pulumi project or absolute)."""
-    target: str
-    """Absolute path of the file it replaces inside the container."""
-    sha256: str
-    """sha256 of the file; the host verifies its copy and stops the deploy on a mismatch."""
 
 
 class RemotePaths(TypedDict):

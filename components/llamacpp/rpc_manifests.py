@@ -5,10 +5,9 @@ memory and run graphs on it. So its NetworkPolicy admits the head's pods only, o
 and lets the worker reach nothing; its Service carries labels of its own, never the API's.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from components.llamacpp_manifests import cluster_ip_service
-from components.pod_security import (
+from components.k8s.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -22,9 +21,8 @@ from components.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-
-if TYPE_CHECKING:
-    from components.llamacpp_rpc_worker import LlamaCppRpcWorkerArgs
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
+from components.llamacpp.manifests import cluster_ip_service
 
 RPC_PORT = 50052
 """rpc-server's default port (`-p`)."""
@@ -48,7 +46,7 @@ def worker_selector(labels: dict[str, str]) -> dict[str, str]:
     return {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
 
 
-def rpc_server_argv(args: "LlamaCppRpcWorkerArgs") -> list[str]:
+def rpc_server_argv(args: LlamaCppRpcWorkerArgs) -> list[str]:
     """rpc-server's command line: every interface (the policy admits only the head), one port."""
     argv = [args.get("binary", RPC_BINARY), "-H", "0.0.0.0", "-p", str(args.get("port", RPC_PORT))]
     threads = args.get("threads")
@@ -73,7 +71,7 @@ NO_PROBE_SKIPS = [
 ]  # fmt: skip
 
 
-def worker_container(args: "LlamaCppRpcWorkerArgs") -> dict[str, Any]:
+def worker_container(args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
     """The rpc-server container, with the same GPU access as the server's."""
     access = args.get("gpu_access", "privileged")
     resources = {kind: dict(values) for kind, values in args["resources"].items()}
@@ -100,7 +98,7 @@ def worker_container(args: "LlamaCppRpcWorkerArgs") -> dict[str, Any]:
 
 
 def worker_deployment(
-    name: str, namespace: str, labels: dict[str, str], args: "LlamaCppRpcWorkerArgs"
+    name: str, namespace: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs
 ) -> dict[str, Any]:
     """One replica pinned to its node, Recreate (one GPU: a second pod could never start)."""
     access = args.get("gpu_access", "privileged")

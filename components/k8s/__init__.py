@@ -1,0 +1,1 @@
+"""Shared Kubernetes pieces: pod security, network policies, images, the verify Job, children."""

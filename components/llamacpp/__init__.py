@@ -1,0 +1,1 @@
+"""llama.cpp on Kubernetes: LlamaCppVulkanServer, LlamaCppRpcWorker, their inputs and manifests."""

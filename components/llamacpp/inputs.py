@@ -1,0 +1,262 @@
+"""Inputs of LlamaCppVulkanServer and LlamaCppRpcWorker: flags, probes, Args, with their rules.
+
+Every rule for these inputs lives here; the builders take them validated.
+"""
+
+import math
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
+
+from pydantic import Field
+
+from components.grammars import (
+    AbsolutePath,
+    DnsLabel,
+    ExtendedResource,
+    ImageReference,
+    IpAddress,
+    LabelKey,
+    LabelValue,
+    ModelName,
+    Port,
+    Quantity,
+    ResourceName,
+    RpcEndpoint,
+    UrlPath,
+)
+from components.k8s.network_policies import NetworkClient
+from components.model_store.inputs import MODELS_MOUNT, ModelVolume
+from components.monitoring.inputs import KubernetesMonitoring
+from components.validation import Input, Problem, cross_field_rule, documented
+
+DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
+
+
+CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
+
+
+CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
+
+
+@documented
+class LlamaServerFlags(TypedDict):
+    """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
+
+    model_path: AbsolutePath
+    """`-m`: model file, the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder."""
+    alias: ModelName
+    """`--alias`: name in `GET /v1/models`; must match LiteLLM's `model_name` for this server."""
+    host: IpAddress
+    """`--host`: bind address; `0.0.0.0` so the Service reaches the pod."""
+    port: Port
+    """`--port`: listen port (containerPort and Service targetPort)."""
+    jinja: bool
+    """`--jinja`: use the chat template in the GGUF (reasoning comes back in
+    `reasoning_content`)."""
+    gpu_layers: Annotated[int, Field(ge=0, le=100_000)]
+    """`-ngl`: GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers."""
+    ctx_size: Annotated[int, Field(ge=1)]
+    """`-c`: total KV-cache context, shared by the slots."""
+    parallel: Annotated[int, Field(ge=1, le=1024)]
+    """`-np`: parallel slots; each gets `-c / -np` tokens."""
+    cont_batching: bool
+    """`--cont-batching` (or `--no-cont-batching`): continuous batching across slots."""
+    cache_type_k: CacheType
+    """`--cache-type-k`: K cache type, one of CACHE_TYPES (deepseek4 needs K = V)."""
+    cache_type_v: CacheType
+    """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
+    temperature: Annotated[float, Field(ge=0, le=100)]
+    """`--temp`: default sampling temperature (clients may override per request)."""
+    top_p: Annotated[float, Field(gt=0, le=1)]
+    """`--top-p`: default nucleus-sampling threshold (clients may override)."""
+    threads: Annotated[int, Field(ge=1, le=4096)]
+    """`--threads`: CPU threads: sampling and the CPU-resident layers."""
+    cache_ram_mib: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """`--cache-ram`: prompt cache in host RAM (MiB), counted against the container limit (omitted:
+    llama-server's 8192).
+    """
+    log_verbosity: NotRequired[Annotated[int, Field(ge=0, le=4)] | None]
+    """`-lv`: log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads."""
+    log_file: NotRequired[AbsolutePath | None]
+    """`--log-file`: load log for the GPU gate's startup probe."""
+    rpc: NotRequired[list[RpcEndpoint] | None]
+    """`--rpc`: the workers' rpc-servers (`host:port`), whose GPUs take a share of the layers;
+    llama.cpp puts them before the local GPU."""
+    tensor_split: NotRequired[list[Annotated[float, Field(ge=0)]] | None]
+    """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
+    local GPU), as the memory plan computed it."""
+    metrics: NotRequired[bool]
+    """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set."""
+    repack: NotRequired[bool]
+    """False: `--no-repack`, CPU-resident weights stay in the model buffer (no CPU_REPACK or
+    AMX buffers; omitted: llama-server repacks)."""
+
+
+@documented
+class HttpProbe(TypedDict):
+    """An HTTP GET probe."""
+
+    path: UrlPath
+    """Request path, e.g. `/health`."""
+    initial_delay_seconds: Annotated[int, Field(ge=0, le=86_400)]
+    """Seconds after start (or after the startup probe succeeded) before the first probe."""
+    period_seconds: Annotated[int, Field(ge=1, le=86_400)]
+    """Seconds between probes."""
+    failure_threshold: Annotated[int, Field(ge=1, le=100_000)]
+    """Consecutive failures before the probe counts as failed."""
+    timeout_seconds: Annotated[int, Field(ge=1, le=86_400)]
+    """Seconds one probe may take."""
+
+
+@documented
+class ServerProbes(TypedDict):
+    """Startup, readiness and liveness probes of the server."""
+
+    startup: HttpProbe
+    """Covers the model load: liveness and readiness only start once it succeeded."""
+    readiness: HttpProbe
+    """When the pod receives traffic."""
+    liveness: HttpProbe
+    """When a hung server is restarted."""
+
+
+@documented
+class LlamaCppVulkanServerArgs(TypedDict):
+    """Inputs of LlamaCppVulkanServer."""
+
+    namespace: Input[DnsLabel]
+    """Namespace of the Deployment and Service (may be a Namespace's output)."""
+    image: ImageReference
+    """Server image, pinned to a build (`server-vulkan-b11434`)."""
+    flags: LlamaServerFlags
+    """llama-server flags."""
+    model: ModelVolume
+    """The model volume and its init check: a GgufModelStore's `model_volume` (or its outputs)."""
+    node_selector: dict[LabelKey, LabelValue]
+    """Node labels the pod must match (the GPU node)."""
+    resources: dict[Literal["requests", "limits"], dict[ResourceName, Quantity]]
+    """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
+    probes: ServerProbes
+    """Startup, readiness and liveness probes."""
+    service_port: NotRequired[Port]
+    """Port of the Service (default: the server port)."""
+    gpu_device_path: NotRequired[AbsolutePath]
+    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
+    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
+    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
+    gpu_resource: NotRequired[ExtendedResource]
+    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
+    """Non-root uid in `device-plugin` mode (default 1000)."""
+    supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
+    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
+    api_key: NotRequired[Input[str] | None]
+    """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
+    Secret, read from a file.
+    """
+    allowed_clients: NotRequired[list[NetworkClient] | None]
+    """Who may reach the server (a NetworkPolicy); None creates no policy."""
+    gpu_gate: NotRequired[bool]
+    """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
+    verify_expectations: NotRequired[str | None]
+    """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
+    verify_image: NotRequired[ImageReference]
+    """Pinned stock Python image of the verify Job (default: the model check's image)."""
+    disk_read_mibps: NotRequired[Annotated[float, Field(gt=0)]]
+    """Read speed of the model volume (MiB/s, default 300): with `init_seconds`, how long the
+    load takes, which the startup probe must outlast (x1.5)."""
+    init_seconds: NotRequired[Annotated[int, Field(ge=0)]]
+    """Start-up time before the load (default 60 s: image start, the model check)."""
+    min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
+    """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
+    the floor of the LlmDecodeBelowFloor alert."""
+    metrics: NotRequired[KubernetesMonitoring | None]
+    """`--metrics`, who may scrape, and the monitor, alert rules and dashboard; None: no metrics."""
+
+
+@documented
+class LlamaCppRpcWorkerArgs(TypedDict):
+    """Inputs of LlamaCppRpcWorker."""
+
+    namespace: Input[DnsLabel]
+    """Namespace of the worker's objects (the server's: its policy admits pods of it)."""
+    image: ImageReference
+    """Image holding rpc-server, the same llama.cpp build as the server's, with -DGGML_RPC=ON."""
+    head: DnsLabel
+    """Name of the server (the head) this worker serves: labels its objects."""
+    head_pod_labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
+    """Labels of the head's pods: the only pods the worker's NetworkPolicy admits (never empty:
+    that would admit every pod of the namespace to an rpc-server without authentication)."""
+    node_selector: dict[LabelKey, LabelValue]
+    """Node labels the pod must match (the worker's GPU node)."""
+    resources: dict[Literal["requests", "limits"], dict[ResourceName, Quantity]]
+    """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
+    binary: NotRequired[AbsolutePath]
+    """rpc-server inside the image (default `/app/ggml-rpc-server`)."""
+    port: NotRequired[Port]
+    """rpc-server's port, of the container and the Service (default 50052)."""
+    threads: NotRequired[Annotated[int, Field(ge=1, le=4096)] | None]
+    """`-t`: CPU threads of rpc-server (default: rpc-server's own)."""
+    gpu_device_path: NotRequired[AbsolutePath]
+    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
+    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
+    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
+    gpu_resource: NotRequired[ExtendedResource]
+    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
+    """Non-root uid in `device-plugin` mode (default 10001)."""
+    supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
+    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
+
+
+LOAD_MARGIN = 1.5
+"""The startup probe must outlast the load estimate by this factor: disks slow down when busy."""
+DISK_READ_MIBPS = 300.0
+"""Model volume read speed assumed when the caller gives none (a SATA SSD, busy)."""
+INIT_SECONDS = 60
+"""Start-up before the load assumed when the caller gives none."""
+
+
+def startup_threshold_needed(probe: HttpProbe, load_seconds: float) -> int | None:
+    """The failure_threshold a startup probe needs to outlast a load (x LOAD_MARGIN), or None
+    when it already does. The stack file's plan and the server's own check both ask this."""
+    needed = load_seconds * LOAD_MARGIN
+    window = probe["initial_delay_seconds"] + probe["period_seconds"] * probe["failure_threshold"]
+    if window >= needed:
+        return None
+    return math.ceil((needed - probe["initial_delay_seconds"]) / probe["period_seconds"])
+
+
+@cross_field_rule(LlamaCppVulkanServerArgs)
+def _server_fits_its_store(args: Mapping[str, Any]) -> list[Problem]:
+    """Rules between a server and its store's model volume (both doors: they check the args)."""
+    problems: list[Problem] = []
+    model, flags = args.get("model"), args.get("flags", {})
+    if not isinstance(model, Mapping):
+        return problems
+    model_file = model.get("model_file")
+    if isinstance(model_file, str) and flags.get("model_path") != f"{MODELS_MOUNT}/{model_file}":
+        problems.append(
+            (
+                ("flags", "model_path"),
+                f"{flags.get('model_path')!r} is not the store's first file "
+                f"{MODELS_MOUNT}/{model_file} (llama-server loads the other shards from it)",
+            )
+        )
+    size = model.get("model_bytes")
+    startup = args.get("probes", {}).get("startup")
+    if isinstance(size, int) and isinstance(startup, Mapping):
+        read = args.get("disk_read_mibps", DISK_READ_MIBPS)
+        init = args.get("init_seconds", INIT_SECONDS)
+        load = size / (read * 2**20) + init
+        threshold = startup_threshold_needed(startup, load)  # type: ignore[arg-type]
+        if threshold is not None:
+            problems.append(
+                (
+                    ("probes", "startup", "failure_threshold"),
+                    f"{startup['failure_threshold']} allows the load too little time: reading "
+                    f"{size / 2**30:.1f} GiB at {read:g} MiB/s plus {init}s "
+                    f"takes ~{load:.0f}s; raise it to at least {threshold} (x{LOAD_MARGIN} margin)",
+                )
+            )
+    return problems

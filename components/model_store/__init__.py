@@ -1,0 +1,1 @@
+"""GgufModelStore: the model volume, its fetch Job and node preflight."""

@@ -1,0 +1,127 @@
+"""Inputs of GgufModelStore (and the ModelVolume it gives a server), with their rules.
+
+Every rule for these inputs lives here; the builders take them validated.
+"""
+
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+from pydantic import Field
+
+from components.grammars import (
+    AbsolutePath,
+    DnsLabel,
+    FileName,
+    FilePattern,
+    HttpUrl,
+    ImageReference,
+    LabelKey,
+    LabelValue,
+    Quantity,
+    RepoId,
+    Revision,
+    StorageClass,
+)
+from components.payloads.fetcher import ModelFile
+from components.validation import Input, Problem, cross_field_rule, documented
+
+CpuVariant = Literal[
+    "x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell", "skylakex", "cannonlake",
+    "cascadelake", "icelake", "cooperlake", "zen4", "alderlake", "sapphirerapids",
+]  # fmt: skip
+"""ggml's x86 CPU backend variants (`ggml/src/CMakeLists.txt` lines 493-517, b11434); their
+features are `infra.plan.repack.CPU_VARIANTS`'s."""
+
+
+@documented
+class NodePreflight(TypedDict):
+    """What the node preflight checks before the model is downloaded."""
+
+    image: ImageReference
+    """The server image: its llama-server lists the Vulkan devices the server will see."""
+    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
+    """`privileged` (default): mounts the render nodes and checks them and the Vulkan device;
+    `device-plugin`: the plugin hands the GPU only to the server, so only sysfs and the disk."""
+    min_gpu_memory_gib: NotRequired[Annotated[float, Field(gt=0)] | None]
+    """GPU memory the memory plan counts on (`memory.vramGib`): VRAM + GTT must reach it."""
+    gpu_device_path: NotRequired[AbsolutePath]
+    """Host path of the DRM render nodes (default `/dev/dri`)."""
+    cpu_variant: NotRequired[CpuVariant | None]
+    """The ggml CPU variant the memory plan counts on (`memory.nodeCpu`): the preflight fails
+    when the server image's llama-server loads another on this node. Always reported."""
+
+
+MODELS_MOUNT = "/models"
+"""Where pods mount the model volume (the fetch Job, the server, its model check)."""
+
+
+@documented
+class ModelVolume(TypedDict):
+    """Where a server finds its model: what a GgufModelStore provides."""
+
+    claim_name: DnsLabel
+    """The models PVC."""
+    fetcher_config_map: DnsLabel
+    """ConfigMap with the fetcher and lock, for the server's init check."""
+    check_image: ImageReference
+    """Image that runs the init check (the store's fetch image)."""
+    run_as_user: Annotated[int, Field(ge=1, le=2**31 - 1)]
+    """Non-root uid of the init check."""
+    model_file: NotRequired[FileName]
+    """The store's first file: the server's `-m` must be `/models/<model_file>`."""
+    model_bytes: NotRequired[Annotated[int, Field(ge=0)] | None]
+    """Bytes of the model files when the lock gives every size: the server's startup probe
+    must outlast reading them."""
+
+
+@documented
+class GgufModelStoreArgs(TypedDict):
+    """Inputs of GgufModelStore."""
+
+    namespace: Input[DnsLabel]
+    """Namespace of the PVC, ConfigMap, Secret and Job (may be a Namespace's output)."""
+    repo: RepoId
+    """Hugging Face repo id, e.g. `unsloth/DeepSeek-V4-Flash-0731-GGUF`."""
+    revision: Revision
+    """Branch, tag or commit sha to fetch."""
+    files: Annotated[list[ModelFile], Field(min_length=1)]
+    """The files of the model, first shard first."""
+    volume_size: Quantity
+    """PVC size as a Kubernetes quantity (`120Gi`): the model plus room for the next one."""
+    storage_class: Input[StorageClass]
+    """Storage class of the PVC (k3s: `local-path`, bound to one node)."""
+    node_selector: dict[LabelKey, LabelValue]
+    """Where the Job runs: the server's node, since a local-path volume is node-bound."""
+    fetch_image: ImageReference
+    """A pinned stock Python image that runs the fetcher (standard library only)."""
+    retired_patterns: NotRequired[list[FilePattern]]
+    """Glob patterns of retired model files to delete (never a file of this model)."""
+    parallel_downloads: NotRequired[Annotated[int, Field(ge=1, le=16)]]
+    """Files downloaded at once (default 3)."""
+    fetch_timeout_seconds: NotRequired[Annotated[int, Field(ge=60, le=30 * 86_400)]]
+    """Deadline of the fetch Job (default 12 h: 87 GiB over a slow home link)."""
+    hf_endpoint: NotRequired[HttpUrl | None]
+    """Hub endpoint (a mirror); default huggingface.co."""
+    hf_token: NotRequired[Input[str] | None]
+    """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
+    network_policy: NotRequired[bool]
+    """Restrict the fetch pod to DNS and the hub's port (default True)."""
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
+    """Non-root uid of the fetch and check containers (default 10001)."""
+    upgrade: NotRequired[Literal["keep", "replace"]]
+    """`keep` (default): on a new lock the old model stays until the new one is verified;
+    `replace`: retired files go first when the volume cannot hold both (downtime)."""
+    node_preflight: NotRequired[NodePreflight | None]
+    """Check the node (render node, VRAM + GTT, disk, Vulkan device) in a Job before the fetch."""
+
+
+@cross_field_rule(GgufModelStoreArgs)
+def _retired_patterns_spare_the_model(args: Mapping[str, Any]) -> list[Problem]:
+    names = [file["name"] for file in args.get("files", [])]
+    return [
+        (("retired_patterns", index), f"{pattern!r} matches {hit!r}, a file of this model")
+        for index, pattern in enumerate(args.get("retired_patterns", []))
+        for hit in [next((n for n in names if fnmatchcase(n, pattern)), None)]
+        if hit is not None
+    ]

@@ -1,0 +1,1 @@
+"""Prometheus monitoring of the servers: queries, alert rules, dashboards, monitors."""

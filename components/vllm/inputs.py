@@ -1,0 +1,261 @@
+"""Inputs of VllmRocmServer: SSH connection, model lock, flags, Caddy site, host needs.
+
+Every rule for these inputs lives here; the builders take them validated.
+"""
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, NotRequired, TypedDict
+
+import pulumi
+from pydantic import Field
+
+from components.addresses import covers_every_address
+from components.grammars import (
+    AbsolutePath,
+    Cidr,
+    DnsLabel,
+    Email,
+    EnvFileSecret,
+    FilePattern,
+    Identifier,
+    ImageReference,
+    IpAddress,
+    ModelName,
+    PatchSource,
+    Port,
+    RepoId,
+    Revision,
+    Sha256,
+    SiteAddress,
+    SshHostKey,
+    SshUser,
+)
+from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
+from components.payloads.fetcher import ModelFile
+from components.validation import Input, Problem, cross_field_rule, documented
+
+
+@documented
+class CaddySite(TypedDict):
+    """The HTTPS front door: site address, certificates and the client allowlist."""
+
+    site: SiteAddress
+    """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
+    tls: Literal["auto", "internal"]
+    """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
+    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    """Client networks allowed through; everything else gets 403. Never empty."""
+    image: ImageReference
+    """A pinned Caddy 2.11 image (version tag or digest)."""
+    acme_email: NotRequired[Email | None]
+    """ACME account email; required with `tls: auto`."""
+    allow_world: NotRequired[bool]
+    """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to
+    it); default False."""
+
+
+@cross_field_rule(CaddySite)
+def _allowlist_admits_not_the_world(site: Mapping[str, Any]) -> list[Problem]:
+    cidrs = list(site.get("allowed_cidrs", []))
+    if cidrs and covers_every_address(cidrs) and not site.get("allow_world", False):
+        return [
+            (
+                ("allowed_cidrs",),
+                f"{cidrs!r} admits every address: list the client networks (or set "
+                "allow_world: True to serve the world on purpose)",
+            )
+        ]
+    return []
+
+
+@documented
+class HostRequirements(TypedDict):
+    """What the preflight demands of the host before anything is downloaded or started."""
+
+    min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
+    """Free disk in the model directory's filesystem, counting what the model already uses."""
+    min_ram_gib: Annotated[float, Field(ge=0, le=100_000)]
+    """Installed RAM (MemTotal): the CPU KV tier is pinned, so available RAM varies at run time."""
+
+
+@documented
+class HostMonitoring(TypedDict):
+    """vLLM's metrics site, the optional GPU exporter, and what the alerts and dashboard watch."""
+
+    port: Port
+    """HTTPS port of the metrics site on the host (TLS like the API site)."""
+    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    """Networks allowed to scrape; everyone else gets 403."""
+    allow_world: NotRequired[bool]
+    """Accept a scrape allowlist that admits every address; default False."""
+    scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]
+    """Scrape interval of the rendered Prometheus scrape config (default 30)."""
+    gpu_exporter_image: NotRequired[ImageReference | None]
+    """Pinned image of AMD's device metrics exporter (None: no exporter)."""
+    alerts: NotRequired[AlertThresholds]
+    """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
+    reference: NotRequired[ReferenceSpeeds]
+    """Measured speeds, reference lines on the dashboard."""
+
+
+# The scrape allowlist follows the API site's rule.
+cross_field_rule(HostMonitoring)(_allowlist_admits_not_the_world)
+
+
+@documented
+class SpeculativeConfig(TypedDict):
+    """`--speculative-config` JSON (vLLM 0.33 keys)."""
+
+    method: Identifier
+    """Draft method, e.g. `dspark` (DeepSeek V4's own draft heads)."""
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
+    """Tokens drafted per step (the seed measured 7)."""
+
+
+@documented
+class VllmFlags(TypedDict):
+    """`vllm serve` flags, one typed field per flag (vLLM 0.33 names in the docstrings)."""
+
+    model: AbsolutePath
+    """Positional MODEL: the model directory inside the container, e.g. `/models/<dir>`."""
+    served_model_name: ModelName
+    """`--served-model-name`: model id in `/v1/models`; LiteLLM routes by it."""
+    host: IpAddress
+    """`--host`: bind address inside the compose network (never published on the host)."""
+    port: Port
+    """`--port`: vLLM's port behind Caddy, on the compose network."""
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=8)]
+    """`-tp`: tensor parallel size, the GPUs the model is split over."""
+    max_model_len: Annotated[int, Field(ge=1024)]
+    """`--max-model-len`: longest context in tokens (262144 = 256k)."""
+    max_num_batched_tokens: Annotated[int, Field(ge=16)]
+    """`--max-num-batched-tokens`: scheduler budget per step (seed 002: 2048)."""
+    kv_cache_memory_bytes: Annotated[int, Field(ge=2**30)]
+    """`--kv-cache-memory-bytes`: GPU KV cache in bytes (replaces --gpu-memory-utilization)."""
+    kv_offloading_size_gib: Annotated[float, Field(ge=0)]
+    """`--kv-offloading-size`: CPU KV tier in GiB, pinned host memory for prefix-cache entries."""
+    kv_offloading_backend: Literal["native", "lmcache"]
+    """`--kv-offloading-backend`: CPU KV tier implementation."""
+    enable_prefix_caching: bool
+    """`--enable-prefix-caching` (or `--no-enable-prefix-caching`): reuses the KV of shared prompt
+    prefixes.
+    """
+    speculative_config: NotRequired[SpeculativeConfig | None]
+    """`--speculative-config`: speculative decoding (DSpark, draft tokens), as compact JSON."""
+    reasoning_parser: NotRequired[Identifier | None]
+    """`--reasoning-parser`: splits reasoning into `reasoning_content` (e.g. `deepseek_v4`)."""
+    tool_call_parser: NotRequired[Identifier | None]
+    """`--tool-call-parser` (and `--enable-auto-tool-choice`): parses the model's tool calls; lets
+    the model call tools the client offers.
+    """
+    max_num_seqs: NotRequired[Annotated[int, Field(ge=1)] | None]
+    """`--max-num-seqs`: concurrent sequences (vLLM's default when unset)."""
+    kv_cache_dtype: NotRequired[Identifier | None]
+    """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4)."""
+
+
+@documented
+class PatchOverlay(TypedDict):
+    """A patched file bind-mounted read-only over a file of the vLLM image."""
+
+    source: PatchSource
+    """Local path of the patched file (relative to the Pulumi project or absolute)."""
+    target: AbsolutePath
+    """Absolute path of the file it replaces inside the container."""
+    sha256: Sha256
+    """sha256 of the file; the host verifies its copy and stops the deploy on a mismatch."""
+
+
+@documented
+class SshConnection(TypedDict):
+    """How pulumi-command reaches the host."""
+
+    host: Input[SiteAddress]
+    """Host name or address of the SSH server."""
+    user: Input[SshUser]
+    """SSH user: may run docker and write base_dir and model_dir."""
+    private_key: Input[str]
+    """Private key (PEM/OpenSSH text); always passed on as a Pulumi secret."""
+    port: NotRequired[Input[Port]]
+    """SSH port (default 22)."""
+    host_key: NotRequired[Input[SshHostKey] | None]
+    """The host's public key (`ssh-keyscan -t ed25519 HOST` prints it): a different host key
+    refuses the connection. Required unless insecure_ignore_host_key."""
+    insecure_ignore_host_key: NotRequired[bool]
+    """Connect without checking the host key (a warning says so); default False."""
+
+
+@documented
+class ModelLock(TypedDict):
+    """The locked model the host fetches: what `llm-infra lock` resolved."""
+
+    repo: RepoId
+    """Hugging Face repo id, e.g. `deepseek-ai/DeepSeek-V4-Flash-0731`."""
+    revision: Revision
+    """The commit sha the lock resolved (a branch or tag only before the model is locked)."""
+    files: list[ModelFile]
+    """Every file of the model, with its size and sha256 when locked."""
+    unresolved_patterns: NotRequired[list[FilePattern]]
+    """File patterns not yet resolved to files: recorded in an unlocked preview's lock."""
+
+
+@cross_field_rule(SshConnection)
+def _host_key_or_explicit_opt_out(connection: Mapping[str, Any]) -> list[Problem]:
+    insecure = connection.get("insecure_ignore_host_key", False)
+    if connection.get("host_key") is None and not insecure:
+        return [
+            (
+                ("host_key",),
+                "is required, so that nobody in between can pose as the host and receive the "
+                "API key (paste `ssh-keyscan -t ed25519 HOST`, or set insecure_ignore_host_key)",
+            )
+        ]
+    if connection.get("host_key") is not None and insecure:
+        return [(("insecure_ignore_host_key",), "True contradicts host_key (drop one)")]
+    if insecure:
+        pulumi.log.warn(
+            f"connection: the SSH host key is not checked (insecure_ignore_host_key): any host "
+            f"answering at {connection.get('host')} receives the API key; set host_key instead"
+        )
+    return []
+
+
+@documented
+class VllmRocmServerArgs(TypedDict):
+    """Inputs of VllmRocmServer."""
+
+    connection: Input[SshConnection]
+    """SSH connection to the GPU host (address, user and key may be other resources' outputs)."""
+    model_dir: AbsolutePath
+    """Host directory of the model files; survives `pulumi destroy`."""
+    model_lock: ModelLock
+    """The locked model, fetched into model_dir on the host (the fetcher's lock document)."""
+    fetch_image: ImageReference
+    """A pinned stock Python image that runs the fetcher, so the host needs no Python."""
+    image: ImageReference
+    """vLLM ROCm image pinned by digest (`vllm/vllm-openai-rocm@sha256:...`)."""
+    flags: VllmFlags
+    """`vllm serve` flags; `flags.model` is where model_dir is mounted in the container."""
+    caddy: CaddySite
+    """HTTPS site, TLS mode and client allowlist."""
+    api_key: Input[EnvFileSecret]
+    """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
+    requirements: HostRequirements
+    """Minimum free disk and RAM the preflight demands."""
+    base_dir: NotRequired[AbsolutePath]
+    """Host directory of the compose project and its files (default `/opt/llm`)."""
+    patches: NotRequired[list[PatchOverlay]]
+    """Patched files mounted read-only over the image's files, each pinned by sha256."""
+    project_name: NotRequired[DnsLabel]
+    """Compose project name (default `llm`)."""
+    startup_timeout_seconds: NotRequired[Annotated[int, Field(ge=60, le=7 * 86_400)]]
+    """How long `up` waits for vLLM to turn healthy (default 3600: load plus kernel builds)."""
+    fetch_parallel: NotRequired[Annotated[int, Field(ge=1, le=16)]]
+    """Model files downloaded at once (default 3)."""
+    verify_expectations: NotRequired[str | None]
+    """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
+    min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
+    """Decode-speed floor of that check (tok/s), and of the LlmDecodeBelowFloor alert."""
+    metrics: NotRequired[HostMonitoring | None]
+    """vLLM's /metrics on a second Caddy site, the GPU exporter, and the dashboard, alert rules
+    and scrape config as files on the host; None: no metrics site."""

@@ -1,0 +1,96 @@
+"""Which stack-file key each component input comes from, so the stack file names its own keys.
+
+The components check their inputs themselves (`components.validation`); when a stack file's
+values reach a component and one is refused there, the problem is reported under the stack
+file's key (`server.contextSize`), not the component's input (`flags.ctx_size`).
+"""
+
+from __future__ import annotations
+
+from components.validation import ComponentInputError, Location, snake_path
+
+STACK_KEYS: dict[str, dict[str, str]] = {
+    "LlamaCppVulkanServer": {
+        "namespace": "kubernetes.namespace",
+        "image": "server.image",
+        "flags.alias": "server.alias",
+        "flags.port": "server.port",
+        "flags.gpu_layers": "server.gpuLayers",
+        "flags.ctx_size": "server.contextSize",
+        "flags.parallel": "server.parallel",
+        "flags.cache_type_k": "server.cacheTypeK",
+        "flags.cache_type_v": "server.cacheTypeV",
+        "flags.temperature": "server.temperature",
+        "flags.top_p": "server.topP",
+        "flags.threads": "server.threads",
+        "flags.cache_ram_mib": "server.cacheRam",
+        "node_selector": "server.nodeSelector",
+        "service_port": "server.servicePort",
+        "probes.startup": "server.probes.startup",
+        "probes.readiness": "server.probes.readiness",
+        "probes.liveness": "server.probes.liveness",
+        "gpu_access": "server.gpuAccess",
+        "gpu_resource": "server.gpuResource",
+        "run_as_user": "server.runAsUser",
+        "min_decode_tps": "server.minDecodeTps",
+        "allowed_clients": "network.clients",
+        "metrics.scrapers": "metrics.scrapers",
+    },
+    "GgufModelStore": {
+        "namespace": "kubernetes.namespace",
+        "repo": "model.repo",
+        "revision": "model.revision",
+        "files": "model.files",
+        "volume_size": "store.size",
+        "storage_class": "store.storageClass",
+        "fetch_image": "store.fetchImage",
+        "retired_patterns": "store.retiredPatterns",
+        "parallel_downloads": "store.parallelDownloads",
+        "hf_endpoint": "model.endpoint",
+        "upgrade": "store.upgrade",
+    },
+    "VllmRocmServer": {
+        "connection.host": "host.address",
+        "connection.user": "host.user",
+        "connection.port": "host.port",
+        "connection.host_key": "host.hostKey",
+        "connection.insecure_ignore_host_key": "host.insecureIgnoreHostKey",
+        "model_dir": "host.modelDir",
+        "base_dir": "host.baseDir",
+        "requirements.min_free_disk_gib": "host.minFreeDiskGib",
+        "requirements.min_ram_gib": "host.minRamGib",
+        "image": "vllm.image",
+        "flags.served_model_name": "vllm.servedModelName",
+        "flags.port": "vllm.port",
+        "flags.tensor_parallel_size": "vllm.tensorParallelSize",
+        "flags.max_model_len": "vllm.maxModelLen",
+        "flags.max_num_batched_tokens": "vllm.maxNumBatchedTokens",
+        "flags.kv_cache_memory_bytes": "vllm.kvCacheMemoryBytes",
+        "flags.kv_offloading_size_gib": "vllm.kvOffloadingSize",
+        "startup_timeout_seconds": "vllm.startupTimeoutSeconds",
+        "caddy.site": "caddy.site",
+        "caddy.tls": "caddy.tls",
+        "caddy.acme_email": "caddy.acmeEmail",
+        "caddy.allowed_cidrs": "caddy.allowedCidrs",
+        "caddy.allow_world": "caddy.allowWorld",
+        "caddy.image": "caddy.image",
+        "patches": "patches",
+    },
+}
+"""Per component, component input path → the stack file's key it is made from."""
+
+
+def stack_key(component: str, loc: Location) -> str:
+    """The stack-file key of a component input, or the input named with its component."""
+    keys = STACK_KEYS.get(component, {})
+    for cut in range(len(loc), 0, -1):
+        prefix = snake_path(loc[:cut])
+        if prefix in keys:
+            rest = snake_path(loc[cut:])
+            return keys[prefix] + (rest if rest.startswith("[") or not rest else f".{rest}")
+    return f"{component}.{snake_path(loc)}"
+
+
+def stack_problems(error: ComponentInputError) -> list[str]:
+    """A component's refusal as the stack file's `key: problem` lines."""
+    return [f"{stack_key(error.component, loc)}: {message}" for loc, message in error.problems]
