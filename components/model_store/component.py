@@ -52,7 +52,8 @@ class GgufModelStore(pulumi.ComponentResource):
         namespace = pulumi.Output.from_input(args["namespace"])
         labels = store_labels(name)
         unpinned = [file["name"] for file in args["files"] if not file.get("sha256")]
-        if unpinned:
+        # At `up`, where the Job really fetches them: a preview of an unlocked stack says so.
+        if unpinned and not pulumi.runtime.is_dry_run():
             pulumi.log.warn(
                 f"GgufModelStore {name!r}: {len(unpinned)} of {len(args['files'])} files "
                 f"({unpinned[0]!r}, ...) have no sha256 and are fetched unverified: pin them "

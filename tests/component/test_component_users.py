@@ -134,14 +134,16 @@ def test_store_files_from_a_lock_are_pinned_and_fetched_verified(
     files = store_files_from_lock(tiny_lock)
     assert [f["name"] for f in files] == [f"tiny-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
     assert all(f["size"] and len(f["sha256"] or "") == 64 for f in files)
-    rendered = run_program(build_store(files), {}, [], "t")
+    rendered = run_program(build_store(files), {}, [], "t", preview=False)
     assert fetched_lock(rendered)["files"] == files
     assert warnings == []
 
 
-def test_files_without_sha256_are_fetched_with_a_warning(warnings: list[str]) -> None:
+def test_files_without_sha256_are_fetched_with_a_warning_at_up(warnings: list[str]) -> None:
     files = [{"path": "tiny.gguf", "name": "tiny.gguf"}]
     run_program(build_store(files), {}, [], "t")
+    assert warnings == [], "a preview fetches nothing"
+    run_program(build_store(files), {}, [], "t", preview=False)
     (warning,) = warnings
     assert "1 of 1 files ('tiny.gguf', ...) have no sha256 and are fetched unverified" in warning
     assert "store_files_from_lock" in warning
@@ -175,7 +177,9 @@ def test_python_example_fetches_the_locked_files_when_a_lock_is_beside_it(
     model.write_bytes(b"GGUF" + bytes(64))
     lock = write_lock(tmp_path / "qwen3-8b.lock.json", [model])
     example = python_example()
-    rendered = run_program(lambda: example.main(lock), {}, [], "dev", "llm-infra-example-python")
+    rendered = run_program(
+        lambda: example.main(lock), {}, [], "dev", "llm-infra-example-python", preview=False
+    )
     (locked,) = fetched_lock(rendered)["files"]
     assert locked["sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
     assert warnings == []
