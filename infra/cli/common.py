@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.config import ConfigError
-
 if TYPE_CHECKING:
+    from infra.config import ConfigError
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 else:
     Subparsers = argparse._SubParsersAction
