@@ -939,13 +939,14 @@ def add_fetch_options(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="GLOB",
-        help="delete files matching GLOB once the new set is in place (never files of the lock)",
+        help="delete files matching GLOB once the new set is in place (never files of the lock; "
+        "default: none)",
     )
     parser.add_argument(
         "--upgrade",
         choices=UPGRADE_MODES,
         default="keep",
-        help="keep: old files stay until the new set is verified (default); replace: delete "
+        help="keep: old files stay until the new set is verified; replace: delete "
         "retired and replaced files first when the disk cannot hold both",
     )
     parser.add_argument(

@@ -16,7 +16,10 @@ import sys
 import textwrap
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 EXIT_INTERRUPTED = 130
 """128 + SIGINT: what a shell reports for a command stopped by Ctrl-C."""
@@ -160,11 +163,23 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             action.option_strings
             and "%(default)" not in text
             and "default" not in text
-            and action.default not in (None, False, [], argparse.SUPPRESS)
+            and action.default is not None
+            and action.default is not False
+            and action.default != []
+            and action.default is not argparse.SUPPRESS
             and not isinstance(action, argparse._VersionAction | VersionAction)
         ):
             text += " (default: %(default)s)"
         return text
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, except that help written to a closed pipe is a broken pipe (141),
+    not silently nothing and exit 0 (argparse swallows the write's OSError)."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            (file or sys.stderr).write(message)
 
 
 def package_version() -> str:
@@ -211,7 +226,7 @@ def build_parser(
     others stay one-line entries in the command list.
     """
     modules = {COMMANDS[name].module for name in full}
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="llm-infra",
         description="Deploy large LLM servers on AMD hardware with Pulumi, from typed stack files.",
         epilog="Run `llm-infra COMMAND --help` for a command's options, examples and exit codes.",
@@ -264,8 +279,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `llm-infra` console script."""
     try:
-        args = parse(sys.argv[1:] if argv is None else argv)
-        status: int = args.run(args)
+        try:
+            args = parse(sys.argv[1:] if argv is None else argv)
+            status: int = args.run(args)
+        except SystemExit:
+            # --help and usage errors exit through argparse: their output must reach the pipe too.
+            sys.stdout.flush()
+            raise
         sys.stdout.flush()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

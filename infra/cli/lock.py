@@ -26,7 +26,11 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_stack_argument(parser)
     parser.add_argument(
-        "--endpoint", default=os.environ.get("HF_ENDPOINT"), help="hub endpoint (HF_ENDPOINT)"
+        "--endpoint",
+        metavar="URL",
+        default=os.environ.get("HF_ENDPOINT"),
+        help="the hub (default: $HF_ENDPOINT, else https://huggingface.co; a token comes only "
+        "from $HF_TOKEN)",
     )
     parser.set_defaults(run=run)
 

@@ -22,7 +22,10 @@ def add_parser(sub: Subparsers) -> None:
         "--headroom", type=float, default=4.0, help="GiB of VRAM --suggest keeps free (4)"
     )
     parser.add_argument(
-        "--gguf", nargs="+", metavar="SHARD", help="plan from these GGUF files' headers"
+        "--gguf",
+        nargs="+",
+        metavar="SHARD",
+        help="plan from these GGUF files' headers (default: the lock's header summary)",
     )
     parser.set_defaults(run=run)
 

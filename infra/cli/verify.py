@@ -17,7 +17,7 @@ URL_HELP = (
 )
 SERVER_HELP = (
     "a stack with servers: the server to check, by name (its URL, decode floor and "
-    "STACK.SERVER.verify.json)"
+    "STACK.SERVER.verify.json; default: the stack's one server)"
 )
 
 

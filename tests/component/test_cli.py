@@ -40,11 +40,11 @@ def closed_port() -> int:
         (
             "verify",
             ["--url", "--server", "--expect", "--record", "--api-key", "--api-key-env-file",
-             "--min-decode-tps", "--model", "--endpoint"],
+             "--min-decode-tps", "--model", "--api"],
         ),
         (
             "bench",
-            ["--url", "--server", "--api-key", "--model", "--out", "--decode-requests",
+            ["--url", "--server", "--api-key", "--model", "--output-file", "--decode-requests",
              "--decode-tokens", "--prefill-requests", "--prefill-words", "--concurrency",
              "--concurrent-tokens", "--requests-per-stream", "--seed", "--no-ignore-eos"],
         ),
@@ -52,7 +52,7 @@ def closed_port() -> int:
                       "--wait-url"]),
         ("diff", ["--against"]),
         ("check-litellm", ["--stack"]),
-        ("docs", ["--out", "--check"]),
+        ("docs", ["--output-file", "--check"]),
         ("fetch", ["--lock", "--dest", "--parallel", "--retire", "--retries"]),
         ("check-model", ["--lock", "--dest"]),
     ],
@@ -97,7 +97,11 @@ def test_a_stack_without_lock_or_size_is_one_line_naming_the_key(
     del document["config"]["llm-infra:model"]["sizeGib"]
     path = tmp_path / "Pulumi.strix-halo.yaml"
     path.write_text(yaml.safe_dump(document))
-    args = [command, str(path)] + (["--out", str(tmp_path / "out")] if command != "plan" else [])
+    out = {
+        "render": ["--out", str(tmp_path / "out")],
+        "docs": ["--output-file", str(tmp_path / "d")],
+    }
+    args = [command, str(path), *out.get(command, [])]
     result = llm_infra(*args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "model.sizeGib: required until the model is locked" in result.stderr
