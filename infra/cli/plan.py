@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.cli.common import (
+    Subparsers,
+    add_output_option,
+    add_stack_argument,
+    print_json,
+    report_config_error,
+)
 from infra.config import ConfigError, StrixHaloStack, read_stack_file
 
 
@@ -14,7 +19,10 @@ def add_parser(sub: Subparsers) -> None:
     """Register `plan`."""
     parser = sub.add_parser("plan", help="the memory and disk budget of a stack, and its verdict")
     add_stack_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_output_option(parser, "plan")
+    parser.add_argument(
+        "--json", dest="output", action="store_const", const="json", help="same as -o json"
+    )
     parser.add_argument(
         "--suggest", action="store_true", help="the highest -ngl and largest context that fit"
     )
@@ -59,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
             best = suggest(inputs, headroom_gib=args.headroom)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
-    if args.json:
+    if args.output == "json":
         document = plan.to_json()
         if best is not None:
             document["suggest"] = {
@@ -67,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
                 "gpu_layers": best.gpu_layers,
                 "context_size": best.ctx_size,
             }
-        print(json.dumps(document, indent=2, sort_keys=True))
+        print_json(document)
     else:
         print(plan.table())
         if best is not None and isinstance(stack, StrixHaloStack):
