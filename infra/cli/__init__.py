@@ -102,7 +102,11 @@ COMMANDS: dict[str, Command] = {
         "Render the stack here and at another git revision, then print one line per changed "
         "resource (update or replace, pod restart) followed by the file diff.",
         ("llm-infra diff strix-halo", "llm-infra diff mi300x --against origin/main -o json"),
-        ((0, "no change"), (1, "the renders differ"), _CONFIG),
+        (
+            (0, "no change"),
+            (1, "the renders differ"),
+            (2, "trouble: git, a failed render, or bad usage (the message says which)"),
+        ),
     ),
     "check-litellm": Command(
         "check_litellm",
