@@ -924,15 +924,27 @@ def check(lock: Lock, dest: Path) -> list[str]:
     return problems
 
 
-def add_check_options(parser: argparse.ArgumentParser) -> None:
-    """Options of `check` (`llm-infra check-model`)."""
+def _add_lock_and_dest(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock", type=Path, required=True, help="lock file (JSON)")
     parser.add_argument("--dest", type=Path, required=True, help="directory for the files")
 
 
+def add_check_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `check` (`llm-infra check-model`)."""
+    _add_lock_and_dest(parser)
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text log lines, or one JSON document: {complete, lock, dest, files, problems} "
+        "(docs/json/check-model.schema.json)",
+    )
+
+
 def add_fetch_options(parser: argparse.ArgumentParser) -> None:
     """Options of `fetch` (`llm-infra fetch`)."""
-    add_check_options(parser)
+    _add_lock_and_dest(parser)
     parser.add_argument("--parallel", type=int, default=3, help="files downloaded at once")
     parser.add_argument(
         "--retire",
@@ -975,6 +987,16 @@ def run_check(args: argparse.Namespace) -> int:
         log(f"error: {exc}")
         return exc.exit_code
     problems = check(lock, args.dest)
+    if getattr(args, "output", "text") == "json":
+        document = {
+            "complete": not problems,
+            "lock": str(args.lock),
+            "dest": str(args.dest),
+            "files": len(lock.files),
+            "problems": problems,
+        }
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return EXIT_INCOMPLETE if problems else EXIT_OK
     for problem in problems:
         log(f"model check: {problem}")
     if not problems:
