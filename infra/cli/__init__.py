@@ -124,6 +124,23 @@ COMMANDS: dict[str, Command] = {
         ("llm-infra docs strix-halo", "llm-infra docs strix-halo --check"),
         ((0, "written (or current)"), (1, "--check: the page is out of date"), _CONFIG),
     ),
+    "schema": Command(
+        "schema",
+        "write the JSON Schema of a stack file (for editors)",
+        "Print (or write, or check) the JSON Schema of a Pulumi.STACK.yaml, generated from the "
+        "stack models: editors use it through the yaml-language-server comment at the top of "
+        "each stack file. It accepts what Pulumi writes (secure: values, encryptionsalt).",
+        ("llm-infra schema --output-file docs/stack.schema.json", "llm-infra schema --check"),
+        ((0, "written (or current)"), (1, "--check: the file is out of date")),
+    ),
+    "explain": Command(
+        "schema",
+        "a stack key's type, default, allowed values and docs",
+        "Print what a stack file key is: its type, default or that it is required, its allowed "
+        "values and bounds, and its documentation, for each kind of stack that has it.",
+        ("llm-infra explain server.contextSize", "llm-infra explain host.hostKey"),
+        ((0, "explained"), (2, "no stack has this key (the closest are named)")),
+    ),
     "fetch": Command(
         "fetch",
         "download a locked model into a directory (resumable)",
