@@ -12,6 +12,8 @@ from infra.cli.common import EXIT_CONFIG, Subparsers
 
 SCHEMA_FILE = Path("docs") / "stack.schema.json"
 """Where the checked-in schema lives (the stack files' yaml-language-server comment names it)."""
+REFERENCE_FILE = Path("docs") / "configuration.md"
+"""Where the checked-in key reference lives (the README links to it)."""
 
 
 def add_parsers(sub: Subparsers) -> None:
@@ -24,9 +26,16 @@ def add_parsers(sub: Subparsers) -> None:
         help="write the schema to FILE (default: print it)",
     )
     schema.add_argument(
+        "--format",
+        choices=("json", "markdown"),
+        default="json",
+        help=f"json: the schema ({SCHEMA_FILE}); markdown: the key reference ({REFERENCE_FILE})",
+    )
+    schema.add_argument(
         "--check",
         action="store_true",
-        help=f"exit 1 when {SCHEMA_FILE} (or --output-file) is not the current schema",
+        help=f"exit 1 when {SCHEMA_FILE} ({REFERENCE_FILE} with --format markdown; or "
+        "--output-file) is not current",
     )
     schema.set_defaults(run=run_schema)
     explain = sub.add_parser("explain", help="a stack key's type, default and docs")
@@ -45,13 +54,18 @@ def run_schema(args: argparse.Namespace) -> int:
     """Print, write or check the schema."""
     from infra.config import project_root
 
-    text = schema_text()
+    if args.format == "markdown":
+        from infra.config.schema import configuration_reference
+
+        text, default = configuration_reference(), REFERENCE_FILE
+    else:
+        text, default = schema_text(), SCHEMA_FILE
     if args.check:
-        target = args.output_file or project_root() / SCHEMA_FILE
+        target = args.output_file or project_root() / default
         if not target.is_file() or target.read_text() != text:
             print(
-                f"llm-infra schema: {target} is not the current schema: run "
-                f"llm-infra schema --output-file {target}",
+                f"llm-infra schema: {target} is not current: run "
+                f"llm-infra schema --format {args.format} --output-file {target}",
                 file=sys.stderr,
             )
             return 1

@@ -132,3 +132,23 @@ def test_explain_of_an_unknown_key_names_the_closest() -> None:
     known = llm_infra("explain", "store.size")
     assert known.returncode == 0 and known.stdout.startswith("store.size (StrixHaloStack): ")
     assert json.loads(llm_infra("schema").stdout) == stack_file_schema()
+
+
+def test_the_configuration_reference_is_current_lists_every_key_and_is_linked() -> None:
+    result = llm_infra("schema", "--format", "markdown", "--check")
+    assert result.returncode == 0, result.stderr
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    for model in STACK_MODELS:
+        assert f"\n## {model.__name__}\n" in text
+        for name, info in model.model_fields.items():
+            assert f"| `{info.alias or name}` | " in text, (model.__name__, name)
+    assert "| `host.hostKey` | string \\| null |  | `null` | The host's public key" in text
+    assert "[docs/configuration.md](docs/configuration.md)" in (ROOT / "README.md").read_text()
+
+
+def test_a_stale_reference_fails_the_check(tmp_path: Path) -> None:
+    stale = tmp_path / "configuration.md"
+    stale.write_text("# old\n")
+    result = llm_infra("schema", "--format", "markdown", "--check", "--output-file", str(stale))
+    assert result.returncode == 1
+    assert "is not current: run llm-infra schema --format markdown --output-file" in result.stderr
