@@ -24,8 +24,11 @@ def add_parser(sub: Subparsers) -> None:
         "--json", dest="output", action="store_const", const="json", help="same as -o json"
     )
     parser.add_argument(
-        "--suggest", action="store_true", help="the highest -ngl and largest context that fit"
+        "--suggest",
+        action="store_true",
+        help="the highest -ngl and largest context that fit (a single llama.cpp server only)",
     )
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print the plan's notes")
     parser.add_argument(
         "--headroom", type=float, default=4.0, help="GiB of VRAM --suggest keeps free (4)"
     )
@@ -60,6 +63,14 @@ def run(args: argparse.Namespace) -> int:
                     problem = f"--gguf: cannot read the GGUF header of {shard}: {exc}"
                     raise ConfigError([problem]) from None
             header = summarize(headers)
+        if args.suggest and not isinstance(stack, StrixHaloStack):
+            raise ConfigError(
+                [
+                    "--suggest: only a single llama.cpp server has -ngl and a context to "
+                    "suggest (target: kubernetes with one server:); set this stack's sizes "
+                    "by hand from the plan"
+                ]
+            )
         plan = stack_plan(stack, sources, header)
         best = None
         if args.suggest and isinstance(stack, StrixHaloStack):
@@ -77,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             }
         print_json(document)
     else:
-        print(plan.table())
+        print(plan.report(verbose=args.verbose))
         if best is not None and isinstance(stack, StrixHaloStack):
             print(
                 f"suggest (keeping {args.headroom:g} GiB VRAM free): server.gpuLayers: "
