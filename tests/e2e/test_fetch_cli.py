@@ -174,7 +174,7 @@ def test_a_terminal_gets_one_progress_line_updated_in_place(hub: Hub, tmp_path: 
     lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
     leader, follower = pty.openpty()
     process = subprocess.Popen(
-        fetch_argv(hub, lock, dest, "--parallel", "3"),
+        fetch_argv(hub, lock, dest, "--parallel", "1"),
         cwd=ROOT, env=clean_env(), stdin=follower, stdout=follower, stderr=follower,
     )  # fmt: skip
     os.close(follower)
