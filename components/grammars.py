@@ -33,6 +33,8 @@ _UNITS = {
     None: 1.0, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
     "Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60,
 }  # fmt: skip
+QUANTITY_PATTERN = _QUANTITY.pattern
+"""The Kubernetes quantity grammar, as pydantic reports it in a pattern mismatch."""
 Quantity = Annotated[str, Field(pattern=_QUANTITY.pattern)]
 
 

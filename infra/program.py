@@ -29,6 +29,18 @@ def main() -> None:
     """
     stack, lock_path, secrets = load_stack_config()
     sources = stack_model_sources(stack, lock_path, preview=pulumi.runtime.is_dry_run())
+    keys = (
+        [f"servers[{i}].model" for i in range(len(stack.servers))]
+        if isinstance(stack, FleetStack)
+        else ["model"]
+    )
+    for key, source in zip(keys, sources, strict=True):
+        if not source.locked:
+            pulumi.log.warn(
+                f"{key}: unlocked (revision {source.revision!r} is not pinned to a commit, sizes "
+                "and sha256): run `llm-infra lock STACK` and commit the lock; `pulumi up` "
+                "refuses an unlocked model"
+            )
     plan = stack_plan(stack, sources)
     problems = list(plan.problems) if stack.memory.check else []
     if isinstance(stack, StrixHaloStack):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,8 @@ class Rendered:
     """Remote path → content of every file copied to a host."""
     commands: dict[str, str] = field(default_factory=dict)
     """`NN-<name>.sh` → the create script of every remote command, in dependency order."""
+    warnings: list[str] = field(default_factory=list)
+    """What the program warned about (`pulumi.log.warn`), as `pulumi preview` would show it."""
 
 
 def asset_bytes(asset: Any) -> bytes:
@@ -158,12 +161,13 @@ def run_program(
     by default; `preview=False` runs the program as `pulumi up` would.
     """
     monitor = monitor or RecordingMonitor(EchoMocks())
+    warnings = _WarningLog()
     features = set(monitor.GetDeploymentInfo(empty_pb2.Empty()).supportedFeatures)
     settings.configure(
         pulumi_mocks.MockSettings(
             monitor=monitor,
             monitor_features=features,
-            engine=pulumi_mocks.MockEngine(None),
+            engine=pulumi_mocks.MockEngine(warnings.logger),
             project=project,
             stack=stack,
             dry_run=preview,
@@ -180,7 +184,56 @@ def run_program(
     finally:
         asyncio.set_event_loop(None)
         loop.close()
-    return _collect(monitor)
+    rendered = _collect(monitor)
+    rendered.warnings = list(dict.fromkeys(warnings.messages))
+    return rendered
+
+
+class _WarningLog(logging.Handler):
+    """Collects the program's `pulumi.log.warn` messages (the mock engine logs them here)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+        self.logger = logging.Logger("llm-infra-render", logging.WARNING)
+        self.logger.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def floating_images(rendered: Rendered) -> list[str]:
+    """Every image reference in the render that does not name one build (no digest, no build
+    tag), from container specs and compose files alike, each once."""
+    from components.k8s.images import parse_image
+
+    found: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key == "image" and isinstance(item, str):
+                    found.append(item)
+                else:
+                    walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    for resource in rendered.resources:
+        walk(resource.get("inputs"))
+    for path, content in rendered.files.items():
+        if path.endswith(("compose.yaml", "compose.yml")):
+            walk(yaml.safe_load(content))
+    floating = []
+    for image in dict.fromkeys(found):
+        try:
+            pinned = parse_image(image).pinned
+        except ValueError:
+            pinned = False
+        if not pinned:
+            floating.append(image)
+    return floating
 
 
 def dependency_order(registrations: list[Registration]) -> list[Registration]:

@@ -465,14 +465,27 @@ def main(argv: list[str] | None = None) -> int:
         prog="policy.validators", description="check llm-infra renders against the policy pack"
     )
     parser.add_argument("render_dirs", nargs="+", type=Path, metavar="RENDER_DIR")
-    parser.add_argument("--min-load-seconds", type=int, default=DEFAULT_MIN_LOAD_SECONDS)
+    parser.add_argument(
+        "--min-load-seconds",
+        type=int,
+        default=DEFAULT_MIN_LOAD_SECONDS,
+        help="the shortest startup window a GPU server's probes may give (default: %(default)s)",
+    )
     parser.add_argument("--allow-world", action="store_true", help="allow 0.0.0.0/0 in Caddy")
     args = parser.parse_args(argv)
     found = 0
     for render_dir in args.render_dirs:
-        for violation in check_render(render_dir, args.min_load_seconds, args.allow_world):
+        resources, files = load_render(render_dir)
+        violations = check_resources(resources, files, args.min_load_seconds, args.allow_world)
+        for violation in violations:
             print(f"{render_dir}: {violation}")
-            found += 1
+        # A pass says what it covered: an empty directory must not read as a clean render.
+        print(
+            f"{render_dir}: {len(resources)} resources and {len(files)} host files checked "
+            f"against {len(POLICY_NAMES)} policies ({', '.join(POLICY_NAMES)}): "
+            + (f"{len(violations)} violations" if violations else "no violations")
+        )
+        found += len(violations)
     return 1 if found else 0
 
 

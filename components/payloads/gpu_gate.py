@@ -457,13 +457,26 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--expect-layers", default="all", help="configured -ngl (a number or 'all')"
     )
-    parser.add_argument("--device-prefix", default="Vulkan")
-    parser.add_argument("--min-gpu-mib", type=float, default=0.0)
+    parser.add_argument(
+        "--device-prefix",
+        default="Vulkan",
+        help="the GPU devices' name prefix in the log (Vulkan, ROCm)",
+    )
+    parser.add_argument(
+        "--min-gpu-mib",
+        type=float,
+        default=0.0,
+        help="fail when the GPU model buffers hold fewer MiB than this",
+    )
     parser.add_argument(
         "--rpc", default="", help="the server's --rpc list: each worker must hold a model buffer"
     )
-    parser.add_argument("--wait-url", help="poll URL/health first, so the log is complete")
-    parser.add_argument("--wait-timeout", type=float, default=3600.0)
+    parser.add_argument(
+        "--wait-url", help="poll URL/health first, so the log is complete (default: no wait)"
+    )
+    parser.add_argument(
+        "--wait-timeout", type=float, default=3600.0, help="seconds to wait for --wait-url"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -507,14 +507,20 @@ def add_options(parser: argparse.ArgumentParser, *, default_expect: str | None =
     parser.add_argument(
         "--api-key-env-file",
         type=Path,
-        help="an env file with VLLM_API_KEY= or LLM_INFRA_API_KEY= (the MI300X host's 0600 file)",
+        help="an env file with VLLM_API_KEY= or LLM_INFRA_API_KEY= (the MI300X host's 0600 "
+        "file; default: none)",
     )
     parser.add_argument(
-        "--min-decode-tps", type=float, help="fail when the median decode tok/s is below this"
+        "--min-decode-tps",
+        type=float,
+        help="fail when the median decode tok/s is below this (default: the stack's floor, "
+        "else no floor)",
     )
     parser.add_argument("--model", help="model name to send (default: /v1/models data[0].id)")
     parser.add_argument(
-        "--endpoint", choices=["chat", "completions"], help="override the file's endpoint"
+        "--api",
+        choices=["chat", "completions"],
+        help="the API to ask: /v1/chat/completions or /v1/completions (default: the file's)",
     )
 
 
@@ -538,8 +544,8 @@ def run(base_url: str, args: argparse.Namespace) -> int:
         return 2
     if args.model:
         doc["model"] = args.model
-    if args.endpoint:
-        doc["endpoint"] = args.endpoint
+    if args.api:
+        doc["endpoint"] = args.api
     try:
         if args.record:
             recorded = record(base_url, doc, api_key=args.api_key)

@@ -705,29 +705,62 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help=f"bearer token (default: ${API_KEY_ENV})",
     )
     p.add_argument("--model", help="model name to send (default: /v1/models data[0].id)")
-    p.add_argument("--out", type=Path, help="write the JSON report here")
-    p.add_argument("--decode-requests", type=int, default=BenchConfig.decode_requests)
-    p.add_argument("--decode-tokens", type=int, default=BenchConfig.decode_tokens)
-    p.add_argument("--prefill-requests", type=int, default=BenchConfig.prefill_requests)
-    p.add_argument("--prefill-words", type=int, default=BenchConfig.prefill_words)
+    p.add_argument(
+        "--output-file",
+        type=Path,
+        metavar="FILE",
+        help="also write the JSON report to FILE (default: print only)",
+    )
+    p.add_argument(
+        "--decode-requests",
+        type=int,
+        default=BenchConfig.decode_requests,
+        help="single-stream decode requests (the median is reported)",
+    )
+    p.add_argument(
+        "--decode-tokens",
+        type=int,
+        default=BenchConfig.decode_tokens,
+        help="tokens generated per decode request",
+    )
+    p.add_argument(
+        "--prefill-requests",
+        type=int,
+        default=BenchConfig.prefill_requests,
+        help="long-prompt requests measuring prefill",
+    )
+    p.add_argument(
+        "--prefill-words",
+        type=int,
+        default=BenchConfig.prefill_words,
+        help="words in each prefill prompt",
+    )
     p.add_argument("--concurrency", default="1,8,64", help="comma-separated stream counts")
-    p.add_argument("--concurrent-tokens", type=int, default=BenchConfig.concurrent_tokens)
-    p.add_argument("--requests-per-stream", type=int, default=BenchConfig.requests_per_stream)
+    p.add_argument(
+        "--concurrent-tokens",
+        type=int,
+        default=BenchConfig.concurrent_tokens,
+        help="tokens generated per request of a concurrency level",
+    )
+    p.add_argument(
+        "--requests-per-stream",
+        type=int,
+        default=BenchConfig.requests_per_stream,
+        help="requests each stream of a concurrency level sends",
+    )
     p.add_argument("--seed", type=int, help="prompt seed (default: a fresh one per run)")
     p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
     p.add_argument(
         "--timeout",
         type=float,
         default=BenchConfig.timeout,
-        help="seconds a request may go without a byte (a queued stream waits for a slot; "
-        f"default {BenchConfig.timeout:g})",
+        help="seconds a request may go without a byte (a queued stream waits for a slot)",
     )
     p.add_argument(
         "--warmup-rounds",
         type=int,
         default=BenchConfig.warmup_rounds,
-        help="warm-up rounds: a long prompt and every level's width each (default "
-        f"{BenchConfig.warmup_rounds}; 0: none)",
+        help="warm-up rounds: a long prompt and every level's width each (0: none)",
     )
     p.add_argument(
         "--slots",
@@ -756,9 +789,9 @@ def run(base_url: str, a: argparse.Namespace) -> int:
         print(f"llm-infra bench: {exc}", file=sys.stderr)
         return 1
     print(format_table(report))
-    if a.out:
-        a.out.write_text(report.to_json() + "\n")
-        print(f"wrote {a.out}")
+    if a.output_file:
+        a.output_file.write_text(report.to_json() + "\n")
+        print(f"wrote {a.output_file}")
     return 0 if not report.errors else 1
 
 
@@ -772,7 +805,10 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_stack_argument(parser)
     parser.add_argument("--url", help=URL_HELP)
-    parser.add_argument("--server", help="a stack with servers: the server to measure, by name")
+    parser.add_argument(
+        "--server",
+        help="a stack with servers: the server to measure, by name (default: the one server)",
+    )
     add_options(parser)
     parser.set_defaults(run=run_stack)
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from infra.cli.common import Subparsers, report_config_error
+from infra.cli.common import Subparsers, add_output_option, print_json, report_config_error
 from infra.config import ConfigError, FleetStack, StackFile, project_root, read_stack_file
 from infra.targets import route, routes
 
@@ -140,6 +140,7 @@ def add_parser(sub: Subparsers) -> None:
     parser.add_argument(
         "--stack", help="stack name or stack file (default: every stacks/Pulumi.*.yaml)"
     )
+    add_output_option(parser, "check-litellm")
     parser.set_defaults(run=run)
 
 
@@ -159,13 +160,31 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     except ConfigError as exc:
         return report_config_error(exc, "invalid stack configuration")
-    failed = False
+    failed = any(report.errors for _, report in reports)
+    if args.output == "json":
+        print_json(
+            {
+                "config": str(args.path),
+                "routed": not failed,
+                "routes": [
+                    {
+                        "stack": checked.stack,
+                        "model_name": checked.alias,
+                        "api_base": checked.api_base,
+                        "routed": not report.errors,
+                        "errors": report.errors,
+                        "warnings": report.warnings,
+                    }
+                    for checked, report in reports
+                ],
+            }
+        )
+        return EXIT_MISMATCH if failed else EXIT_OK
     for checked, report in reports:
         for warning in report.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         for error in report.errors:
             print(f"error: {error}", file=sys.stderr)
-        failed = failed or bool(report.errors)
         if not report.errors:
             print(f"stack {checked.stack}: {checked.alias!r} is routed ({args.path})")
     return EXIT_MISMATCH if failed else EXIT_OK

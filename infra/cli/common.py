@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from infra.config import ConfigError
-
 if TYPE_CHECKING:
+    from infra.config import ConfigError
+
     Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
 else:
     Subparsers = argparse._SubParsersAction
@@ -20,6 +21,26 @@ EXIT_CONFIG = 2
 def add_stack_argument(parser: argparse.ArgumentParser) -> None:
     """The positional STACK: a stack name (`stacks/Pulumi.NAME.yaml`) or a stack file."""
     parser.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
+
+
+OUTPUT_FORMATS = ("text", "json")
+
+
+def add_output_option(parser: argparse.ArgumentParser, schema: str) -> None:
+    """`-o/--output text|json`: text for people, or one JSON document whose shape is documented
+    by the JSON Schema `docs/json/SCHEMA.schema.json`."""
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUT_FORMATS,
+        default="text",
+        help=f"text for people, or one JSON document (its shape: docs/json/{schema}.schema.json)",
+    )
+
+
+def print_json(document: object) -> None:
+    """One JSON document on stdout, keys sorted, as every `-o json` prints it."""
+    print(json.dumps(document, indent=2, sort_keys=True))
 
 
 def shown_path(path: Path) -> str:

@@ -1,8 +1,10 @@
 """`llm-infra diff STACK [--against REF]`: what a change does to a stack's render.
 
 Renders STACK twice, from a `git worktree` of REF (with REF's own code and stack files) and from
-the working tree, and prints `diff -u -r -N` of the two render directories: the same text the
-preview workflow posts on a pull request. Exit status as diff's: 0 identical, 1 different,
+the working tree, and prints one line per changed resource (create, update, replace, delete, and
+what that restarts: `infra.render_diff`), then `diff -u -r -N` of the two render directories
+(without the render's marker file): the same text the preview workflow posts on a pull request
+(it runs `llm-infra diff --renders A B`). Exit status as diff's: 0 identical, 1 different,
 2 trouble (git, a failed render of the working tree).
 """
 
@@ -16,8 +18,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.cli.common import Subparsers, add_stack_argument
+from infra.cli.common import Subparsers, add_output_option, print_json
 from infra.config import names_a_file, resolve_stack
+from infra.render_diff import Change, render_changes, summary
+
+# The file each render keeps for itself (what it wrote); no resource, so no diff shows it.
+RENDER_MARKER = ".llm-infra-render.json"
+_COLOURS = {"+": "32", "-": "31", "@": "36"}
+_ACTION_COLOURS = {"create": "32", "update": "33", "replace": "31", "delete": "31"}
 
 EXIT_SAME = 0
 EXIT_DIFFERENT = 1
@@ -86,9 +94,9 @@ def normalize_mtimes(root: Path) -> None:
 
 
 def diff_dirs(workdir: Path, old: str, new: str) -> tuple[int, str]:
-    """`diff -u -r -N old new` run in workdir: (exit status, output)."""
+    """`diff -u -r -N old new` run in workdir, the marker left out: (exit status, output)."""
     result = subprocess.run(
-        ["diff", "-u", "-r", "-N", old, new],
+        ["diff", "-u", "-r", "-N", "-x", RENDER_MARKER, old, new],
         cwd=workdir, capture_output=True, text=True, check=False, env={**os.environ, "TZ": "UTC"},
     )  # fmt: skip
     if result.returncode > EXIT_DIFFERENT:
@@ -96,10 +104,30 @@ def diff_dirs(workdir: Path, old: str, new: str) -> tuple[int, str]:
     return result.returncode, result.stdout
 
 
+def compare_renders(workdir: Path, old: str, new: str) -> tuple[int, str, list[Change]]:
+    """(exit status, text, changes) of two render directories under workdir: the text is the
+    per-resource summary, a blank line and the unified diff; empty when nothing differs."""
+    status, patch = diff_dirs(workdir, old, new)
+    if status == EXIT_SAME:
+        return status, "", []
+    changes = render_changes(workdir / old, workdir / new)
+    return status, summary(changes) + "\n" + patch, changes
+
+
 def stack_diff(
     stack: str, against: str | None = None, start: Path | None = None
 ) -> tuple[int, str]:
-    """(exit status, unified diff) of STACK's render at `against` versus the working tree."""
+    """(exit status, summary and unified diff) of STACK's render at `against` versus the
+    working tree."""
+    status, text, _ = stack_comparison(stack, against, start)
+    return status, text
+
+
+def stack_comparison(
+    stack: str, against: str | None = None, start: Path | None = None
+) -> tuple[int, str, list[Change]]:
+    """(exit status, text, resource changes) of STACK's render at `against` versus the
+    working tree."""
     repo = repo_root(start or Path.cwd())
     ref = against or default_ref(repo)
     git(repo, "rev-parse", "--verify", "--quiet", ref + "^{commit}")
@@ -124,29 +152,76 @@ def stack_diff(
             raise DiffError(f"render of {stack} at {ref} failed:\n{base.stderr.strip()}")
         normalize_mtimes(work / "a")
         normalize_mtimes(work / "b")
-        return diff_dirs(work, f"a/{name}", f"b/{name}")
+        return compare_renders(work, f"a/{name}", f"b/{name}")
 
 
 def add_parser(sub: Subparsers) -> None:
-    """`llm-infra diff STACK [--against REF]`."""
+    """`llm-infra diff STACK [--against REF]` or `llm-infra diff --renders OLD NEW`."""
     parser = sub.add_parser(
         "diff", help="the render diff of a stack against a git ref (what the PR preview posts)"
     )
-    add_stack_argument(parser)
+    parser.add_argument(
+        "stack", nargs="?", help="stack name (stacks/Pulumi.NAME.yaml) or stack file"
+    )
     parser.add_argument(
         "--against",
         metavar="REF",
         help=f"git ref to compare with (default: {DEFAULT_REMOTE_REF} if it exists, else HEAD)",
     )
+    parser.add_argument(
+        "--renders",
+        nargs=2,
+        metavar=("OLD", "NEW"),
+        help="compare two render directories instead of rendering (default: render STACK)",
+    )
+    add_output_option(parser, "diff")
     parser.set_defaults(run=run)
 
 
+def coloured(text: str) -> str:
+    """The diff text with ANSI colours: actions in the summary, added and removed lines."""
+    lines = []
+    for line in text.splitlines(keepends=True):
+        colour = None
+        if line.startswith(("+++", "---")):
+            colour = "1"
+        elif line[:1] in _COLOURS:
+            colour = _COLOURS[line[0]]
+        elif ": " in line and not line.startswith((" ", "diff ")):
+            action = line.split(": ", 1)[1].split(" ", 1)[0].strip()
+            colour = _ACTION_COLOURS.get(action)
+        body = line.rstrip("\n")
+        lines.append(f"\x1b[{colour}m{body}\x1b[0m" + line[len(body) :] if colour else line)
+    return "".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the diff; 0 same, 1 different, 2 trouble."""
+    """Print the summary and the diff; 0 same, 1 different, 2 trouble."""
     try:
-        status, text = stack_diff(args.stack, args.against)
+        if args.renders:
+            if args.stack or args.against:
+                raise DiffError("--renders compares two directories: give no STACK or --against")
+            old, new = (Path(path) for path in args.renders)
+            for path in (old, new):
+                if path.exists() and not (path / "resources.json").is_file():
+                    raise DiffError(f"--renders: {path} is not a render (no resources.json)")
+            status, text, changes = compare_renders(Path.cwd(), str(old), str(new))
+        elif args.stack is None:
+            raise DiffError("name a STACK (or --renders OLD NEW)")
+        else:
+            status, text, changes = stack_comparison(args.stack, args.against)
     except DiffError as exc:
         print(f"llm-infra diff: {exc}", file=sys.stderr)
         return EXIT_TROUBLE
-    sys.stdout.write(text)
+    if args.output == "json":
+        print_json(
+            {
+                "changed": status == EXIT_DIFFERENT,
+                "resources": [change.to_json() for change in changes],
+                "diff": text,
+            }
+        )
+        return status
+    colour = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    sys.stdout.write(coloured(text) if colour else text)
     return status

@@ -364,7 +364,12 @@ def add_parser(sub: Subparsers) -> None:
     """`llm-infra docs STACK [--out FILE] [--check]`."""
     parser = sub.add_parser("docs", help=__doc__.splitlines()[0].split(": ", 1)[1])
     add_stack_argument(parser)
-    parser.add_argument("--out", type=Path, help="default: docs/STACK.md")
+    parser.add_argument(
+        "--output-file",
+        type=Path,
+        metavar="FILE",
+        help="the page to write or check (default: docs/STACK.md)",
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
     parser.set_defaults(run=run)
 
@@ -379,7 +384,7 @@ def run(args: argparse.Namespace) -> int:
         text = render_docs(stack, sources, name)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
-    out = args.out or project_root() / "docs" / f"{name}.md"
+    out = args.output_file or project_root() / "docs" / f"{name}.md"
     if args.check:
         if not out.is_file() or out.read_text() != text:
             print(f"llm-infra docs: {out} is stale: run llm-infra docs {name}", file=sys.stderr)

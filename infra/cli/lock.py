@@ -7,8 +7,15 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.cli.common import (
+    Subparsers,
+    add_output_option,
+    add_stack_argument,
+    print_json,
+    report_config_error,
+)
 from infra.config import (
     ConfigError,
     FleetStack,
@@ -26,8 +33,13 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_stack_argument(parser)
     parser.add_argument(
-        "--endpoint", default=os.environ.get("HF_ENDPOINT"), help="hub endpoint (HF_ENDPOINT)"
+        "--endpoint",
+        metavar="URL",
+        default=os.environ.get("HF_ENDPOINT"),
+        help="the hub (default: $HF_ENDPOINT, else https://huggingface.co; a token comes only "
+        "from $HF_TOKEN)",
     )
+    add_output_option(parser, "lock")
     parser.set_defaults(run=run)
 
 
@@ -60,14 +72,28 @@ def run(args: argparse.Namespace) -> int:
         }
     except ConfigError as exc:
         return report_config_error(exc, f"cannot lock {args.stack}")
+    written: list[dict[str, Any]] = []
     for target, locked in resolved.items():
         previous = lock.read_lock(target) if target.is_file() else None
         lock.write_lock(target, locked)
-        size = locked.total_bytes / 2**30
         change = "unchanged" if previous == locked else ("updated" if previous else "created")
+        written.append(
+            {
+                "path": str(target),
+                "repo": locked.repo,
+                "revision": locked.revision,
+                "files": len(locked.files),
+                "bytes": locked.total_bytes,
+                "change": change,
+            }
+        )
+    if args.output == "json":
+        print_json({"locks": written})
+        return 0
+    for entry in written:
         print(
-            f"locked {locked.repo}@{locked.revision} ({len(locked.files)} files, "
-            f"{size:.2f} GiB) → {target} ({change})"
+            f"locked {entry['repo']}@{entry['revision']} ({entry['files']} files, "
+            f"{entry['bytes'] / 2**30:.2f} GiB) → {entry['path']} ({entry['change']})"
         )
     return 0
 

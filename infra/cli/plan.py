@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.cli.common import (
+    Subparsers,
+    add_output_option,
+    add_stack_argument,
+    print_json,
+    report_config_error,
+)
 from infra.config import ConfigError, StrixHaloStack, read_stack_file
 
 
@@ -14,15 +19,24 @@ def add_parser(sub: Subparsers) -> None:
     """Register `plan`."""
     parser = sub.add_parser("plan", help="the memory and disk budget of a stack, and its verdict")
     add_stack_argument(parser)
-    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    add_output_option(parser, "plan")
     parser.add_argument(
-        "--suggest", action="store_true", help="the highest -ngl and largest context that fit"
+        "--json", dest="output", action="store_const", const="json", help="same as -o json"
     )
+    parser.add_argument(
+        "--suggest",
+        action="store_true",
+        help="the highest -ngl and largest context that fit (a single llama.cpp server only)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="also print the plan's notes")
     parser.add_argument(
         "--headroom", type=float, default=4.0, help="GiB of VRAM --suggest keeps free (4)"
     )
     parser.add_argument(
-        "--gguf", nargs="+", metavar="SHARD", help="plan from these GGUF files' headers"
+        "--gguf",
+        nargs="+",
+        metavar="SHARD",
+        help="plan from these GGUF files' headers (default: the lock's header summary)",
     )
     parser.set_defaults(run=run)
 
@@ -49,6 +63,14 @@ def run(args: argparse.Namespace) -> int:
                     problem = f"--gguf: cannot read the GGUF header of {shard}: {exc}"
                     raise ConfigError([problem]) from None
             header = summarize(headers)
+        if args.suggest and not isinstance(stack, StrixHaloStack):
+            raise ConfigError(
+                [
+                    "--suggest: only a single llama.cpp server has -ngl and a context to "
+                    "suggest (target: kubernetes with one server:); set this stack's sizes "
+                    "by hand from the plan"
+                ]
+            )
         plan = stack_plan(stack, sources, header)
         best = None
         if args.suggest and isinstance(stack, StrixHaloStack):
@@ -56,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             best = suggest(inputs, headroom_gib=args.headroom)
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")
-    if args.json:
+    if args.output == "json":
         document = plan.to_json()
         if best is not None:
             document["suggest"] = {
@@ -64,9 +86,9 @@ def run(args: argparse.Namespace) -> int:
                 "gpu_layers": best.gpu_layers,
                 "context_size": best.ctx_size,
             }
-        print(json.dumps(document, indent=2, sort_keys=True))
+        print_json(document)
     else:
-        print(plan.table())
+        print(plan.report(verbose=args.verbose))
         if best is not None and isinstance(stack, StrixHaloStack):
             print(
                 f"suggest (keeping {args.headroom:g} GiB VRAM free): server.gpuLayers: "

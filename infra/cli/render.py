@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
-from infra.cli.common import Subparsers, add_stack_argument, report_config_error, shown_path
+from infra.cli.common import (
+    Subparsers,
+    add_output_option,
+    add_stack_argument,
+    print_json,
+    report_config_error,
+    shown_path,
+)
 from infra.config import ConfigError, read_stack_file
 
 
@@ -16,6 +24,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     add_stack_argument(parser)
     parser.add_argument("--out", type=Path, help="output directory (default: rendered/STACK)")
+    add_output_option(parser, "render")
     parser.set_defaults(run=run)
 
 
@@ -39,6 +48,24 @@ def run(args: argparse.Namespace) -> int:
         written = render.write(rendered, out)
     except ConfigError as exc:
         return report_config_error(exc, f"cannot write {out}")
+    warnings = rendered.warnings + [
+        f"image {image} floats (no digest, no build tag): each pull may run another build"
+        for image in render.floating_images(rendered)
+    ]
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.output == "json":
+        print_json(
+            {
+                "stack": stack_file.name,
+                "out": str(out),
+                "resources": len(rendered.resources),
+                "kubernetes_objects": len(rendered.manifests),
+                "files": [str(path) for path in written],
+                "warnings": warnings,
+            }
+        )
+        return 0
     print(
         f"rendered stack {stack_file.name}: {len(rendered.resources)} resources, "
         f"{len(rendered.manifests)} Kubernetes objects → {out}/"

@@ -4,25 +4,20 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from components.payloads import verify
 from infra.cli.common import EXIT_CONFIG, Subparsers, add_stack_argument, report_config_error
-from infra.config import (
-    ConfigError,
-    FleetStack,
-    Mi300xStack,
-    StackConfig,
-    StrixHaloStack,
-    read_stack_file,
-)
-from infra.targets import endpoint_url
+
+if TYPE_CHECKING:
+    from infra.config import Mi300xStack, StackConfig, StrixHaloStack
 
 URL_HELP = (
     "endpoint (default: the stack's URL; e.g. http://127.0.0.1:8080 through kubectl port-forward)"
 )
 SERVER_HELP = (
     "a stack with servers: the server to check, by name (its URL, decode floor and "
-    "STACK.SERVER.verify.json)"
+    "STACK.SERVER.verify.json; default: the stack's one server)"
 )
 
 
@@ -42,6 +37,8 @@ def add_parser(sub: Subparsers) -> None:
 
 def one_server(stack: StackConfig, server: str | None) -> StrixHaloStack | Mi300xStack:
     """The stack of the server `--server` names: a fleet needs one, a single server none."""
+    from infra.config import ConfigError, FleetStack
+
     if not isinstance(stack, FleetStack):
         if server is not None:
             raise ConfigError(["--server: the stack has one server; leave --server out"])
@@ -56,6 +53,9 @@ def one_server(stack: StackConfig, server: str | None) -> StrixHaloStack | Mi300
 
 def run(args: argparse.Namespace) -> int:
     """Record or check the expectations against the stack's (or one fleet server's) endpoint."""
+    from infra.config import ConfigError, read_stack_file
+    from infra.targets import endpoint_url
+
     try:
         stack_file = read_stack_file(args.stack)
         stack = one_server(stack_file.stack(), args.server)

@@ -7,14 +7,16 @@ rendered; builders downstream take the validated values as they are.
 
 from __future__ import annotations
 
+import difflib
 import re
-from typing import Annotated
+from typing import Annotated, Any, get_args
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from components.grammars import (
+    QUANTITY_PATTERN,
     AbsolutePath,
     Cidr,
     DnsLabel,
@@ -148,9 +150,70 @@ def _key(loc: tuple[int | str, ...]) -> str:
     return key
 
 
-def validation_problems(error: ValidationError) -> list[str]:
-    """pydantic's errors as `key: what is wrong` lines."""
-    return [f"{_key(loc)}: {message}" for loc, message in error_messages(error)]
+def _shown(value: object) -> str:
+    # A value as an error quotes it: repr (control characters visible), long ones cut short.
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value))} characters)"
+
+
+_UNIT_SPELLINGS = {
+    "k": "k", "kb": "k", "kib": "Ki", "ki": "Ki", "m": "M", "mb": "M", "mib": "Mi", "mi": "Mi",
+    "g": "G", "gb": "G", "gib": "Gi", "gi": "Gi", "t": "T", "tb": "T", "tib": "Ti", "ti": "Ti",
+}  # fmt: skip
+
+
+def quantity_hint(value: object) -> str:
+    """What to write instead of a malformed Kubernetes quantity (`20GB` → `write 20Gi`)."""
+    match = re.fullmatch(r"([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)", str(value).strip())
+    if match:
+        number, unit = match.groups()
+        fixed = _UNIT_SPELLINGS.get(unit.lower())
+        if fixed is not None:
+            # People who write GB mean GiB here: memory sizes are binary (20Gi, not 20G).
+            binary = fixed if fixed.endswith("i") or fixed == "k" else fixed + "i"
+            return f"write {number}{binary}"
+    return "write a number with a binary unit, e.g. 20Gi or 512Mi"
+
+
+def _allowed_keys(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the model accepts at loc's parent (its fields' aliases), or [] when unknown."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        fields = getattr(current, "model_fields", None)
+        if fields is None:
+            return []
+        field = next((f for n, f in fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return []
+        candidates = [field.annotation, *get_args(field.annotation)]
+        candidates += [a for c in list(candidates) for a in get_args(c)]
+        current = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+    fields = getattr(current, "model_fields", None)
+    return [f.alias or n for n, f in fields.items()] if fields else []
+
+
+def validation_problems(error: ValidationError, model: type[BaseModel] | None = None) -> list[str]:
+    """pydantic's errors as `key: what is wrong` lines, in the components' wording
+    (`components.validation.error_messages`), with an unknown key's nearest allowed one
+    (`did you mean contextSize?`) and what to write for a malformed quantity."""
+    problems = []
+    for (loc, message), item in zip(error_messages(error), error.errors(), strict=True):
+        pattern = (item.get("ctx") or {}).get("pattern")
+        if item["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(
+                str(item["loc"][-1]), _allowed_keys(model, item["loc"]), n=1, cutoff=0.6
+            )
+            if close:
+                message += f" (did you mean {close[0]}?)"
+        elif item["type"] == "string_pattern_mismatch" and pattern == QUANTITY_PATTERN:
+            shown = _shown(item["input"])
+            message = f"{shown} is not a Kubernetes quantity: {quantity_hint(item['input'])}"
+        problems.append(f"{_key(loc)}: {message}")
+    return problems
 
 
 def image_problems(key: str, image: str, allowed: bool, example: str) -> list[str]:

@@ -7,7 +7,9 @@ hands the same keys to the program as Pulumi config. Both reach `parse_stack` th
 
 from __future__ import annotations
 
+import difflib
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +62,7 @@ def parse_stack(values: Mapping[str, Any]) -> StackConfig:
     try:
         stack = model.model_validate(dict(values))
     except ValidationError as exc:
-        raise ConfigError(validation_problems(exc)) from None
+        raise ConfigError(validation_problems(exc, model)) from None
     if isinstance(stack, FleetStack):
         problems = fleet_checks(stack)
     elif isinstance(stack, StrixHaloStack):
@@ -145,16 +147,21 @@ def resolve_stack(stack: str) -> tuple[str, Path]:
     path = Path(stack)
     if names_a_file(stack):
         return path.name.removeprefix("Pulumi.").rsplit(".", 1)[0], path
-    return stack, project_root() / "stacks" / f"Pulumi.{stack}.yaml"
+    # Outside a checkout a name means nothing: not the installed tree's stacks (the error says
+    # how to point at a checkout).
+    root = checkout_root() or Path.cwd().resolve()
+    return stack, root / "stacks" / f"Pulumi.{stack}.yaml"
 
 
 def read_stack_file(stack: str | Path) -> StackFile:
     """Read a stack file (by stack name or path); ConfigError when it is missing or malformed."""
     name, path = resolve_stack(str(stack))
     if not path.is_file():
-        raise ConfigError([f"no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)"])
+        raise ConfigError([missing_stack_problem(str(stack), path)])
     try:
         document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.MarkedYAMLError as exc:
+        raise ConfigError([yaml_syntax_problem(path, exc)]) from None
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise ConfigError([f"{path}: not a readable YAML file ({exc})"]) from None
     entries = document.get("config") if isinstance(document, dict) else None
@@ -178,14 +185,61 @@ def read_stack_file(stack: str | Path) -> StackFile:
     return StackFile(name=name, path=path, config=config, secret_keys=secret_keys)
 
 
-def project_root(start: Path | None = None) -> Path:
-    """The nearest directory upward with this project's Pulumi.yaml (else the installed tree)."""
+PROJECT_ENV = "LLM_INFRA_PROJECT"
+"""Points the commands at a checkout from outside it (a stack name is looked up there)."""
+
+
+def yaml_syntax_problem(path: Path, exc: yaml.MarkedYAMLError) -> str:
+    """`FILE:LINE:COL: what is wrong`, as compilers and editors print it (1-based)."""
+    mark = exc.problem_mark or exc.context_mark
+    where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    what = "; ".join(part for part in (exc.context, exc.problem) if part)
+    return f"{where}: YAML syntax: {what or 'not valid YAML'}"
+
+
+def stack_names(root: Path) -> list[str]:
+    """The stacks of a checkout: `stacks/Pulumi.NAME.yaml`."""
+    found = (root / "stacks").glob("Pulumi.*.yaml")
+    return sorted(p.name.removeprefix("Pulumi.").removesuffix(".yaml") for p in found)
+
+
+def missing_stack_problem(stack: str, path: Path) -> str:
+    """Why a stack was not found: the file looked for, the closest stack name, the stacks there,
+    and, outside a checkout, how to point at one."""
+    problem = f"no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)"
+    if names_a_file(stack):
+        return problem
+    root = path.parent.parent
+    names = stack_names(root)
+    close = difflib.get_close_matches(stack, names, n=1)
+    if close:
+        problem += f"; did you mean {close[0]}?"
+    problem += f"; the stacks in {root}: {', '.join(names)}" if names else ""
+    if checkout_root() is None:
+        problem += (
+            f"; you are outside an llm-infra checkout: cd into one, set {PROJECT_ENV}=DIR, "
+            "or give the stack file's path"
+        )
+    return problem
+
+
+def checkout_root(start: Path | None = None) -> Path | None:
+    """The checkout the user points at: ${PROJECT_ENV}, else the nearest directory upward
+    with this project's Pulumi.yaml; None outside one."""
+    pointed = os.environ.get(PROJECT_ENV)
+    if pointed:
+        return Path(pointed).resolve()
     here = (start or Path.cwd()).resolve()
     for directory in (here, *here.parents):
         candidate = directory / "Pulumi.yaml"
         if candidate.is_file() and "name: llm-infra" in candidate.read_text():
             return directory
-    return Path(__file__).resolve().parents[2]
+    return None
+
+
+def project_root(start: Path | None = None) -> Path:
+    """The checkout (`checkout_root`), else the installed tree."""
+    return checkout_root(start) or Path(__file__).resolve().parents[2]
 
 
 def lock_path_for(stack_file: Path) -> Path:

@@ -130,3 +130,81 @@ class Plan:
         lines += self.problems
         lines += [f"advice: {a}" for a in self.advice]
         return "\n".join(lines)
+
+    def report(self, verbose: bool = False, width: int = 40) -> str:
+        """What `llm-infra plan` prints: the verdict first, one bar per device, then the
+        components that take space (one unit: GiB), and the notes when `verbose`."""
+        over = {
+            name: device.used_bytes - device.capacity_bytes
+            for name, device in self.devices.items()
+            if device.capacity_bytes is not None and device.used_bytes > device.capacity_bytes
+        }
+        if over:
+            worst = ", ".join(f"{name} over by {gib(size):.1f} GiB" for name, size in over.items())
+            lines = [f"verdict: DOES NOT FIT ({worst})", *self.problems]
+        else:
+            lines = ["verdict: fits"]
+        lines += [f"advice: {a}" for a in self.advice]
+        lines.append("")
+        used = {symbol for d in self.devices.values() for k in d.items for symbol in _symbol(k)}
+        for name, device in self.devices.items():
+            lines.append(f"{name:<5} {_bar(device, width)}  {_usage(device)}")
+        legend = [f"{s} {k}" for k, s in _SYMBOLS.items() if s in used]
+        lines.append(f"{'':<5} {'  '.join(legend)}  . free  ! over")
+        lines.append("")
+        shown = [r for r in self.rows if r.size_bytes > 0]
+        name_width = max([len(r.component) for r in shown] + [len("component")])
+        lines.append(f"{'component':<{name_width}}  {'GiB':>7}  where")
+        lines += [
+            f"{r.component:<{name_width}}  {gib(r.size_bytes):>7.2f}  {r.where}" for r in shown
+        ]
+        hidden = len(self.rows) - len(shown)
+        if hidden:
+            lines.append(f"({hidden} components of 0 GiB not shown)")
+        lines.append(f"weights from: {self.source}")
+        if verbose:
+            lines += [f"note: {n}" for n in self.notes]
+        elif self.notes:
+            lines.append(f"({len(self.notes)} notes: -v shows them)")
+        return "\n".join(lines)
+
+
+_SYMBOLS = {
+    "weights": "W",
+    "kv_cache": "K",
+    "compute": "C",
+    "prompt_cache": "P",
+    "runtime": "R",
+    "model_files": "M",
+    "reserve": "S",
+}
+"""The letter of each plan item in a device's bar (others: #)."""
+
+
+def _symbol(item: str) -> str:
+    return _SYMBOLS.get(item, "#")
+
+
+def _bar(device: Device, width: int) -> str:
+    """`[WWWWWWWWKCC....]`: each item's share of the device, free space as dots; a device that
+    is over its capacity is scaled to its use and the part beyond capacity shows as `!`."""
+    capacity = device.capacity_bytes
+    scale = max(device.used_bytes, capacity or 0, 1)
+    cells = ""
+    for item, size in device.items.items():
+        cells += _symbol(item) * round(width * size / scale)
+    cells = cells[:width]
+    if capacity is not None and device.used_bytes > capacity:
+        keep = round(width * capacity / scale)
+        cells = cells[:keep] + "!" * (len(cells) - keep)
+    return "[" + cells.ljust(width, ".") + "]"
+
+
+def _usage(device: Device) -> str:
+    capacity = device.capacity_bytes
+    if capacity is None:
+        return f"{gib(device.used_bytes):.1f} GiB (no limit)"
+    text = f"{gib(device.used_bytes):.1f}/{gib(capacity):.1f} GiB"
+    if device.used_bytes > capacity:
+        return f"{text}  over by {gib(device.used_bytes - capacity):.1f} GiB"
+    return f"{text}  {gib(capacity - device.used_bytes):.1f} GiB free"

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -40,11 +43,11 @@ def closed_port() -> int:
         (
             "verify",
             ["--url", "--server", "--expect", "--record", "--api-key", "--api-key-env-file",
-             "--min-decode-tps", "--model", "--endpoint"],
+             "--min-decode-tps", "--model", "--api"],
         ),
         (
             "bench",
-            ["--url", "--server", "--api-key", "--model", "--out", "--decode-requests",
+            ["--url", "--server", "--api-key", "--model", "--output-file", "--decode-requests",
              "--decode-tokens", "--prefill-requests", "--prefill-words", "--concurrency",
              "--concurrent-tokens", "--requests-per-stream", "--seed", "--no-ignore-eos"],
         ),
@@ -52,7 +55,7 @@ def closed_port() -> int:
                       "--wait-url"]),
         ("diff", ["--against"]),
         ("check-litellm", ["--stack"]),
-        ("docs", ["--out", "--check"]),
+        ("docs", ["--output-file", "--check"]),
         ("fetch", ["--lock", "--dest", "--parallel", "--retire", "--retries"]),
         ("check-model", ["--lock", "--dest"]),
     ],
@@ -97,7 +100,11 @@ def test_a_stack_without_lock_or_size_is_one_line_naming_the_key(
     del document["config"]["llm-infra:model"]["sizeGib"]
     path = tmp_path / "Pulumi.strix-halo.yaml"
     path.write_text(yaml.safe_dump(document))
-    args = [command, str(path)] + (["--out", str(tmp_path / "out")] if command != "plan" else [])
+    out = {
+        "render": ["--out", str(tmp_path / "out")],
+        "docs": ["--output-file", str(tmp_path / "d")],
+    }
+    args = [command, str(path), *out.get(command, [])]
     result = llm_infra(*args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "model.sizeGib: required until the model is locked" in result.stderr
@@ -111,13 +118,72 @@ def test_an_unknown_stack_names_the_file_it_looked_for() -> None:
     assert "Traceback" not in result.stderr
 
 
+def test_a_mistyped_stack_name_gets_the_closest_and_the_list_of_stacks() -> None:
+    result = llm_infra("render", "strixhalo")
+    assert result.returncode == 2
+    names = sorted(p.name[len("Pulumi.") : -len(".yaml")] for p in STACKS.glob("Pulumi.*.yaml"))
+    assert f"; did you mean strix-halo?; the stacks in {ROOT}: {', '.join(names)}" in result.stderr
+
+
+def test_outside_a_checkout_a_stack_name_says_how_to_point_at_one(tmp_path: Path) -> None:
+    outside = llm_infra("plan", "strix-halo", cwd=tmp_path)
+    assert outside.returncode == 2
+    assert "you are outside an llm-infra checkout: cd into one, set LLM_INFRA_PROJECT=DIR" in (
+        outside.stderr
+    )
+    pointed = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "plan", "strix-halo", "-o", "json"],
+        cwd=tmp_path, capture_output=True, text=True, check=False,
+        env={**os.environ, "LLM_INFRA_PROJECT": str(ROOT)},
+    )  # fmt: skip
+    assert pointed.returncode == 0, pointed.stderr
+    assert json.loads(pointed.stdout)["fits"] is True
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda c: c["llm-infra:server"].update(contextSiz=1),
+            "server.contextSiz: unknown key (did you mean contextSize?)",
+        ),
+        (
+            lambda c: c["llm-infra:store"].update(sizs="1Ti"),
+            "store.sizs: unknown key (did you mean size?)",
+        ),
+        (
+            lambda c: c["llm-infra:server"]["resources"]["limits"].update(memory="20GB"),
+            "server.resources.limits.memory: '20GB' is not a Kubernetes quantity: write 20Gi",
+        ),
+        (
+            lambda c: c["llm-infra:server"]["resources"]["limits"].update(memory="512 MiB"),
+            "server.resources.limits.memory: '512 MiB' is not a Kubernetes quantity: write 512Mi",
+        ),
+    ],
+)
+def test_a_key_or_quantity_error_says_what_to_write(
+    edit: Callable[[dict[str, Any]], None], message: str, tmp_path: Path
+) -> None:
+    document = yaml.safe_load((STACKS / "Pulumi.strix-halo.yaml").read_text())
+    edit(document["config"])
+    path = tmp_path / "Pulumi.strix-halo.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = llm_infra("plan", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr.splitlines()
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("config:\n  - target\n", "no `config:` mapping"),
         ("config:\n  llm-infra:target: [kubernetes]\n", "target: ['kubernetes'] is not a known"),
-        ("config:\n\tllm-infra:target: kubernetes\n", "not a readable YAML file"),
-        ("config: !!python/object/apply:os.system ['touch PWNED']\n", "not a readable YAML"),
+        ("config:\n\tllm-infra:target: kubernetes\n", "Pulumi.bad.yaml:2:1: YAML syntax: "),
+        ("config:\n  a: [1, 2\n", "Pulumi.bad.yaml:3:1: YAML syntax: while parsing a flow"),
+        (
+            "config: !!python/object/apply:os.system ['touch PWNED']\n",
+            "Pulumi.bad.yaml:1:9: YAML syntax: could not determine a constructor",
+        ),
         (b"config:\n  llm-infra:target: \xff\xfe\n", "not a readable YAML file"),
         ("- just\n- a list\n", "no `config:` mapping"),
     ],

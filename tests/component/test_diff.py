@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -53,6 +54,13 @@ def test_changed_stack_value_shows_the_flag_and_exits_1(
     monkeypatch.chdir(clone)
     assert cli.main(["diff", "strix-halo", "--against", "HEAD"]) == 1
     out = capsys.readouterr().out
+    # The per-resource summary first, then the file diff, without the render's marker file.
+    assert out.startswith(
+        "Deployment llm/deepseek-v4-flash-0731: update (pod restart, model reload)\n"
+        "resources: 1 to update\n\n"
+    ), out
+    assert ".llm-infra-render.json" not in out.replace("-x .llm-infra-render.json", "")
+    assert "\x1b[" not in out  # no colour when stdout is not a terminal
     assert "--- a/strix-halo/manifests.yaml" in out
     assert "+++ b/strix-halo/manifests.yaml" in out
     # The -ngl value in the Deployment's args, as `diff -u` shows it.
@@ -112,3 +120,37 @@ def test_unknown_ref_is_trouble_with_exit_2(
     monkeypatch.chdir(clone)
     assert cli.main(["diff", "strix-halo", "--against", "no-such-ref"]) == 2
     assert "no-such-ref" in capsys.readouterr().err
+
+
+def test_json_output_lists_each_resource_change(
+    clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    replace_in(clone / "stacks/Pulumi.strix-halo.yaml", "gpuLayers: 40", "gpuLayers: 42")
+    monkeypatch.chdir(clone)
+    assert cli.main(["diff", "strix-halo", "--against", "HEAD", "-o", "json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["changed"] is True
+    assert document["resources"] == [
+        {
+            "type": "kubernetes:apps/v1:Deployment",
+            "name": "deepseek-v4-flash-0731-deployment",
+            "display": "Deployment llm/deepseek-v4-flash-0731",
+            "action": "update",
+            "effects": ["pod restart", "model reload"],
+        }
+    ]
+    assert "+        - '42'" in document["diff"]
+
+
+def test_renders_compares_two_directories_and_colours_only_a_terminal(tmp_path: Path) -> None:
+    old = tmp_path / "a" / "strix-halo"
+    shutil.copytree(ROOT / "tests/golden/strix-halo", old)
+    new = tmp_path / "b" / "strix-halo"
+    shutil.copytree(old, new)
+    resources = json.loads((new / "resources.json").read_text())
+    resources[0]["inputs"]["extra"] = 1
+    (new / "resources.json").write_text(json.dumps(resources))
+    text = diff.coloured(diff.compare_renders(tmp_path, "a/strix-halo", "b/strix-halo")[1])
+    first = text.splitlines()[0]
+    assert first.startswith("\x1b[33m") and first.endswith("\x1b[0m")
+    assert "\x1b[32m+" in text and "\x1b[31m-" in text

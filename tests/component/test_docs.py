@@ -33,11 +33,11 @@ def test_a_changed_flag_makes_the_reference_stale(tmp_path: Path) -> None:
     stack.write_text(
         (STACKS / "Pulumi.strix-halo.yaml").read_text().replace("gpuLayers: 40", "gpuLayers: 38")
     )
-    result = docs(str(stack), "--check", "--out", str(ROOT / "docs" / "strix-halo.md"))
+    result = docs(str(stack), "--check", "--output-file", str(ROOT / "docs" / "strix-halo.md"))
     assert result.returncode == 1
     assert "is stale" in result.stderr
     out = tmp_path / "strix-halo.md"
-    assert docs(str(stack), "--out", str(out)).returncode == 0
+    assert docs(str(stack), "--output-file", str(out)).returncode == 0
     assert "| `-ngl` | `38` |" in out.read_text()
 
 
@@ -66,7 +66,7 @@ def test_every_rendered_flag_is_explained_from_its_field_docstring(
     path = tmp_path / f"Pulumi.{stack}.yaml"
     path.write_text(text)
     out = tmp_path / "reference.md"
-    result = docs(str(path), "--out", str(out))
+    result = docs(str(path), "--output-file", str(out))
     assert result.returncode == 0, result.stderr
     rows = [line for line in out.read_text().splitlines() if line.startswith("| `-")]
     flag = (

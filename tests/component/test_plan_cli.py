@@ -26,15 +26,43 @@ def variant(tmp_path: Path, old: str, new: str) -> Path:
     return path
 
 
-def test_plan_prints_the_seed_budget_table() -> None:
+def test_plan_prints_the_verdict_first_a_bar_per_device_then_the_budget_in_gib() -> None:
     result = plan("strix-halo")
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert any(line.startswith("weights (39 of 43 layers + output)") for line in lines)
-    assert any(line.startswith("total vram") and "of 90.0 GiB" in line for line in lines)
+    assert lines[0] == "verdict: fits"
+    bars = {line.split()[0]: line for line in lines if line[6:7] == "["}
+    assert list(bars) == ["vram", "ram", "disk"]
+    assert bars["vram"].endswith("]  81.1/90.0 GiB  8.9 GiB free")
+    bar = bars["vram"][bars["vram"].index("[") + 1 : bars["vram"].index("]")]
+    assert len(bar) == 40 and bar.startswith("W" * 30) and bar.endswith("....")
+    assert "W weights  K kv_cache  C compute" in result.stdout
+    header = lines.index("component" + " " * 39 + "GiB  where")
+    assert lines[header + 1] == "weights (39 of 43 layers + output)            78.91  VRAM"
+    # One unit in the column: a 13 MiB row is 0.01 GiB, not `13 MiB`.
+    assert "KV cache (CPU layers)                          0.01  RAM (container)" in lines
     assert "weights from: file sizes + layer structure" in result.stdout
-    assert "seed 000 assumed (~1.6 GiB" in result.stdout
-    assert "verdict: fits" in result.stdout
+    assert "seed 000 assumed" not in result.stdout and "(2 notes: -v shows them)" in lines
+    verbose = plan("strix-halo", "-v")
+    assert "seed 000 assumed (~1.6 GiB" in verbose.stdout
+
+
+def test_a_plan_that_does_not_fit_says_by_how_much_first(tmp_path: Path) -> None:
+    result = plan(str(variant(tmp_path, "vramGib: 90", "vramGib: 80")))
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "verdict: DOES NOT FIT (vram over by 1.1 GiB)"
+    assert lines[1].startswith("plan: does not fit in VRAM: ")
+    vram = next(line for line in lines if line.startswith("vram  ["))
+    assert vram.endswith("81.1/80.0 GiB  over by 1.1 GiB") and "!" in vram
+    assert "-" + "1.1 GiB free" not in result.stdout
+
+
+def test_suggest_is_refused_where_it_means_nothing() -> None:
+    for stack in ("mi300x", "strix-halo-pair"):
+        result = plan(stack, "--suggest")
+        assert result.returncode == 2
+        assert "--suggest: only a single llama.cpp server has -ngl" in result.stderr
 
 
 def test_plan_json_follows_the_contract_and_suggests() -> None:

@@ -40,7 +40,7 @@ def report_and_table(
         report = serve_bench.run_bench(url, cfg, api_key="k")
         out = root / "bench.json"
         rc = serve_bench.main([
-            url, "--api-key", "k", "--out", str(out), "--decode-requests", "1",
+            url, "--api-key", "k", "--output-file", str(out), "--decode-requests", "1",
             "--decode-tokens", "16", "--prefill-requests", "1", "--prefill-words", "100",
             "--concurrency", "2", "--concurrent-tokens", "16", "--requests-per-stream", "1",
             "--timeout", "120", "--warmup-rounds", "0",

@@ -108,7 +108,7 @@ def test_logprob_tolerance_is_applied(models: dict[str, Path], reference: Path) 
 def test_completions_endpoint(models: dict[str, Path], tmp_path: Path) -> None:
     path = tmp_path / "expect.json"
     with run_llama_server(tiny_server_argv(models["a"])) as url:
-        rc = verify.main([url, "--expect", str(path), "--record", "--endpoint", "completions"])
+        rc = verify.main([url, "--expect", str(path), "--record", "--api", "completions"])
         assert rc == 0
         assert verify.main([url, "--expect", str(path)]) == 0
     doc = json.loads(path.read_text())

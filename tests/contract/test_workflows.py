@@ -173,5 +173,8 @@ def test_preview_steps_post_exactly_what_llm_infra_diff_prints(tmp_path: Path) -
     comment = (work / "render-diff" / "comment.md").read_text()
     assert comment.startswith("<!-- llm-infra-render-diff -->\n")
     assert "-        - '40'\n+        - '42'\n" in comment
+    # The per-resource summary stands above the collapsed diff.
+    line = "Deployment llm/deepseek-v4-flash-0731: update (pod restart, model reload)\n"
+    assert comment.index(line) < comment.index("<details>")
     assert "<code>mi300x</code>: unchanged" in comment
     assert summary.read_text() == comment

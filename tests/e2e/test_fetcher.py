@@ -380,15 +380,16 @@ def test_not_found_is_not_retried(hub: Hub, tmp_path: Path) -> None:
     assert hub.status_once[PATHS[0]] == [404]
 
 
-def test_progress_lines_give_percent_rate_and_eta(
+def test_progress_lines_give_bytes_of_total_rate_eta_and_shard(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clock = iter([100.0, 106.0])
     monkeypatch.setattr(time, "monotonic", lambda: next(clock))
-    progress = fetcher.Progress(total=100 * 2**20)
-    progress.add(30 * 2**20)
+    progress = fetcher.Progress(total=87 * 2**30, already=10 * 2**30, shards=3, every=5, tty=False)
+    progress.begin(2)
+    progress.add(150 * 2**20)
     line = capsys.readouterr().out
-    assert " 30.0%" in line and "5.0 MiB/s" in line and "ETA     14s" in line
+    assert line.endswith(" 10.1/87.0 GiB (11%)  25.0 MiB/s  ETA 52m  shard 2/3\n"), line
 
 
 def set_size(lock: Path, index: int, size: int) -> None:

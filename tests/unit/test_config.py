@@ -153,7 +153,14 @@ def test_malformed_image_reference_is_rejected(strix_halo_values: dict[str, Any]
 
 def test_unknown_key_is_rejected_with_its_path(strix_halo_values: dict[str, Any]) -> None:
     strix_halo_values["server"]["gpuLayer"] = 40
-    assert problems_of(strix_halo_values) == ["server.gpuLayer: unknown key"]
+    assert problems_of(strix_halo_values) == [
+        "server.gpuLayer: unknown key (did you mean gpuLayers?)"
+    ]
+
+
+def test_an_unknown_key_far_from_any_gets_no_guess(strix_halo_values: dict[str, Any]) -> None:
+    strix_halo_values["server"]["zzz"] = 40
+    assert problems_of(strix_halo_values) == ["server.zzz: unknown key"]
 
 
 def test_missing_required_key_is_named(strix_halo_values: dict[str, Any]) -> None:
@@ -211,7 +218,7 @@ def test_request_above_limit_is_rejected(strix_halo_values: dict[str, Any]) -> N
 def test_malformed_quantity_is_rejected(strix_halo_values: dict[str, Any]) -> None:
     strix_halo_values["store"]["size"] = "120GB"
     (problem,) = problems_of(strix_halo_values)
-    assert problem.startswith("store.size: '120GB': String should match pattern")
+    assert problem == "store.size: '120GB' is not a Kubernetes quantity: write 120Gi"
 
 
 def test_quantities_compare_across_units() -> None:

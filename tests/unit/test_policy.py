@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.metadata
+import json
 import os
 import subprocess
 import sys
@@ -72,9 +73,31 @@ def messages(resources: list[dict[str, Any]], files: dict[str, str], **options: 
 
 
 @pytest.mark.parametrize("stack", ["strix-halo", "mi300x"])
-def test_real_render_passes_every_policy(render_dirs: dict[str, Path], stack: str) -> None:
+def test_real_render_passes_every_policy_and_says_what_it_checked(
+    render_dirs: dict[str, Path], stack: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert validators.check_render(render_dirs[stack]) == []
     assert validators.main([str(render_dirs[stack])]) == 0
+    resources, files = validators.load_render(render_dirs[stack])
+    assert capsys.readouterr().out == (
+        f"{render_dirs[stack]}: {len(resources)} resources and {len(files)} host files checked "
+        f"against 5 policies ({', '.join(validators.POLICY_NAMES)}): no violations\n"
+    )
+    assert len(resources) > 5 and (stack != "mi300x" or len(files) > 3)
+
+
+def test_a_failing_render_lists_each_violation_then_the_count(
+    render_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    resources, _ = validators.load_render(render_dirs["strix-halo"])
+    for resource in resources:
+        if resource["type"] == "kubernetes:core/v1:PersistentVolumeClaim":
+            resource.setdefault("options", {})["protect"] = False
+    (tmp_path / "resources.json").write_text(json.dumps(resources))
+    assert validators.main([str(tmp_path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1].endswith(f": {len(lines) - 1} violations") and len(lines) >= 2
+    assert all("[model-pvc-protected]" in line for line in lines[:-1])
 
 
 def test_real_renders_contain_what_the_policies_inspect(strix: Render, mi300x: Render) -> None:

@@ -1,7 +1,7 @@
 bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
-# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 c14ad7c631ded1c7a9917b91e1708e6fcabf9c47da9c96e15f3f3572ffa086b7
+# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 6ad4805e7fbc8ceed6076761f5ade23b5da35b0bd4d8604fabbed3a1357b898b
 mkdir -p /opt/llm/models/DeepSeek-V4-Flash-0731
 # As the SSH user, so the model files are not root's.
 docker run --rm --user "$(id -u):$(id -g)" --network host \

@@ -52,7 +52,10 @@ CHUNK = 8 * 1024 * 1024
 # Network reads: read1 allocates a buffer of the size asked for on every call, so ask for what
 # one socket read can deliver rather than CHUNK.
 NET_CHUNK = 1024 * 1024
-PROGRESS_EVERY_S = 5.0
+PROGRESS_EVERY_S = 30.0
+"""Seconds between progress lines in a log (a pod, a file): 120 lines an hour."""
+TTY_PROGRESS_EVERY_S = 0.5
+"""Seconds between updates of the progress line on a terminal."""
 
 EXIT_OK = 0
 EXIT_INCOMPLETE = 1
@@ -63,11 +66,17 @@ EXIT_NOT_FOUND = 5
 EXIT_CHECKSUM = 6
 EXIT_DISK = 7
 EXIT_SIZE = 8
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT, as a shell reports a command stopped by Ctrl-C."""
 
 UPGRADE_MODES = ("keep", "replace")
 """`keep`: the old model stays until the new one is verified; `replace`: old files may go first."""
 # Names unlike each other: a retire pattern matching all of them would match any file.
 _ANY_NAMES = ("x", "model.gguf", "config.json", "README", "Qwen3.6-32B-Q4_K_M.gguf")
+
+
+class Interrupted(Exception):
+    """The fetch was stopped (Ctrl-C): downloads end at their next block, keeping the bytes."""
 
 
 class FetchError(Exception):
@@ -223,6 +232,8 @@ def marker_path(dest: Path, lock: Lock) -> Path:
 
 
 _LOG_LOCK = threading.Lock()
+_status_shown = False
+"""True while a terminal shows the progress line (the next log line clears it first)."""
 
 
 def log(message: str) -> None:
@@ -231,8 +242,13 @@ def log(message: str) -> None:
     Downloads run in threads: ``print`` writes the text and its newline separately, so two
     threads could run two lines into one. Each line is one write, under a lock.
     """
+    global _status_shown
     line = time.strftime("%Y-%m-%dT%H:%M:%S") + " " + message + "\n"
     with _LOG_LOCK:
+        if _status_shown:
+            # A terminal's progress line is showing: clear it, the next update redraws it.
+            line = "\r\x1b[K" + line
+            _status_shown = False
         sys.stdout.write(line)
         sys.stdout.flush()
 
@@ -268,28 +284,134 @@ def _http_error(exc: urllib.error.HTTPError, url: str) -> FetchError:
     return FetchError(f"{url}: HTTP {exc.code}", EXIT_NETWORK)
 
 
-class Progress:
-    """Thread-safe byte counter that logs percent, MiB/s and ETA every few seconds."""
+def _size(count: float) -> str:
+    """A byte count in the unit a person reads at a glance (GiB, MiB or KiB)."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}"
+    return f"{count:.0f} B"
 
-    def __init__(self, total: int) -> None:
+
+def _sizes(done: float, total: float) -> str:
+    """`12.4/87.0 GiB`: both counts in the unit of the total, so they read as one fraction."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if total >= scale:
+            return f"{done / scale:.1f}/{total / scale:.1f} {unit}"
+    return f"{done:.0f}/{total:.0f} B"
+
+
+def _duration(seconds: float) -> str:
+    """`51m`, `2h05m`, `40s`: how long, to the precision anyone waits by."""
+    seconds = max(int(seconds + 0.5), 0)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        minutes, rest = divmod(seconds, 60)
+        return f"{minutes}m" if seconds >= 600 else f"{minutes}m{rest:02d}s"
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m"
+
+
+class Progress:
+    """The fetch's progress: bytes of the whole set on disk, speed, ETA and the shards in flight.
+
+    `12.4/87.0 GiB (14%)  25.0 MiB/s  ETA 51m  shard 2/3`. On a terminal it is one line that
+    updates in place; in a log (a pod, a file) it is a timestamped line every `every` seconds.
+    Bytes already on disk when the run starts count as done but not towards the speed.
+    """
+
+    def __init__(
+        self,
+        total: int,
+        already: int = 0,
+        shards: int = 1,
+        every: float = PROGRESS_EVERY_S,
+        tty: bool | None = None,
+    ) -> None:
         self.total = total
-        self.done = 0
+        self.already = already
+        self.done = already
+        self.shards = shards
+        self.every = (
+            TTY_PROGRESS_EVERY_S if (sys.stdout.isatty() if tty is None else tty) else every
+        )
+        self.tty = sys.stdout.isatty() if tty is None else tty
+        self.active: set[int] = set()
+        self.stopped = threading.Event()
         self.started = time.monotonic()
         self.last = self.started
         self.lock = threading.Lock()
 
+    def begin(self, shard: int) -> None:
+        """Shard number `shard` (1-based) is downloading."""
+        with self.lock:
+            self.active.add(shard)
+
+    def end(self, shard: int) -> None:
+        """Shard number `shard` is no longer downloading."""
+        with self.lock:
+            self.active.discard(shard)
+
     def add(self, count: int) -> None:
+        """Count `count` new bytes; show the line when it is due.
+
+        Called after every block a download writes, so it is also where a download learns that
+        the fetch was interrupted: it stops there, its `.part` file holding every byte so far.
+        """
+        if self.stopped.is_set():
+            raise Interrupted
         with self.lock:
             self.done += count
             now = time.monotonic()
-            if now - self.last < PROGRESS_EVERY_S:
+            if now - self.last < self.every:
                 return
             self.last = now
-            rate = self.done / max(now - self.started, 1e-6)
-            left = max(self.total - self.done, 0)
-            eta = left / rate if rate > 0 else float("inf")
-            pct = 100.0 * self.done / self.total if self.total else 100.0
-            log(f"progress {pct:5.1f}% {rate / 2**20:8.1f} MiB/s ETA {eta:6.0f}s")
+            line = self.line(now)
+        if self.tty:
+            _show_status(line)
+        else:
+            log(line)
+
+    def rate(self, now: float) -> float:
+        """Bytes per second downloaded in this run."""
+        return (self.done - self.already) / max(now - self.started, 1e-6)
+
+    def line(self, now: float) -> str:
+        """`12.4/87.0 GiB (14%)  25.0 MiB/s  ETA 51m  shard 2/3` (no total: no % and no ETA)."""
+        rate = self.rate(now)
+        speed = f"{rate / 2**20:.1f} MiB/s"
+        if not self.total:
+            text = f"{_size(self.done)}  {speed}"
+        else:
+            left = self.total - min(self.done, self.total)
+            eta = _duration(left / rate) if rate > 0 else "?"
+            text = f"{_of_total(self.done, self.total)}  {speed}  ETA {eta}"
+        if self.active:
+            numbers = ",".join(str(n) for n in sorted(self.active))
+            text += f"  shard{'s' if len(self.active) > 1 else ''} {numbers}/{self.shards}"
+        return text
+
+    def summary(self) -> str:
+        """The end: the set's size, the time taken and the average speed of this run."""
+        elapsed = time.monotonic() - self.started
+        fetched = self.done - self.already
+        text = f"{_size(self.total or self.done)} in {_duration(elapsed)}"
+        if fetched > 0:
+            text += (
+                f", {_size(fetched)} downloaded at {self.rate(time.monotonic()) / 2**20:.1f} MiB/s"
+            )
+        if self.already:
+            text += f" ({_size(self.already)} were already on disk)"
+        return text
+
+
+def _show_status(line: str) -> None:
+    """Replace the terminal's status line with `line` (no newline: the next one overwrites it)."""
+    global _status_shown
+    with _LOG_LOCK:
+        sys.stdout.write("\r\x1b[K" + line)
+        sys.stdout.flush()
+        _status_shown = True
 
 
 def part_path(dest: Path, item: ModelFile) -> Path:
@@ -421,7 +543,7 @@ def _download_once(url: str, item: ModelFile, dest: Path, progress: Progress) ->
     os.replace(part, ready)
     if sha256:
         _write_record(dest, ready.name, sha256)
-    log(f"{item['name']}: complete ({size} bytes{', sha256 verified' if sha256 else ''})")
+    log(f"{item['name']}: complete ({_size(size)}{', sha256 verified' if sha256 else ''})")
 
 
 def _record_path(dest: Path, filename: str) -> Path:
@@ -653,6 +775,83 @@ def _switch(dest: Path, lock: Lock, items: list[ModelFile]) -> None:
     log(f"all {len(lock.files)} files complete; marker {marker.name}")
 
 
+def set_size(lock: Lock) -> int | None:
+    """Bytes of the whole file set, when the lock knows every file's size."""
+    sizes = [item.get("size") for item in lock.files]
+    return None if any(size is None for size in sizes) else sum(s for s in sizes if s is not None)
+
+
+def bytes_on_disk(dest: Path, lock: Lock, missing: list[ModelFile]) -> int:
+    """Bytes of the set in dest: verified files whole, downloads in progress as far as they got."""
+    kept = 0
+    for item in lock.files:
+        if item in missing:
+            part = part_path(dest, item)
+            kept += part.stat().st_size if part.exists() else 0
+        else:
+            ready = ready_path(dest, item)
+            kept += (ready if ready.exists() else dest / item["name"]).stat().st_size
+    return kept
+
+
+def bytes_kept(dest: Path, lock: Lock) -> int:
+    """Bytes of the set in dest whatever their state: verified, waiting, or partly downloaded."""
+    kept = 0
+    for item in lock.files:
+        final, ready, part = dest / item["name"], ready_path(dest, item), part_path(dest, item)
+        if ready.exists():
+            kept += ready.stat().st_size
+        elif part.exists():
+            kept += part.stat().st_size
+        elif final.is_file() and final.stat().st_size == item.get("size"):
+            kept += final.stat().st_size
+    return kept
+
+
+def _of_total(count: int, total: int | None) -> str:
+    """`34.8/87.0 GiB (40%)`, or `34.8 GiB` when the lock leaves a size out."""
+    if not total:
+        return _size(count)
+    return f"{_sizes(count, total)} ({int(100 * min(count, total) / total)}%)"
+
+
+def _download_all(
+    lock: Lock,
+    dest: Path,
+    missing: list[ModelFile],
+    progress: Progress,
+    parallel: int,
+    retries: int,
+) -> None:
+    """Download the missing files, `parallel` at a time.
+
+    Ctrl-C (KeyboardInterrupt, which only the main thread sees) tells every download to stop at
+    its next block and waits a second for them; what they wrote stays in their `.part` files.
+    """
+    shard = {item["name"]: number for number, item in enumerate(lock.files, start=1)}
+
+    def download(item: ModelFile) -> None:
+        progress.begin(shard[item["name"]])
+        try:
+            _download(lock, item, dest, progress, retries)
+        finally:
+            progress.end(shard[item["name"]])
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1))
+    futures = [pool.submit(download, item) for item in missing]
+    try:
+        for future in futures:
+            future.result()
+    except KeyboardInterrupt:
+        progress.stopped.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        concurrent.futures.wait(futures, timeout=1.0)
+        raise Interrupted from None
+    finally:
+        # After a failure the other downloads still finish: the next run needs only the failed one.
+        pool.shutdown(wait=not progress.stopped.is_set())
+
+
 def fetch(
     lock: Lock,
     dest: Path,
@@ -661,6 +860,7 @@ def fetch(
     retries: int = 5,
     free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
     upgrade: str = "keep",
+    progress_every: float = PROGRESS_EVERY_S,
 ) -> None:
     """Place every file of the lock in dest, then write the lock's completion marker.
 
@@ -688,12 +888,18 @@ def fetch(
             else:
                 missing.append(item)
         _make_room(dest, lock, missing, retired, upgrade, free_space(dest))
-        progress = Progress(bytes_still_needed(dest, missing))
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-            futures = [pool.submit(_download, lock, i, dest, progress, retries) for i in missing]
-            for future in futures:
-                future.result()
+        total = set_size(lock)
+        already = bytes_on_disk(dest, lock, missing)
+        if missing and already:
+            log(
+                f"resuming: {_of_total(already, total)} already on disk "
+                f"({len(lock.files) - len(missing)} of {len(lock.files)} files verified, "
+                f"{sum(part_path(dest, i).exists() for i in missing)} partly downloaded)"
+            )
+        progress = Progress(total or 0, already, len(lock.files), every=progress_every)
+        _download_all(lock, dest, missing, progress, parallel, retries)
         _switch(dest, lock, [i for i in lock.files if i in waiting or i in missing])
+        log(f"done: {progress.summary()}")
         old = retired_files(dest, lock, retired)
         if old:
             _delete(dest, old, lock, " (the new model is verified and in place)")
@@ -718,32 +924,58 @@ def check(lock: Lock, dest: Path) -> list[str]:
     return problems
 
 
-def add_check_options(parser: argparse.ArgumentParser) -> None:
-    """Options of `check` (`llm-infra check-model`)."""
+def _add_lock_and_dest(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lock", type=Path, required=True, help="lock file (JSON)")
     parser.add_argument("--dest", type=Path, required=True, help="directory for the files")
 
 
+def add_check_options(parser: argparse.ArgumentParser) -> None:
+    """Options of `check` (`llm-infra check-model`)."""
+    _add_lock_and_dest(parser)
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("text", "json"),
+        default="text",
+        help="text log lines, or one JSON document: {complete, lock, dest, files, problems} "
+        "(docs/json/check-model.schema.json)",
+    )
+
+
 def add_fetch_options(parser: argparse.ArgumentParser) -> None:
     """Options of `fetch` (`llm-infra fetch`)."""
-    add_check_options(parser)
+    _add_lock_and_dest(parser)
     parser.add_argument("--parallel", type=int, default=3, help="files downloaded at once")
     parser.add_argument(
         "--retire",
         action="append",
         default=[],
         metavar="GLOB",
-        help="delete files matching GLOB once the new set is in place (never files of the lock)",
+        help="delete files matching GLOB once the new set is in place (never files of the lock; "
+        "default: none)",
     )
     parser.add_argument(
         "--upgrade",
         choices=UPGRADE_MODES,
         default="keep",
-        help="keep: old files stay until the new set is verified (default); replace: delete "
+        help="keep: old files stay until the new set is verified; replace: delete "
         "retired and replaced files first when the disk cannot hold both",
     )
     parser.add_argument(
         "--retries", type=int, default=5, help="retries per file on connection errors and HTTP 5xx"
+    )
+    parser.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help=f"the hub (default: $HF_ENDPOINT, else {DEFAULT_ENDPOINT}); a token for gated or "
+        "private repos comes only from $HF_TOKEN, never from the command line",
+    )
+    parser.add_argument(
+        "--progress-every",
+        type=float,
+        default=PROGRESS_EVERY_S,
+        metavar="SECONDS",
+        help="seconds between progress lines in a log (a terminal shows one line that updates)",
     )
 
 
@@ -755,6 +987,16 @@ def run_check(args: argparse.Namespace) -> int:
         log(f"error: {exc}")
         return exc.exit_code
     problems = check(lock, args.dest)
+    if getattr(args, "output", "text") == "json":
+        document = {
+            "complete": not problems,
+            "lock": str(args.lock),
+            "dest": str(args.dest),
+            "files": len(lock.files),
+            "problems": problems,
+        }
+        print(json.dumps(document, indent=2, sort_keys=True))
+        return EXIT_INCOMPLETE if problems else EXIT_OK
     for problem in problems:
         log(f"model check: {problem}")
     if not problems:
@@ -764,19 +1006,65 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_fetch(args: argparse.Namespace) -> int:
     """Fetch the locked set; the exit code says which kind of failure stopped it."""
+    if args.endpoint:
+        problem = endpoint_problem(args.endpoint)
+        if problem:
+            log(f"error: --endpoint {problem}")
+            return EXIT_USAGE
+        # The one place the endpoint is read (file_url); the flag wins over the environment.
+        os.environ["HF_ENDPOINT"] = args.endpoint
+    lock = None
     try:
+        lock = load_lock(args.lock)
         fetch(
-            load_lock(args.lock),
+            lock,
             args.dest,
             args.parallel,
             args.retire,
             args.retries,
             upgrade=args.upgrade,
+            progress_every=args.progress_every,
         )
     except FetchError as exc:
         log(f"error: {exc}")
         return exc.exit_code
+    except (KeyboardInterrupt, Interrupted):
+        return _interrupted(lock, args.dest)
     return EXIT_OK
+
+
+def _interrupted(lock: Lock | None, dest: Path) -> int:
+    """Say what Ctrl-C kept and how to resume; end at once, even with a download stalled."""
+    kept = ""
+    if lock is not None and dest.is_dir():
+        with contextlib.suppress(OSError):
+            kept = f"{_of_total(bytes_kept(dest, lock), set_size(lock))} kept in {dest}; "
+    log(f"interrupted: {kept}run the same command again to resume (kept bytes stay)")
+    if threading.active_count() > 1:
+        # A download blocked in a socket read would hold the exit until its timeout.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
+    return EXIT_INTERRUPTED
+
+
+def endpoint_problem(url: str) -> str | None:
+    """Why a hub endpoint is refused, or None: http(s)://host[:port][/path], nothing else."""
+    parsed = urllib.parse.urlsplit(url)
+    try:
+        parsed.port  # noqa: B018 (raises on a port that is not a number)
+    except ValueError:
+        return f"{url!r}: the port is not a number"
+    if (
+        parsed.scheme not in ("http", "https")
+        or not parsed.hostname
+        or parsed.username is not None
+        or parsed.query
+        or parsed.fragment
+        or any(ord(c) <= 32 or ord(c) == 127 for c in url)
+    ):
+        return f"{url!r} is not a hub URL (http(s)://host[:port][/path], no credentials or query)"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
