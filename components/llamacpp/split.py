@@ -45,11 +45,13 @@ def split_problems(
             (("flags", "rpc"), f"{listed} is not the workers' Services in order: {expected}")
         )
     split = server["flags"].get("tensor_split")
-    if split is not None and len(split) != len(workers) + 1:
+    # One share per device: each worker's, then the head's own GPU when it has one.
+    if split is not None and len(split) not in (len(workers), len(workers) + 1):
         problems.append(
             (
                 ("flags", "tensor_split"),
-                f"has {len(split)} shares for {len(workers)} workers and the head's own GPU",
+                f"has {len(split)} shares for {len(workers)} workers (one more with the head's "
+                "own GPU)",
             )
         )
     return problems

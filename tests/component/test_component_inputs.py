@@ -412,13 +412,13 @@ def test_workers_that_do_not_match_their_head_are_named() -> None:
     (name,) = workers
     workers[name]["head_pod_labels"] = {"app.kubernetes.io/instance": "someone-else"}
     head["flags"]["rpc"] = ["elsewhere.llm-infra.svc:50052"]
-    head["flags"]["tensor_split"] = [1.0]
+    head["flags"]["tensor_split"] = [1.0, 1.0, 1.0]
     problems = dict(
         (".".join(map(str, loc)), message)
         for loc, message in split_problems(stack.server.resource_name, head, workers)
     )
     assert "would shut the head out" in problems[f"{name}.head_pod_labels"]
     assert "is not the workers' Services in order" in problems["flags.rpc"]
-    assert "has 1 shares for 1 workers" in problems["flags.tensor_split"]
+    assert "has 3 shares for 1 workers" in problems["flags.tensor_split"]
     with pytest.raises(ComponentInputError, match=r"flags\.rpc"):
         check_split(stack.server.resource_name, head, workers)
