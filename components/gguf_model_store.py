@@ -24,7 +24,7 @@ from components.node_preflight import (
     preflight_network_policy,
     store_preflight_job,
 )
-from components.payloads import FETCHER_SOURCE
+from components.payloads import FETCHER_SOURCE, HTTP_POLICY_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
 from components.pod_security import DEFAULT_UID
 
@@ -105,7 +105,8 @@ class GgufModelStore(pulumi.ComponentResource):
         labels = store_labels(name)
         lock = fetch_document(args["repo"], args["revision"], args["files"])
         fetcher_source = FETCHER_SOURCE.read_text()
-        names = store_names(name, content_digest(lock, fetcher_source))
+        policy_source = HTTP_POLICY_SOURCE.read_text()
+        names = store_names(name, content_digest(lock, fetcher_source + policy_source))
         run_as_user = args.get("run_as_user", DEFAULT_UID)
         timeout = args.get("fetch_timeout_seconds", 12 * 3600)
         inherited = inherited_dependencies(opts)
@@ -122,7 +123,9 @@ class GgufModelStore(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=inherited, protect=True),
         )
         config_map = namespace.apply(
-            lambda ns: fetcher_config_map(names["config_map"], ns, labels, lock, fetcher_source)
+            lambda ns: fetcher_config_map(
+                names["config_map"], ns, labels, lock, fetcher_source, policy_source
+            )
         )
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-fetcher",

@@ -27,7 +27,7 @@ from components.monitoring_manifests import (
     service_monitor,
 )
 from components.network_policies import NetworkClient, ingress_policy
-from components.payloads import VERIFY_SOURCE
+from components.payloads import HTTP_POLICY_SOURCE, VERIFY_SOURCE
 from components.pod_security import DEFAULT_UID
 from components.verify_job import verify_config_map, verify_digest, verify_job, verify_pod_labels
 
@@ -181,10 +181,12 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         """The post-deploy check; None without verify_expectations."""
         if expectations is not None:
             verify_source = VERIFY_SOURCE.read_text()
+            policy_source = HTTP_POLICY_SOURCE.read_text()
 
             def check(values: list[Any]) -> dict[str, dict[str, Any]]:
                 ns, volume, built = values
-                check_name = f"{name}-verify-{verify_digest(expectations, verify_source, built)}"
+                digest = verify_digest(expectations, verify_source + policy_source, built)
+                check_name = f"{name}-verify-{digest}"
                 job = verify_job(
                     check_name,
                     ns,
@@ -198,7 +200,9 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     run_as_user=args.get("run_as_user", DEFAULT_UID),
                     min_decode_tps=args.get("min_decode_tps"),
                 )
-                config_map = verify_config_map(check_name, ns, labels, expectations, verify_source)
+                config_map = verify_config_map(
+                    check_name, ns, labels, expectations, verify_source, policy_source
+                )
                 return {"config_map": config_map, "job": job}
 
             checks = pulumi.Output.all(namespace, model, deployment).apply(check)

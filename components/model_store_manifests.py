@@ -5,7 +5,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from components.payloads import FETCHER_MOUNT
+from components.payloads import FETCHER_MOUNT, HTTP_POLICY_FILE
 from components.payloads.fetcher import lock_digest
 from components.pod_security import (
     DEFAULT_UID,
@@ -65,7 +65,12 @@ def fetch_job_pattern(name: str) -> str:
 
 
 def fetcher_config_map(
-    name: str, namespace: str, labels: dict[str, str], lock: dict[str, Any], fetcher_source: str
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    lock: dict[str, Any],
+    fetcher_source: str,
+    policy_source: str = "",
 ) -> dict[str, Any]:
     """The fetcher's source and the lock, delivered to a stock Python image without pip."""
     return {
@@ -74,6 +79,7 @@ def fetcher_config_map(
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {
             "fetcher.py": fetcher_source,
+            **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
             "lock.json": json.dumps(lock, indent=2, sort_keys=True) + "\n",
         },
         "immutable": True,

@@ -12,12 +12,12 @@ import fnmatch
 import hashlib
 import json
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from components.payloads import http_policy
 from components.payloads.fetcher import LOCK_VERSION, ModelFile, model_file_problem
 from infra.config.base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
 
@@ -258,18 +258,16 @@ def small_file_sha256(url: str, size: int, token: str | None) -> str:
         raise ConfigError(
             [f"model.files: {url} is a {size}-byte file outside LFS: too large to hash at lock"]
         )
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
     digest = hashlib.sha256()
     got = 0
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            while block := response.read(1024 * 1024):
+        # Never more than the tree's size: a longer answer is an error, not a bigger hash.
+        with http_policy.request(url, token=token, max_body=size) as response:
+            while block := response.read1():
                 digest.update(block)
                 got += len(block)
-    except OSError as exc:
-        raise ConfigError([f"model.files: cannot read {url} to hash it: {exc}"]) from None
+    except http_policy.HttpError as exc:
+        raise ConfigError([f"model.files: cannot read a file to hash it: {exc}"]) from None
     if got != size:
         raise ConfigError(
             [f"model.files: {url} sent {got} bytes, the repo tree says {size}: try again"]
@@ -290,12 +288,15 @@ class RangeReader:
 
     def _fetch(self) -> None:
         start = self.offset + len(self.buffer)
-        request = urllib.request.Request(self.url)
-        request.add_header("Range", f"bytes={start}-{start + self.block - 1}")
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, timeout=60) as response:
-            data = response.read()
+        # A server that ignores Range would send the whole shard: read no more than asked.
+        with http_policy.request(
+            self.url,
+            headers={"Range": f"bytes={start}-{start + self.block - 1}"},
+            token=self.token,
+            max_body=self.block,
+            ok=(200, 206),
+        ) as response:
+            data = response.read_all()
         if not data:
             raise EOFError(f"{self.url}: ended at byte {start}")
         self.fetched += len(data)
@@ -320,9 +321,9 @@ def gguf_summary(urls: list[str], token: str | None) -> dict[str, Any]:
     for url in urls:
         try:
             headers.append(read_gguf_header(RangeReader(url, token)))
-        except (GgufError, EOFError, OSError) as exc:
+        except (GgufError, EOFError, http_policy.HttpError) as exc:
             raise ConfigError(
-                [f"model.files: cannot read the GGUF header of {url}: {exc}"]
+                [f"model.files: cannot read the GGUF header of {http_policy.shorten(url)}: {exc}"]
             ) from None
     return summarize(headers)
 

@@ -294,7 +294,7 @@ def request(
         raise HttpError(f"{shorten(url)}: not an http(s) URL")
     origin = _origin(first)
     current, parts = url, first
-    send_token = token is not None
+    send_token = bool(token)
     for hop in range(limits.max_redirects + 1):
         sent = dict(headers or {})
         sent.setdefault("User-Agent", "llm-infra/1")

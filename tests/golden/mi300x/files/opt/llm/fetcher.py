@@ -24,6 +24,7 @@ both. `check` (the server's init check) reads only the marker and the file sizes
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
 import fcntl
 import fnmatch
 import hashlib
@@ -33,18 +34,33 @@ import shutil
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import TYPE_CHECKING, Any, NotRequired
 
 try:  # pydantic validates lock files as ModelFile, and wants this TypedDict before Python 3.12
     from typing_extensions import TypedDict
 except ImportError:  # a stock Python image: the standard library's serves the fetcher alone
     from typing import TypedDict
+
+if TYPE_CHECKING or "components.payloads" in sys.modules:
+    from components.payloads import http_policy
+else:  # a stock image or a plain Python: the policy is shipped beside this file
+
+    def _sibling(name: str) -> Any:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    http_policy = sys.modules.get("http_policy") or _sibling("http_policy")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 STATE_DIR = ".llm-infra"
@@ -71,11 +87,13 @@ _ANY_NAMES = ("x", "model.gguf", "config.json", "README", "Qwen3.6-32B-Q4_K_M.gg
 
 
 class FetchError(Exception):
-    """A failure the user can act on; `exit_code` says which kind."""
+    """A failure the user can act on; `exit_code` says which kind, `retryable` whether another
+    try can help (network faults, but never a name that does not resolve)."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, retryable: bool | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.retryable = exit_code == EXIT_NETWORK if retryable is None else retryable
 
 
 class ModelFile(TypedDict):
@@ -245,27 +263,22 @@ def file_url(lock: Lock, item: ModelFile) -> str:
     return f"{endpoint}/{lock.repo}/resolve/{revision}/{quoted}"
 
 
-def _request(url: str, method: str = "GET", offset: int = 0) -> urllib.request.Request:
-    request = urllib.request.Request(url, method=method)
-    token = os.environ.get("HF_TOKEN")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    if offset:
-        request.add_header("Range", f"bytes={offset}-")
-    request.add_header("User-Agent", "llm-infra-fetcher/1")
-    return request
-
-
-def _http_error(exc: urllib.error.HTTPError, url: str) -> FetchError:
-    if exc.code in (401, 403):
+def _fetch_error(exc: "http_policy.HttpError", item: ModelFile) -> FetchError:
+    """The fetcher's exit code for a failed request (the message is the policy's)."""
+    if exc.status in (401, 403):
         return FetchError(
-            f"{url}: HTTP {exc.code}: not authorised (gated or private repo: set HF_TOKEN "
-            "to a token that has access)",
-            EXIT_AUTH,
+            f"{exc}: gated or private repo: set HF_TOKEN to a token that has access", EXIT_AUTH
         )
-    if exc.code == 404:
-        return FetchError(f"{url}: HTTP 404: no such repo, revision or file", EXIT_NOT_FOUND)
-    return FetchError(f"{url}: HTTP {exc.code}", EXIT_NETWORK)
+    if exc.status == 404:
+        return FetchError(f"{exc}: no such repo, revision or file", EXIT_NOT_FOUND)
+    expected = item.get("size")
+    if isinstance(exc, http_policy.TooLarge) and expected is not None:
+        return FetchError(
+            f"{item['name']}: {exc}: the lock says {expected} bytes for {item['path']} (re-run "
+            "llm-infra lock, or check the endpoint, HF_ENDPOINT / store.hfEndpoint)",
+            EXIT_SIZE,
+        )
+    return FetchError(str(exc), EXIT_NETWORK, retryable=exc.retryable)
 
 
 class Progress:
@@ -325,12 +338,82 @@ def _size_error(item: ModelFile, served: int, expected: int) -> FetchError:
     )
 
 
-def _download(lock: Lock, item: ModelFile, dest: Path, progress: Progress, retries: int) -> None:
+def _receive(
+    response: "http_policy.Response",
+    item: ModelFile,
+    part: Path,
+    offset: int,
+    digest: "hashlib._Hash",
+    progress: Progress,
+) -> "hashlib._Hash":
+    """Append the response body to the .part file, hashing as it arrives; the digest of the
+    whole .part file."""
+    expected = item.get("size")
+    if offset and response.status != 206:
+        # The server ignored Range: start again from byte 0.
+        offset = 0
+        digest = hashlib.sha256()
+    served = _announced_size(response, offset)
+    if expected is not None and served is not None and served != expected:
+        # A wrong lock, not a network fault: no body read, no retry.
+        raise _size_error(item, served, expected)
+    if expected is not None:
+        try:
+            response.limit(expected - offset)
+        except http_policy.HttpError as exc:
+            raise _fetch_error(exc, item) from None
+    try:
+        with part.open("ab" if offset else "wb") as out:
+            while True:
+                try:
+                    # Whatever has arrived, so a killed fetcher leaves it on disk.
+                    block = response.read1(NET_CHUNK)
+                except http_policy.TooLarge as exc:
+                    out.close()
+                    part.unlink()
+                    raise _fetch_error(exc, item) from None
+                except http_policy.HttpError as exc:
+                    raise _fetch_error(exc, item) from None
+                if not block:
+                    break
+                out.write(block)
+                digest.update(block)
+                progress.add(len(block))
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        if exc.errno == 28:
+            raise FetchError(f"{part}: disk full: {exc}", EXIT_DISK) from exc
+        raise
+    return digest
+
+
+LIMITS = http_policy.Limits(deadline_s=None, min_rate=16 * 1024)
+"""A download may take hours: the minimum rate and the fetch's own deadline bound it."""
+DEFAULT_DEADLINE_S = 12 * 3600
+
+
+def _download(
+    lock: Lock,
+    item: ModelFile,
+    dest: Path,
+    progress: Progress,
+    retries: int,
+    limits: "http_policy.Limits" = LIMITS,
+    deadline: float | None = None,
+) -> None:
     url = file_url(lock, item)
     checksum_failures = 0
     for attempt in range(retries + 1):
+        left = None if deadline is None else deadline - time.monotonic()
         try:
-            _download_once(url, item, dest, progress)
+            if left is not None and left <= 0:
+                raise FetchError(
+                    f"{item['name']}: not complete within the fetch's deadline (--deadline)",
+                    EXIT_NETWORK,
+                    retryable=False,
+                )
+            _download_once(url, item, dest, progress, dataclasses.replace(limits, deadline_s=left))
             return
         except FetchError as exc:
             if exc.exit_code == EXIT_CHECKSUM and checksum_failures == 0:
@@ -338,14 +421,20 @@ def _download(lock: Lock, item: ModelFile, dest: Path, progress: Progress, retri
                 checksum_failures += 1
                 log(f"{item['name']}: {exc}; downloading it again")
                 continue
-            if exc.exit_code != EXIT_NETWORK or attempt == retries:
+            if not exc.retryable or attempt == retries:
                 raise
             delay = min(2**attempt, 60)
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise FetchError(
+                    f"{exc}; no retry: the fetch's deadline (--deadline) has passed", EXIT_NETWORK
+                ) from None
             log(f"{item['name']}: {exc}; retry {attempt + 1}/{retries} in {delay}s")
             time.sleep(delay)
 
 
-def _download_once(url: str, item: ModelFile, dest: Path, progress: Progress) -> None:
+def _download_once(
+    url: str, item: ModelFile, dest: Path, progress: Progress, limits: "http_policy.Limits"
+) -> None:
     part = part_path(dest, item)
     offset = part.stat().st_size if part.exists() else 0
     expected = item.get("size")
@@ -357,50 +446,31 @@ def _download_once(url: str, item: ModelFile, dest: Path, progress: Progress) ->
         with part.open("rb") as existing:
             while block := existing.read(CHUNK):
                 digest.update(block)
+    headers = {"User-Agent": "llm-infra-fetcher/1"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
     try:
-        response = urllib.request.urlopen(_request(url, offset=offset), timeout=60)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 416 or expected is None:
-            raise _http_error(exc, url) from exc
-        # Nothing past the .part file: it is complete if the file has exactly the lock's size.
-        served = _announced_size(exc, offset)
-        if served is not None and served != expected:
-            raise _size_error(item, served, expected) from exc
-        if offset != expected:
-            raise _http_error(exc, url) from exc
-        response = None
-    except (urllib.error.URLError, OSError) as exc:
-        raise FetchError(f"{url}: {exc}", EXIT_NETWORK) from exc
-    if response is not None:
-        with response:
-            if offset and response.status != 206:
-                # The server ignored Range: start again from byte 0.
-                offset = 0
-                digest = hashlib.sha256()
+        # The body is limited to the lock's size once the status is known (_receive): an
+        # endless body cannot fill the disk.
+        response = http_policy.request(
+            url,
+            headers=headers,
+            token=os.environ.get("HF_TOKEN") or None,
+            limits=limits,
+            ok=(200, 206, 416),
+        )
+    except http_policy.HttpError as exc:
+        raise _fetch_error(exc, item) from None
+    with response:
+        if response.status == 416:
+            # Nothing past the .part file: it is complete if the file has the lock's size.
             served = _announced_size(response, offset)
             if expected is not None and served is not None and served != expected:
-                # A wrong lock, not a network fault: no body read, no retry.
                 raise _size_error(item, served, expected)
-            mode = "ab" if offset else "wb"
-            try:
-                with part.open(mode) as out:
-                    while True:
-                        try:
-                            # read1: whatever has arrived, so a killed fetcher leaves it on disk.
-                            block = response.read1(NET_CHUNK)
-                        except OSError as exc:
-                            raise FetchError(f"{url}: {exc}", EXIT_NETWORK) from exc
-                        if not block:
-                            break
-                        out.write(block)
-                        digest.update(block)
-                        progress.add(len(block))
-                    out.flush()
-                    os.fsync(out.fileno())
-            except OSError as exc:
-                if exc.errno == 28:
-                    raise FetchError(f"{part}: disk full: {exc}", EXIT_DISK) from exc
-                raise
+            if expected is None or offset != expected:
+                raise FetchError(f"{http_policy.shorten(url)}: HTTP 416", EXIT_NETWORK)
+        else:
+            digest = _receive(response, item, part, offset, digest, progress)
     size = part.stat().st_size
     sha256 = item.get("sha256")
     if expected is not None and size > expected:
@@ -661,6 +731,8 @@ def fetch(
     retries: int = 5,
     free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
     upgrade: str = "keep",
+    limits: "http_policy.Limits" = LIMITS,
+    deadline_s: float | None = DEFAULT_DEADLINE_S,
 ) -> None:
     """Place every file of the lock in dest, then write the lock's completion marker.
 
@@ -690,7 +762,11 @@ def fetch(
         _make_room(dest, lock, missing, retired, upgrade, free_space(dest))
         progress = Progress(bytes_still_needed(dest, missing))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
-            futures = [pool.submit(_download, lock, i, dest, progress, retries) for i in missing]
+            deadline = None if deadline_s is None else time.monotonic() + deadline_s
+            futures = [
+                pool.submit(_download, lock, i, dest, progress, retries, limits, deadline)
+                for i in missing
+            ]
             for future in futures:
                 future.result()
         _switch(dest, lock, [i for i in lock.files if i in waiting or i in missing])
@@ -745,6 +821,20 @@ def add_fetch_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--retries", type=int, default=5, help="retries per file on connection errors and HTTP 5xx"
     )
+    parser.add_argument(
+        "--min-rate",
+        type=float,
+        default=LIMITS.min_rate,
+        metavar="BYTES_PER_S",
+        help="a download slower than this over a minute is cut off and retried",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        metavar="SECONDS",
+        help="the whole fetch, retries included, ends with an error after this long",
+    )
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -772,6 +862,8 @@ def run_fetch(args: argparse.Namespace) -> int:
             args.retire,
             args.retries,
             upgrade=args.upgrade,
+            limits=dataclasses.replace(LIMITS, min_rate=args.min_rate),
+            deadline_s=args.deadline,
         )
     except FetchError as exc:
         log(f"error: {exc}")
