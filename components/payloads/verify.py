@@ -114,7 +114,10 @@ def request_json(
     deadline of the whole exchange."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
-    limits = http_policy.Limits(deadline_s=timeout, head_timeout_s=timeout)
+    # A completion's head comes only when it is done: the deadline bounds the wait, not a rate.
+    limits = http_policy.Limits(
+        deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
+    )
     try:
         with http_policy.request(
             base_url.rstrip("/") + path,
@@ -268,7 +271,10 @@ def complete(
             )
         path = "/v1/chat/completions"
         choice = field_of(answer, path, "choices", 0)
-        text = field_of(answer, path, "choices", 0, "message").get("content") or ""
+        message = field_of(answer, path, "choices", 0, "message")
+        if not isinstance(message, dict):
+            raise EndpointError(f"{path}: a malformed answer (choices[0].message {message!r:.80})")
+        text = message.get("content") or ""
     elif endpoint == "completions":
         body["prompt"] = case.get("prompt") or "\n".join(m["content"] for m in case["messages"])
         if top_k:

@@ -180,7 +180,11 @@ def stream_chat(
             headers=headers,
             token=api_key or None,
             body=json.dumps(payload).encode(),
-            limits=http_policy.Limits(deadline_s=timeout, head_timeout_s=timeout),
+            # A long prefill sends nothing for minutes, a slow decode a few bytes a second: the
+            # deadline bounds a stream, not a rate.
+            limits=http_policy.Limits(
+                deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
+            ),
         ) as resp:
             _read_stream(resp, res)
     except http_policy.HttpError as exc:
