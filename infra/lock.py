@@ -13,28 +13,87 @@ import hashlib
 import json
 import urllib.parse
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from components.payloads import http_policy
 from components.payloads.fetcher import LOCK_VERSION, ModelFile, model_file_problem
 from infra.config.base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
 
+MetadataScalar = Annotated[str, Field(max_length=4096)] | int | float | bool | None
+
+
+class GgufSummary(BaseModel):
+    """The GGUF header summary a lock stores (`components.gguf_header.summarize`, schema 1),
+    checked field by field: the planner reads every one of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    schema_version: Literal[1] = Field(alias="schema")
+    architecture: str = Field(pattern=r"^[a-z0-9_]{1,64}$")
+    metadata: dict[
+        Annotated[str, Field(max_length=256)],
+        MetadataScalar | Annotated[list[MetadataScalar], Field(max_length=64)],
+    ] = Field(max_length=4096)
+    vocab_size: int | None = Field(ge=0)
+    layer_bytes: list[Annotated[int, Field(ge=0)]] = Field(max_length=4096)
+    other_tensors: dict[Annotated[str, Field(max_length=256)], Annotated[int, Field(ge=0)]] = Field(
+        max_length=65536
+    )
+    total_bytes: int = Field(ge=0)
+    tensor_count: int = Field(ge=0)
+
+    @model_validator(mode="after")
+    def _total_is_the_sum(self) -> GgufSummary:
+        parts = sum(self.layer_bytes) + sum(self.other_tensors.values())
+        if parts != self.total_bytes:
+            raise ValueError(
+                f"total_bytes {self.total_bytes} is not the sum of layer_bytes and "
+                f"other_tensors ({parts})"
+            )
+        return self
+
 
 class ModelLock(BaseModel):
-    """A lock file's content (the fetcher reads the same document)."""
+    """A lock file's content (the fetcher reads the same document), read strictly: a size is
+    an integer, never a bool or a numeric string; every string that becomes a file name, a
+    label or a message is length-limited."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     version: Literal[1]
     """The lock format's version (`components.payloads.fetcher.LOCK_VERSION`)."""
-    repo: str
+    repo: str = Field(max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$")
     revision: str = Field(pattern=r"^[0-9a-f]{40}$")
-    requested_revision: str
-    patterns: list[str]
-    files: list[ModelFile] = Field(min_length=1)
+    requested_revision: str = Field(min_length=1, max_length=256)
+    patterns: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        min_length=1, max_length=256
+    )
+    files: list[ModelFile] = Field(min_length=1, max_length=10_000)
     gguf: dict[str, Any] | None = None
+
+    @field_validator("gguf")
+    @classmethod
+    def _gguf_is_a_summary(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                GgufSummary.model_validate(value)
+            except ValidationError as exc:
+                raise ValueError(
+                    "; ".join(
+                        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                        for e in exc.errors()[:5]
+                    )
+                ) from None
+        return value
 
     def stale_problems(self, model: RepoModelSettings, path: Path) -> list[str]:
         """Why this lock no longer describes the stack's model (empty when it does)."""
@@ -105,11 +164,15 @@ def lock_files_problem(files: list[ModelFile], patterns: list[str]) -> str | Non
 
 
 def read_lock(path: Path) -> ModelLock:
-    """Read and validate a lock file."""
+    """Read and validate a lock file (size-limited before it is parsed)."""
+    from infra.config.limits import MAX_LOCK_FILE_BYTES, read_limited
+
     try:
-        return ModelLock.model_validate_json(path.read_text())
-    except OSError as exc:
-        raise ConfigError([f"model: cannot read the lock {path}: {exc.strerror}"]) from None
+        text = read_limited(path, MAX_LOCK_FILE_BYTES, "lock")
+    except ConfigError as exc:
+        raise ConfigError([f"model: {p}" for p in exc.problems]) from None
+    try:
+        return ModelLock.model_validate_json(text)
     except ValidationError as exc:
         problems = [
             ": ".join(

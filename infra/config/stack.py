@@ -28,6 +28,7 @@ from infra.config.base import (
 from infra.config.docker_host import Mi300xStack, docker_host_checks
 from infra.config.fleet import FleetStack, fleet_checks
 from infra.config.kubernetes import StrixHaloStack, cross_checks
+from infra.config.limits import MAX_STACK_FILE_BYTES, load_yaml, read_limited
 
 StackConfig = StrixHaloStack | FleetStack | Mi300xStack
 
@@ -154,8 +155,9 @@ def read_stack_file(stack: str | Path) -> StackFile:
     if not path.is_file():
         raise ConfigError([f"no stack file {path} (stacks are stacks/Pulumi.NAME.yaml)"])
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+        text = read_limited(path, MAX_STACK_FILE_BYTES, "stack file")
+        document = load_yaml(text, path) or {}
+    except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError([f"{path}: not a readable YAML file ({exc})"]) from None
     entries = document.get("config") if isinstance(document, dict) else None
     if not isinstance(entries, dict):
