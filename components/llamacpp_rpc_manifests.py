@@ -7,7 +7,12 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 
 from typing import TYPE_CHECKING, Any
 
-from components.llamacpp_manifests import cluster_ip_service
+from components.llamacpp_manifests import (
+    ROLE_LABEL,
+    WORKER_ROLE,
+    cluster_ip_service,
+    gpu_pod_anti_affinity,
+)
 from components.pod_security import (
     DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
@@ -125,9 +130,10 @@ def worker_deployment(
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": worker_selector(labels)},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": {**labels, ROLE_LABEL: WORKER_ROLE}},
                 "spec": {
                     "nodeSelector": args["node_selector"],
+                    "affinity": gpu_pod_anti_affinity(),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": restricted_pod(args.get("supplemental_groups")),

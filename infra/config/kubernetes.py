@@ -33,6 +33,7 @@ from infra.config.base import (
     shard_set_problems,
 )
 from infra.config.metrics import KubernetesMetricsSettings
+from infra.config.placement import placement_problems
 
 
 class KubernetesSettings(Strict):
@@ -435,11 +436,6 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
             )
         elif len(name) > SERVER_NAME_MAX:
             problems.append(f"{key}.name: {name!r} is longer than {SERVER_NAME_MAX} characters")
-        if dict(worker.node_selector) == dict(server.node_selector):
-            problems.append(
-                f"{key}.nodeSelector: {dict(worker.node_selector)} is the server's own; a worker "
-                "lends another node's GPU (the server's node already serves its own)"
-            )
         for resource in ("cpu", "memory"):
             request = getattr(worker.resources.requests, resource)
             limit = getattr(worker.resources.limits, resource)
@@ -449,6 +445,15 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
                 )
     if rpc.port == server.port:
         problems.append(f"server.rpc.port: {rpc.port} is the server's own port (server.port)")
+    problems += placement_problems(
+        [
+            ("server.nodeSelector", server.node_selector),
+            *[
+                (f"server.rpc.workers[{index}].nodeSelector", worker.node_selector)
+                for index, worker in enumerate(rpc.workers)
+            ],
+        ]
+    )
     return problems
 
 

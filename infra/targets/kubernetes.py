@@ -19,7 +19,10 @@ from components import (
     ModelFile,
     ModelVolume,
 )
-from components.llamacpp_manifests import selector_labels, server_labels, service_url
+from components.llamacpp_manifests import (
+    head_pod_labels,
+    service_url,
+)
 from components.llamacpp_rpc_manifests import rpc_endpoint
 from components.llamacpp_rpc_worker import LlamaCppRpcWorker, LlamaCppRpcWorkerArgs
 from components.model_store_manifests import MODELS_MOUNT, fetch_job_pattern
@@ -154,7 +157,7 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
     server, rpc = stack.server, stack.server.rpc
     if rpc is None:
         return {}
-    head_labels = selector_labels(server_labels(server.resource_name))
+    head_labels = head_pod_labels(server.resource_name)
     workers: dict[str, LlamaCppRpcWorkerArgs] = {}
     for worker, name in zip(rpc.workers, server.rpc_worker_names, strict=True):
         workers[name] = {

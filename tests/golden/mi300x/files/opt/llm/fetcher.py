@@ -109,8 +109,23 @@ class ModelFile(TypedDict):
     """sha256 of the content, when known (from the lock)."""
 
 
+MAX_LOCK_BYTES = 16 * 1024 * 1024
+"""The largest lock file read (a GGUF summary included, a lock is kilobytes)."""
 LOCK_VERSION = 1
 """The lock format: `llm-infra lock` writes it, this fetcher reads its repo, revision and files."""
+
+
+MAX_NAME_BYTES = 240
+"""A file name's longest UTF-8 form: `.NAME.part` must still fit the 255-byte limit of a
+file name on Linux file systems."""
+MAX_PATH_CHARS = 1024
+"""A repo path's longest form (the hub's own limit is far below)."""
+
+
+def quoted(value: Any, limit: int = 120) -> str:
+    """repr(value) cut to a length a message can carry (a hostile lock cannot flood a log)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def model_file_problem(entry: Any) -> str | None:
@@ -127,11 +142,15 @@ def model_file_problem(entry: Any) -> str | None:
     if (
         not isinstance(path, str)
         or not path
+        or len(path) > MAX_PATH_CHARS
         or path.startswith("/")
         or controls(path)
         or any(part in ("", ".", "..") for part in path.split("/"))
     ):
-        return f"path {path!r} is not a relative path inside the repo"
+        return (
+            f"path {quoted(path)} is not a relative path inside the repo (at most "
+            f"{MAX_PATH_CHARS} characters)"
+        )
     if (
         not isinstance(name, str)
         or not name
@@ -139,17 +158,22 @@ def model_file_problem(entry: Any) -> str | None:
         or name.startswith(".")
         or controls(name)
     ):
-        return f"name {name!r} is not a plain file name (no /, no leading .)"
+        return f"name {quoted(name)} is not a plain file name (no /, no leading .)"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return (
+            f"name {quoted(name)} is {len(name.encode('utf-8', 'surrogatepass'))} bytes long; "
+            f"at most {MAX_NAME_BYTES} (its download, .NAME.part, must fit a file name)"
+        )
     if name != path.rsplit("/", 1)[-1]:
-        return f"name {name!r} is not the file name of path {path!r}"
+        return f"name {quoted(name)} is not the file name of path {quoted(path)}"
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-        return f"size {size!r} is not a byte count"
+        return f"size {quoted(size)} is not a byte count"
     if sha256 is not None and not (
         isinstance(sha256, str)
         and len(sha256) == 64
         and all(c in "0123456789abcdef" for c in sha256)
     ):
-        return f"sha256 {sha256!r} is not 64 lowercase hex digits"
+        return f"sha256 {quoted(sha256)} is not 64 lowercase hex digits"
     return None
 
 
@@ -204,13 +228,20 @@ def lock_digest(document: dict[str, Any]) -> str:
 def load_lock(path: Path) -> Lock:
     """Read and check a lock file."""
     try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise FetchError(f"cannot read lock {path}: {exc}", EXIT_USAGE) from exc
-    if document.get("version") != LOCK_VERSION:
-        raise FetchError(
-            f"lock {path}: unsupported version {document.get('version')!r}", EXIT_USAGE
-        )
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_LOCK_BYTES + 1)
+        if len(raw) > MAX_LOCK_BYTES:
+            raise ValueError(f"larger than {MAX_LOCK_BYTES} bytes")
+        document = json.loads(raw)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise FetchError(f"cannot read lock {path}: {exc}", EXIT_USAGE) from None
+    if not isinstance(document, dict) or document.get("version") != LOCK_VERSION:
+        version = document.get("version") if isinstance(document, dict) else document
+        raise FetchError(f"lock {path}: unsupported version {quoted(version)}", EXIT_USAGE)
+    if not isinstance(document.get("files"), list) or not all(
+        isinstance(document.get(key), str) for key in ("repo", "revision")
+    ):
+        raise FetchError(f"lock {path}: no repo, revision and files list", EXIT_USAGE)
     files = []
     seen: dict[str, str] = {}
     for index, entry in enumerate(document.get("files", [])):
