@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from components.addresses import covers_every_address
+from components.images import RPC, image_capabilities
 from components.llamacpp_manifests import CACHE_TYPES, DEFAULT_IMAGE, CacheType
 from components.llamacpp_rpc_manifests import RPC_BINARY, RPC_PORT
 from components.payloads.fetcher import retire_pattern_problem
@@ -124,11 +125,6 @@ class ResourceSettings(Strict):
 
     requests: ComputeResources
     limits: ComputeResources
-
-
-# The official images (.devops/vulkan.Dockerfile of b11434) are configured without -DGGML_RPC:
-# their llama-server answers `--rpc` with "RPC not supported in this build".
-STOCK_IMAGE_PREFIX = DEFAULT_IMAGE.rsplit(":", 1)[0] + ":"
 
 
 def _worker_resources() -> ResourceSettings:
@@ -413,7 +409,7 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
         return []
     problems = []
     for key, image in (("server.image", server.image), ("server.rpc.image", server.rpc_image)):
-        if image.startswith(STOCK_IMAGE_PREFIX):
+        if RPC not in image_capabilities(image):
             problems.append(
                 f"{key}: {image!r} is built without -DGGML_RPC (llama.cpp's images answer --rpc "
                 "with 'RPC not supported in this build'); with server.rpc, use an image of the "

@@ -138,3 +138,29 @@ def rendered_split(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, A
     result = render(SPLIT, out)
     assert result.returncode == 0, result.stderr
     return [d for d in yaml.safe_load_all((out / "manifests.yaml").read_text()) if d]
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
+        "ghcr.io/ggml-org/llama.cpp:server-rocm-b11434",
+        "ghcr.io/ggml-org/llama.cpp:full-vulkan-b11434",
+        "ghcr.io/ggml-org/llama.cpp@sha256:" + "ab" * 32,
+        "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434@sha256:" + "cd" * 32,
+    ],
+    ids=["vulkan-tag", "rocm-tag", "full-tag", "digest", "tag-and-digest"],
+)
+def test_the_official_llamacpp_image_is_refused_for_rpc_at_any_tag_or_digest(image: str) -> None:
+    values = copy.deepcopy(stack_values(SPLIT))
+    values["server"]["image"] = image
+    values["server"]["allowFloatingImage"] = True
+    found = "\n".join(problems(values))
+    assert f"server.image: {image!r} is built without -DGGML_RPC" in found
+
+
+def test_the_official_image_as_the_workers_image_is_refused_too() -> None:
+    values = copy.deepcopy(stack_values(SPLIT))
+    image = "ghcr.io/ggml-org/llama.cpp@sha256:" + "ab" * 32
+    values["server"]["rpc"]["image"] = image
+    assert f"server.rpc.image: {image!r} is built without -DGGML_RPC" in "\n".join(problems(values))
