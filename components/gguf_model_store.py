@@ -25,7 +25,12 @@ from components.node_preflight import (
     store_preflight_job,
 )
 from components.payloads import FETCHER_SOURCE, HTTP_POLICY_SOURCE
-from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
+from components.payloads.fetcher import (
+    ModelFile,
+    fetch_document,
+    lock_digest,
+    token_over_http_problem,
+)
 from components.pod_security import DEFAULT_UID
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
@@ -73,6 +78,8 @@ class GgufModelStoreArgs(TypedDict):
     """Hub endpoint (a mirror); default huggingface.co."""
     hf_token: NotRequired[pulumi.Input[str] | None]
     """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
+    allow_token_over_http: NotRequired[bool]
+    """Send hf_token to a plain-http hf_endpoint (refused unless True)."""
     network_policy: NotRequired[bool]
     """Restrict the fetch pod to DNS and the hub's port (default True)."""
     run_as_user: NotRequired[int]
@@ -99,6 +106,13 @@ class GgufModelStore(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: GgufModelStoreArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        problem = token_over_http_problem(
+            args.get("hf_endpoint"),
+            args.get("hf_token") is not None,
+            args.get("allow_token_over_http", False),
+        )
+        if problem:
+            raise ValueError(f"{name}: hf_endpoint {problem}")
         super().__init__(TYPE_TOKEN, name, None, opts)
         args = with_integers(args, GgufModelStoreArgs)
         namespace = pulumi.Output.from_input(args["namespace"])
@@ -156,6 +170,7 @@ class GgufModelStore(pulumi.ComponentResource):
                 parallel=args.get("parallel_downloads", 3),
                 timeout_seconds=timeout,
                 hf_endpoint=args.get("hf_endpoint"),
+                allow_token_over_http=args.get("allow_token_over_http", False),
                 token_secret=names["token_secret"] if hf_token is not None else None,
                 run_as_user=run_as_user,
                 upgrade=args.get("upgrade", "keep"),

@@ -166,9 +166,12 @@ def fetch_job(
     token_secret: str | None,
     run_as_user: int = DEFAULT_UID,
     upgrade: str = "keep",
+    allow_token_over_http: bool = False,
 ) -> dict[str, Any]:
     """The fetch Job: resumable across pod restarts since partial files stay on the volume."""
     extra = ["--parallel", str(parallel)]
+    if allow_token_over_http:
+        extra.append("--allow-token-over-http")
     for pattern in retired:
         extra += ["--retire", pattern]
     if upgrade != "keep":

@@ -25,7 +25,12 @@ from pydantic import (
 )
 
 from components.payloads import http_policy
-from components.payloads.fetcher import LOCK_VERSION, ModelFile, model_file_problem
+from components.payloads.fetcher import (
+    LOCK_VERSION,
+    ModelFile,
+    model_file_problem,
+    token_over_http_problem,
+)
 from infra.config.base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
 
 MetadataScalar = Annotated[str, Field(max_length=4096)] | int | float | bool | None
@@ -200,9 +205,15 @@ def write_lock(path: Path, lock: ModelLock) -> None:
 
 
 def resolve_lock(
-    model: RepoModelSettings, token: str | None = None, endpoint: str | None = None
+    model: RepoModelSettings,
+    token: str | None = None,
+    endpoint: str | None = None,
+    allow_token_over_http: bool = False,
 ) -> ModelLock:
     """Resolve the model through the hub to a lock; ConfigError with the key on every failure."""
+    problem = token_over_http_problem(endpoint, bool(token), allow_token_over_http)
+    if problem:
+        raise ConfigError([f"--endpoint {problem}"])
     # huggingface_hub 2.x speaks HTTP through httpx2 and lets its transport errors through.
     from httpx2 import TransportError
     from huggingface_hub import HfApi

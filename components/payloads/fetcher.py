@@ -28,6 +28,7 @@ import dataclasses
 import fcntl
 import fnmatch
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -175,6 +176,27 @@ def model_file_problem(entry: Any) -> str | None:
     ):
         return f"sha256 {quoted(sha256)} is not 64 lowercase hex digits"
     return None
+
+
+def token_over_http_problem(endpoint: str | None, has_token: bool, allowed: bool) -> str | None:
+    """A token bound for a plain-http hub endpoint, not stated as intended: the one rule for
+    the stack, `llm-infra lock` and this fetcher."""
+    if not has_token or allowed or not endpoint:
+        return None
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme != "http":
+        return None
+    host = parts.hostname or ""
+    try:
+        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+            return None  # never leaves the machine
+    except ValueError:
+        pass
+    return (
+        f"{quoted(endpoint)} is plain http and an HF token is set: the token would cross the "
+        "network in clear text; use https, or state it (store.allowTokenOverHttp: true, "
+        "--allow-token-over-http)"
+    )
 
 
 def retire_pattern_problem(pattern: str, names: list[str]) -> str | None:
@@ -853,6 +875,11 @@ def add_fetch_options(parser: argparse.ArgumentParser) -> None:
         "--retries", type=int, default=5, help="retries per file on connection errors and HTTP 5xx"
     )
     parser.add_argument(
+        "--allow-token-over-http",
+        action="store_true",
+        help="send HF_TOKEN to a plain-http HF_ENDPOINT (refused unless stated)",
+    )
+    parser.add_argument(
         "--min-rate",
         type=float,
         default=LIMITS.min_rate,
@@ -885,6 +912,14 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_fetch(args: argparse.Namespace) -> int:
     """Fetch the locked set; the exit code says which kind of failure stopped it."""
+    problem = token_over_http_problem(
+        os.environ.get("HF_ENDPOINT"),
+        bool(os.environ.get("HF_TOKEN")),
+        getattr(args, "allow_token_over_http", False),
+    )
+    if problem:
+        log(f"error: HF_ENDPOINT {problem}")
+        return EXIT_USAGE
     try:
         fetch(
             load_lock(args.lock),

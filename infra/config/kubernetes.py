@@ -74,6 +74,9 @@ class StoreSettings(Strict):
     parallel_downloads: Annotated[int, Field(ge=1, le=16)] = 3
     fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
     hf_endpoint: HttpUrl | None = None
+    allow_token_over_http: bool = False
+    """Send hfToken to a plain-http hfEndpoint (a mirror on a trusted network); refused
+    unless set."""
     upgrade: Literal["keep", "replace"] = "keep"
     """`keep`: on a new lock the old model stays on the volume, and serving, until the new one is
     verified (the volume must hold both); `replace`: when it cannot, the retired files go first

@@ -17,6 +17,7 @@ import pulumi
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from components.payloads.fetcher import token_over_http_problem
 from infra.config.base import (
     LOCATION_KEYS,
     NAMESPACE,
@@ -242,6 +243,24 @@ def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], l
     return lines(feature), lines(target)
 
 
+def token_transport_problems(stack: StackConfig, has_token: bool) -> list[str]:
+    """A plain-http store.hfEndpoint that the HF token would be sent to, not stated."""
+    if isinstance(stack, Mi300xStack):
+        return []
+    entries = (
+        [(f"servers[{i}].store", s.store) for i, s in enumerate(stack.servers)]
+        if isinstance(stack, FleetStack)
+        else [("store", stack.store)]
+    )
+    problems = []
+    for key, store in entries:
+        endpoint = str(store.hf_endpoint) if store.hf_endpoint else None
+        problem = token_over_http_problem(endpoint, has_token, store.allow_token_over_http)
+        if problem:
+            problems.append(f"{key}.hfEndpoint: {problem}")
+    return problems
+
+
 def plaintext_secret_problem(key: str, where: str) -> str:
     """A secret written in plain text: the line to use instead (never the value)."""
     return (
@@ -307,6 +326,7 @@ def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
         if value is not None
     }
     always, for_up = missing_secrets(stack, present)
+    always += token_transport_problems(stack, "hfToken" in present)
     if always or (for_up and not pulumi.runtime.is_dry_run()):
         raise ConfigError(always + for_up)
     if for_up:

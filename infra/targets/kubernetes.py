@@ -247,6 +247,7 @@ def store_args(
         "fetch_timeout_seconds": int(store.fetch_timeout_hours * 3600),
         "hf_endpoint": store.hf_endpoint,
         "hf_token": hf_token,
+        "allow_token_over_http": store.allow_token_over_http,
         "network_policy": stack.network.policies,
         "run_as_user": stack.server.run_as_user,
         "upgrade": store.upgrade,
