@@ -25,6 +25,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import fnmatch
 import hashlib
@@ -707,11 +708,79 @@ def _delete(dest: Path, paths: list[Path], lock: Lock, why: str) -> None:
         log(f"retired {path.name} ({size} bytes){why}")
 
 
+def in_use(path: Path) -> bool:
+    """True when any process on this node (any pod: the kernel keeps one count per file) has
+    the file open or mapped, so deleting it would free no space.
+
+    A write lease is granted only on a file nobody else has open; a mapping keeps the file
+    open until it is unmapped. Where the lease cannot be asked (another owner, a file system
+    without leases) the answer is False and the space measured after the unlink decides.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EBUSY)
+    else:
+        fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def _replace_old(
+    dest: Path,
+    lock: Lock,
+    old: list[Path],
+    needed: int,
+    free: int,
+    free_space: Callable[[Path], int],
+) -> None:
+    """Delete the old model's files, then measure the disk again: a file still open or mapped
+    (the old server, in any pod) is never deleted, and when the unlink did not free enough
+    (a process nobody could see still holds a file), nothing more is deleted and the download
+    does not start."""
+    held = [path for path in old if in_use(path)]
+    if held:
+        raise FetchError(
+            f"disk full: {_gib(needed)} needed, {_gib(free)} free in {dest}, and "
+            f"{held[0].name}{f' and {len(held) - 1} more' if len(held) > 1 else ''} of the old "
+            "model is still open or mapped by a running process (the old server?): deleting it "
+            "would free nothing while it runs; stop the old server first (nothing was deleted)",
+            EXIT_DISK,
+        )
+    log(
+        f"{_gib(needed)} needed, {_gib(free)} free: deleting the old model's files before "
+        "the download (upgrade: replace; no model is complete until it ends)"
+    )
+    size = sum(path.stat().st_size for path in old)
+    _delete(dest, old, lock, " to make room")
+    after = free_space(dest)
+    if after >= needed:
+        return
+    raise FetchError(
+        f"disk full: deleting the old model ({', '.join(p.name for p in old)}) freed "
+        f"{_gib(max(after - free, 0))} of its {_gib(size)} (a process may still hold its "
+        f"files); {_gib(after)} free, {_gib(needed)} needed in {dest}; nothing more is deleted "
+        "and the download did not start",
+        EXIT_DISK,
+    )
+
+
 def _make_room(
-    dest: Path, lock: Lock, missing: list[ModelFile], retired: list[str], upgrade: str, free: int
+    dest: Path,
+    lock: Lock,
+    missing: list[ModelFile],
+    retired: list[str],
+    upgrade: str,
+    free_space: Callable[[Path], int],
 ) -> None:
     """Refuse a download that cannot fit; with `replace`, delete old files first if that helps."""
     needed = bytes_still_needed(dest, missing)
+    free = free_space(dest)
     if needed <= free:
         return
     old = retired_files(dest, lock, retired)
@@ -719,11 +788,7 @@ def _make_room(
     replaced = [dest / i["name"] for i in missing if (dest / i["name"]).is_file()]
     reclaimable = sum(path.stat().st_size for path in [*old, *replaced])
     if upgrade == "replace" and needed <= free + reclaimable:
-        log(
-            f"{_gib(needed)} needed, {_gib(free)} free: deleting the old model's files before "
-            "the download (upgrade: replace; no model is complete until it ends)"
-        )
-        _delete(dest, [*old, *replaced], lock, " to make room")
+        _replace_old(dest, lock, [*old, *replaced], needed, free, free_space)
         return
     short = needed - free
     if upgrade == "replace":
@@ -812,7 +877,7 @@ def fetch(
                 waiting.append(item)
             else:
                 missing.append(item)
-        _make_room(dest, lock, missing, retired, upgrade, free_space(dest))
+        _make_room(dest, lock, missing, retired, upgrade, free_space)
         progress = Progress(bytes_still_needed(dest, missing))
         with concurrent.futures.ThreadPoolExecutor(max_workers=max(parallel, 1)) as pool:
             deadline = None if deadline_s is None else time.monotonic() + deadline_s

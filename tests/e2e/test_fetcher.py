@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -72,6 +72,11 @@ def start_fetcher(hub: Hub, lock: Path, dest: Path, stdout: int) -> subprocess.P
         str(dest),
     ]
     return subprocess.Popen(command, env=env, stdout=stdout, text=True)
+
+
+def quota(capacity: int) -> Callable[[Path], int]:
+    """Free space of a disk of `capacity` bytes holding what is in the directory now."""
+    return lambda dest: capacity - sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
 
 
 def file_gets(hub: Hub) -> list[tuple[str, str | None]]:
@@ -329,8 +334,9 @@ def test_replace_deletes_retired_files_first_only_when_they_make_room(
         assert "200000 bytes in retired files" in str(short.value)
         assert old.exists(), "a retired model must stay while the new one cannot fit"
         assert file_gets(hub) == []
+        # A disk of needed + 100 kB: what the old file frees is free once it is deleted.
         fetch_files(
-            lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 100_000,
+            lock, dest, 1, ["Qwen3.6*.gguf"], free_space=quota(needed + 100_000),
             upgrade="replace",
         )  # fmt: skip
     finally:

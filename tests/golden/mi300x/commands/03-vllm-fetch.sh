@@ -1,7 +1,7 @@
 bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
-# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 1a3ef98405ee53cc2c8b1a8eae5f1e3b2b975c6a85d7ecfa28ef45a52f009cd5
+# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 f1db498e906f78b8a8da32fbde10516c975269e48dbbfe8fa81a1fc239e1849b
 mkdir -p /opt/llm/models/DeepSeek-V4-Flash-0731
 # As the SSH user, so the model files are not root's.
 docker run --rm --user "$(id -u):$(id -g)" --network host \
