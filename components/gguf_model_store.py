@@ -1,5 +1,6 @@
 """GgufModelStore: a protected PVC for GGUF models and the Job that fetches a locked shard set."""
 
+from collections.abc import Sequence
 from typing import NotRequired, TypedDict
 
 import pulumi
@@ -91,6 +92,20 @@ class GgufModelStoreArgs(TypedDict):
     """Check the node (render node, VRAM + GTT, disk, Vulkan device) in a Job before the fetch."""
 
 
+def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
+    """The volume a store of these inputs makes, known before the store exists (a server that
+    must be created first, `upgrade: replace`, mounts it by these names)."""
+    lock = fetch_document(args["repo"], args["revision"], args["files"])
+    source = FETCHER_SOURCE.read_text() + HTTP_POLICY_SOURCE.read_text()
+    names = store_names(name, content_digest(lock, source))
+    return {
+        "claim_name": names["pvc"],
+        "fetcher_config_map": names["config_map"],
+        "check_image": args["fetch_image"],
+        "run_as_user": args.get("run_as_user", DEFAULT_UID),
+    }
+
+
 class GgufModelStore(pulumi.ComponentResource):
     """A PVC that holds GGUF models, and a Job that fetches exactly the locked files onto it."""
 
@@ -104,8 +119,16 @@ class GgufModelStore(pulumi.ComponentResource):
     """Path of the first shard inside a pod that mounts the volume at /models, once fetched."""
 
     def __init__(
-        self, name: str, args: GgufModelStoreArgs, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        args: GgufModelStoreArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        fetch_after: Sequence[pulumi.Resource] = (),
     ) -> None:
+        """`fetch_after`: what the fetch Job waits for besides the volume: with `upgrade:
+        replace`, the server whose old model the fetch may delete (its Deployment is gone
+        first, see LlamaCppVulkanServerArgs.stop_before_model_change)."""
         problem = token_over_http_problem(
             args.get("hf_endpoint"),
             args.get("hf_token") is not None,
@@ -213,7 +236,13 @@ class GgufModelStore(pulumi.ComponentResource):
             **manifest_args(job, "metadata", "spec"),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*inherited, self.pvc, self.config_map, *preflight_jobs],
+                depends_on=[
+                    *inherited,
+                    self.pvc,
+                    self.config_map,
+                    *preflight_jobs,
+                    *fetch_after,
+                ],
                 # The Job is awaited until Complete: give the provider the Job's own deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{timeout + 600}s", update=f"{timeout + 600}s"
@@ -221,12 +250,7 @@ class GgufModelStore(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
-        self.model_volume: ModelVolume = {
-            "claim_name": names["pvc"],
-            "fetcher_config_map": names["config_map"],
-            "check_image": args["fetch_image"],
-            "run_as_user": run_as_user,
-        }
+        self.model_volume: ModelVolume = store_model_volume(name, args)
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
         self.fetch_policy: k8s.networking.v1.NetworkPolicy | None = None
         """The fetch pod's egress policy; None when network_policy is off."""

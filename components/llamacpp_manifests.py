@@ -161,6 +161,24 @@ def gpu_pod_anti_affinity() -> dict[str, Any]:
     }
 
 
+MODEL_ANNOTATION = "llm-infra/model"
+"""The model volume's fetcher ConfigMap (named after the lock) on a Deployment that is stopped
+before a model change (`stop_before_model_change`): a new model replaces the Deployment."""
+
+
+def stop_before_model_change(deployment: dict[str, Any], model: Any) -> dict[str, Any]:
+    """The Deployment of a server whose volume's old model may be deleted (upgrade: replace):
+    replaced, not updated, on a new model, and not awaited (its pod waits in its init check
+    for the model the fetch Job that follows it puts in place)."""
+    metadata = deployment["metadata"]
+    annotations = {
+        **metadata.get("annotations", {}),
+        MODEL_ANNOTATION: model["fetcher_config_map"],
+        "pulumi.com/skipAwait": "true",
+    }
+    return {**deployment, "metadata": {**metadata, "annotations": annotations}}
+
+
 def server_labels(name: str) -> dict[str, str]:
     """Labels of the server's objects; the first two are the selector."""
     return {

@@ -9,6 +9,7 @@ from components.children import after, inherited_dependencies, manifest_args, wi
 from components.gguf_model_store import ModelVolume
 from components.llamacpp_manifests import (
     API_KEY_FILE,
+    MODEL_ANNOTATION,
     LlamaServerFlags,
     ServerProbes,
     progress_deadline_seconds,
@@ -17,6 +18,7 @@ from components.llamacpp_manifests import (
     server_labels,
     server_service,
     service_url,
+    stop_before_model_change,
 )
 from components.monitoring_manifests import (
     MONITORING_API,
@@ -81,6 +83,10 @@ class LlamaCppVulkanServerArgs(TypedDict):
     the floor of the LlmDecodeBelowFloor alert."""
     metrics: NotRequired[KubernetesMonitoring | None]
     """`--metrics`, who may scrape, and the monitor, alert rules and dashboard; None: no metrics."""
+    stop_before_model_change: NotRequired[bool]
+    """`store.upgrade: replace`: a new model deletes the Deployment (its pods gone) before it is
+    created again, so the store's fetch Job, made to wait for this server, never deletes files
+    the old server still maps; `pulumi up` then waits for the fetch, not for the new pod."""
 
 
 class LlamaCppVulkanServer(pulumi.ComponentResource):
@@ -118,8 +124,16 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 string_data={API_KEY_FILE: pulumi.Output.secret(api_key)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
             )
+        stop_first = args.get("stop_before_model_change", False)
         deployment = pulumi.Output.all(namespace, model).apply(
-            lambda values: server_deployment(name, values[0], labels, _with_model(args, values[1]))
+            lambda values: (
+                stop_before_model_change(
+                    server_deployment(name, values[0], labels, _with_model(args, values[1])),
+                    values[1],
+                )
+                if stop_first
+                else server_deployment(name, values[0], labels, _with_model(args, values[1]))
+            )
         )
         # The Deployment's own progressDeadlineSeconds, which pulumi-kubernetes must outwait.
         deadline = progress_deadline_seconds(args)
@@ -135,6 +149,11 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{deadline + 60}s", update=f"{deadline + 60}s"
                 ),
+                # replace: the old Deployment and its pods are gone before the new one exists.
+                delete_before_replace=stop_first or None,
+                replace_on_changes=[f'metadata.annotations["{MODEL_ANNOTATION}"]']
+                if stop_first
+                else None,
             ),
         )
         service = namespace.apply(lambda ns: server_service(name, ns, labels, port, service_port))

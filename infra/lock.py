@@ -176,6 +176,10 @@ def read_lock(path: Path) -> ModelLock:
         text = read_limited(path, MAX_LOCK_FILE_BYTES, "lock")
     except ConfigError as exc:
         raise ConfigError([f"model: {p}" for p in exc.problems]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [f"model: {path}: not a readable lock (not UTF-8: {exc.reason})"]
+        ) from None
     try:
         return ModelLock.model_validate_json(text)
     except ValidationError as exc:

@@ -102,6 +102,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 options["protect"] = True
             if request.deleteBeforeReplace:
                 options["deleteBeforeReplace"] = True
+            if request.replaceOnChanges:
+                options["replaceOnChanges"] = list(request.replaceOnChanges)
             timeouts = {
                 k: getattr(request.customTimeouts, k)
                 for k in ("create", "update", "delete")

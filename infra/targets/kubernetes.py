@@ -19,6 +19,7 @@ from components import (
     ModelFile,
     ModelVolume,
 )
+from components.gguf_model_store import store_model_volume
 from components.llamacpp_manifests import (
     head_pod_labels,
     service_url,
@@ -123,12 +124,13 @@ def deploy_server(
     depends: list[pulumi.Resource],
     verify_expectations: str | None,
 ) -> tuple[GgufModelStore, LlamaCppVulkanServer]:
-    """One server: its model store, its RPC workers (a split model), then llama-server."""
-    store = GgufModelStore(
-        stack.store.name,
-        store_args(stack, source, secrets.hf_token),
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
-    )
+    """One server: its model store, its RPC workers (a split model), then llama-server.
+
+    With `store.upgrade: replace` the order of a model change is the server first (its old
+    Deployment deleted, so no pod maps the old files), then the fetch Job that may delete them.
+    """
+    replace = stack.store.upgrade == "replace"
+    model_store_args = store_args(stack, source, secrets.hf_token)
     workers = [
         LlamaCppRpcWorker(
             name,
@@ -137,18 +139,44 @@ def deploy_server(
         )
         for name, args in rpc_worker_args(stack).items()
     ]
+    volume = store_model_volume(stack.store.name, model_store_args)
+    store: GgufModelStore | None = None
+    if not replace:
+        store = GgufModelStore(
+            stack.store.name,
+            model_store_args,
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
+        )
+    else:
+        pulumi.log.warn(
+            f"{stack.server.resource_name}: store.upgrade: replace: a new model stops the server "
+            "first (its Deployment is deleted) and then the fetch Job may delete the old model: "
+            "the server is down until the new model is fetched and loaded, and `pulumi up` "
+            "waits for the fetch, not for the new pod"
+        )
     server = LlamaCppVulkanServer(
         stack.server.resource_name,
         {
-            **server_args(stack, source, store.model_volume),
+            **server_args(stack, source, volume),
             "api_key": secrets.api_key,
             "verify_expectations": verify_expectations,
             "min_decode_tps": stack.server.min_decode_tps,
+            "stop_before_model_change": replace,
         },
         # Waiting on the store waits on its fetch Job: the server starts on a complete model;
         # a split model's head also waits for its workers (it connects to them at load).
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store, *workers]),
+        # With replace the fetch waits for the server instead (its pod waits for the model).
+        opts=pulumi.ResourceOptions(
+            provider=provider, depends_on=[*depends, *([store] if store else []), *workers]
+        ),
     )
+    if store is None:
+        store = GgufModelStore(
+            stack.store.name,
+            model_store_args,
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
+            fetch_after=[server],
+        )
     return store, server
 
 
