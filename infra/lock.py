@@ -12,29 +12,107 @@ import fnmatch
 import hashlib
 import json
 import urllib.parse
-import urllib.request
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from components.payloads.fetcher import LOCK_VERSION, ModelFile, model_file_problem
+from components.payloads import http_policy
+from components.payloads.fetcher import (
+    LOCK_VERSION,
+    ModelFile,
+    model_file_problem,
+    token_over_http_problem,
+)
 from infra.config.base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
+
+MetadataScalar = Annotated[str, Field(max_length=4096)] | int | float | bool | None
+
+
+class GgufSummary(BaseModel):
+    """The GGUF header summary a lock stores (`components.gguf_header.summarize`, schema 1 or
+    2), checked field by field: the planner reads every one of them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    schema_version: Literal[1, 2] = Field(alias="schema")
+    architecture: str = Field(pattern=r"^[a-z0-9_]{1,64}$")
+    metadata: dict[
+        Annotated[str, Field(max_length=256)],
+        MetadataScalar | Annotated[list[MetadataScalar], Field(max_length=64)],
+    ] = Field(max_length=4096)
+    vocab_size: int | None = Field(ge=0)
+    layer_bytes: list[Annotated[int, Field(ge=0)]] = Field(max_length=4096)
+    other_tensors: dict[Annotated[str, Field(max_length=256)], Annotated[int, Field(ge=0)]] = Field(
+        max_length=65536
+    )
+    total_bytes: int = Field(ge=0)
+    tensor_count: int = Field(ge=0)
+    matmul_weights: (
+        dict[
+            Annotated[str, Field(pattern=r"^([0-9]{1,4}|output)$")],
+            Annotated[
+                dict[Annotated[str, Field(max_length=256)], Annotated[int, Field(ge=1)]],
+                Field(max_length=65536),
+            ],
+        ]
+        | None
+    ) = Field(default=None, max_length=4097)
+    """(schema 2) per layer index and `output`: `TYPE ne0xne1[xne2]` -> how many (the CPU
+    repack rules read them); absent from a schema 1 summary."""
+
+    @model_validator(mode="after")
+    def _total_is_the_sum(self) -> GgufSummary:
+        if (self.matmul_weights is None) != (self.schema_version == 1):
+            raise ValueError("matmul_weights is in a schema 2 summary, and only there")
+        parts = sum(self.layer_bytes) + sum(self.other_tensors.values())
+        if parts != self.total_bytes:
+            raise ValueError(
+                f"total_bytes {self.total_bytes} is not the sum of layer_bytes and "
+                f"other_tensors ({parts})"
+            )
+        return self
 
 
 class ModelLock(BaseModel):
-    """A lock file's content (the fetcher reads the same document)."""
+    """A lock file's content (the fetcher reads the same document), read strictly: a size is
+    an integer, never a bool or a numeric string; every string that becomes a file name, a
+    label or a message is length-limited."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     version: Literal[1]
     """The lock format's version (`components.payloads.fetcher.LOCK_VERSION`)."""
-    repo: str
+    repo: str = Field(max_length=96, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$")
     revision: str = Field(pattern=r"^[0-9a-f]{40}$")
-    requested_revision: str
-    patterns: list[str]
-    files: list[ModelFile] = Field(min_length=1)
+    requested_revision: str = Field(min_length=1, max_length=256)
+    patterns: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        min_length=1, max_length=256
+    )
+    files: list[ModelFile] = Field(min_length=1, max_length=10_000)
     gguf: dict[str, Any] | None = None
+
+    @field_validator("gguf")
+    @classmethod
+    def _gguf_is_a_summary(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            try:
+                GgufSummary.model_validate(value)
+            except ValidationError as exc:
+                raise ValueError(
+                    "; ".join(
+                        f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                        for e in exc.errors()[:5]
+                    )
+                ) from None
+        return value
 
     def stale_problems(self, model: RepoModelSettings, path: Path) -> list[str]:
         """Why this lock no longer describes the stack's model (empty when it does)."""
@@ -105,11 +183,19 @@ def lock_files_problem(files: list[ModelFile], patterns: list[str]) -> str | Non
 
 
 def read_lock(path: Path) -> ModelLock:
-    """Read and validate a lock file."""
+    """Read and validate a lock file (size-limited before it is parsed)."""
+    from infra.config.limits import MAX_LOCK_FILE_BYTES, read_limited
+
     try:
-        return ModelLock.model_validate_json(path.read_text())
-    except OSError as exc:
-        raise ConfigError([f"model: cannot read the lock {path}: {exc.strerror}"]) from None
+        text = read_limited(path, MAX_LOCK_FILE_BYTES, "lock")
+    except ConfigError as exc:
+        raise ConfigError([f"model: {p}" for p in exc.problems]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            [f"model: {path}: not a readable lock (not UTF-8: {exc.reason})"]
+        ) from None
+    try:
+        return ModelLock.model_validate_json(text)
     except ValidationError as exc:
         problems = [
             ": ".join(
@@ -137,9 +223,15 @@ def write_lock(path: Path, lock: ModelLock) -> None:
 
 
 def resolve_lock(
-    model: RepoModelSettings, token: str | None = None, endpoint: str | None = None
+    model: RepoModelSettings,
+    token: str | None = None,
+    endpoint: str | None = None,
+    allow_token_over_http: bool = False,
 ) -> ModelLock:
     """Resolve the model through the hub to a lock; ConfigError with the key on every failure."""
+    problem = token_over_http_problem(endpoint, bool(token), allow_token_over_http)
+    if problem:
+        raise ConfigError([f"--endpoint {problem}"])
     # huggingface_hub 2.x speaks HTTP through httpx2 and lets its transport errors through.
     from httpx2 import TransportError
     from huggingface_hub import HfApi
@@ -258,18 +350,16 @@ def small_file_sha256(url: str, size: int, token: str | None) -> str:
         raise ConfigError(
             [f"model.files: {url} is a {size}-byte file outside LFS: too large to hash at lock"]
         )
-    request = urllib.request.Request(url)
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
     digest = hashlib.sha256()
     got = 0
     try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            while block := response.read(1024 * 1024):
+        # Never more than the tree's size: a longer answer is an error, not a bigger hash.
+        with http_policy.request(url, token=token, max_body=size) as response:
+            while block := response.read1():
                 digest.update(block)
                 got += len(block)
-    except OSError as exc:
-        raise ConfigError([f"model.files: cannot read {url} to hash it: {exc}"]) from None
+    except http_policy.HttpError as exc:
+        raise ConfigError([f"model.files: cannot read a file to hash it: {exc}"]) from None
     if got != size:
         raise ConfigError(
             [f"model.files: {url} sent {got} bytes, the repo tree says {size}: try again"]
@@ -290,12 +380,15 @@ class RangeReader:
 
     def _fetch(self) -> None:
         start = self.offset + len(self.buffer)
-        request = urllib.request.Request(self.url)
-        request.add_header("Range", f"bytes={start}-{start + self.block - 1}")
-        if self.token:
-            request.add_header("Authorization", f"Bearer {self.token}")
-        with urllib.request.urlopen(request, timeout=60) as response:
-            data = response.read()
+        # A server that ignores Range would send the whole shard: read no more than asked.
+        with http_policy.request(
+            self.url,
+            headers={"Range": f"bytes={start}-{start + self.block - 1}"},
+            token=self.token,
+            max_body=self.block,
+            ok=(200, 206),
+        ) as response:
+            data = response.read_all()
         if not data:
             raise EOFError(f"{self.url}: ended at byte {start}")
         self.fetched += len(data)
@@ -320,9 +413,9 @@ def gguf_summary(urls: list[str], token: str | None) -> dict[str, Any]:
     for url in urls:
         try:
             headers.append(read_gguf_header(RangeReader(url, token)))
-        except (GgufError, EOFError, OSError) as exc:
+        except (GgufError, EOFError, http_policy.HttpError) as exc:
             raise ConfigError(
-                [f"model.files: cannot read the GGUF header of {url}: {exc}"]
+                [f"model.files: cannot read the GGUF header of {http_policy.shorten(url)}: {exc}"]
             ) from None
     return summarize(headers)
 

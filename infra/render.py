@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -104,6 +105,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 options["protect"] = True
             if request.deleteBeforeReplace:
                 options["deleteBeforeReplace"] = True
+            if request.replaceOnChanges:
+                options["replaceOnChanges"] = list(request.replaceOnChanges)
             timeouts = {
                 k: getattr(request.customTimeouts, k)
                 for k in ("create", "update", "delete")
@@ -363,6 +366,49 @@ def _is_unmarked_render(out: Path) -> bool:
     )
 
 
+def _symlink_in(out: Path, name: str) -> Path | None:
+    """The first symbolic link on the way from out to out/name (out itself may be one)."""
+    path = out
+    for part in Path(name).parts:
+        path = path / part
+        if path.is_symlink():
+            return path
+        if not path.exists():
+            return None
+    return None
+
+
+def _refuse_symlink(out: Path, name: str) -> None:
+    link = _symlink_in(out, name)
+    if link is not None:
+        raise RenderOutError(
+            [
+                f"--out {out}: {link.relative_to(out)} is a symbolic link; render never follows "
+                "one inside its directory; nothing was written"
+            ]
+        )
+
+
+def _marker_names(out: Path, marker: Path) -> list[str]:
+    """The marker's list, which must be exactly `{"written": [relative path, ...]}`."""
+    shape = f'{RENDER_MARKER} is not {{"written": [relative file path, ...]}}'
+    try:
+        document = json.loads(marker.read_bytes()[: 1024 * 1024 + 1])
+    except (OSError, ValueError) as exc:
+        raise RenderOutError([f"--out {out}: unreadable {RENDER_MARKER} ({exc})"]) from None
+    if not isinstance(document, dict) or set(document) != {"written"}:
+        raise RenderOutError([f"--out {out}: {shape}; nothing was written"])
+    listed = document["written"]
+    if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+        raise RenderOutError([f"--out {out}: {shape}; nothing was written"])
+    for name in listed:
+        parts = Path(name).parts
+        # Only paths inside out: a hand-edited marker cannot point a delete elsewhere.
+        if not name or Path(name).is_absolute() or ".." in parts or "." in name.split("/"):
+            raise RenderOutError([f"--out {out}: {RENDER_MARKER} lists {name[:200]!r}"])
+    return list(listed)
+
+
 def _owned_files(out: Path) -> list[Path]:
     """The files an earlier render recorded in out's marker (refuses a directory without one)."""
     if not out.exists():
@@ -370,10 +416,19 @@ def _owned_files(out: Path) -> list[Path]:
     if not out.is_dir():
         raise RenderOutError([f"--out {out}: not a directory"])
     marker = out / RENDER_MARKER
+    if marker.is_symlink():
+        _refuse_symlink(out, RENDER_MARKER)
     if not marker.is_file():
         if _is_unmarked_render(out):
             # Written before renders had a marker: the contract's own files and nothing else.
-            return sorted(path for path in out.rglob("*") if path.is_file())
+            found = []
+            for folder, dirs, names in os.walk(out):
+                for name in [*dirs, *names]:
+                    path = Path(folder) / name
+                    _refuse_symlink(out, str(path.relative_to(out)))
+                    if name in names:
+                        found.append(path)
+            return sorted(found)
         if any(out.iterdir()):
             raise RenderOutError(
                 [
@@ -382,16 +437,9 @@ def _owned_files(out: Path) -> list[Path]:
                 ]
             )
         return []
-    try:
-        listed = json.loads(marker.read_text())["written"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RenderOutError([f"--out {out}: unreadable {RENDER_MARKER} ({exc})"]) from None
     owned = []
-    for name in listed:
-        parts = Path(name).parts if isinstance(name, str) else ("..",)
-        # Only paths inside out: a hand-edited marker cannot point a delete elsewhere.
-        if not parts or Path(name).is_absolute() or ".." in parts:
-            raise RenderOutError([f"--out {out}: {RENDER_MARKER} lists {name!r}"])
+    for name in _marker_names(out, marker):
+        _refuse_symlink(out, name)
         owned.append(out / name)
     return owned
 
@@ -417,13 +465,14 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
     owned = _owned_files(out)
     owned_set = set(owned)
     for name in files:
+        _refuse_symlink(out, name)
         target = out / name
         if target.exists() and target not in owned_set:
             raise RenderOutError(
                 [f"--out {out}: {name} exists and no earlier render wrote it; nothing was written"]
             )
     for stale in owned:
-        if stale.is_file() or stale.is_symlink():
+        if stale.is_file():
             stale.unlink()
         parent = stale.parent
         # Folders the last render made and left empty now (files/opt/llm, commands).
@@ -435,8 +484,15 @@ def write(rendered: Rendered, out: Path) -> list[Path]:
     for name, content in files.items():
         target = out / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(content)
+        _write_no_follow(target, content)
         written.append(target)
     marker = {"written": sorted(files)}
-    (out / RENDER_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+    _write_no_follow(out / RENDER_MARKER, (json.dumps(marker, indent=2) + "\n").encode())
     return written
+
+
+def _write_no_follow(path: Path, content: bytes) -> None:
+    """Write a file, refusing a symbolic link put there since the checks."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(descriptor, "wb") as handle:
+        handle.write(content)

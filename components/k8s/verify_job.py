@@ -12,7 +12,7 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-from components.payloads import VERIFY_MOUNT
+from components.payloads import HTTP_POLICY_FILE, VERIFY_MOUNT
 
 
 def floor_args(min_decode_tps: float | None) -> list[str]:
@@ -32,14 +32,24 @@ def verify_digest(expectations: str, verify_source: str, deployment: dict[str, A
 
 
 def verify_config_map(
-    name: str, namespace: str, labels: dict[str, str], expectations: str, verify_source: str
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    expectations: str,
+    verify_source: str,
+    policy_source: str = "",
 ) -> dict[str, Any]:
-    """The script and the recorded expectations, for a stock Python image."""
+    """The script, the HTTP policy it imports and the recorded expectations, for a stock
+    Python image."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "data": {"verify.py": verify_source, "expect.json": expectations},
+        "data": {
+            "verify.py": verify_source,
+            **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
+            "expect.json": expectations,
+        },
         "immutable": True,
     }
 

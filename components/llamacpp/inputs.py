@@ -172,6 +172,11 @@ class LlamaCppVulkanServerArgs(TypedDict):
     the floor of the LlmDecodeBelowFloor alert."""
     metrics: NotRequired[KubernetesMonitoring | None]
     """`--metrics`, who may scrape, and the monitor, alert rules and dashboard; None: no metrics."""
+    stop_before_model_change: NotRequired[bool]
+    """`store.upgrade: replace`: a new model deletes the Deployment (its pods gone) before it is
+    created again, so the store's fetch Job, made to wait for this server, never deletes files
+    the old server still maps; `pulumi up` then waits for the fetch, not for the new pod (so
+    no verify_expectations: the check would run before the server is up)."""
 
 
 @documented
@@ -260,3 +265,18 @@ def _server_fits_its_store(args: Mapping[str, Any]) -> list[Problem]:
                 )
             )
     return problems
+
+
+@cross_field_rule(LlamaCppVulkanServerArgs)
+def _no_check_of_a_server_not_awaited(args: Mapping[str, Any]) -> list[Problem]:
+    """A server stopped before a model change is not awaited: a post-up check would run early."""
+    if args.get("stop_before_model_change") is True and args.get("verify_expectations"):
+        return [
+            (
+                ("verify_expectations",),
+                "is set with stop_before_model_change: after a model change the new server is "
+                "not awaited (it waits for the fetch that follows it), so the check would run "
+                "before it is up",
+            )
+        ]
+    return []

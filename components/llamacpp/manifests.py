@@ -40,6 +40,59 @@ def service_url(service: str, namespace: str, port: int) -> str:
     return f"http://{service}.{namespace}.svc:{port}"
 
 
+ROLE_LABEL = "llm-infra/role"
+"""On the pod templates of servers and RPC workers only (never on a Job's pods): the
+anti-affinity keeps two of them off one node, and a worker admits only `server` pods."""
+SERVER_ROLE = "server"
+WORKER_ROLE = "rpc-worker"
+
+
+def head_pod_labels(name: str) -> dict[str, str]:
+    """The labels only the server Deployment's pods carry (the verify Job's pods do not)."""
+    return {**selector_labels(server_labels(name)), ROLE_LABEL: SERVER_ROLE}
+
+
+def gpu_pod_anti_affinity() -> dict[str, Any]:
+    """A server or worker pod never shares a node with another: selectors alone cannot prove
+    two pods land apart (one GPU per node)."""
+    return {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "labelSelector": {
+                        "matchExpressions": [
+                            {
+                                "key": ROLE_LABEL,
+                                "operator": "In",
+                                "values": [SERVER_ROLE, WORKER_ROLE],
+                            }
+                        ]
+                    },
+                    "topologyKey": "kubernetes.io/hostname",
+                }
+            ]
+        }
+    }
+
+
+MODEL_ANNOTATION = "llm-infra/model"
+"""The model volume's fetcher ConfigMap (named after the lock) on a Deployment that is stopped
+before a model change (`stop_before_model_change`): a new model replaces the Deployment."""
+
+
+def stop_before_model_change(deployment: dict[str, Any], model: Any) -> dict[str, Any]:
+    """The Deployment of a server whose volume's old model may be deleted (upgrade: replace):
+    replaced, not updated, on a new model, and not awaited (its pod waits in its init check
+    for the model the fetch Job that follows it puts in place)."""
+    metadata = deployment["metadata"]
+    annotations = {
+        **metadata.get("annotations", {}),
+        MODEL_ANNOTATION: model["fetcher_config_map"],
+        "pulumi.com/skipAwait": "true",
+    }
+    return {**deployment, "metadata": {**metadata, "annotations": annotations}}
+
+
 def server_labels(name: str) -> dict[str, str]:
     """Labels of the server's objects; the first two are the selector."""
     return {
@@ -221,6 +274,7 @@ def server_deployment(
                 "metadata": _pod_metadata(labels, args),
                 "spec": {
                     "nodeSelector": args["node_selector"],
+                    "affinity": gpu_pod_anti_affinity(),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": restricted_pod(args.get("supplemental_groups")),
@@ -236,9 +290,10 @@ def server_deployment(
 
 
 def _pod_metadata(labels: dict[str, str], args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
+    pod_labels = {**labels, ROLE_LABEL: SERVER_ROLE}
     if args.get("metrics") is None:
-        return {"labels": labels}
-    return {"labels": labels, "annotations": scrape_annotations(args["flags"]["port"])}
+        return {"labels": pod_labels}
+    return {"labels": pod_labels, "annotations": scrape_annotations(args["flags"]["port"])}
 
 
 def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:

@@ -22,7 +22,12 @@ from components.k8s.pod_security import (
     scratch_volume,
 )
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
-from components.llamacpp.manifests import cluster_ip_service
+from components.llamacpp.manifests import (
+    ROLE_LABEL,
+    WORKER_ROLE,
+    cluster_ip_service,
+    gpu_pod_anti_affinity,
+)
 
 RPC_PORT = 50052
 """rpc-server's default port (`-p`)."""
@@ -123,9 +128,10 @@ def worker_deployment(
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": worker_selector(labels)},
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {"labels": {**labels, ROLE_LABEL: WORKER_ROLE}},
                 "spec": {
                     "nodeSelector": args["node_selector"],
+                    "affinity": gpu_pod_anti_affinity(),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": restricted_pod(args.get("supplemental_groups")),

@@ -17,12 +17,14 @@ from components.k8s.verify_job import (
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import (
     API_KEY_FILE,
+    MODEL_ANNOTATION,
     progress_deadline_seconds,
     selector_labels,
     server_deployment,
     server_labels,
     server_service,
     service_url,
+    stop_before_model_change,
 )
 from components.model_store.inputs import ModelVolume
 from components.monitoring.manifests import (
@@ -32,7 +34,7 @@ from components.monitoring.manifests import (
     prometheus_rule,
     service_monitor,
 )
-from components.payloads import VERIFY_SOURCE
+from components.payloads import HTTP_POLICY_SOURCE, VERIFY_SOURCE
 from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
@@ -78,8 +80,16 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 string_data={API_KEY_FILE: pulumi.Output.secret(api_key)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
             )
+        stop_first = args.get("stop_before_model_change", False)
         deployment = pulumi.Output.all(namespace, model).apply(
-            lambda values: server_deployment(name, values[0], labels, _with_model(args, values[1]))
+            lambda values: (
+                stop_before_model_change(
+                    server_deployment(name, values[0], labels, _with_model(args, values[1])),
+                    values[1],
+                )
+                if stop_first
+                else server_deployment(name, values[0], labels, _with_model(args, values[1]))
+            )
         )
         # The Deployment's own progressDeadlineSeconds, which pulumi-kubernetes must outwait.
         deadline = progress_deadline_seconds(args)
@@ -95,6 +105,11 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{deadline + 60}s", update=f"{deadline + 60}s"
                 ),
+                # replace: the old Deployment and its pods are gone before the new one exists.
+                delete_before_replace=stop_first or None,
+                replace_on_changes=[f'metadata.annotations["{MODEL_ANNOTATION}"]']
+                if stop_first
+                else None,
             ),
         )
         service = namespace.apply(lambda ns: server_service(name, ns, labels, port, service_port))
@@ -141,10 +156,12 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         """The post-deploy check; None without verify_expectations."""
         if expectations is not None:
             verify_source = VERIFY_SOURCE.read_text()
+            policy_source = HTTP_POLICY_SOURCE.read_text()
 
             def check(values: list[Any]) -> dict[str, dict[str, Any]]:
                 ns, volume, built = values
-                check_name = f"{name}-verify-{verify_digest(expectations, verify_source, built)}"
+                digest = verify_digest(expectations, verify_source + policy_source, built)
+                check_name = f"{name}-verify-{digest}"
                 job = verify_job(
                     check_name,
                     ns,
@@ -158,7 +175,9 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     run_as_user=args.get("run_as_user", DEFAULT_UID),
                     min_decode_tps=args.get("min_decode_tps"),
                 )
-                config_map = verify_config_map(check_name, ns, labels, expectations, verify_source)
+                config_map = verify_config_map(
+                    check_name, ns, labels, expectations, verify_source, policy_source
+                )
                 return {"config_map": config_map, "job": job}
 
             checks = pulumi.Output.all(namespace, model, deployment).apply(check)

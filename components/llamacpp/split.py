@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppVulkanServerArgs
-from components.llamacpp.manifests import selector_labels, server_labels
+from components.llamacpp.manifests import head_pod_labels
 from components.llamacpp.rpc_manifests import RPC_PORT, rpc_endpoint
 from components.validation import ComponentInputError, Problem
 
@@ -22,7 +22,8 @@ def split_problems(
     """What keeps `head` from using exactly these workers, located at the head's or a
     worker's inputs (`workers.<name>.head_pod_labels`)."""
     problems: list[Problem] = []
-    pods = selector_labels(server_labels(head))
+    # The labels only the head Deployment's pods carry (its role among them).
+    pods = head_pod_labels(head)
     namespace = server["namespace"]
     expected = []
     for name, worker in workers.items():

@@ -1,9 +1,11 @@
 """GgufModelStore: a protected PVC for GGUF models and the Job that fetches a locked shard set."""
 
+from collections.abc import Sequence
+
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s.children import after, inherited_dependencies, manifest_args
+from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
 from components.k8s.network_policies import egress_policy
 from components.k8s.pod_security import DEFAULT_UID
 from components.model_store.inputs import MODELS_MOUNT, GgufModelStoreArgs, ModelVolume
@@ -19,9 +21,9 @@ from components.model_store.manifests import (
     store_names,
 )
 from components.model_store.node_preflight import preflight_network_policy, store_preflight_job
-from components.payloads import FETCHER_SOURCE
+from components.payloads import FETCHER_SOURCE, HTTP_POLICY_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
-from components.validation import checked_inputs
+from components.validation import ComponentInputError, checked_inputs, input_problems
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
@@ -30,6 +32,26 @@ def model_bytes(files: list[ModelFile]) -> int | None:
     """Bytes of the model files, when every size is known (from a lock)."""
     sizes = [file.get("size") for file in files]
     return None if any(size is None for size in sizes) else sum(size or 0 for size in sizes)
+
+
+def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
+    """The volume a store of these inputs makes, known before the store exists (a server that
+    must be created first, `upgrade: replace`, mounts it by these names). The inputs get the
+    store's own check first (ComponentInputError)."""
+    problems = input_problems(with_integers(args, GgufModelStoreArgs), GgufModelStoreArgs)
+    if problems:
+        raise ComponentInputError("GgufModelStore", name, problems)
+    lock = fetch_document(args["repo"], args["revision"], args["files"])
+    source = FETCHER_SOURCE.read_text() + HTTP_POLICY_SOURCE.read_text()
+    names = store_names(name, content_digest(lock, source))
+    return {
+        "claim_name": names["pvc"],
+        "fetcher_config_map": names["config_map"],
+        "check_image": args["fetch_image"],
+        "run_as_user": args.get("run_as_user", DEFAULT_UID),
+        "model_file": args["files"][0]["name"],
+        "model_bytes": model_bytes(args["files"]),
+    }
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -45,8 +67,16 @@ class GgufModelStore(pulumi.ComponentResource):
     """Path of the first shard inside a pod that mounts the volume at /models, once fetched."""
 
     def __init__(
-        self, name: str, args: GgufModelStoreArgs, opts: pulumi.ResourceOptions | None = None
+        self,
+        name: str,
+        args: GgufModelStoreArgs,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        fetch_after: Sequence[pulumi.Resource] = (),
     ) -> None:
+        """`fetch_after`: what the fetch Job waits for besides the volume: with `upgrade:
+        replace`, the server whose old model the fetch may delete (its Deployment is gone
+        first, see LlamaCppVulkanServerArgs.stop_before_model_change)."""
         args = checked_inputs("GgufModelStore", name, args, GgufModelStoreArgs)
         super().__init__(TYPE_TOKEN, name, None, opts)
         namespace = pulumi.Output.from_input(args["namespace"])
@@ -62,7 +92,8 @@ class GgufModelStore(pulumi.ComponentResource):
             )
         lock = fetch_document(args["repo"], args["revision"], args["files"])
         fetcher_source = FETCHER_SOURCE.read_text()
-        names = store_names(name, content_digest(lock, fetcher_source))
+        policy_source = HTTP_POLICY_SOURCE.read_text()
+        names = store_names(name, content_digest(lock, fetcher_source + policy_source))
         run_as_user = args.get("run_as_user", DEFAULT_UID)
         timeout = args.get("fetch_timeout_seconds", 12 * 3600)
         inherited = inherited_dependencies(opts)
@@ -79,7 +110,9 @@ class GgufModelStore(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=inherited, protect=True),
         )
         config_map = namespace.apply(
-            lambda ns: fetcher_config_map(names["config_map"], ns, labels, lock, fetcher_source)
+            lambda ns: fetcher_config_map(
+                names["config_map"], ns, labels, lock, fetcher_source, policy_source
+            )
         )
         self.config_map = k8s.core.v1.ConfigMap(
             f"{name}-fetcher",
@@ -110,6 +143,7 @@ class GgufModelStore(pulumi.ComponentResource):
                 parallel=args.get("parallel_downloads", 3),
                 timeout_seconds=timeout,
                 hf_endpoint=args.get("hf_endpoint"),
+                allow_token_over_http=args.get("allow_token_over_http", False),
                 token_secret=names["token_secret"] if hf_token is not None else None,
                 run_as_user=run_as_user,
                 upgrade=args.get("upgrade", "keep"),
@@ -152,7 +186,13 @@ class GgufModelStore(pulumi.ComponentResource):
             **manifest_args(job, "metadata", "spec"),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                depends_on=[*inherited, self.pvc, self.config_map, *preflight_jobs],
+                depends_on=[
+                    *inherited,
+                    self.pvc,
+                    self.config_map,
+                    *preflight_jobs,
+                    *fetch_after,
+                ],
                 # The Job is awaited until Complete: give the provider the Job's own deadline.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{timeout + 600}s", update=f"{timeout + 600}s"
@@ -160,14 +200,7 @@ class GgufModelStore(pulumi.ComponentResource):
                 delete_before_replace=True,
             ),
         )
-        self.model_volume: ModelVolume = {
-            "claim_name": names["pvc"],
-            "fetcher_config_map": names["config_map"],
-            "check_image": args["fetch_image"],
-            "run_as_user": run_as_user,
-            "model_file": args["files"][0]["name"],
-            "model_bytes": model_bytes(args["files"]),
-        }
+        self.model_volume: ModelVolume = store_model_volume(name, args)
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
         self.fetch_policy: k8s.networking.v1.NetworkPolicy | None = None
         """The fetch pod's egress policy; None when network_policy is off."""

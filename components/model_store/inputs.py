@@ -23,7 +23,7 @@ from components.grammars import (
     Revision,
     StorageClass,
 )
-from components.payloads.fetcher import ModelFile
+from components.payloads.fetcher import ModelFile, token_over_http_problem
 from components.validation import Input, Problem, cross_field_rule, documented
 
 CpuVariant = Literal[
@@ -105,6 +105,9 @@ class GgufModelStoreArgs(TypedDict):
     """Hub endpoint (a mirror); default huggingface.co."""
     hf_token: NotRequired[Input[str] | None]
     """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
+    allow_token_over_http: NotRequired[bool]
+    """Send hf_token to a plain-http hf_endpoint other than loopback (a mirror on a trusted
+    network; default False: such an endpoint with a token is refused)."""
     network_policy: NotRequired[bool]
     """Restrict the fetch pod to DNS and the hub's port (default True)."""
     run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
@@ -125,3 +128,14 @@ def _retired_patterns_spare_the_model(args: Mapping[str, Any]) -> list[Problem]:
         for hit in [next((n for n in names if fnmatchcase(n, pattern)), None)]
         if hit is not None
     ]
+
+
+@cross_field_rule(GgufModelStoreArgs)
+def _token_stays_off_plain_http(args: Mapping[str, Any]) -> list[Problem]:
+    endpoint = args.get("hf_endpoint")
+    problem = token_over_http_problem(
+        endpoint if isinstance(endpoint, str) else None,
+        args.get("hf_token") is not None,
+        args.get("allow_token_over_http") is True,
+    )
+    return [] if problem is None else [(("hf_endpoint",), problem)]

@@ -16,7 +16,7 @@ from components.k8s.pod_security import (
     scratch_volume,
 )
 from components.model_store.inputs import MODELS_MOUNT
-from components.payloads import FETCHER_MOUNT
+from components.payloads import FETCHER_MOUNT, HTTP_POLICY_FILE
 from components.payloads.fetcher import lock_digest
 
 HF_TOKEN_KEY = "token"
@@ -63,7 +63,12 @@ def fetch_job_pattern(name: str) -> str:
 
 
 def fetcher_config_map(
-    name: str, namespace: str, labels: dict[str, str], lock: dict[str, Any], fetcher_source: str
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    lock: dict[str, Any],
+    fetcher_source: str,
+    policy_source: str = "",
 ) -> dict[str, Any]:
     """The fetcher's source and the lock, delivered to a stock Python image without pip."""
     return {
@@ -72,6 +77,7 @@ def fetcher_config_map(
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {
             "fetcher.py": fetcher_source,
+            **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
             "lock.json": json.dumps(lock, indent=2, sort_keys=True) + "\n",
         },
         "immutable": True,
@@ -158,9 +164,12 @@ def fetch_job(
     token_secret: str | None,
     run_as_user: int = DEFAULT_UID,
     upgrade: str = "keep",
+    allow_token_over_http: bool = False,
 ) -> dict[str, Any]:
     """The fetch Job: resumable across pod restarts since partial files stay on the volume."""
     extra = ["--parallel", str(parallel)]
+    if allow_token_over_http:
+        extra.append("--allow-token-over-http")
     for pattern in retired:
         extra += ["--retire", pattern]
     if upgrade != "keep":

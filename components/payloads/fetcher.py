@@ -24,27 +24,45 @@ both. `check` (the server's init check) reads only the marker and the file sizes
 import argparse
 import concurrent.futures
 import contextlib
+import dataclasses
+import errno
 import fcntl
 import fnmatch
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
 import sys
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired
+from typing import TYPE_CHECKING, Any, NotRequired
 
 try:  # pydantic validates lock files as ModelFile, and wants this TypedDict before Python 3.12
     from typing_extensions import TypedDict
 except ImportError:  # a stock Python image: the standard library's serves the fetcher alone
     from typing import TypedDict
+
+if TYPE_CHECKING or "components.payloads" in sys.modules:
+    from components.payloads import http_policy
+else:  # a stock image or a plain Python: the policy is shipped beside this file
+
+    def _sibling(name: str) -> Any:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    http_policy = sys.modules.get("http_policy") or _sibling("http_policy")
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 STATE_DIR = ".llm-infra"
@@ -80,11 +98,13 @@ class Interrupted(Exception):
 
 
 class FetchError(Exception):
-    """A failure the user can act on; `exit_code` says which kind."""
+    """A failure the user can act on; `exit_code` says which kind, `retryable` whether another
+    try can help (network faults, but never a name that does not resolve)."""
 
-    def __init__(self, message: str, exit_code: int) -> None:
+    def __init__(self, message: str, exit_code: int, retryable: bool | None = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.retryable = exit_code == EXIT_NETWORK if retryable is None else retryable
 
 
 class ModelFile(TypedDict):
@@ -100,8 +120,23 @@ class ModelFile(TypedDict):
     """sha256 of the content, when known (from the lock)."""
 
 
+MAX_LOCK_BYTES = 16 * 1024 * 1024
+"""The largest lock file read (a GGUF summary included, a lock is kilobytes)."""
 LOCK_VERSION = 1
 """The lock format: `llm-infra lock` writes it, this fetcher reads its repo, revision and files."""
+
+
+MAX_NAME_BYTES = 240
+"""A file name's longest UTF-8 form: `.NAME.part` must still fit the 255-byte limit of a
+file name on Linux file systems."""
+MAX_PATH_CHARS = 1024
+"""A repo path's longest form (the hub's own limit is far below)."""
+
+
+def quoted(value: Any, limit: int = 120) -> str:
+    """repr(value) cut to a length a message can carry (a hostile lock cannot flood a log)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 def model_file_problem(entry: Any) -> str | None:
@@ -118,11 +153,15 @@ def model_file_problem(entry: Any) -> str | None:
     if (
         not isinstance(path, str)
         or not path
+        or len(path) > MAX_PATH_CHARS
         or path.startswith("/")
         or controls(path)
         or any(part in ("", ".", "..") for part in path.split("/"))
     ):
-        return f"path {path!r} is not a relative path inside the repo"
+        return (
+            f"path {quoted(path)} is not a relative path inside the repo (at most "
+            f"{MAX_PATH_CHARS} characters)"
+        )
     if (
         not isinstance(name, str)
         or not name
@@ -130,18 +169,44 @@ def model_file_problem(entry: Any) -> str | None:
         or name.startswith(".")
         or controls(name)
     ):
-        return f"name {name!r} is not a plain file name (no /, no leading .)"
+        return f"name {quoted(name)} is not a plain file name (no /, no leading .)"
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+        return (
+            f"name {quoted(name)} is {len(name.encode('utf-8', 'surrogatepass'))} bytes long; "
+            f"at most {MAX_NAME_BYTES} (its download, .NAME.part, must fit a file name)"
+        )
     if name != path.rsplit("/", 1)[-1]:
-        return f"name {name!r} is not the file name of path {path!r}"
+        return f"name {quoted(name)} is not the file name of path {quoted(path)}"
     if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
-        return f"size {size!r} is not a byte count"
+        return f"size {quoted(size)} is not a byte count"
     if sha256 is not None and not (
         isinstance(sha256, str)
         and len(sha256) == 64
         and all(c in "0123456789abcdef" for c in sha256)
     ):
-        return f"sha256 {sha256!r} is not 64 lowercase hex digits"
+        return f"sha256 {quoted(sha256)} is not 64 lowercase hex digits"
     return None
+
+
+def token_over_http_problem(endpoint: str | None, has_token: bool, allowed: bool) -> str | None:
+    """A token bound for a plain-http hub endpoint, not stated as intended: the one rule for
+    the stack, `llm-infra lock` and this fetcher."""
+    if not has_token or allowed or not endpoint:
+        return None
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme != "http":
+        return None
+    host = parts.hostname or ""
+    try:
+        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+            return None  # never leaves the machine
+    except ValueError:
+        pass
+    return (
+        f"{quoted(endpoint)} is plain http and an HF token is set: the token would cross the "
+        "network in clear text; use https, or state it (store.allowTokenOverHttp: true, "
+        "--allow-token-over-http)"
+    )
 
 
 def retire_pattern_problem(pattern: str, names: list[str]) -> str | None:
@@ -195,13 +260,20 @@ def lock_digest(document: dict[str, Any]) -> str:
 def load_lock(path: Path) -> Lock:
     """Read and check a lock file."""
     try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise FetchError(f"cannot read lock {path}: {exc}", EXIT_USAGE) from exc
-    if document.get("version") != LOCK_VERSION:
-        raise FetchError(
-            f"lock {path}: unsupported version {document.get('version')!r}", EXIT_USAGE
-        )
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_LOCK_BYTES + 1)
+        if len(raw) > MAX_LOCK_BYTES:
+            raise ValueError(f"larger than {MAX_LOCK_BYTES} bytes")
+        document = json.loads(raw)
+    except (OSError, ValueError, RecursionError) as exc:
+        raise FetchError(f"cannot read lock {path}: {exc}", EXIT_USAGE) from None
+    if not isinstance(document, dict) or document.get("version") != LOCK_VERSION:
+        version = document.get("version") if isinstance(document, dict) else document
+        raise FetchError(f"lock {path}: unsupported version {quoted(version)}", EXIT_USAGE)
+    if not isinstance(document.get("files"), list) or not all(
+        isinstance(document.get(key), str) for key in ("repo", "revision")
+    ):
+        raise FetchError(f"lock {path}: no repo, revision and files list", EXIT_USAGE)
     files = []
     seen: dict[str, str] = {}
     for index, entry in enumerate(document.get("files", [])):
@@ -261,27 +333,22 @@ def file_url(lock: Lock, item: ModelFile) -> str:
     return f"{endpoint}/{lock.repo}/resolve/{revision}/{quoted}"
 
 
-def _request(url: str, method: str = "GET", offset: int = 0) -> urllib.request.Request:
-    request = urllib.request.Request(url, method=method)
-    token = os.environ.get("HF_TOKEN")
-    if token:
-        request.add_header("Authorization", f"Bearer {token}")
-    if offset:
-        request.add_header("Range", f"bytes={offset}-")
-    request.add_header("User-Agent", "llm-infra-fetcher/1")
-    return request
-
-
-def _http_error(exc: urllib.error.HTTPError, url: str) -> FetchError:
-    if exc.code in (401, 403):
+def _fetch_error(exc: "http_policy.HttpError", item: ModelFile) -> FetchError:
+    """The fetcher's exit code for a failed request (the message is the policy's)."""
+    if exc.status in (401, 403):
         return FetchError(
-            f"{url}: HTTP {exc.code}: not authorised (gated or private repo: set HF_TOKEN "
-            "to a token that has access)",
-            EXIT_AUTH,
+            f"{exc}: gated or private repo: set HF_TOKEN to a token that has access", EXIT_AUTH
         )
-    if exc.code == 404:
-        return FetchError(f"{url}: HTTP 404: no such repo, revision or file", EXIT_NOT_FOUND)
-    return FetchError(f"{url}: HTTP {exc.code}", EXIT_NETWORK)
+    if exc.status == 404:
+        return FetchError(f"{exc}: no such repo, revision or file", EXIT_NOT_FOUND)
+    expected = item.get("size")
+    if isinstance(exc, http_policy.TooLarge) and expected is not None:
+        return FetchError(
+            f"{item['name']}: {exc}: the lock says {expected} bytes for {item['path']} (re-run "
+            "llm-infra lock, or check the endpoint, HF_ENDPOINT / store.hfEndpoint)",
+            EXIT_SIZE,
+        )
+    return FetchError(str(exc), EXIT_NETWORK, retryable=exc.retryable)
 
 
 def _size(count: float) -> str:
@@ -447,12 +514,82 @@ def _size_error(item: ModelFile, served: int, expected: int) -> FetchError:
     )
 
 
-def _download(lock: Lock, item: ModelFile, dest: Path, progress: Progress, retries: int) -> None:
+def _receive(
+    response: "http_policy.Response",
+    item: ModelFile,
+    part: Path,
+    offset: int,
+    digest: "hashlib._Hash",
+    progress: Progress,
+) -> "hashlib._Hash":
+    """Append the response body to the .part file, hashing as it arrives; the digest of the
+    whole .part file."""
+    expected = item.get("size")
+    if offset and response.status != 206:
+        # The server ignored Range: start again from byte 0.
+        offset = 0
+        digest = hashlib.sha256()
+    served = _announced_size(response, offset)
+    if expected is not None and served is not None and served != expected:
+        # A wrong lock, not a network fault: no body read, no retry.
+        raise _size_error(item, served, expected)
+    if expected is not None:
+        try:
+            response.limit(expected - offset)
+        except http_policy.HttpError as exc:
+            raise _fetch_error(exc, item) from None
+    try:
+        with part.open("ab" if offset else "wb") as out:
+            while True:
+                try:
+                    # Whatever has arrived, so a killed fetcher leaves it on disk.
+                    block = response.read1(NET_CHUNK)
+                except http_policy.TooLarge as exc:
+                    out.close()
+                    part.unlink()
+                    raise _fetch_error(exc, item) from None
+                except http_policy.HttpError as exc:
+                    raise _fetch_error(exc, item) from None
+                if not block:
+                    break
+                out.write(block)
+                digest.update(block)
+                progress.add(len(block))
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError as exc:
+        if exc.errno == 28:
+            raise FetchError(f"{part}: disk full: {exc}", EXIT_DISK) from exc
+        raise
+    return digest
+
+
+LIMITS = http_policy.Limits(deadline_s=None, min_rate=16 * 1024)
+"""A download may take hours: the minimum rate and the fetch's own deadline bound it."""
+DEFAULT_DEADLINE_S = 12 * 3600
+
+
+def _download(
+    lock: Lock,
+    item: ModelFile,
+    dest: Path,
+    progress: Progress,
+    retries: int,
+    limits: "http_policy.Limits" = LIMITS,
+    deadline: float | None = None,
+) -> None:
     url = file_url(lock, item)
     checksum_failures = 0
     for attempt in range(retries + 1):
+        left = None if deadline is None else deadline - time.monotonic()
         try:
-            _download_once(url, item, dest, progress)
+            if left is not None and left <= 0:
+                raise FetchError(
+                    f"{item['name']}: not complete within the fetch's deadline (--deadline)",
+                    EXIT_NETWORK,
+                    retryable=False,
+                )
+            _download_once(url, item, dest, progress, dataclasses.replace(limits, deadline_s=left))
             return
         except FetchError as exc:
             if exc.exit_code == EXIT_CHECKSUM and checksum_failures == 0:
@@ -460,14 +597,20 @@ def _download(lock: Lock, item: ModelFile, dest: Path, progress: Progress, retri
                 checksum_failures += 1
                 log(f"{item['name']}: {exc}; downloading it again")
                 continue
-            if exc.exit_code != EXIT_NETWORK or attempt == retries:
+            if not exc.retryable or attempt == retries:
                 raise
             delay = min(2**attempt, 60)
+            if deadline is not None and time.monotonic() + delay > deadline:
+                raise FetchError(
+                    f"{exc}; no retry: the fetch's deadline (--deadline) has passed", EXIT_NETWORK
+                ) from None
             log(f"{item['name']}: {exc}; retry {attempt + 1}/{retries} in {delay}s")
             time.sleep(delay)
 
 
-def _download_once(url: str, item: ModelFile, dest: Path, progress: Progress) -> None:
+def _download_once(
+    url: str, item: ModelFile, dest: Path, progress: Progress, limits: "http_policy.Limits"
+) -> None:
     part = part_path(dest, item)
     offset = part.stat().st_size if part.exists() else 0
     expected = item.get("size")
@@ -479,50 +622,31 @@ def _download_once(url: str, item: ModelFile, dest: Path, progress: Progress) ->
         with part.open("rb") as existing:
             while block := existing.read(CHUNK):
                 digest.update(block)
+    headers = {"User-Agent": "llm-infra-fetcher/1"}
+    if offset:
+        headers["Range"] = f"bytes={offset}-"
     try:
-        response = urllib.request.urlopen(_request(url, offset=offset), timeout=60)
-    except urllib.error.HTTPError as exc:
-        if exc.code != 416 or expected is None:
-            raise _http_error(exc, url) from exc
-        # Nothing past the .part file: it is complete if the file has exactly the lock's size.
-        served = _announced_size(exc, offset)
-        if served is not None and served != expected:
-            raise _size_error(item, served, expected) from exc
-        if offset != expected:
-            raise _http_error(exc, url) from exc
-        response = None
-    except (urllib.error.URLError, OSError) as exc:
-        raise FetchError(f"{url}: {exc}", EXIT_NETWORK) from exc
-    if response is not None:
-        with response:
-            if offset and response.status != 206:
-                # The server ignored Range: start again from byte 0.
-                offset = 0
-                digest = hashlib.sha256()
+        # The body is limited to the lock's size once the status is known (_receive): an
+        # endless body cannot fill the disk.
+        response = http_policy.request(
+            url,
+            headers=headers,
+            token=os.environ.get("HF_TOKEN") or None,
+            limits=limits,
+            ok=(200, 206, 416),
+        )
+    except http_policy.HttpError as exc:
+        raise _fetch_error(exc, item) from None
+    with response:
+        if response.status == 416:
+            # Nothing past the .part file: it is complete if the file has the lock's size.
             served = _announced_size(response, offset)
             if expected is not None and served is not None and served != expected:
-                # A wrong lock, not a network fault: no body read, no retry.
                 raise _size_error(item, served, expected)
-            mode = "ab" if offset else "wb"
-            try:
-                with part.open(mode) as out:
-                    while True:
-                        try:
-                            # read1: whatever has arrived, so a killed fetcher leaves it on disk.
-                            block = response.read1(NET_CHUNK)
-                        except OSError as exc:
-                            raise FetchError(f"{url}: {exc}", EXIT_NETWORK) from exc
-                        if not block:
-                            break
-                        out.write(block)
-                        digest.update(block)
-                        progress.add(len(block))
-                    out.flush()
-                    os.fsync(out.fileno())
-            except OSError as exc:
-                if exc.errno == 28:
-                    raise FetchError(f"{part}: disk full: {exc}", EXIT_DISK) from exc
-                raise
+            if expected is None or offset != expected:
+                raise FetchError(f"{http_policy.shorten(url)}: HTTP 416", EXIT_NETWORK)
+        else:
+            digest = _receive(response, item, part, offset, digest, progress)
     size = part.stat().st_size
     sha256 = item.get("sha256")
     if expected is not None and size > expected:
@@ -706,11 +830,79 @@ def _delete(dest: Path, paths: list[Path], lock: Lock, why: str) -> None:
         log(f"retired {path.name} ({size} bytes){why}")
 
 
+def in_use(path: Path) -> bool:
+    """True when any process on this node (any pod: the kernel keeps one count per file) has
+    the file open or mapped, so deleting it would free no space.
+
+    A write lease is granted only on a file nobody else has open; a mapping keeps the file
+    open until it is unmapped. Where the lease cannot be asked (another owner, a file system
+    without leases) the answer is False and the space measured after the unlink decides.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+    except OSError as exc:
+        return exc.errno in (errno.EAGAIN, errno.EBUSY)
+    else:
+        fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    finally:
+        os.close(descriptor)
+
+
+def _replace_old(
+    dest: Path,
+    lock: Lock,
+    old: list[Path],
+    needed: int,
+    free: int,
+    free_space: Callable[[Path], int],
+) -> None:
+    """Delete the old model's files, then measure the disk again: a file still open or mapped
+    (the old server, in any pod) is never deleted, and when the unlink did not free enough
+    (a process nobody could see still holds a file), nothing more is deleted and the download
+    does not start."""
+    held = [path for path in old if in_use(path)]
+    if held:
+        raise FetchError(
+            f"disk full: {_gib(needed)} needed, {_gib(free)} free in {dest}, and "
+            f"{held[0].name}{f' and {len(held) - 1} more' if len(held) > 1 else ''} of the old "
+            "model is still open or mapped by a running process (the old server?): deleting it "
+            "would free nothing while it runs; stop the old server first (nothing was deleted)",
+            EXIT_DISK,
+        )
+    log(
+        f"{_gib(needed)} needed, {_gib(free)} free: deleting the old model's files before "
+        "the download (upgrade: replace; no model is complete until it ends)"
+    )
+    size = sum(path.stat().st_size for path in old)
+    _delete(dest, old, lock, " to make room")
+    after = free_space(dest)
+    if after >= needed:
+        return
+    raise FetchError(
+        f"disk full: deleting the old model ({', '.join(p.name for p in old)}) freed "
+        f"{_gib(max(after - free, 0))} of its {_gib(size)} (a process may still hold its "
+        f"files); {_gib(after)} free, {_gib(needed)} needed in {dest}; nothing more is deleted "
+        "and the download did not start",
+        EXIT_DISK,
+    )
+
+
 def _make_room(
-    dest: Path, lock: Lock, missing: list[ModelFile], retired: list[str], upgrade: str, free: int
+    dest: Path,
+    lock: Lock,
+    missing: list[ModelFile],
+    retired: list[str],
+    upgrade: str,
+    free_space: Callable[[Path], int],
 ) -> None:
     """Refuse a download that cannot fit; with `replace`, delete old files first if that helps."""
     needed = bytes_still_needed(dest, missing)
+    free = free_space(dest)
     if needed <= free:
         return
     old = retired_files(dest, lock, retired)
@@ -718,11 +910,7 @@ def _make_room(
     replaced = [dest / i["name"] for i in missing if (dest / i["name"]).is_file()]
     reclaimable = sum(path.stat().st_size for path in [*old, *replaced])
     if upgrade == "replace" and needed <= free + reclaimable:
-        log(
-            f"{_gib(needed)} needed, {_gib(free)} free: deleting the old model's files before "
-            "the download (upgrade: replace; no model is complete until it ends)"
-        )
-        _delete(dest, [*old, *replaced], lock, " to make room")
+        _replace_old(dest, lock, [*old, *replaced], needed, free, free_space)
         return
     short = needed - free
     if upgrade == "replace":
@@ -822,8 +1010,11 @@ def _download_all(
     progress: Progress,
     parallel: int,
     retries: int,
+    limits: "http_policy.Limits" = LIMITS,
+    deadline: float | None = None,
 ) -> None:
-    """Download the missing files, `parallel` at a time.
+    """Download the missing files, `parallel` at a time, each within `limits` and all by
+    `deadline` (a time.monotonic() value; None: no deadline).
 
     Ctrl-C (KeyboardInterrupt, which only the main thread sees) tells every download to stop at
     its next block and waits a second for them; what they wrote stays in their `.part` files.
@@ -833,7 +1024,7 @@ def _download_all(
     def download(item: ModelFile) -> None:
         progress.begin(shard[item["name"]])
         try:
-            _download(lock, item, dest, progress, retries)
+            _download(lock, item, dest, progress, retries, limits, deadline)
         finally:
             progress.end(shard[item["name"]])
 
@@ -861,6 +1052,8 @@ def fetch(
     free_space: Callable[[Path], int] = lambda path: shutil.disk_usage(path).free,
     upgrade: str = "keep",
     progress_every: float = PROGRESS_EVERY_S,
+    limits: "http_policy.Limits" = LIMITS,
+    deadline_s: float | None = DEFAULT_DEADLINE_S,
 ) -> None:
     """Place every file of the lock in dest, then write the lock's completion marker.
 
@@ -887,7 +1080,7 @@ def fetch(
                 waiting.append(item)
             else:
                 missing.append(item)
-        _make_room(dest, lock, missing, retired, upgrade, free_space(dest))
+        _make_room(dest, lock, missing, retired, upgrade, free_space)
         total = set_size(lock)
         already = bytes_on_disk(dest, lock, missing)
         if missing and already:
@@ -897,7 +1090,8 @@ def fetch(
                 f"{sum(part_path(dest, i).exists() for i in missing)} partly downloaded)"
             )
         progress = Progress(total or 0, already, len(lock.files), every=progress_every)
-        _download_all(lock, dest, missing, progress, parallel, retries)
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        _download_all(lock, dest, missing, progress, parallel, retries, limits, deadline)
         _switch(dest, lock, [i for i in lock.files if i in waiting or i in missing])
         log(f"done: {progress.summary()}")
         old = retired_files(dest, lock, retired)
@@ -971,11 +1165,30 @@ def add_fetch_options(parser: argparse.ArgumentParser) -> None:
         "private repos comes only from $HF_TOKEN, never from the command line",
     )
     parser.add_argument(
+        "--allow-token-over-http",
+        action="store_true",
+        help="send HF_TOKEN to a plain-http hub (--endpoint, HF_ENDPOINT; refused unless stated)",
+    )
+    parser.add_argument(
         "--progress-every",
         type=float,
         default=PROGRESS_EVERY_S,
         metavar="SECONDS",
         help="seconds between progress lines in a log (a terminal shows one line that updates)",
+    )
+    parser.add_argument(
+        "--min-rate",
+        type=float,
+        default=LIMITS.min_rate,
+        metavar="BYTES_PER_S",
+        help="a download slower than this over a minute is cut off and retried",
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=DEFAULT_DEADLINE_S,
+        metavar="SECONDS",
+        help="the whole fetch, retries included, ends with an error after this long",
     )
 
 
@@ -1013,6 +1226,14 @@ def run_fetch(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         # The one place the endpoint is read (file_url); the flag wins over the environment.
         os.environ["HF_ENDPOINT"] = args.endpoint
+    problem = token_over_http_problem(
+        os.environ.get("HF_ENDPOINT"),
+        bool(os.environ.get("HF_TOKEN")),
+        getattr(args, "allow_token_over_http", False),
+    )
+    if problem:
+        log(f"error: {'--endpoint' if args.endpoint else 'HF_ENDPOINT'} {problem}")
+        return EXIT_USAGE
     lock = None
     try:
         lock = load_lock(args.lock)
@@ -1024,6 +1245,8 @@ def run_fetch(args: argparse.Namespace) -> int:
             args.retries,
             upgrade=args.upgrade,
             progress_every=args.progress_every,
+            limits=dataclasses.replace(LIMITS, min_rate=args.min_rate),
+            deadline_s=args.deadline,
         )
     except FetchError as exc:
         log(f"error: {exc}")

@@ -18,11 +18,26 @@ import os
 import re
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING or "components.payloads" in sys.modules:
+    from components.payloads import http_policy as http_policy  # bench's too
+else:  # a stock image or a plain Python: the policy is shipped beside this file
+
+    def _sibling(name: str) -> Any:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location(
+            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+        )
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    http_policy = sys.modules.get("http_policy") or _sibling("http_policy")
 
 FORMAT = "llm-infra-verify/1"
 API_KEY_ENV = "LLM_INFRA_API_KEY"
@@ -77,6 +92,11 @@ DEFAULT_TOLERANCE: dict[str, float] = {
 }
 
 
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+"""The largest JSON answer read (a completion of a few hundred tokens with logprobs is far
+smaller): a server that sends more gets an error, not the client's memory."""
+
+
 class EndpointError(RuntimeError):
     """The endpoint answered with an HTTP error or something that is not a completion."""
 
@@ -89,24 +109,51 @@ def request_json(
     api_key: str | None = None,
     timeout: float = 300.0,
 ) -> Any:
-    """GET (``body`` None) or POST JSON to ``base_url + path`` and return the decoded answer."""
+    """GET (``body`` None) or POST JSON to ``base_url + path`` and return the decoded answer,
+    under the HTTP client policy: the key only to this host, a bounded answer, `timeout` the
+    deadline of the whole exchange."""
     data = None if body is None else json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(base_url.rstrip("/") + path, data=data, headers=headers)
+    # A completion's head comes only when it is done: the deadline bounds the wait, not a rate.
+    limits = http_policy.Limits(
+        deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
+    )
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return json.loads(resp.read())
-    except urllib.error.HTTPError as exc:
-        detail = exc.read().decode(errors="replace")[:500]
-        raise EndpointError(f"{path}: HTTP {exc.code}: {detail}") from exc
+        with http_policy.request(
+            base_url.rstrip("/") + path,
+            method="GET" if data is None else "POST",
+            headers=headers,
+            token=api_key or None,
+            body=data,
+            max_body=MAX_ANSWER_BYTES,
+            limits=limits,
+        ) as response:
+            return response.json()
+    except http_policy.HttpError as exc:
+        raise EndpointError(str(exc)) from None
+
+
+def field_of(answer: Any, path: str, *keys: str | int) -> Any:
+    """answer[keys[0]][keys[1]]...; an EndpointError naming what is missing otherwise."""
+    value = answer
+    walked = ""
+    for key in keys:
+        walked += f"[{key!r}]"
+        if isinstance(key, int):
+            ok = isinstance(value, list) and len(value) > key
+        else:
+            ok = isinstance(value, dict) and key in value
+        if not ok:
+            shown = http_policy.shorten(json.dumps(answer), 120)
+            raise EndpointError(f"{path}: the answer has no {walked}: {shown}")
+        value = value[key]
+    return value
 
 
 def model_id(base_url: str, api_key: str | None = None) -> str:
     """The first model id of ``/v1/models`` (llama-server: the ``--alias``)."""
     answer = request_json(base_url, "/v1/models", api_key=api_key, timeout=30.0)
-    return str(answer["data"][0]["id"])
+    return str(field_of(answer, "/v1/models", "data", 0, "id"))
 
 
 @dataclass
@@ -218,25 +265,41 @@ def complete(
         if top_k:
             body |= {"logprobs": True, "top_logprobs": top_k}
         answer = request_json(base_url, "/v1/chat/completions", body, api_key=api_key)
-        choice = answer["choices"][0]
-        text = choice["message"].get("content") or ""
+        if not isinstance(answer, dict):
+            raise EndpointError(
+                f"/v1/chat/completions: the answer is not an object: {answer!r:.80}"
+            )
+        path = "/v1/chat/completions"
+        choice = field_of(answer, path, "choices", 0)
+        message = field_of(answer, path, "choices", 0, "message")
+        if not isinstance(message, dict):
+            raise EndpointError(f"{path}: a malformed answer (choices[0].message {message!r:.80})")
+        text = message.get("content") or ""
     elif endpoint == "completions":
         body["prompt"] = case.get("prompt") or "\n".join(m["content"] for m in case["messages"])
         if top_k:
             body["logprobs"] = top_k
         answer = request_json(base_url, "/v1/completions", body, api_key=api_key)
-        choice = answer["choices"][0]
-        text = choice.get("text") or ""
+        path = "/v1/completions"
+        choice = field_of(answer, path, "choices", 0)
+        text = choice.get("text") or "" if isinstance(choice, dict) else ""
     else:
         raise ValueError(f"endpoint must be 'chat' or 'completions', not {endpoint!r}")
     elapsed = time.monotonic() - started
-    tps = (answer.get("timings") or {}).get("predicted_per_second")
-    if tps is None:
-        tokens = (answer.get("usage") or {}).get("completion_tokens")
-        tps = tokens / elapsed if tokens and elapsed > 0 else None
-    return Completion(
-        str(text), _steps(choice.get("logprobs")), choice.get("finish_reason"), tps and float(tps)
-    )
+    try:
+        tps = (answer.get("timings") or {}).get("predicted_per_second")
+        if tps is None:
+            tokens = (answer.get("usage") or {}).get("completion_tokens")
+            tps = tokens / elapsed if tokens and elapsed > 0 else None
+        return Completion(
+            str(text),
+            _steps(choice.get("logprobs")),
+            choice.get("finish_reason"),
+            tps and float(tps),
+        )
+    except (AttributeError, TypeError, ValueError, KeyError) as exc:
+        shown = http_policy.shorten(json.dumps(answer), 120)
+        raise EndpointError(f"{path}: a malformed answer ({exc!r}): {shown}") from None
 
 
 @dataclass

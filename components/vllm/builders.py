@@ -13,6 +13,7 @@ from typing import Any, Literal, TypedDict
 
 import yaml
 
+from components.payloads import HTTP_POLICY_FILE
 from components.payloads.fetcher import lock_digest
 from components.vllm.caddyfile import MetricsSite
 from components.vllm.inputs import CaddySite, PatchOverlay, VllmFlags
@@ -34,6 +35,8 @@ class RemotePaths(TypedDict):
     """The model lock the fetcher reads."""
     fetcher: str
     """The fetcher's source."""
+    http_policy: str
+    """The HTTP client policy the fetcher imports (beside it)."""
     env_file: str
     """The API key env file (mode 0600)."""
     patches_dir: str
@@ -52,6 +55,7 @@ def remote_paths(base_dir: str) -> RemotePaths:
         "caddyfile": posixpath.join(base_dir, "Caddyfile"),
         "lock": posixpath.join(base_dir, "model.lock.json"),
         "fetcher": posixpath.join(base_dir, "fetcher.py"),
+        "http_policy": posixpath.join(base_dir, HTTP_POLICY_FILE),
         "env_file": posixpath.join(base_dir, "vllm.env"),
         "patches_dir": posixpath.join(base_dir, "patches"),
     }

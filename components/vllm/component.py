@@ -16,7 +16,12 @@ with warnings.catch_warnings():
     remote.CopyToRemote  # noqa: B018
 
 from components.k8s.children import after, inherited_dependencies
-from components.payloads import FETCHER_SOURCE, VERIFY_SOURCE
+from components.payloads import (
+    FETCHER_SOURCE,
+    HTTP_POLICY_FILE,
+    HTTP_POLICY_SOURCE,
+    VERIFY_SOURCE,
+)
 from components.payloads.fetcher import fetch_document
 from components.validation import checked_inputs
 from components.vllm.builders import (
@@ -132,7 +137,7 @@ class VllmRocmServer(pulumi.ComponentResource):
                     model_dir=args["model_dir"],
                     fetch_image=args["fetch_image"],
                     lock_sha256=sha256_text(lock_text),
-                    fetcher_sha256=sha256_text(files["fetcher"][1]),
+                    fetcher_sha256=sha256_text(files["fetcher"][1] + files["http-policy"][1]),
                     parallel=args.get("fetch_parallel", 3),
                 )
             ),
@@ -140,6 +145,7 @@ class VllmRocmServer(pulumi.ComponentResource):
             opts=child(
                 copies["lock"],
                 copies["fetcher"],
+                copies["http-policy"],
                 custom_timeouts=pulumi.CustomTimeouts(create="12h", update="12h"),
             ),
         )
@@ -195,6 +201,7 @@ class VllmRocmServer(pulumi.ComponentResource):
                 )
                 for suffix, file_name, text in (
                     ("script", "verify.py", VERIFY_SOURCE.read_text()),
+                    ("http-policy", HTTP_POLICY_FILE, HTTP_POLICY_SOURCE.read_text()),
                     ("expectations", "expect.json", expectations),
                 )
             ]
@@ -271,6 +278,7 @@ def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tu
         "caddyfile": (paths["caddyfile"], caddy_text),
         "lock": (paths["lock"], lock_text),
         "fetcher": (paths["fetcher"], FETCHER_SOURCE.read_text()),
+        "http-policy": (paths["http_policy"], HTTP_POLICY_SOURCE.read_text()),
     }
     if monitoring is not None:
         flags = args["flags"]

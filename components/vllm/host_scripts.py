@@ -9,7 +9,7 @@ import shlex
 from pydantic_core import PydanticCustomError
 
 from components.grammars import env_file_value
-from components.payloads import FETCHER_MOUNT, VERIFY_MOUNT
+from components.payloads import FETCHER_MOUNT, HTTP_POLICY_FILE, VERIFY_MOUNT
 from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
@@ -129,6 +129,7 @@ def fetch_script(
     parallel: int = 3,
 ) -> str:
     """Runs the fetcher in a stock Python image: resumable, skips complete files, never deletes."""
+    policy_mount = f"{FETCHER_MOUNT}/{HTTP_POLICY_FILE}"
     return _script(
         [
             f"# lock sha256 {lock_sha256}, fetcher sha256 {fetcher_sha256}",
@@ -137,6 +138,7 @@ def fetch_script(
             'docker run --rm --user "$(id -u):$(id -g)" --network host \\',
             "  -e PYTHONUNBUFFERED=1 \\",
             f"  -v {bind(paths['fetcher'], FETCHER_MOUNT + '/fetcher.py', read_only=True)} \\",
+            f"  -v {bind(paths['http_policy'], policy_mount, read_only=True)} \\",
             f"  -v {bind(paths['lock'], FETCHER_MOUNT + '/lock.json', read_only=True)} \\",
             f"  -v {bind(model_dir, '/models')} \\",
             f"  {q(fetch_image)} \\",

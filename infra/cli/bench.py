@@ -26,15 +26,19 @@ import statistics
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # The only project import: a standard-library payload, so `bench/serve.py` can load this file
 # and verify.py by path on a plain Python (importing the `components` package needs pulumi).
-from components.payloads.verify import API_KEY_ENV, EndpointError, model_id, request_json
+from components.payloads.verify import (
+    API_KEY_ENV,
+    EndpointError,
+    http_policy,
+    model_id,
+    request_json,
+)
 
 if TYPE_CHECKING:
     from infra.cli.common import Subparsers
@@ -48,6 +52,11 @@ SEED_002: dict[str, str] = {
     "aggregate_8": "542",
     "aggregate_64": "830 (burst)",
 }
+MAX_SSE_LINE = 1024 * 1024
+"""The longest server-sent event line read (one token's event is a few hundred bytes)."""
+MAX_SAMPLE_BYTES = 4 * 1024 * 1024
+"""The largest /slots or /metrics answer the sampler reads."""
+
 _WORDS = (
     "river",
     "stone",
@@ -163,58 +172,79 @@ def stream_chat(
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    req = urllib.request.Request(
-        base_url.rstrip("/") + "/v1/chat/completions", json.dumps(payload).encode(), headers
-    )
     res = StreamResult(t_start=time.monotonic())
-    count = 0
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            for raw in resp:
-                line = raw.strip()
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    break
-                now = time.monotonic()
-                event = json.loads(data)
-                res.events += 1
-                cumulative, carried, source = _count_in_event(event)
-                new = (cumulative - count) if cumulative is not None else carried
-                if source != "none" and res.count_source in ("none", "chunks"):
-                    res.count_source = source
-                usage = event.get("usage")
-                if isinstance(usage, dict):
-                    res.prompt_tokens = usage.get("prompt_tokens", res.prompt_tokens)
-                    details = usage.get("prompt_tokens_details") or {}
-                    res.cached_tokens = details.get("cached_tokens", res.cached_tokens)
-                    if not event.get("choices") and "completion_tokens" in usage:
-                        # The final usage-only event is authoritative for the total.
-                        new = max(0, int(usage["completion_tokens"]) - count)
-                if isinstance(event.get("timings"), dict):
-                    res.timings = {
-                        k: float(v)
-                        for k, v in event["timings"].items()
-                        if isinstance(v, (int, float))
-                    }
-                if new > 0:
-                    count += new
-                    if res.t_first_token is None:
-                        res.t_first_token, res.tokens_at_first = now, count
-                    res.t_last_token = now
-        res.t_end = time.monotonic()
-        res.output_tokens = count
-        res.ok = count > 0
-        if not res.ok:
-            res.error = "no tokens in the stream"
-    except urllib.error.HTTPError as exc:
-        res.error = f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        res.error = repr(exc)
+        with http_policy.request(
+            base_url.rstrip("/") + "/v1/chat/completions",
+            method="POST",
+            headers=headers,
+            token=api_key or None,
+            body=json.dumps(payload).encode(),
+            # A long prefill sends nothing for minutes, a slow decode a few bytes a second: the
+            # deadline bounds a stream, not a rate.
+            limits=http_policy.Limits(
+                deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
+            ),
+        ) as resp:
+            _read_stream(resp, res)
+    except http_policy.HttpError as exc:
+        res.error = str(exc)
     return res
+
+
+def _read_stream(resp: http_policy.Response, res: StreamResult) -> None:
+    """Time every token-bearing SSE event of a streamed answer into res."""
+    count = 0
+    for raw in resp.lines(MAX_SSE_LINE):
+        line = raw.strip()
+        if not line.startswith(b"data:"):
+            continue
+        data = line[5:].strip()
+        if data == b"[DONE]":
+            break
+        now = time.monotonic()
+        try:
+            event = json.loads(data)
+            if not isinstance(event, dict):
+                raise ValueError(f"an event is {type(event).__name__}, not an object")
+            new = _account(event, res, count)
+        except (ValueError, TypeError, AttributeError, KeyError, RecursionError) as exc:
+            res.error = (
+                f"a malformed stream event ({exc!r}): {http_policy.shorten(repr(data), 120)}"
+            )
+            return
+        res.events += 1
+        if new > 0:
+            count += new
+            if res.t_first_token is None:
+                res.t_first_token, res.tokens_at_first = now, count
+            res.t_last_token = now
+    res.t_end = time.monotonic()
+    res.output_tokens = count
+    res.ok = count > 0
+    if not res.ok:
+        res.error = "no tokens in the stream"
+
+
+def _account(event: dict[str, Any], res: StreamResult, count: int) -> int:
+    """The new tokens one event carries; its usage and timings go into res."""
+    cumulative, carried, source = _count_in_event(event)
+    new = (cumulative - count) if cumulative is not None else carried
+    if source != "none" and res.count_source in ("none", "chunks"):
+        res.count_source = source
+    usage = event.get("usage")
+    if isinstance(usage, dict):
+        res.prompt_tokens = usage.get("prompt_tokens", res.prompt_tokens)
+        details = usage.get("prompt_tokens_details") or {}
+        res.cached_tokens = details.get("cached_tokens", res.cached_tokens)
+        if not event.get("choices") and "completion_tokens" in usage:
+            # The final usage-only event is authoritative for the total.
+            new = max(0, int(usage["completion_tokens"]) - count)
+    if isinstance(event.get("timings"), dict):
+        res.timings = {
+            k: float(v) for k, v in event["timings"].items() if isinstance(v, (int, float))
+        }
+    return int(new)
 
 
 def varied_prompt(index: int, words: int, seed: int = 0) -> str:
@@ -344,13 +374,16 @@ class ServerSampler:
         self._metrics_ok = True
 
     def _get(self, path: str) -> bytes | None:
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        limits = http_policy.Limits(deadline_s=5.0, head_timeout_s=5.0)
         try:
-            req = urllib.request.Request(self.base_url + path, headers=headers)
-            with urllib.request.urlopen(req, timeout=5) as resp:
-                body: bytes = resp.read()
-                return body
-        except (urllib.error.URLError, OSError):
+            with http_policy.request(
+                self.base_url + path,
+                token=self.api_key or None,
+                max_body=MAX_SAMPLE_BYTES,
+                limits=limits,
+            ) as resp:
+                return resp.read_all()
+        except http_policy.HttpError:
             return None
 
     def poll_once(self) -> None:

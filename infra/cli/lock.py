@@ -39,6 +39,11 @@ def add_parser(sub: Subparsers) -> None:
         help="the hub (default: $HF_ENDPOINT, else https://huggingface.co; a token comes only "
         "from $HF_TOKEN)",
     )
+    parser.add_argument(
+        "--allow-token-over-http",
+        action="store_true",
+        help="send the HF token to a plain-http --endpoint (refused unless stated)",
+    )
     add_output_option(parser, "lock")
     parser.set_defaults(run=run)
 
@@ -67,7 +72,12 @@ def run(args: argparse.Namespace) -> int:
         stack = stack_file.stack()
         targets = lock_targets(stack, stack_file.lock_path)
         resolved = {
-            path: lock.resolve_lock(model, token=hf_token(stack_file.name), endpoint=args.endpoint)
+            path: lock.resolve_lock(
+                model,
+                token=hf_token(stack_file.name),
+                endpoint=args.endpoint,
+                allow_token_over_http=args.allow_token_over_http,
+            )
             for path, model in targets.items()
         }
     except ConfigError as exc:

@@ -9,6 +9,7 @@ rules live once (`infra.config.kubernetes`); its problems name the entry (`serve
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,6 +28,7 @@ from infra.config.kubernetes import (
     cross_checks,
 )
 from infra.config.metrics import KubernetesMetricsSettings
+from infra.config.placement import placement_problems
 
 
 class FleetServerSettings(ServerSettings):
@@ -121,7 +123,7 @@ def fleet_checks(fleet: FleetStack) -> list[str]:
         ]
     names: dict[str, str] = {}
     stores: dict[str, int] = {}
-    nodes: dict[str, str] = {}
+    selectors: list[tuple[str, Mapping[str, str]]] = []
     aliases: dict[str, int] = {}
     for index, entry in enumerate(fleet.servers):
         key = f"servers[{index}]"
@@ -147,22 +149,11 @@ def fleet_checks(fleet: FleetStack) -> list[str]:
             )
         else:
             stores[entry.store.name] = index
-        selectors = [(f"{key}.nodeSelector", entry.node_selector)]
+        selectors.append((f"{key}.nodeSelector", entry.node_selector))
         selectors += [
             (f"{key}.rpc.workers[{w}].nodeSelector", worker.node_selector)
             for w, worker in enumerate(entry.rpc.workers if entry.rpc else [])
         ]
-        for what, selector in selectors:
-            host = selector.get("kubernetes.io/hostname")
-            if host is None:
-                continue
-            if host in nodes:
-                problems.append(
-                    f"{what}: node {host!r} is already {nodes[host]}'s (one GPU per node: "
-                    "each server and worker needs its own node)"
-                )
-            else:
-                nodes[host] = what.rsplit(".", 1)[0]
         if entry.alias in aliases:
             other = fleet.servers[aliases[entry.alias]]
             if _model_key(other.model) != _model_key(entry.model):
@@ -173,5 +164,6 @@ def fleet_checks(fleet: FleetStack) -> list[str]:
                 )
         else:
             aliases[entry.alias] = index
+    problems += placement_problems(selectors)
     # A stack-wide key (network.*, kubernetes.*) is checked with every server: say it once.
     return list(dict.fromkeys(problems))

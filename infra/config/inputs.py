@@ -35,6 +35,8 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "min_decode_tps": "server.minDecodeTps",
         "allowed_clients": "network.clients",
         "metrics.scrapers": "metrics.scrapers",
+        "verify_expectations": "server.verifyAfterUp",
+        "stop_before_model_change": "store.upgrade",
     },
     "GgufModelStore": {
         "namespace": "kubernetes.namespace",
@@ -46,7 +48,8 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "fetch_image": "store.fetchImage",
         "retired_patterns": "store.retiredPatterns",
         "parallel_downloads": "store.parallelDownloads",
-        "hf_endpoint": "model.endpoint",
+        "hf_endpoint": "store.hfEndpoint",
+        "allow_token_over_http": "store.allowTokenOverHttp",
         "upgrade": "store.upgrade",
     },
     "VllmRocmServer": {

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from components.addresses import covers_every_address
+from components.k8s.images import RPC, image_capabilities
 from components.llamacpp.inputs import CACHE_TYPES, DEFAULT_IMAGE, CacheType
 from components.llamacpp.rpc_manifests import RPC_BINARY, RPC_PORT
 from components.payloads.fetcher import retire_pattern_problem
@@ -33,6 +34,7 @@ from infra.config.base import (
     shard_set_problems,
 )
 from infra.config.metrics import KubernetesMetricsSettings
+from infra.config.placement import placement_problems
 from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
 
 
@@ -83,6 +85,9 @@ class StoreSettings(Strict):
     parallel_downloads: Annotated[int, Field(ge=1, le=16)] = 3
     fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
     hf_endpoint: HttpUrl | None = None
+    allow_token_over_http: bool = False
+    """Send hfToken to a plain-http hfEndpoint (a mirror on a trusted network); refused
+    unless set."""
     upgrade: Literal["keep", "replace"] = "keep"
     """`keep`: on a new lock the old model stays on the volume, and serving, until the new one is
     verified (the volume must hold both); `replace`: when it cannot, the retired files go first
@@ -134,11 +139,6 @@ class ResourceSettings(Strict):
 
     requests: ComputeResources
     limits: ComputeResources
-
-
-# The official images (.devops/vulkan.Dockerfile of b11434) are configured without -DGGML_RPC:
-# their llama-server answers `--rpc` with "RPC not supported in this build".
-STOCK_IMAGE_PREFIX = DEFAULT_IMAGE.rsplit(":", 1)[0] + ":"
 
 
 def _worker_resources() -> ResourceSettings:
@@ -409,6 +409,7 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         )
     problems += kubernetes_name_problems(stack)
     problems += rpc_problems(stack)
+    problems += replace_problems(stack)
     problems += metrics_problems(stack)
     if stack.network.policies and not stack.network.clients:
         problems.append(
@@ -425,6 +426,18 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
     return problems
 
 
+def replace_problems(stack: StrixHaloStack) -> list[str]:
+    """What `store.upgrade: replace` cannot do: the server is not awaited after a model change
+    (its pod waits for the fetch that follows it), so a post-up check would run too early."""
+    if stack.store.upgrade != "replace" or not stack.server.verify_after_up:
+        return []
+    return [
+        "server.verifyAfterUp: true with store.upgrade: replace: after a model change the new "
+        "server is not awaited (it waits for the fetch Job that follows it), so the check would "
+        "run before it is up; use store.upgrade: keep, or check by hand (llm-infra verify STACK)"
+    ]
+
+
 def rpc_problems(stack: StrixHaloStack) -> list[str]:
     """Rules of a split model: RPC-enabled images, workers on other nodes, distinct names."""
     server, rpc = stack.server, stack.server.rpc
@@ -432,7 +445,7 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
         return []
     problems = []
     for key, image in (("server.image", server.image), ("server.rpc.image", server.rpc_image)):
-        if image.startswith(STOCK_IMAGE_PREFIX):
+        if RPC not in image_capabilities(image):
             problems.append(
                 f"{key}: {image!r} is built without -DGGML_RPC (llama.cpp's images answer --rpc "
                 "with 'RPC not supported in this build'); with server.rpc, use an image of the "
@@ -455,11 +468,6 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
             )
         elif len(name) > SERVER_NAME_MAX:
             problems.append(f"{key}.name: {name!r} is longer than {SERVER_NAME_MAX} characters")
-        if dict(worker.node_selector) == dict(server.node_selector):
-            problems.append(
-                f"{key}.nodeSelector: {dict(worker.node_selector)} is the server's own; a worker "
-                "lends another node's GPU (the server's node already serves its own)"
-            )
         for resource in ("cpu", "memory"):
             request = getattr(worker.resources.requests, resource)
             limit = getattr(worker.resources.limits, resource)
@@ -469,6 +477,15 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
                 )
     if rpc.port == server.port:
         problems.append(f"server.rpc.port: {rpc.port} is the server's own port (server.port)")
+    problems += placement_problems(
+        [
+            ("server.nodeSelector", server.node_selector),
+            *[
+                (f"server.rpc.workers[{index}].nodeSelector", worker.node_selector)
+                for index, worker in enumerate(rpc.workers)
+            ],
+        ]
+    )
     return problems
 
 

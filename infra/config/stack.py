@@ -19,6 +19,7 @@ import pulumi
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from components.payloads.fetcher import token_over_http_problem
 from infra.config.base import (
     LOCATION_KEYS,
     NAMESPACE,
@@ -30,6 +31,7 @@ from infra.config.base import (
 from infra.config.docker_host import Mi300xStack, docker_host_checks
 from infra.config.fleet import FleetStack, fleet_checks
 from infra.config.kubernetes import StrixHaloStack, cross_checks
+from infra.config.limits import MAX_STACK_FILE_BYTES, load_yaml, read_limited
 
 StackConfig = StrixHaloStack | FleetStack | Mi300xStack
 
@@ -159,10 +161,11 @@ def read_stack_file(stack: str | Path) -> StackFile:
     if not path.is_file():
         raise ConfigError([missing_stack_problem(str(stack), path)])
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = read_limited(path, MAX_STACK_FILE_BYTES, "stack file")
+        document = load_yaml(text, path) or {}
     except yaml.MarkedYAMLError as exc:
         raise ConfigError([yaml_syntax_problem(path, exc)]) from None
-    except (OSError, ValueError, yaml.YAMLError) as exc:
+    except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError([f"{path}: not a readable YAML file ({exc})"]) from None
     entries = document.get("config") if isinstance(document, dict) else None
     if not isinstance(entries, dict):
@@ -294,6 +297,24 @@ def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], l
     return lines(feature), lines(target)
 
 
+def token_transport_problems(stack: StackConfig, has_token: bool) -> list[str]:
+    """A plain-http store.hfEndpoint that the HF token would be sent to, not stated."""
+    if isinstance(stack, Mi300xStack):
+        return []
+    entries = (
+        [(f"servers[{i}].store", s.store) for i, s in enumerate(stack.servers)]
+        if isinstance(stack, FleetStack)
+        else [("store", stack.store)]
+    )
+    problems = []
+    for key, store in entries:
+        endpoint = str(store.hf_endpoint) if store.hf_endpoint else None
+        problem = token_over_http_problem(endpoint, has_token, store.allow_token_over_http)
+        if problem:
+            problems.append(f"{key}.hfEndpoint: {problem}")
+    return problems
+
+
 def plaintext_secret_problem(key: str, where: str) -> str:
     """A secret written in plain text: the line to use instead (never the value)."""
     return (
@@ -359,6 +380,7 @@ def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
         if value is not None
     }
     always, for_up = missing_secrets(stack, present)
+    always += token_transport_problems(stack, "hfToken" in present)
     if always or (for_up and not pulumi.runtime.is_dry_run()):
         raise ConfigError(always + for_up)
     if for_up:

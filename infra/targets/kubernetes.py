@@ -21,10 +21,11 @@ from components import (
 )
 from components.k8s.network_policies import NetworkClient
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
-from components.llamacpp.manifests import selector_labels, server_labels, service_url
+from components.llamacpp.manifests import head_pod_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
 from components.llamacpp.split import check_split
+from components.model_store.component import store_model_volume
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
@@ -124,17 +125,22 @@ def deploy_server(
     depends: list[pulumi.Resource],
     verify_expectations: str | None,
 ) -> tuple[GgufModelStore, LlamaCppVulkanServer]:
-    """One server: its model store, its RPC workers (a split model), then llama-server."""
-    store = GgufModelStore(
-        stack.store.name,
-        store_args(stack, source, secrets.hf_token),
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
-    )
+    """One server: its model store, its RPC workers (a split model), then llama-server.
+
+    With `store.upgrade: replace` the order of a model change is the server first (its old
+    Deployment deleted, so no pod maps the old files), then the fetch Job that may delete them.
+    """
+    replace = stack.store.upgrade == "replace"
+    model_store_args = store_args(stack, source, secrets.hf_token)
+    # The store's volume by name, known (and its inputs checked) before the store exists: with
+    # replace the server comes first.
+    volume = store_model_volume(stack.store.name, model_store_args)
     head_args: LlamaCppVulkanServerArgs = {
-        **server_args(stack, source, store.model_volume),
+        **server_args(stack, source, volume),
         "api_key": secrets.api_key,
         "verify_expectations": verify_expectations,
         "min_decode_tps": stack.server.min_decode_tps,
+        "stop_before_model_change": replace,
     }
     worker_args = rpc_worker_args(stack)
     # The rules between the head and its workers, before either exists.
@@ -147,13 +153,37 @@ def deploy_server(
         )
         for name, args in worker_args.items()
     ]
+    store: GgufModelStore | None = None
+    if not replace:
+        store = GgufModelStore(
+            stack.store.name,
+            model_store_args,
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
+        )
+    else:
+        pulumi.log.warn(
+            f"{stack.server.resource_name}: store.upgrade: replace: a new model stops the server "
+            "first (its Deployment is deleted) and then the fetch Job may delete the old model: "
+            "the server is down until the new model is fetched and loaded, and `pulumi up` "
+            "waits for the fetch, not for the new pod"
+        )
     server = LlamaCppVulkanServer(
         stack.server.resource_name,
         head_args,
         # Waiting on the store waits on its fetch Job: the server starts on a complete model;
         # a split model's head also waits for its workers (it connects to them at load).
-        opts=pulumi.ResourceOptions(provider=provider, depends_on=[*depends, store, *workers]),
+        # With replace the fetch waits for the server instead (its pod waits for the model).
+        opts=pulumi.ResourceOptions(
+            provider=provider, depends_on=[*depends, *([store] if store else []), *workers]
+        ),
     )
+    if store is None:
+        store = GgufModelStore(
+            stack.store.name,
+            model_store_args,
+            opts=pulumi.ResourceOptions(provider=provider, depends_on=depends),
+            fetch_after=[server],
+        )
     return store, server
 
 
@@ -162,7 +192,7 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
     server, rpc = stack.server, stack.server.rpc
     if rpc is None:
         return {}
-    head_labels = selector_labels(server_labels(server.resource_name))
+    head_labels = head_pod_labels(server.resource_name)
     workers: dict[str, LlamaCppRpcWorkerArgs] = {}
     for worker, name in zip(rpc.workers, server.rpc_worker_names, strict=True):
         workers[name] = {
@@ -252,6 +282,7 @@ def store_args(
         "fetch_timeout_seconds": int(store.fetch_timeout_hours * 3600),
         "hf_endpoint": store.hf_endpoint,
         "hf_token": hf_token,
+        "allow_token_over_http": store.allow_token_over_http,
         "network_policy": stack.network.policies,
         "run_as_user": stack.server.run_as_user,
         "upgrade": store.upgrade,

@@ -274,6 +274,9 @@ def test_verify_after_up_runs_a_job_after_the_deployment(tmp_path: Path) -> None
     server = json.loads(config["llm-infra:server"])
     server.update(verifyAfterUp=True, apiKey=True, minDecodeTps=20)
     config["llm-infra:server"] = json.dumps(server)
+    # The check runs after an awaited rollout: upgrade keep (replace does not await the pod).
+    store = json.loads(config["llm-infra:store"])
+    config["llm-infra:store"] = json.dumps({**store, "upgrade": "keep"})
     config["llm-infra:lockFile"] = str(tmp_path / "strix-halo.lock.json")
     config["llm-infra:apiKey"] = "sk-live-verify-0123"
     keys = [*secret_keys, "llm-infra:apiKey"]
@@ -310,6 +313,7 @@ def test_each_server_of_a_fleet_verifies_against_its_own_expectations(tmp_path: 
     servers = json.loads(config["llm-infra:servers"])
     for server in servers:
         server.update(verifyAfterUp=True, minDecodeTps=20)
+        server["store"]["upgrade"] = "keep"
     servers[1]["minDecodeTps"] = 25
     config["llm-infra:servers"] = json.dumps(servers)
     config["llm-infra:lockFile"] = str(tmp_path / "strix-halo-pair.lock.json")

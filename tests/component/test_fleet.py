@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components.llamacpp.inputs import DEFAULT_IMAGE
-from components.llamacpp.manifests import selector_labels, server_labels
+from components.llamacpp.manifests import head_pod_labels, server_labels
 from infra.config import ConfigError, FleetStack, StrixHaloStack, parse_stack
 from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers
@@ -22,6 +22,7 @@ from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS, stack_values
 
 PAIR, SPLIT = "strix-halo-pair", "strix-halo-pair-split"
+HEAD = "deepseek-v4-flash-0731"
 
 
 def documents(out: Path) -> list[dict[str, Any]]:
@@ -136,9 +137,9 @@ def test_worker_policy_admits_only_the_heads_pods_and_the_api_service_never_sele
     (rule,) = spec["ingress"]
     assert rule["ports"] == [{"port": 50052, "protocol": "TCP"}]
     # One peer: the head's pods in this namespace (no namespaceSelector, no ipBlock).
-    assert rule["from"] == [
-        {"podSelector": {"matchLabels": selector_labels(server_labels("deepseek-v4-flash-0731"))}}
-    ]
+    # The head Deployment's pods only: a label the verify Job's pods do not carry.
+    assert rule["from"] == [{"podSelector": {"matchLabels": head_pod_labels(HEAD)}}]
+    assert not set(head_pod_labels(HEAD).items()) <= set(server_labels(HEAD).items())
     assert all(
         head_labels[k] == v for k, v in rule["from"][0]["podSelector"]["matchLabels"].items()
     )
@@ -236,7 +237,8 @@ def fleet_split_values() -> dict[str, Any]:
             lambda v: v["servers"][1]["rpc"]["workers"][0].update(
                 nodeSelector={"kubernetes.io/hostname": "nucbox-1"}
             ),
-            "servers[1].rpc.workers[0].nodeSelector: node 'nucbox-1' is already servers[0]'s",
+            "servers[1].rpc.workers[0].nodeSelector: node 'nucbox-1' is already the node of "
+            "servers[0]",
         ),
         (
             lambda v: v["servers"][1].update(name="deepseek-v4-flash-0731"),

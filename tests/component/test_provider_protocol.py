@@ -453,7 +453,11 @@ def test_the_stack_files_inputs_through_the_provider_render_what_the_stack_file_
         "model_file": store_inputs["files"][0]["name"],
         "model_bytes": None,
     }
-    server_inputs = server_args(stack, source, volume)
+    server_inputs: LlamaCppVulkanServerArgs = {
+        **server_args(stack, source, volume),
+        # As the stack's target passes it (store.upgrade: replace).
+        "stop_before_model_change": stack.store.upgrade == "replace",
+    }
     name = stack.server.resource_name or server_inputs["flags"]["alias"]
     server = up.construct(LLAMA, name, wire_names(server_inputs, LlamaCppVulkanServerArgs))
     for component, parent in (("models", store.urn), (name, server.urn)):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,89 @@ def test_a_render_from_before_the_marker_is_recognised_and_replaced(tmp_path: Pa
     write(host_render({"01-preflight.sh": "true"}), out)
     assert not (out / "commands" / "07-gone.sh").exists()
     assert (out / RENDER_MARKER).is_file()
+
+
+def rendered_once(tmp_path: Path) -> Path:
+    """A directory an earlier render owns."""
+    out = tmp_path / "out"
+    write(host_render({"01-up.sh": "true"}), out)
+    return out
+
+
+def test_a_symlinked_folder_named_in_the_marker_deletes_nothing_outside(tmp_path: Path) -> None:
+    out = rendered_once(tmp_path)
+    outside = tmp_path / "precious"
+    outside.mkdir()
+    (outside / "precious.txt").write_text("keep")
+    (out / "link").symlink_to(outside)
+    (out / RENDER_MARKER).write_text(json.dumps({"written": ["link/precious.txt"]}))
+    with pytest.raises(RenderOutError, match=re.escape("link is a symbolic link")):
+        write(host_render({}), out)
+    assert (outside / "precious.txt").read_text() == "keep"
+
+
+def test_a_symlinked_files_folder_is_never_written_through(tmp_path: Path) -> None:
+    out = rendered_once(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    shutil.rmtree(out / "files")
+    (out / "files").symlink_to(outside)
+    with pytest.raises(RenderOutError, match=re.escape("files is a symbolic link")):
+        write(host_render({}), out)
+    assert list(outside.iterdir()) == []
+
+
+def test_a_dangling_outputs_symlink_is_never_written_through(tmp_path: Path) -> None:
+    out = rendered_once(tmp_path)
+    target = tmp_path / "created-outside.json"
+    (out / "outputs.json").unlink()
+    (out / "outputs.json").symlink_to(target)
+    with pytest.raises(RenderOutError, match=re.escape("outputs.json is a symbolic link")):
+        write(host_render({}), out)
+    assert not target.exists()
+    # Nothing was written: the earlier render's files are all still there.
+    assert (out / "resources.json").is_file()
+
+
+def test_a_symlinked_marker_is_refused(tmp_path: Path) -> None:
+    out = rendered_once(tmp_path)
+    elsewhere = tmp_path / "marker.json"
+    (out / RENDER_MARKER).rename(elsewhere)
+    (out / RENDER_MARKER).symlink_to(elsewhere)
+    with pytest.raises(RenderOutError, match="is a symbolic link"):
+        write(host_render({}), out)
+    assert json.loads(elsewhere.read_text())["written"]
+
+
+def test_a_symlink_in_an_unmarked_older_render_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "old"
+    out.mkdir()
+    resource = {"type": "command:remote:Command", "name": "x", "inputs": {}}
+    (out / "resources.json").write_text(json.dumps([resource]))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.sh").write_text("keep")
+    (out / "commands").symlink_to(outside)
+    with pytest.raises(RenderOutError, match=re.escape("commands is a symbolic link")):
+        write(host_render({}), out)
+    assert (outside / "keep.sh").read_text() == "keep"
+
+
+@pytest.mark.parametrize(
+    "marker",
+    [
+        {"written": 5},
+        {"written": [5]},
+        {"written": ["resources.json"], "extra": 1},
+        ["resources.json"],
+        {"written": ["./resources.json"]},
+        {"written": [""]},
+    ],
+    ids=["count", "number-entry", "extra-key", "a-list", "dot-part", "empty-name"],
+)
+def test_a_marker_not_of_the_documented_shape_is_refused(tmp_path: Path, marker: object) -> None:
+    out = rendered_once(tmp_path)
+    (out / RENDER_MARKER).write_text(json.dumps(marker))
+    with pytest.raises(RenderOutError, match=re.escape(RENDER_MARKER)):
+        write(host_render({}), out)
+    assert (out / "resources.json").is_file()

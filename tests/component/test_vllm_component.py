@@ -91,6 +91,7 @@ def test_registers_remote_commands_and_copies_under_the_component(patch_file: Pa
         "mi300x-caddyfile": "command:remote:CopyToRemote",
         "mi300x-lock": "command:remote:CopyToRemote",
         "mi300x-fetcher": "command:remote:CopyToRemote",
+        "mi300x-http-policy": "command:remote:CopyToRemote",
         "mi300x-patch-0": "command:remote:CopyToRemote",
         "mi300x-verify-patches": "command:remote:Command",
         "mi300x-fetch": "command:remote:Command",

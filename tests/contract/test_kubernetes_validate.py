@@ -61,6 +61,8 @@ def test_strict_validation_rejects_an_unknown_field(tmp_path: Path) -> None:
 def test_verify_job_and_api_key_secret_pass_strict_validation(tmp_path: Path) -> None:
     text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
     text = text.replace("    gpuGate: true\n", "    gpuGate: true\n    verifyAfterUp: true\n")
+    # The check runs after an awaited rollout: upgrade keep (replace does not await the pod).
+    text = text.replace("    upgrade: replace\n", "    upgrade: keep\n")
     (tmp_path / "Pulumi.strix-halo.yaml").write_text(text)
     (tmp_path / "strix-halo.verify.json").write_text('{"version": 1, "cases": []}\n')
     out = tmp_path / "out"

@@ -93,7 +93,12 @@ def test_render_reads_the_lock(hub: Hub, tmp_path: Path) -> None:
     outputs = json.loads((out / "outputs.json").read_text())
     assert outputs["modelRevision"] == COMMIT
     resources = json.loads((out / "resources.json").read_text())
-    config_map = next(r for r in resources if r["type"] == "kubernetes:core/v1:ConfigMap")
+    # The fetcher's ConfigMap (with replace, the server's objects are registered first).
+    config_map = next(
+        r
+        for r in resources
+        if r["type"] == "kubernetes:core/v1:ConfigMap" and "lock.json" in r["inputs"]["data"]
+    )
     fetched = json.loads(config_map["inputs"]["data"]["lock.json"])
     assert fetched["revision"] == COMMIT
     assert [f["sha256"] for f in fetched["files"]] == [

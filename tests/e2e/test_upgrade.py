@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ import pytest
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import FetchError, fetch_document, load_lock
 from components.payloads.fetcher import fetch as fetch_files
+from tests.support import small_disk
 from tests.support.hub_emulator import Hub, run_fetcher, running_hub
 from tests.support.llama_server import get_json, run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_model_seeded
@@ -257,11 +259,84 @@ def test_replace_deletes_the_old_model_first_only_when_both_do_not_fit(
     lock = load_lock(upgrade.new_lock)
     needed = sum(f.get("size") or 0 for f in lock.files)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
-    fetch_files(lock, upgrade.dest, 1, upgrade.retire, free_space=lambda _: needed - 1,
-                upgrade="replace")  # fmt: skip
+
+    def used(dest: Path) -> int:
+        return sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+
+    # A disk one byte short of both models: deleting the old one frees its space.
+    capacity = needed - 1 + used(upgrade.dest)
+    fetch_files(lock, upgrade.dest, 1, upgrade.retire, upgrade="replace",
+                free_space=lambda dest: capacity - used(dest))  # fmt: skip
     lines = capsys.readouterr().out.splitlines()
     retired = [i for i, line in enumerate(lines) if " retired " in line]
     completes = [i for i, line in enumerate(lines) if ": complete (" in line]
     assert len(retired) == 3 and max(retired) < min(completes)
     assert "upgrade: replace" in "\n".join(lines[: min(retired)])
     assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 0
+
+
+def test_replace_keeps_the_old_model_while_a_server_still_maps_it_on_a_disk_too_small_for_both(
+    tmp_path: Path,
+) -> None:
+    """A tmpfs that holds one model but not two; the old model's files mapped by a process
+    (as llama-server maps a GGUF) in another process tree, as another pod on the node."""
+    rng = random.Random(11)
+    old = {f"UD-IQ1_M/Old-0000{i}-of-00003.gguf": rng.randbytes(400_000) for i in (1, 2, 3)}
+    new = {f"UD-Q2_K/New-0000{i}-of-00003.gguf": rng.randbytes(400_000) for i in (1, 2, 3)}
+    with running_hub(Hub(repos={OLD_REPO: {**old, **new}})) as hub:
+        old_lock = write_lock(tmp_path / "old.lock.json", hub, OLD_REPO, list(old))
+        new_lock = write_lock(tmp_path / "new.lock.json", hub, OLD_REPO, list(new))
+        disk = tmp_path / "disk"
+        fetcher = [sys.executable, str(FETCHER_SOURCE)]
+
+        def fetch_new() -> dict[str, object]:
+            return {"argv": [*fetcher, "fetch", "--lock", str(new_lock), "--dest", str(disk),
+                             "--upgrade", "replace", "--retire", "Old-*.gguf"]}  # fmt: skip
+
+        def check(lock: Path) -> dict[str, object]:
+            return {"argv": [*fetcher, "check", "--lock", str(lock), "--dest", str(disk)]}
+
+        steps: list[dict[str, object]] = [
+            {"argv": [*fetcher, "fetch", "--lock", str(old_lock), "--dest", str(disk)]},
+            {"hold": [str(disk / p.rsplit("/", 1)[-1]) for p in old]},
+            fetch_new(),
+            check(old_lock),
+            {"release": True},
+            fetch_new(),
+            check(new_lock),
+        ]
+        env = {**os.environ, "HF_ENDPOINT": hub.url}
+        done = subprocess.run(
+            small_disk.command("2m", disk, steps), capture_output=True, text=True, env=env,
+            timeout=300, check=False,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    first, _, refused, old_check, _, replaced, new_check = json.loads(done.stdout)
+    assert first["code"] == 0, first
+    # Both models do not fit: the old one is still mapped, so deleting it would free nothing.
+    assert refused["code"] == 7, refused
+    assert "is still open or mapped by a running process" in str(refused["stdout"])
+    assert "nothing was deleted" in str(refused["stdout"])
+    assert "Traceback" not in str(refused["stderr"])
+    assert old_check["code"] == 0, old_check
+    # Once the old server is gone the replace frees real space and the new model fits.
+    assert replaced["code"] == 0, replaced
+    assert new_check["code"] == 0, new_check
+
+
+def test_replace_measures_the_disk_after_the_unlink_and_deletes_nothing_more(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder no lease could see (another owner, a file system without leases): the space
+    the unlink should have freed never appears, so the download does not start."""
+    upgrade = prepared(hub, tmp_path, "new names")
+    lock = load_lock(upgrade.new_lock)
+    needed = sum(f.get("size") or 0 for f in lock.files)
+    monkeypatch.setenv("HF_ENDPOINT", hub.url)
+    hub.requests.clear()
+    with pytest.raises(FetchError) as short:
+        fetch_files(lock, upgrade.dest, 1, upgrade.retire, upgrade="replace",
+                    free_space=lambda _: needed - 1)  # fmt: skip
+    assert short.value.exit_code == 7
+    assert "nothing more is deleted and the download did not start" in str(short.value)
+    assert [r for r in hub.requests if r[0] == "GET"] == []

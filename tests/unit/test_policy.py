@@ -423,3 +423,76 @@ def test_rpc_server_is_no_gpu_server_but_a_llama_server_without_probes_is() -> N
     server = {"name": "llama-server", "image": image}
     (problem,) = validators.check_gpu_server_probes(deployment(server))
     assert "without a startupProbe or livenessProbe" in problem
+
+
+# --- the Caddyfile as Caddy reads it ------------------------------------------------------------
+
+
+def caddy_messages(mi300x: Render, caddyfile: str) -> list[str]:
+    resources, files = mi300x
+    return [
+        m
+        for m in messages(resources, {**files, "/opt/llm/Caddyfile": caddyfile})
+        if m.startswith("[caddy-allowlist]")
+    ]
+
+
+def test_an_inverted_allowlist_is_a_denylist_and_fails(mi300x: Render) -> None:
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace(
+        "@denied not remote_ip 198.51.100.0/24", "@denied remote_ip 198.51.100.0/24"
+    )
+    (message,) = caddy_messages(mi300x, caddyfile)
+    assert "site llm.example.com on :443" in message
+    assert "a denylist (remote_ip without not)" in message
+
+
+def test_an_extra_site_without_an_allowlist_fails(mi300x: Render) -> None:
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"] + (
+        "\nbackdoor.example.com {\n\treverse_proxy vllm:8000\n}\n"
+    )
+    (message,) = caddy_messages(mi300x, caddyfile)
+    assert "site backdoor.example.com on :443: no remote_ip/client_ip allowlist" in message
+
+
+def test_a_route_injected_ahead_of_the_allowlist_fails(mi300x: Render) -> None:
+    # A `route` block is kept in place by Caddy: it runs before the allowlist's respond.
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace(
+        "\t# remote_ip is the TCP peer",
+        "\troute /v1/* {\n\t\treverse_proxy vllm:8000\n\t}\n\t# remote_ip is the TCP peer",
+    )
+    (message,) = caddy_messages(mi300x, caddyfile)
+    assert "a route runs ahead of the allowlist" in message
+
+
+def test_an_injected_handle_block_runs_ahead_of_the_allowlist_and_fails(
+    mi300x: Render,
+) -> None:
+    # Written after the allowlist, but Caddy orders `handle` before `respond`: it runs first.
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace(
+        'respond @not_api "Not Found" 404',
+        'respond @not_api "Not Found" 404\n\thandle /v1/* {\n\t\treverse_proxy vllm:8000\n\t}',
+    )
+    (message,) = caddy_messages(mi300x, caddyfile)
+    assert "a route runs ahead of the allowlist" in message
+
+
+def test_a_directive_caddy_orders_after_the_allowlist_passes(mi300x: Render) -> None:
+    # Written first, but `reverse_proxy` sorts after `respond`: the allowlist still runs first.
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace(
+        "\t# remote_ip is the TCP peer",
+        "\treverse_proxy /other/* vllm:8000\n\t# remote_ip is the TCP peer",
+    )
+    assert caddy_messages(mi300x, caddyfile) == []
+
+
+def test_an_allowlist_that_does_not_refuse_fails(mi300x: Render) -> None:
+    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace(
+        'respond @denied "Forbidden" 403', 'respond @denied "ok" 200', 1
+    )
+    (message,) = caddy_messages(mi300x, caddyfile)
+    assert "an allowlist that does not answer 403" in message
+
+
+def test_a_caddyfile_caddy_cannot_read_fails(mi300x: Render) -> None:
+    (message,) = caddy_messages(mi300x, mi300x[1]["/opt/llm/Caddyfile"] + "\n}\n")
+    assert "caddy cannot read it" in message

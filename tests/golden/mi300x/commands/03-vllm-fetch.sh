@@ -1,12 +1,13 @@
 bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
-# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 6ad4805e7fbc8ceed6076761f5ade23b5da35b0bd4d8604fabbed3a1357b898b
+# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 1ae23b7600f1d989b016b731d2cdbdb7dd05dbe95714892e3dc25817dfee5429
 mkdir -p /opt/llm/models/DeepSeek-V4-Flash-0731
 # As the SSH user, so the model files are not root's.
 docker run --rm --user "$(id -u):$(id -g)" --network host \
   -e PYTHONUNBUFFERED=1 \
   -v /opt/llm/fetcher.py:/opt/llm-infra/fetcher.py:ro \
+  -v /opt/llm/http_policy.py:/opt/llm-infra/http_policy.py:ro \
   -v /opt/llm/model.lock.json:/opt/llm-infra/lock.json:ro \
   -v /opt/llm/models/DeepSeek-V4-Flash-0731:/models \
   python:3.12.8-slim-bookworm \
