@@ -39,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, get_args
 
+from components.gguf_header import GGML_TYPES
 from components.model_store.inputs import CpuVariant
 
 # ggml's x86 CPU variants and the features each is built with (`ggml/src/CMakeLists.txt` lines
@@ -84,12 +85,10 @@ _AMX_ROW_MULTIPLE: Final[Mapping[str, int]] = {
     "F16": 16,
 }  # fmt: skip
 _AMX_EXTRA_PER_BLOCK: Final[Mapping[str, int]] = {"Q8_0": 4, "Q4_K": 4, "Q5_K": 4, "IQ4_XS": 2}
-# Elements per block and bytes per block of the types above (gguf's GGML_QUANT_SIZES).
+# Elements per block and bytes per block of every ggml type, by name (the GGUF reader's table).
 _BLOCKS: Final[Mapping[str, tuple[int, int]]] = {
-    "F16": (1, 2), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q8_0": (32, 34), "Q2_K": (256, 84),
-    "Q4_K": (256, 144), "Q5_K": (256, 176), "Q6_K": (256, 210), "IQ4_NL": (32, 18),
-    "IQ4_XS": (256, 136), "MXFP4": (32, 17),
-}  # fmt: skip
+    name: (block, size) for name, block, size in GGML_TYPES.values()
+}
 # The most a repack can grow a tensor: Q8_0 into AMX, (34 + 4) / 34.
 MAX_GROWTH: Final = 38 / 34
 
