@@ -89,6 +89,9 @@ class Strict(BaseModel):
         frozen=True,
         # 1e400 is inf and nan compares false with every bound: neither is a size or a speed.
         allow_inf_nan=False,
+        # A stack file's `port: true` or `temperature: "1.0"` is a mistake, not a 1 or a 1.0: no
+        # bool or string stands for a number (integers still stand for floats).
+        strict=True,
     )
 
 

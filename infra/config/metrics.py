@@ -22,7 +22,10 @@ class ReferenceFigures(Strict):
 
     decode_tps: Annotated[float, Field(gt=0)] | None = None
     """Single-stream decode tok/s (median)."""
-    aggregate_tps: dict[Annotated[int, Field(ge=1)], Annotated[float, Field(gt=0)]] = {}
+    # Pulumi config object keys are strings: `64:` arrives as "64".
+    aggregate_tps: dict[
+        Annotated[int, Field(ge=1, strict=False)], Annotated[float, Field(gt=0)]
+    ] = {}
     """Aggregate decode tok/s by concurrent streams, e.g. `{8: 542, 64: 830}`."""
 
     def speeds(self) -> ReferenceSpeeds:

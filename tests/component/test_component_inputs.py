@@ -166,7 +166,8 @@ def test_go_template_text_in_the_alias_is_refused() -> None:
 
 def test_out_of_range_and_wrongly_typed_numbers_are_refused() -> None:
     def change(args: dict[str, Any]) -> None:
-        args["flags"].update(port=70000, gpu_layers=-1, threads=True)
+        args["flags"].update(port=70000, gpu_layers=-1, threads=True, temperature="1.0")
+        args["flags"]["top_p"] = False
         args["service_port"] = "8080"
 
     problems = refusal(llama(change))
@@ -174,6 +175,8 @@ def test_out_of_range_and_wrongly_typed_numbers_are_refused() -> None:
     assert "flags.gpu_layers: -1: Input should be greater than or equal to 0" in problems
     assert "flags.threads: True: Input should be a valid integer" in problems
     assert "service_port: '8080': Input should be a valid integer" in problems
+    assert "flags.temperature: '1.0': Input should be a valid number" in problems
+    assert "flags.top_p: False: Input should be a valid number" in problems
 
 
 def test_unknown_cache_type_and_gpu_access_typo_are_refused_with_what_is_allowed() -> None:
