@@ -26,7 +26,7 @@ from components.grammars import (
 )
 from components.k8s.network_policies import NetworkClient
 from components.model_store.inputs import MODELS_MOUNT, ModelVolume
-from components.monitoring.inputs import KubernetesMonitoring
+from components.monitoring.inputs import METRICS_PORT, KubernetesMonitoring
 from components.validation import Input, Problem, cross_field_rule, documented
 
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
@@ -277,6 +277,24 @@ def _no_check_of_a_server_not_awaited(args: Mapping[str, Any]) -> list[Problem]:
                 "is set with stop_before_model_change: after a model change the new server is "
                 "not awaited (it waits for the fetch that follows it), so the check would run "
                 "before it is up",
+            )
+        ]
+    return []
+
+
+@cross_field_rule(LlamaCppVulkanServerArgs)
+def _metrics_port_of_its_own(args: Mapping[str, Any]) -> list[Problem]:
+    """The metrics proxy listens in the server's pod: its port cannot be the server's."""
+    metrics, flags = args.get("metrics"), args.get("flags", {})
+    if not isinstance(metrics, Mapping) or not isinstance(flags, Mapping):
+        return []
+    port = metrics.get("port", METRICS_PORT)
+    if port == flags.get("port"):
+        return [
+            (
+                ("metrics", "port"),
+                f"{port} is llama-server's port; the metrics proxy beside it needs a port of its "
+                "own (scrapers are admitted to that port only)",
             )
         ]
     return []

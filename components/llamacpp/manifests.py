@@ -19,7 +19,14 @@ from components.k8s.pod_security import (
 from components.llamacpp.inputs import HttpProbe, LlamaCppVulkanServerArgs, LlamaServerFlags
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import model_check_container, model_volumes
-from components.monitoring.manifests import scrape_annotations
+from components.monitoring.manifests import (
+    METRICS_PORT_NAME,
+    metrics_port,
+    metrics_proxy_container,
+    metrics_proxy_volume,
+    proxy_source,
+    scrape_annotations,
+)
 from components.payloads.gpu_gate import probe_command, server_command
 
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
@@ -165,6 +172,11 @@ def selector_labels(labels: dict[str, str]) -> dict[str, str]:
     return {k: labels[k] for k in ("app.kubernetes.io/name", "app.kubernetes.io/instance")}
 
 
+def api_key_mount() -> dict[str, Any]:
+    """The API key Secret's volume, read-only at API_KEY_MOUNT."""
+    return {"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True}
+
+
 def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The llama-server container."""
     flags = args["flags"]
@@ -199,7 +211,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         mounts.append({"name": "logs", "mountPath": GATE_LOG.rsplit("/", 1)[0]})
     if args.get("api_key") is not None:
         argv += ["--api-key-file", f"{API_KEY_MOUNT}/{API_KEY_FILE}"]
-        mounts.append({"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True})
+        mounts.append(api_key_mount())
     resources = {kind: dict(values) for kind, values in args["resources"].items()}
     if access == "device-plugin":
         gpu = args.get("gpu_resource", "amd.com/gpu")
@@ -252,8 +264,13 @@ def server_deployment(
         volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})
     if args.get("api_key") is not None:
         volumes.append(
-            {"name": "api-key", "secret": {"secretName": f"{name}-api-key", "defaultMode": 0o400}}
+            {
+                "name": "api-key",
+                "secret": {"secretName": api_key_secret(name)[0], "defaultMode": 0o400},
+            }
         )
+    if args.get("metrics") is not None:
+        volumes.append(metrics_proxy_volume(name, proxy_source()))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -281,7 +298,7 @@ def server_deployment(
                     "initContainers": [
                         model_check_container(model["check_image"], model["run_as_user"])
                     ],
-                    "containers": [server_container(args)],
+                    "containers": pod_containers(name, args),
                     "volumes": volumes,
                 },
             },
@@ -289,11 +306,34 @@ def server_deployment(
     }
 
 
+def api_key_secret(name: str) -> tuple[str, str]:
+    """The API key's Secret and key, for what reads it from the environment (verify, the proxy)."""
+    return f"{name}-api-key", API_KEY_FILE
+
+
+def pod_containers(name: str, args: LlamaCppVulkanServerArgs) -> list[dict[str, Any]]:
+    """llama-server, and with metrics the metrics-only proxy beside it."""
+    containers = [server_container(args)]
+    metrics = args.get("metrics")
+    if metrics is not None:
+        containers.append(
+            metrics_proxy_container(
+                metrics,
+                image=args["model"]["check_image"],
+                server_port=args["flags"]["port"],
+                api_key_secret=api_key_secret(name) if args.get("api_key") is not None else None,
+                run_as_user=args.get("run_as_user", DEFAULT_UID),
+            )
+        )
+    return containers
+
+
 def _pod_metadata(labels: dict[str, str], args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     pod_labels = {**labels, ROLE_LABEL: SERVER_ROLE}
-    if args.get("metrics") is None:
+    metrics = args.get("metrics")
+    if metrics is None:
         return {"labels": pod_labels}
-    return {"labels": pod_labels, "annotations": scrape_annotations(args["flags"]["port"])}
+    return {"labels": pod_labels, "annotations": scrape_annotations(metrics_port(metrics))}
 
 
 def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
@@ -305,10 +345,16 @@ def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
 
 
 def server_service(
-    name: str, namespace: str, labels: dict[str, str], target_port: int, port: int
+    name: str, namespace: str, labels: dict[str, str], port: int, metrics: int | None = None
 ) -> dict[str, Any]:
-    """ClusterIP Service in front of the server."""
-    return cluster_ip_service(name, namespace, labels, selector_labels(labels), "http", port)
+    """ClusterIP Service in front of the server, with the metrics proxy's port when it has one."""
+    service = cluster_ip_service(name, namespace, labels, selector_labels(labels), "http", port)
+    if metrics is not None:
+        service["spec"]["ports"].append(
+            {"name": METRICS_PORT_NAME, "port": metrics, "targetPort": METRICS_PORT_NAME,
+             "protocol": "TCP"}
+        )  # fmt: skip
+    return service
 
 
 def cluster_ip_service(

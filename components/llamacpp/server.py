@@ -16,8 +16,8 @@ from components.k8s.verify_job import (
 )
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import (
-    API_KEY_FILE,
     MODEL_ANNOTATION,
+    api_key_secret,
     progress_deadline_seconds,
     selector_labels,
     server_deployment,
@@ -30,8 +30,11 @@ from components.model_store.inputs import ModelVolume
 from components.monitoring.manifests import (
     MONITORING_API,
     dashboard_config_map,
+    metrics_port,
+    metrics_proxy_config_map,
     monitoring_spec,
     prometheus_rule,
+    proxy_source,
     service_monitor,
 )
 from components.payloads import HTTP_POLICY_SOURCE, VERIFY_SOURCE
@@ -73,13 +76,31 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         self.api_key_secret: k8s.core.v1.Secret | None = None
         """The API key as a Secret; None without an API key."""
         if api_key is not None:
+            secret_name, secret_key = api_key_secret(name)
             self.api_key_secret = k8s.core.v1.Secret(
                 f"{name}-api-key",
-                metadata={"name": f"{name}-api-key", "namespace": namespace, "labels": labels},
+                metadata={"name": secret_name, "namespace": namespace, "labels": labels},
                 type="Opaque",
-                string_data={API_KEY_FILE: pulumi.Output.secret(api_key)},
+                string_data={secret_key: pulumi.Output.secret(api_key)},
                 opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
             )
+        metrics = args.get("metrics")
+        self.metrics_proxy_config_map: k8s.core.v1.ConfigMap | None = None
+        """The metrics proxy's script; None without metrics."""
+        if metrics is not None:
+            proxy = namespace.apply(
+                lambda ns: metrics_proxy_config_map(name, ns, labels, proxy_source())
+            )
+            self.metrics_proxy_config_map = k8s.core.v1.ConfigMap(
+                f"{name}-metrics-proxy",
+                **manifest_args(proxy, "metadata", "data", "immutable"),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
+            )
+        pod_needs = [
+            child
+            for child in (self.api_key_secret, self.metrics_proxy_config_map)
+            if child is not None
+        ]
         stop_first = args.get("stop_before_model_change", False)
         deployment = pulumi.Output.all(namespace, model).apply(
             lambda values: (
@@ -100,7 +121,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 parent=self,
                 # Children do not inherit dependsOn: the pod must wait for what the server waits
                 # for (the fetch Job), not start early and crash-loop on a missing model.
-                depends_on=[*inherited, *([self.api_key_secret] if self.api_key_secret else [])],
+                depends_on=[*inherited, *pod_needs],
                 # pulumi-kubernetes waits 10 min by default; the load alone may take longer.
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{deadline + 60}s", update=f"{deadline + 60}s"
@@ -112,7 +133,10 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 else None,
             ),
         )
-        service = namespace.apply(lambda ns: server_service(name, ns, labels, port, service_port))
+        scrape_port = metrics_port(metrics) if metrics is not None else None
+        service = namespace.apply(
+            lambda ns: server_service(name, ns, labels, service_port, scrape_port)
+        )
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             **manifest_args(service, "metadata", "spec"),
@@ -120,7 +144,6 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         )
         expectations = args.get("verify_expectations")
         clients = args.get("allowed_clients")
-        metrics = args.get("metrics")
 
         self.network_policy: k8s.networking.v1.NetworkPolicy | None = None
         """Who may reach the server; None when allowed_clients is None."""
@@ -136,10 +159,15 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                         {"podSelector": {"matchLabels": verify_pod_labels(name)}}
                     )
                 if metrics is not None:
-                    # A NetworkPolicy admits ports, not paths: scrapers reach the server port,
-                    # where the API key (when set) guards /metrics and the API alike.
+                    # A NetworkPolicy admits ports, not paths: scrapers reach only the metrics
+                    # proxy's port, which serves /metrics and nothing of the API.
                     scrapers = ingress_policy(
-                        name, ns, labels, {}, port, list(metrics.get("scrapers", []))
+                        name,
+                        ns,
+                        labels,
+                        {},
+                        metrics_port(metrics),
+                        list(metrics.get("scrapers", [])),
                     )["spec"]["ingress"]
                     policy["spec"]["ingress"] += scrapers
                 return policy
@@ -169,9 +197,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     image=args.get("verify_image", volume["check_image"]),
                     config_map=check_name,
                     url=service_url(name, ns, service_port),
-                    api_key_secret=(f"{name}-api-key", API_KEY_FILE)
-                    if api_key is not None
-                    else None,
+                    api_key_secret=api_key_secret(name) if api_key is not None else None,
                     run_as_user=args.get("run_as_user", DEFAULT_UID),
                     min_decode_tps=args.get("min_decode_tps"),
                 )
@@ -229,11 +255,8 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         spec = namespace.apply(lambda ns: monitoring_spec(name, ns, args, metrics))
         kind = metrics.get("monitor_kind")
         if kind:
-            key = (f"{name}-api-key", API_KEY_FILE) if args.get("api_key") is not None else None
             monitor = namespace.apply(
-                lambda ns: service_monitor(
-                    name, ns, labels, selector_labels(labels), metrics, api_key_secret=key
-                )
+                lambda ns: service_monitor(name, ns, labels, selector_labels(labels), metrics)
             )
             self.monitor = k8s.apiextensions.CustomResource(
                 f"{name}-monitor",

@@ -12,6 +12,7 @@ from components.grammars import (
     JobPattern,
     LabelKey,
     LabelValue,
+    Port,
     StreamCount,
 )
 from components.k8s.network_policies import NetworkClient
@@ -42,12 +43,20 @@ class ReferenceSpeeds(TypedDict):
     """Aggregate decode tok/s by concurrent streams (`{"8": 542}`)."""
 
 
+METRICS_PORT = 9464
+"""The metrics proxy's port when the caller gives none."""
+
+
 @documented
 class KubernetesMonitoring(TypedDict):
     """How a llama-server is scraped, and which monitoring objects come with it."""
 
     scrapers: NotRequired[list[NetworkClient]]
-    """Who the NetworkPolicy admits to the server port for scraping (a monitoring namespace)."""
+    """Who the NetworkPolicy admits to the metrics port for scraping (a monitoring namespace);
+    they never reach the API port."""
+    port: NotRequired[Port]
+    """Port of the metrics-only proxy beside llama-server, the one scrapers reach: it serves
+    `GET /metrics` and nothing else, holding the API key itself (default 9464)."""
     monitor_kind: NotRequired[Literal["ServiceMonitor", "PodMonitor"] | None]
     """`ServiceMonitor` or `PodMonitor` (prometheus-operator CRDs); None creates neither."""
     scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]

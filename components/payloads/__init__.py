@@ -1,7 +1,8 @@
 """Standard-library scripts shipped into pods and hosts, and where they are mounted there.
 
 Each file here runs as it is in a stock Python image (the fetch Job, the verify Job, the
-MI300X host) and is also the back-end of its `llm-infra` command.
+MI300X host, the metrics proxy beside llama-server); most are also the back-end of an
+`llm-infra` command.
 """
 
 from pathlib import Path
@@ -17,6 +18,10 @@ HTTP_POLICY_FILE = "http_policy.py"
 """Its file name beside a shipped fetcher.py or verify.py (the name they import it by)."""
 GPU_GATE_SOURCE = _HERE / "gpu_gate.py"
 """The GPU gate's load-log check (`llm-infra gpu-gate`)."""
+METRICS_PROXY_SOURCE = _HERE / "metrics_proxy.py"
+"""The metrics-only proxy beside llama-server (scrapers reach /metrics, never the API)."""
+METRICS_PROXY_MOUNT = "/opt/llm-infra-metrics"
+"""Where the proxy's container finds metrics_proxy.py."""
 FETCHER_MOUNT = "/opt/llm-infra"
 """Where a container finds the fetcher and its lock."""
 VERIFY_MOUNT = "/opt/llm-infra-verify"

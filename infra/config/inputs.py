@@ -35,6 +35,7 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "min_decode_tps": "server.minDecodeTps",
         "allowed_clients": "network.clients",
         "metrics.scrapers": "metrics.scrapers",
+        "metrics.port": "metrics.port",
         "verify_expectations": "server.verifyAfterUp",
         "stop_before_model_change": "store.upgrade",
     },

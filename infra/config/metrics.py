@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
+from components.monitoring.inputs import METRICS_PORT, AlertThresholds, ReferenceSpeeds
 from components.monitoring.queries import FOR_MINUTES, KV_CACHE_RATIO, STALL_MINUTES
 from infra.config.base import Cidr, DnsLabel, ImageReference, LabelKey, LabelValue, Port, Strict
 
@@ -66,7 +66,10 @@ class KubernetesMetricsSettings(Strict):
     enabled: bool = True
     """Run llama-server with `--metrics` and add the scrape annotations."""
     scrapers: list[ScraperSettings] = [ScraperSettings(namespace="monitoring")]
-    """Who the NetworkPolicy admits to the server port for scraping."""
+    """Who the NetworkPolicy admits to the metrics port for scraping (never to the API port)."""
+    port: Port = METRICS_PORT
+    """Port of the metrics-only proxy beside llama-server: `GET /metrics` and nothing else, the
+    API key (when set) held by the proxy, no credential for the scrapers."""
     service_monitor: bool = False
     """Create a prometheus-operator monitor (needs its CRDs, e.g. kube-prometheus-stack)."""
     monitor_kind: Literal["ServiceMonitor", "PodMonitor"] = "ServiceMonitor"

@@ -367,6 +367,7 @@ def monitoring(stack: StrixHaloStack) -> KubernetesMonitoring | None:
         ]
         if stack.network.policies
         else [],
+        "port": metrics.port,
         "monitor_kind": metrics.monitor_kind if metrics.service_monitor else None,
         "scrape_interval_seconds": metrics.scrape_interval_seconds,
         "monitor_labels": dict(metrics.monitor_labels),

@@ -150,8 +150,9 @@ def test_namespace_from_another_resource_reaches_every_child(
 
     rendered = run_program(build, {}, [], stack="test")
     children = [r for r in rendered.resources if r["parent"] in ("models", "ds")]
-    # The store's 4, the server's 4, and the monitor, the alert rules and the dashboard.
-    assert len(children) == 11
+    # The store's 4, the server's 4, and the metrics proxy's script, the monitor, the alert
+    # rules and the dashboard.
+    assert len(children) == 12
     for child in children:
         assert "ns" in child["options"]["dependsOn"], child["name"]
         assert child["inputs"]["metadata"]["namespace"] == "llm-team", child["name"]

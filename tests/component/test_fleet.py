@@ -149,7 +149,7 @@ def test_worker_policy_admits_only_the_heads_pods_and_the_api_service_never_sele
 
 def test_head_argv_carries_the_workers_and_the_plans_tensor_split(split: Path) -> None:
     head = of_kind(documents(split), "Deployment")["deepseek-v4-flash-0731"]
-    (container,) = head["spec"]["template"]["spec"]["containers"]
+    container = head["spec"]["template"]["spec"]["containers"][0]
     argv = container["args"]
     assert argv[argv.index("--rpc") + 1] == "deepseek-v4-flash-0731-rpc-0.llm.svc:50052"
     stack = parse_stack(stack_values(SPLIT))

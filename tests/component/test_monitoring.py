@@ -42,6 +42,7 @@ def test_metrics_add_resources_and_rename_none(tmp_path: Path) -> None:
     off = objects(rendered("strix-halo", [("metrics", "", {"enabled": False})], tmp_path))
     on = objects(rendered("strix-halo", [], tmp_path))
     assert set(on) - set(off) == {
+        "deepseek-v4-flash-0731-metrics-proxy",
         "deepseek-v4-flash-0731-monitor",
         "deepseek-v4-flash-0731-alerts",
         "deepseek-v4-flash-0731-dashboard",
@@ -58,17 +59,22 @@ def test_without_metrics_the_server_exports_nothing_and_admits_no_scraper(tmp_pa
     assert len(policy["spec"]["ingress"]) == 1
 
 
-def test_scrapers_reach_only_the_server_port_from_their_namespace(tmp_path: Path) -> None:
+def test_scrapers_reach_only_the_metrics_proxy_port_from_their_namespace(tmp_path: Path) -> None:
     scrapers = [{"namespace": "observability", "podLabels": {"app": "prometheus"}}]
-    result = rendered("strix-halo", [("metrics", "scrapers", scrapers)], tmp_path)
+    edits: list[Edit] = [("metrics", "scrapers", scrapers), ("metrics", "port", 9100)]
+    result = rendered("strix-halo", edits, tmp_path)
     template = container(result)
     assert template["metadata"]["annotations"] == {
         "prometheus.io/scrape": "true",
-        "prometheus.io/port": "8080",
+        "prometheus.io/port": "9100",
         "prometheus.io/path": "/metrics",
     }
     policy = objects(result)["deepseek-v4-flash-0731-ingress"]["inputs"]
-    assert policy["spec"]["ingress"][1] == {
+    api, scrape = policy["spec"]["ingress"]
+    # The API port admits the API's clients only; the scrapers get the proxy's port.
+    assert api["ports"] == [{"port": 8080, "protocol": "TCP"}]
+    assert "observability" not in json.dumps(api["from"])
+    assert scrape == {
         "from": [
             {
                 "namespaceSelector": {
@@ -77,18 +83,23 @@ def test_scrapers_reach_only_the_server_port_from_their_namespace(tmp_path: Path
                 "podSelector": {"matchLabels": {"app": "prometheus"}},
             }
         ],
-        "ports": [{"port": 8080, "protocol": "TCP"}],
+        "ports": [{"port": 9100, "protocol": "TCP"}],
     }
+    proxy = template["spec"]["containers"][1]
+    assert proxy["ports"] == [{"name": "metrics", "containerPort": 9100, "protocol": "TCP"}]
 
 
-def test_with_an_api_key_the_monitor_sends_it_from_the_secret(tmp_path: Path) -> None:
+def test_with_an_api_key_the_monitor_sends_no_credential_and_the_proxy_holds_the_key(
+    tmp_path: Path,
+) -> None:
     result = rendered("strix-halo", [("server", "apiKey", True)], tmp_path, secrets=True)
     monitor = objects(result)["deepseek-v4-flash-0731-monitor"]["inputs"]
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert endpoint["authorization"] == {
-        "type": "Bearer",
-        "credentials": {"name": "deepseek-v4-flash-0731-api-key", "key": "api-key"},
-    }
+    assert endpoint["port"] == "metrics"
+    assert "authorization" not in endpoint and "api-key" not in json.dumps(monitor)
+    proxy = container(result)["spec"]["containers"][1]
+    assert {"name": "LLM_INFRA_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "deepseek-v4-flash-0731-api-key", "key": "api-key"}}} in proxy["env"]  # fmt: skip
     assert SECRETS["llm-infra:apiKey"] not in json.dumps(result.resources)
 
 

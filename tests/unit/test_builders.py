@@ -90,7 +90,9 @@ def test_cache_ram_is_passed_only_when_configured(seed_server: Any) -> None:
 def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
     deployment = server_deployment("ds", "llm", server_labels("ds"), seed_server)
     pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container, proxy = pod["containers"]
+    # With metrics, the metrics-only proxy runs beside the server.
+    assert (container["name"], proxy["name"]) == ("llama-server", "metrics-proxy")
     assert container["image"] == "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
     # The seed's flags, then the GPU gate's load log and the metrics endpoint.
     assert container["args"][: len(SEED_ARGV)] == SEED_ARGV
@@ -124,7 +126,7 @@ def test_gpu_gate_makes_the_startup_probe_read_the_load_log(seed_server: Any) ->
     pod = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]["template"][
         "spec"
     ]
-    (container,) = pod["containers"]
+    container = pod["containers"][0]
     command = container["startupProbe"]["exec"]["command"]
     assert command[:2] == ["sh", "-c"]
     assert "offloaded [0-9]*/[0-9]* layers to GPU" in command[2]
@@ -169,10 +171,17 @@ def test_model_volume_is_read_only_and_checked_before_start(seed_server: Any) ->
 
 
 def test_service_targets_the_server_port() -> None:
-    service = server_service("ds", "llm", server_labels("ds"), 8080, 8080)
+    service = server_service("ds", "llm", server_labels("ds"), 8080)
     assert service["spec"]["ports"] == [
         {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
     ]
+
+
+def test_service_with_metrics_targets_the_proxy_port_by_name() -> None:
+    service = server_service("ds", "llm", server_labels("ds"), 8080, 9464)
+    assert service["spec"]["ports"][1] == {
+        "name": "metrics", "port": 9464, "targetPort": "metrics", "protocol": "TCP"
+    }  # fmt: skip
     assert set(service["spec"]["selector"].items()) <= set(server_labels("ds").items())
 
 
@@ -194,7 +203,7 @@ def test_job_runs_fetcher_on_the_server_node_with_token_from_secret(
         parallel=3, timeout_seconds=43200, hf_endpoint=None, token_secret="models-hf-token",
     )  # fmt: skip
     pod = job["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container = pod["containers"][0]
     assert pod["nodeSelector"] == {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
     assert container["command"][:3] == ["python3", "/opt/llm-infra/fetcher.py", "fetch"]
     assert container["command"][-2:] == ["--retire", "Qwen3.6*.gguf"]
@@ -269,7 +278,7 @@ def test_device_plugin_mode_drops_every_privilege(seed_server: Any) -> None:
         "supplemental_groups": [991],
     }
     pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container = pod["containers"][0]
     context = container["securityContext"]
     assert context["privileged"] is False
     assert context["allowPrivilegeEscalation"] is False
@@ -285,11 +294,15 @@ def test_device_plugin_mode_drops_every_privilege(seed_server: Any) -> None:
 def test_api_key_is_a_file_from_a_secret_never_in_argv(seed_server: Any) -> None:
     args: Any = {**seed_server, "api_key": "sk-not-rendered"}
     pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
+    container, proxy = pod["containers"]
     assert container["args"][-2:] == ["--api-key-file", "/run/secrets/llama-server/api-key"]
     assert "sk-not-rendered" not in str(pod)
     secret_volume = next(v for v in pod["volumes"] if v["name"] == "api-key")
     assert secret_volume["secret"] == {"secretName": "ds-api-key", "defaultMode": 0o400}
+    # The metrics proxy reads the key from the same Secret, through its environment.
+    assert {"name": "LLM_INFRA_API_KEY", "valueFrom": {"secretKeyRef": {
+        "name": "ds-api-key", "key": "api-key"}}} in proxy["env"]  # fmt: skip
+    assert "api-key" not in [m["name"] for m in proxy["volumeMounts"]]
 
 
 def test_ingress_policy_admits_only_the_clients_on_the_server_port() -> None:

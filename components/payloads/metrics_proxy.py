@@ -1,0 +1,118 @@
+"""A metrics-only proxy beside llama-server: `GET /metrics` on a port of its own, nothing else.
+
+A NetworkPolicy admits ports, not paths, and llama-server serves `/metrics` on its API port
+behind the same key as the API. Scrapers are admitted to this proxy's port instead: it answers
+`/metrics` from the server on loopback and 404 for every other path (the API is never reached
+through it), never forwards a client's headers, and keeps the API key (from the environment,
+a Kubernetes Secret) inside the pod. Scrapers need no credential of their own: the
+NetworkPolicy names who they are.
+
+Stdlib only: it runs in the stock Python image of the model check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+METRICS_PATH = "/metrics"
+API_KEY_ENV = "LLM_INFRA_API_KEY"
+"""The API key llama-server demands on /metrics too (unset: the server has none)."""
+BODY_LIMIT = 16 * 2**20
+"""A llama-server exposition is a few KiB; a larger answer is not metrics."""
+UPSTREAM_TIMEOUT_S = 10.0
+CLIENT_TIMEOUT_S = 15.0
+"""A client that sends its request line and headers slower than this is dropped."""
+
+
+class MetricsProxy(ThreadingHTTPServer):
+    """Serves GET /metrics from llama-server on 127.0.0.1:`upstream_port`."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int, upstream_port: int, api_key: str | None) -> None:
+        self.upstream_port = upstream_port
+        self.api_key = api_key
+        super().__init__(("", port), Handler)
+
+    def upstream_headers(self) -> dict[str, str]:
+        """The headers of the request to llama-server: the key, and nothing of the client's."""
+        headers = {"Accept": "text/plain"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        return headers
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: MetricsProxy
+    server_version = "llm-infra-metrics-proxy"
+    sys_version = ""
+    timeout = CLIENT_TIMEOUT_S
+
+    def do_GET(self) -> None:
+        if self.path.split("?", 1)[0] != METRICS_PATH:
+            self._answer(404, b"only GET /metrics is served on this port\n")
+            return
+        try:
+            status, content_type, body = self._fetch()
+        except (OSError, http.client.HTTPException) as error:
+            self._answer(502, f"llama-server did not answer: {type(error).__name__}\n".encode())
+            return
+        if status != 200:
+            self._answer(502, f"llama-server answered {status}\n".encode())
+            return
+        self._answer(200, body, content_type)
+
+    def _fetch(self) -> tuple[int, str, bytes]:
+        connection = http.client.HTTPConnection(
+            "127.0.0.1", self.server.upstream_port, timeout=UPSTREAM_TIMEOUT_S
+        )
+        try:
+            connection.request("GET", METRICS_PATH, headers=self.server.upstream_headers())
+            response = connection.getresponse()
+            body = response.read(BODY_LIMIT + 1)
+            if len(body) > BODY_LIMIT:
+                raise http.client.HTTPException(f"more than {BODY_LIMIT} bytes")
+            content_type = response.getheader("Content-Type") or "text/plain; version=0.0.4"
+            return response.status, content_type, body
+        finally:
+            connection.close()
+
+    def _answer(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        # Scrapes every few seconds would flood the pod log; failures are the scraper's to see.
+        return
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Serve llama-server's GET /metrics, nothing else.")
+    parser.add_argument("--port", type=int, required=True, help="port the scrapers reach")
+    parser.add_argument(
+        "--upstream-port", type=int, required=True, help="llama-server's port on 127.0.0.1"
+    )
+    options = parser.parse_args(argv)
+    api_key = os.environ.get(API_KEY_ENV) or None
+    proxy = MetricsProxy(options.port, options.upstream_port, api_key)
+    print(
+        f"metrics-proxy: GET {METRICS_PATH} on :{options.port} from 127.0.0.1:"
+        f"{options.upstream_port}{' with the API key' if api_key else ''}",
+        flush=True,
+    )
+    try:
+        proxy.serve_forever()
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
