@@ -28,6 +28,10 @@ CLIENT_TIMEOUT_S = 15.0
 """A client that sends its request line and headers slower than this is dropped."""
 
 
+class TooLarge(Exception):
+    """The upstream's answer is larger than BODY_LIMIT."""
+
+
 class MetricsProxy(ThreadingHTTPServer):
     """Serves GET /metrics from llama-server on 127.0.0.1:`upstream_port`."""
 
@@ -58,6 +62,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             status, content_type, body = self._fetch()
+        except TooLarge:
+            self._answer(502, f"llama-server's answer exceeds {BODY_LIMIT} bytes\n".encode())
+            return
         except (OSError, http.client.HTTPException) as error:
             self._answer(502, f"llama-server did not answer: {type(error).__name__}\n".encode())
             return
@@ -75,7 +82,7 @@ class Handler(BaseHTTPRequestHandler):
             response = connection.getresponse()
             body = response.read(BODY_LIMIT + 1)
             if len(body) > BODY_LIMIT:
-                raise http.client.HTTPException(f"more than {BODY_LIMIT} bytes")
+                raise TooLarge
             content_type = response.getheader("Content-Type") or "text/plain; version=0.0.4"
             return response.status, content_type, body
         finally:

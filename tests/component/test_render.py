@@ -135,7 +135,7 @@ def test_render_accepts_a_stack_file_path_and_defaults_out_dir(tmp_path: Path) -
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "rendered" / "strix-halo" / "manifests.yaml").is_file()
-    assert "14 resources, 11 Kubernetes objects" in result.stdout
+    assert "15 resources, 12 Kubernetes objects" in result.stdout
 
 
 def _bad_stack(tmp_path: Path, old: str, new: str) -> Path:

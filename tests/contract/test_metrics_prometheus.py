@@ -2,9 +2,10 @@
 
 The strix-halo stack is rendered (with a 1 s scrape interval and a decode floor no CPU reaches);
 llama-server runs with the Deployment's argv (`--metrics` included; only `-m`, `--threads`,
-`--port` and `--log-file` moved to this machine), and Prometheus scrapes it as
-prometheus-operator would from the rendered ServiceMonitor (its path, interval, timeout and
-jobLabel; the `namespace` label the operator adds) with the rendered PrometheusRule loaded.
+`--port` and `--log-file` moved to this machine), the rendered metrics proxy runs in front of
+it as its container would, and Prometheus scrapes the proxy as prometheus-operator would from
+the rendered ServiceMonitor (its port, path, interval, timeout and jobLabel; the `namespace`
+label the operator adds) with the rendered PrometheusRule loaded.
 After a few requests, every dashboard query and every alert's signals must return data.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +34,8 @@ from infra.targets.kubernetes import server_args
 from tests.component.test_render import render
 from tests.conftest import ROOT, stack_values, unlocked_source
 from tests.contract.test_llama_server_contract import replace_value
-from tests.support.llama_server import free_port, run_llama_server, tiny_server_argv
+from tests.support.llama_server import free_port, run_llama_server
+from tests.support.metrics_proxy import run_rendered_proxy
 from tests.support.prometheus import LivePrometheus, run_prometheus
 from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -77,7 +80,10 @@ def scrape_config(documents: list[dict[str, Any]], target: str) -> dict[str, Any
     monitor = next(d for d in documents if d["kind"] == "ServiceMonitor")
     service = next(d for d in documents if d["kind"] == "Service")
     (endpoint,) = monitor["spec"]["endpoints"]
-    assert endpoint["port"] == service["spec"]["ports"][0]["name"]
+    # The monitor scrapes the Service's metrics port (the proxy's), not the API port.
+    assert endpoint["port"] == "metrics"
+    assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
+    assert endpoint["port"] != service["spec"]["ports"][0]["name"]
     job = service["metadata"]["labels"][monitor["spec"]["jobLabel"]]
     return {
         "global": {"evaluation_interval": "1s"},
@@ -111,7 +117,7 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     tmp_path = tmp_path_factory.mktemp("metrics")
     documents, stack_file = rendered_documents(tmp_path)
     deployment = next(d for d in documents if d["kind"] == "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
     rendered: list[str] = container["args"]
     assert "--metrics" in rendered
     name = Path(rendered[rendered.index("-m") + 1]).name
@@ -124,10 +130,18 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scraped]:
     rules = {
         "groups": next(d for d in documents if d["kind"] == "PrometheusRule")["spec"]["groups"]
     }
+    config_maps = [d for d in documents if d["kind"] == "ConfigMap"]
     server = run_llama_server(argv, timeout=120.0, log_path=tmp_path / "stderr.log")
     base_url = server.__enter__()
     try:
-        with run_prometheus(scrape_config(documents, f"127.0.0.1:{port}"), rules) as prometheus:
+        with (
+            run_rendered_proxy(
+                deployment, config_maps, tmp_path / "proxy", upstream_port=int(port)
+            ) as proxy_port,
+            run_prometheus(
+                scrape_config(documents, f"127.0.0.1:{proxy_port}"), rules
+            ) as prometheus,
+        ):
             live = Scraped(
                 documents, stack_file, prometheus, lambda: server.__exit__(None, None, None)
             )
@@ -224,44 +238,64 @@ def spec_of(scraped: Scraped) -> MonitoringSpec:
     return monitoring_spec(stack.server.resource_name, stack.kubernetes.namespace, args, metrics)
 
 
-def test_with_an_api_key_prometheus_scrapes_with_the_monitors_bearer_token(tmp_path: Path) -> None:
-    """llama-server guards /metrics with the key; the ServiceMonitor's authorization gets in."""
+def test_with_an_api_key_prometheus_scrapes_the_proxy_with_no_credential_and_never_the_api(
+    tmp_path: Path,
+) -> None:
+    """llama-server guards /metrics with the key; the proxy holds it, the scrapers do not."""
     values = stack_values("strix-halo")
     values["server"]["apiKey"] = True
     config = {k: v if isinstance(v, str) else json.dumps(v) for k, v in values.items()}
     config = {f"llm-infra:{k}": v for k, v in config.items()}
     config["llm-infra:apiKey"] = KEY
     rendered = run_program(program.main, config, ["llm-infra:apiKey"], stack="strix-halo")
-    monitor = next(r for r in rendered.resources if r["name"].endswith("-monitor"))["inputs"]
+    by_type = {r["type"].rsplit(":", 1)[-1]: r["inputs"] for r in rendered.resources}
+    monitor, deployment = by_type["ServiceMonitor"], by_type["Deployment"]
     (endpoint,) = monitor["spec"]["endpoints"]
+    assert "authorization" not in endpoint
     secret = next(r for r in rendered.resources if r["name"].endswith("-api-key"))["inputs"]
-    assert endpoint["authorization"]["credentials"]["name"] == secret["metadata"]["name"]
-    # As prometheus-operator does: the Secret's key, mounted as a file for the scrape.
-    key_file = tmp_path / endpoint["authorization"]["credentials"]["key"]
+    config_maps = [r["inputs"] for r in rendered.resources if r["type"].endswith(":ConfigMap")]
+    # The server reads the key from the Secret's file, as its rendered argv says.
+    (secret_key,) = secret["stringData"]
+    key_file = tmp_path / secret_key
     key_file.write_text(KEY)
+    server_argv = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--api-key-file" in server_argv
     model = write_tiny_split_model(tmp_path / "models", "tiny", shards=1)[0]
-    argv = tiny_server_argv(model, "--metrics", "--api-key-file", str(key_file), parallel=1)
-    target = f"127.0.0.1:{argv[argv.index('--port') + 1]}"
-    scrape = {
-        "metrics_path": endpoint["path"],
-        "scrape_interval": "1s",
-        "static_configs": [{"targets": [target]}],
-    }
-    with_key = {
-        **scrape,
-        "job_name": "with-key",
-        "authorization": {
-            "type": endpoint["authorization"]["type"],
-            "credentials_file": str(key_file),
-        },
-    }
-    without = {**scrape, "job_name": "without-key"}
+    port = free_port()
+    argv = ["-m", str(model), "--port", str(port), "-c", "2048", "-np", "1", "--threads", "2",
+            "--metrics", "--api-key-file", str(key_file)]  # fmt: skip
+    secrets = {(secret["metadata"]["name"], secret_key): KEY}
     with (
-        run_llama_server(argv, timeout=120.0),
-        run_prometheus({"scrape_configs": [with_key, without]}) as prometheus,
+        run_llama_server(argv, timeout=120.0) as base_url,
+        run_rendered_proxy(
+            deployment, config_maps, tmp_path / "proxy", upstream_port=port, secrets=secrets
+        ) as proxy_port,
     ):
-        assert prometheus.wait_for('up{job="with-key"} == 1')
-        assert prometheus.wait_for('llamacpp:requests_processing{job="with-key"}')
-        # Without the key llama-server answers 401: the target is down, no series arrive.
-        assert prometheus.wait_for('up{job="without-key"} == 0')
-        assert not prometheus.query('llamacpp:requests_processing{job="without-key"}')
+        proxy = f"http://127.0.0.1:{proxy_port}"
+        scrape = {"metrics_path": endpoint["path"], "scrape_interval": "1s"}
+        jobs = [
+            {**scrape, "job_name": "proxy", "static_configs": [{"targets": [proxy[7:]]}]},
+            {**scrape, "job_name": "direct", "static_configs": [{"targets": [base_url[7:]]}]},
+        ]
+        with run_prometheus({"scrape_configs": jobs}) as prometheus:
+            assert prometheus.wait_for('up{job="proxy"} == 1')
+            assert prometheus.wait_for('llamacpp:requests_processing{job="proxy"}')
+            # The API port without the key: 401, so a scraper there gets nothing.
+            assert prometheus.wait_for('up{job="direct"} == 0')
+        # A client's own (wrong) credential is not forwarded: the proxy sends the key.
+        assert status(f"{proxy}/metrics", {"Authorization": "Bearer wrong"}) == 200
+        # Nothing of the API is reachable through the proxy, with or without a key.
+        for path in ("/v1/models", "/health", "/props", "/slots", "/metrics/../v1/models"):
+            assert status(proxy + path, {"Authorization": f"Bearer {KEY}"}) == 404, path
+        assert status(f"{proxy}/v1/chat/completions", method="POST") == 501
+        # The API itself wants the key (what the proxy never lets through).
+        assert status(f"{base_url}/v1/chat/completions", method="POST") == 401
+
+
+def status(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> int:
+    request = urllib.request.Request(url, headers=headers or {}, method=method, data=None)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return int(error.code)
