@@ -25,6 +25,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.stack import run_in_stack
 
+from components.vllm.host_scripts import remote_script
 from infra.config import NAMESPACE, SECRET_PLACEHOLDER, ConfigError
 
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -57,7 +58,7 @@ class Rendered:
     files: dict[str, bytes] = field(default_factory=dict)
     """Remote path → content of every file copied to a host."""
     commands: dict[str, str] = field(default_factory=dict)
-    """`NN-<name>.sh` → the create script of every remote command, in dependency order."""
+    """`NN-<name>.sh` → the script each remote command creates with, in dependency order."""
     warnings: list[str] = field(default_factory=list)
     """What the program warned about (`pulumi.log.warn`), as `pulumi preview` would show it."""
 
@@ -297,7 +298,10 @@ def _collect(monitor: RecordingMonitor) -> Rendered:
     for index, r in enumerate(commands, start=1):
         create = r.inputs.get("create") if isinstance(r.inputs, dict) else None
         if isinstance(create, str):
-            rendered.commands[f"{index:02d}-{r.name}.sh"] = create
+            # The script itself, as shellcheck and a reviewer read it; resources.json keeps the
+            # command that runs it. Another program's command is shown as it is.
+            script = remote_script(create)
+            rendered.commands[f"{index:02d}-{r.name}.sh"] = create if script is None else script
     return rendered
 
 

@@ -538,9 +538,12 @@ def format_table(results: list[CaseResult]) -> str:
 
 
 def key_from_env_file(path: Path) -> str:
-    """The API key of a `NAME='value'` env file, so the key never passes through argv."""
+    """The API key of a `NAME='value'` env file, so the key never passes through argv; `#`
+    lines are comments, as compose reads them."""
     values = {}
     for line in path.read_text().splitlines():
+        if line.lstrip().startswith("#"):
+            continue
         name, sep, value = line.partition("=")
         if sep:
             values[name.strip()] = value.strip().strip("'\"")

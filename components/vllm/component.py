@@ -34,6 +34,7 @@ from components.vllm.builders import (
     remote_paths,
     sha256_text,
     vllm_address,
+    with_generated_header,
 )
 from components.vllm.caddyfile import base_url, caddyfile
 from components.vllm.host_monitoring import (
@@ -83,7 +84,8 @@ class VllmRocmServer(pulumi.ComponentResource):
         flags = args["flags"]
         startup = args.get("startup_timeout_seconds", 3600)
         paths = remote_paths(base_dir)
-        files = rendered_files(args, paths)
+        stack = pulumi.get_stack()
+        files = rendered_files(args, paths, stack)
         connection = ssh_connection(args["connection"])
         inherited = inherited_dependencies(opts)
 
@@ -153,7 +155,9 @@ class VllmRocmServer(pulumi.ComponentResource):
             f"{name}-env-file",
             connection=connection,
             create=remote_command(env_file_script(paths, project)),
-            stdin=pulumi.Output.secret(args["api_key"]).apply(env_file_content),
+            stdin=pulumi.Output.secret(args["api_key"]).apply(
+                lambda key: env_file_content(key, stack)
+            ),
             opts=child(copies["compose"]),
         )
         compose_text = files["compose"][1]
@@ -177,14 +181,17 @@ class VllmRocmServer(pulumi.ComponentResource):
             ),
         )
         check = remote_command(
-            check_script(paths, project, args["caddy"], flags["port"], flags["served_model_name"])
+            check_script(
+                paths,
+                project,
+                args["caddy"],
+                flags["port"],
+                flags["served_model_name"],
+                up_sha256=sha256_text(up),
+            )
         )
         self.check = remote.Command(
-            f"{name}-check",
-            connection=connection,
-            # The up command's hash: every change that restarts something is checked again.
-            create=f"# after up {sha256_text(up)}\n{check}",
-            opts=child(self.up),
+            f"{name}-check", connection=connection, create=check, opts=child(self.up)
         )
         expectations = args.get("verify_expectations")
         self.verify: remote.Command | None = None
@@ -195,14 +202,18 @@ class VllmRocmServer(pulumi.ComponentResource):
                 remote.CopyToRemote(
                     f"{name}-verify-{suffix}",
                     connection=connection,
-                    source=pulumi.StringAsset(text),
-                    remote_path=posixpath.join(verify_dir, file_name),
+                    source=pulumi.StringAsset(with_generated_header(remote_path, text, stack)),
+                    remote_path=remote_path,
                     opts=child(self.preflight),
                 )
-                for suffix, file_name, text in (
-                    ("script", "verify.py", VERIFY_SOURCE.read_text()),
-                    ("http-policy", HTTP_POLICY_FILE, HTTP_POLICY_SOURCE.read_text()),
-                    ("expectations", "expect.json", expectations),
+                for suffix, remote_path, text in (
+                    ("script", f"{verify_dir}/verify.py", VERIFY_SOURCE.read_text()),
+                    (
+                        "http-policy",
+                        f"{verify_dir}/{HTTP_POLICY_FILE}",
+                        HTTP_POLICY_SOURCE.read_text(),
+                    ),
+                    ("expectations", f"{verify_dir}/expect.json", expectations),
                 )
             ]
             verify = remote_command(
@@ -213,13 +224,14 @@ class VllmRocmServer(pulumi.ComponentResource):
                     vllm_address(flags),
                     sha256_text(expectations),
                     args.get("min_decode_tps"),
+                    up_sha256=sha256_text(up),
                 )
             )
             self.verify = remote.Command(
                 f"{name}-verify",
                 connection=connection,
                 # After the check, and again whenever up changed: a failed check fails `pulumi up`.
-                create=f"# after up {sha256_text(up)}\n{verify}",
+                create=verify,
                 opts=child(self.check, *verify_copies),
             )
         self.url = after(self.check, base_url(args["caddy"]))
@@ -250,8 +262,11 @@ def lock_document(lock: ModelLock) -> dict[str, Any]:
     return document
 
 
-def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tuple[str, str]]:
-    """Generated files by resource suffix: (remote path, content)."""
+def rendered_files(
+    args: VllmRocmServerArgs, paths: RemotePaths, stack: str
+) -> dict[str, tuple[str, str]]:
+    """Generated files by resource suffix: (remote path, content), each with the generated-by
+    header of `stack` where its format has comments."""
     lock = lock_document(args["model_lock"])
     lock_text = lock_json(lock)
     monitoring = args.get("metrics")
@@ -291,4 +306,7 @@ def rendered_files(args: VllmRocmServerArgs, paths: RemotePaths) -> dict[str, tu
         )
         base_dir = posixpath.dirname(paths["compose"])
         files.update(monitoring_files(base_dir, args["caddy"], monitoring, spec))
-    return files
+    return {
+        suffix: (path, with_generated_header(path, text, stack))
+        for suffix, (path, text) in files.items()
+    }

@@ -14,6 +14,7 @@ from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
     RemotePaths,
+    generated_header,
     patch_remote_path,
     remote_paths,
 )
@@ -25,15 +26,33 @@ q = shlex.quote
 """Every value enters a script as one quoted word."""
 
 
+_COMMAND_HEAD = f"bash -c \"$(cat <<'{SCRIPT_END}'\n"
+_COMMAND_TAIL = f'{SCRIPT_END}\n)"\n'
+
+
 def remote_command(script: str) -> str:
     """A script as one SSH command: bash runs it whatever the login shell, stdin left alone."""
     if SCRIPT_END in script:
         raise ValueError(f"a script may not contain {SCRIPT_END}")
-    return f"bash -c \"$(cat <<'{SCRIPT_END}'\n{script}{SCRIPT_END}\n)\"\n"
+    if not script.endswith("\n"):
+        raise ValueError("a script ends with a newline")
+    return f"{_COMMAND_HEAD}{script}{_COMMAND_TAIL}"
+
+
+def remote_script(command: str) -> str | None:
+    """The script a `remote_command` runs (None for any other command): what `render` shows."""
+    if not (command.startswith(_COMMAND_HEAD) and command.endswith(_COMMAND_TAIL)):
+        return None
+    script = command[len(_COMMAND_HEAD) : -len(_COMMAND_TAIL)]
+    return script if remote_command(script) == command else None
 
 
 def _script(body: list[str]) -> str:
     return "\n".join(["#!/usr/bin/env bash", "set -euo pipefail", *body]) + "\n"
+
+
+def _after_up(up_sha256: str | None) -> list[str]:
+    return [] if up_sha256 is None else [f"# after up {up_sha256}"]
 
 
 def preflight_script(
@@ -97,6 +116,8 @@ def preflight_script(
 
 def verify_patches_script(paths: RemotePaths, patches: list[PatchOverlay]) -> str:
     """Checks every copied overlay against its pinned sha256; any mismatch fails the deploy."""
+    if not patches:
+        return _script(['echo "patches: none to verify"'])
     body = [
         "status=0",
         "verify() {",
@@ -174,12 +195,14 @@ def env_file_script(paths: RemotePaths, project: str) -> str:
     )
 
 
-def env_file_content(api_key: str) -> str:
-    """The env file line for compose: single-quoted, so compose does not interpolate `$`."""
+def env_file_content(api_key: str, stack: str) -> str:
+    """The env file for compose: the generated-by header, then the key single-quoted, so
+    compose does not interpolate `$`."""
     try:
-        return f"VLLM_API_KEY='{env_file_value(api_key)}'\n"
+        line = f"VLLM_API_KEY='{env_file_value(api_key)}'\n"
     except PydanticCustomError as exc:
         raise ValueError(f"api_key: {exc}") from None
+    return generated_header(stack) + line
 
 
 def up_script(paths: RemotePaths, project: str, compose_sha256: str, wait_seconds: int) -> str:
@@ -224,12 +247,22 @@ def bind(source: str, target: str, *, read_only: bool = False) -> str:
 
 
 def check_script(
-    paths: RemotePaths, project: str, caddy: CaddySite, port: int, served_model_name: str
+    paths: RemotePaths,
+    project: str,
+    caddy: CaddySite,
+    port: int,
+    served_model_name: str,
+    *,
+    up_sha256: str | None = None,
 ) -> str:
-    """Final check: /health through Caddy's TLS site, then the served model with the API key."""
+    """Final check: /health through Caddy's TLS site, then the served model with the API key.
+
+    `up_sha256`, the up command's digest, makes every change that restarts something a new
+    check."""
     compose = f"docker compose -f {q(paths['compose'])} -p {q(project)}"
     return _script(
         [
+            *_after_up(up_sha256),
             "# Through Caddy on its container loopback (allowed); retried while a cert is issued.",
             "for attempt in $(seq 1 30); do",
             f"  if {compose} exec -T {CADDY_SERVICE} wget -q -O /dev/null \\",
@@ -257,13 +290,16 @@ def verify_script(
     vllm_address: str,
     expectations_sha256: str,
     min_decode_tps: float | None = None,
+    *,
+    up_sha256: str | None = None,
 ) -> str:
     """Runs verify.py on the compose network against vLLM (`vllm_address`, host:port); fails when
-    the answers differ."""
+    the answers differ. `up_sha256` as for `check_script`."""
     verify_dir = posixpath.join(base_dir, "verify")
     env_file = remote_paths(base_dir)["env_file"]
     return _script(
         [
+            *_after_up(up_sha256),
             f"# expectations sha256 {expectations_sha256}",
             # The key is read from the mounted 0600 env file: never in argv or the environment.
             f"docker run --rm --network {q(project + '_default')} \\",

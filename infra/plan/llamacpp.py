@@ -572,8 +572,19 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
         f"{layout.cells} cells x {layout.streams} slot{'s' if layout.streams > 1 else ''})"
     )
     rows: list[TableRow] = []
-    vram, ram = devices.get("vram"), devices["ram"]
     held = device_layers(inputs) if inputs.rpc_devices else {}
+    output = (n_layer,)
+    on_device = held or {
+        "vram": place.gpu_layers + (output if place.output_on_gpu else ()),
+        "ram": place.cpu_layers + (() if place.output_on_gpu else output),
+    }
+    devices = {
+        name: replace(device, layers=_held_text(on_device[name], n_layer))
+        if name in on_device
+        else device
+        for name, device in devices.items()
+    }
+    vram, ram = devices.get("vram"), devices["ram"]
     transfers: dict[str, int] = {}
     problems: list[str] = []
     for index, rpc in enumerate(inputs.rpc_devices):

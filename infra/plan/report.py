@@ -41,6 +41,8 @@ class Device:
 
     capacity_bytes: int | None
     items: dict[str, int]
+    layers: str | None = None
+    """The model layers the device holds (`layers 22-42 + output`), where that applies."""
 
     @property
     def used_bytes(self) -> int:
@@ -148,7 +150,7 @@ class Plan:
         lines.append("")
         used = {symbol for d in self.devices.values() for k in d.items for symbol in _symbol(k)}
         for name, device in self.devices.items():
-            lines.append(f"{name:<5} {_bar(device, width)}  {_usage(device)}")
+            lines.append(f"{name:<5} {_bar(device, width)}  {usage_text(device)}")
         legend = [f"{s} {k}" for k, s in _SYMBOLS.items() if s in used]
         lines.append(f"{'':<5} {'  '.join(legend)}  . free  ! over")
         lines.append("")
@@ -200,7 +202,8 @@ def _bar(device: Device, width: int) -> str:
     return "[" + cells.ljust(width, ".") + "]"
 
 
-def _usage(device: Device) -> str:
+def usage_text(device: Device) -> str:
+    """`81.1/90.0 GiB  8.9 GiB free` (or `over by X GiB`): a device's use, as its bar shows it."""
     capacity = device.capacity_bytes
     if capacity is None:
         return f"{gib(device.used_bytes):.1f} GiB (no limit)"

@@ -4,11 +4,17 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import yaml
 
 from components.monitoring.dashboard import panel_queries
+from infra.config import read_stack_file
+from infra.lock import stack_model_sources
+from infra.plan.picture import plan_svg
+from infra.plan.report import GIB, Device, Plan, gib, usage_text
+from infra.plan.stack import stack_plan
 from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS
 
@@ -108,3 +114,82 @@ def test_the_reference_lists_the_metrics_the_dashboard_and_every_rendered_alert(
     for _, expr in panel_queries(board):
         head = expr.split("{", 1)[0].rsplit("(", 1)[-1]
         assert f"`{head}`" in metrics, head
+
+
+def stack_plan_of(stack: str) -> Plan:
+    stack_file = read_stack_file(stack)
+    config = stack_file.stack()
+    return stack_plan(config, stack_model_sources(config, stack_file.lock_path, preview=True))
+
+
+@pytest.mark.parametrize(
+    "stack", ["strix-halo", "mi300x", "strix-halo-pair", "strix-halo-pair-split"]
+)
+def test_plan_picture_has_a_bar_per_device_labelled_with_the_plans_figures(stack: str) -> None:
+    plan = stack_plan_of(stack)
+    picture = ROOT / "docs" / f"{stack}.plan.svg"
+    assert f"]({stack}.plan.svg)" in (ROOT / "docs" / f"{stack}.md").read_text()
+    root = ElementTree.fromstring(picture.read_text())
+    svg = "{http://www.w3.org/2000/svg}"
+    groups = [g for g in root.iter(f"{svg}g") if g.get("class") == "device"]
+    assert [g.get("data-device") for g in groups] == list(plan.devices)
+    for group in groups:
+        device = plan.devices[str(group.get("data-device"))]
+        rects = [r for r in group.iter(f"{svg}rect") if r.get("class") in ("item", "free")]
+        shown = {r.get("data-item"): r.get("data-gib") for r in rects}
+        expected = {item: f"{gib(size):.2f}" for item, size in device.items.items() if size > 0}
+        capacity = device.capacity_bytes
+        if capacity is not None and device.used_bytes < capacity:
+            expected["free"] = f"{gib(capacity - device.used_bytes):.2f}"
+        assert shown == expected, group.get("data-device")
+        for rect in rects:
+            title = rect.find(f"{svg}title")
+            assert title is not None and title.text is not None
+            assert title.text.endswith(f": {rect.get('data-gib')} GiB")
+        texts = {t.get("class"): t.text for t in group.iter(f"{svg}text")}
+        # The same words as `llm-infra plan` prints beside its text bar.
+        assert texts["usage"] == usage_text(device)
+        label = texts["device-label"] or ""
+        assert label.startswith(str(group.get("data-device")))
+        if device.layers is not None:
+            assert label.endswith(f" — {device.layers}")
+
+
+def test_plan_picture_of_a_split_model_names_each_devices_layers() -> None:
+    plan = stack_plan_of("strix-halo-pair-split")
+    split = {name: device.layers for name, device in plan.devices.items()
+             if name.startswith("vram")}  # fmt: skip
+    assert len(split) == 2
+    for name, layers in split.items():
+        # The layer range in the picture is the one the plan's table gives for that device.
+        assert any(row.component == f"weights ({layers})" for row in plan.rows), (name, layers)
+    labels = [t.text for t in ElementTree.fromstring(
+        (ROOT / "docs" / "strix-halo-pair-split.plan.svg").read_text()
+    ).iter("{http://www.w3.org/2000/svg}text") if t.get("class") == "device-label"]  # fmt: skip
+    assert f"vram — {split['vram']}" in labels
+
+
+def test_plan_picture_shows_what_is_over_capacity() -> None:
+    over = Device(90 * GIB, {"weights": 85 * GIB, "kv_cache": 4 * GIB, "compute": 3 * GIB})
+    plan = Plan({"vram": over}, [], ["plan: does not fit"], [], [], "test")
+    root = ElementTree.fromstring(plan_svg(plan, "over"))
+    svg = "{http://www.w3.org/2000/svg}"
+    marked = [r for r in root.iter(f"{svg}rect") if r.get("class") == "over"]
+    assert [r.get("data-gib") for r in marked] == ["2.00"]
+    assert not [r for r in root.iter(f"{svg}rect") if r.get("class") == "free"]
+    texts = [t.text or "" for t in root.iter(f"{svg}text")]
+    assert "92.0/90.0 GiB  over by 2.0 GiB" in texts
+    assert "over: DOES NOT FIT" in texts
+    assert plan_svg(plan, "over") == plan_svg(plan, "over")
+
+
+def test_a_stale_plan_picture_fails_the_check(tmp_path: Path) -> None:
+    page = tmp_path / "mi300x.md"
+    assert docs("mi300x", "--output-file", str(page)).returncode == 0
+    picture = tmp_path / "mi300x.plan.svg"
+    assert picture.read_text() == (ROOT / "docs" / "mi300x.plan.svg").read_text()
+    assert docs("mi300x", "--check", "--output-file", str(page)).returncode == 0
+    picture.write_text(picture.read_text().replace("156.67", "150.00"))
+    result = docs("mi300x", "--check", "--output-file", str(page))
+    assert result.returncode == 1
+    assert "mi300x.plan.svg is stale" in result.stderr

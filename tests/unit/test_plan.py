@@ -123,6 +123,16 @@ def test_seed_budget_is_reproduced_with_b11434_layer_placement() -> None:
     assert ram.items["prompt_cache"] == 8192 * MIB
 
 
+def test_each_device_names_the_layers_it_holds() -> None:
+    plan = plan_llamacpp(SEED)
+    # -ngl 40 of 43: the output layer and the last 39 repeating layers on the GPU.
+    assert plan.devices["vram"].layers == "layers 4-42 + output"
+    assert plan.devices["ram"].layers == "layers 0-3"
+    assert plan.devices["disk"].layers is None
+    on_cpu = plan_llamacpp(replace(SEED, gpu_layers=0, vram_bytes=None))
+    assert on_cpu.devices["ram"].layers == "layers 0-42 + output"
+
+
 def test_seed_table_names_components_verdict_source_and_kv_difference() -> None:
     table = plan_llamacpp(SEED).table()
     print(table)

@@ -1,4 +1,3 @@
-bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
 problems=0
@@ -41,5 +40,3 @@ if [ "$problems" -gt 0 ]; then
   exit 1
 fi
 echo "preflight: ok"
-LLM_INFRA_SCRIPT
-)"

@@ -1,4 +1,3 @@
-bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
 umask 077
@@ -17,5 +16,3 @@ running=$(docker compose -f /opt/llm/compose.yaml -p llm ps -q vllm 2>/dev/null 
 if [ -n "$running" ]; then
   docker compose -f /opt/llm/compose.yaml -p llm up -d --wait vllm
 fi
-LLM_INFRA_SCRIPT
-)"

@@ -1,7 +1,6 @@
-bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
-# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 1ae23b7600f1d989b016b731d2cdbdb7dd05dbe95714892e3dc25817dfee5429
+# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 bf02e15d92c257c3380211149e72a853798c218a238977784fb159f6948f6422
 mkdir -p /opt/llm/models/DeepSeek-V4-Flash-0731
 # As the SSH user, so the model files are not root's.
 docker run --rm --user "$(id -u):$(id -g)" --network host \
@@ -13,5 +12,3 @@ docker run --rm --user "$(id -u):$(id -g)" --network host \
   python:3.12.8-slim-bookworm \
   python3 /opt/llm-infra/fetcher.py fetch --lock /opt/llm-infra/lock.json \
   --dest /models --parallel 3
-LLM_INFRA_SCRIPT
-)"

@@ -1,8 +1,5 @@
-bash -c "$(cat <<'LLM_INFRA_SCRIPT'
 #!/usr/bin/env bash
 set -euo pipefail
-# compose.yaml sha256 f4ba1a0f87e91671e6a0f69a4bd876f3b11231493e8325a54531fc137012407e
+# compose.yaml sha256 8f2f432615dd361e7d0094e6ea8d50ab356a3dc7a87042c2df20cfc0b7bdf66f
 docker compose -f /opt/llm/compose.yaml -p llm up -d --wait \
   --wait-timeout 3600 --remove-orphans
-LLM_INFRA_SCRIPT
-)"
