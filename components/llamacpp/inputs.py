@@ -86,7 +86,8 @@ class LlamaServerFlags(TypedDict):
     """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
     local GPU), as the memory plan computed it."""
     metrics: NotRequired[bool]
-    """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set."""
+    """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set
+    (scrapers reach them through the metrics proxy's port)."""
     repack: NotRequired[bool]
     """False: `--no-repack`, CPU-resident weights stay in the model buffer (no CPU_REPACK or
     AMX buffers; omitted: llama-server repacks)."""

@@ -304,9 +304,11 @@ def _strix_halo_monitoring(stack: StrixHaloStack, args: LlamaCppVulkanServerArgs
     scrapers = ", ".join(f"`{s.namespace}`" for s in stack.metrics.scrapers)
     monitor = stack.metrics.monitor_kind if stack.metrics.service_monitor else None
     scraped = [
-        f"- llama-server runs with `--metrics`: `http://{name}.{namespace}.svc:"
-        f"{service_port(stack)}/metrics`, behind the API key when `server.apiKey` is set.",
-        f"- The NetworkPolicy admits the server port to {scrapers or 'no scraper'} "
+        f"- llama-server runs with `--metrics`; a metrics-only proxy beside it serves them at "
+        f"`http://{name}.{namespace}.svc:{stack.metrics.port}/metrics` (no credential; with "
+        "`server.apiKey` the proxy holds the key) and answers 404 for every other path.",
+        f"- The NetworkPolicy admits {scrapers or 'no scraper'} to the metrics port "
+        f"{stack.metrics.port} only, never to the API port {service_port(stack)} "
         "(NetworkPolicies admit ports, not paths).",
         f"- A {monitor} `{name}` (job `{name}`, every {stack.metrics.scrape_interval_seconds}s)"
         if monitor

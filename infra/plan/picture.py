@@ -40,7 +40,7 @@ ITEM_LABELS = {
 ITEM_COLOURS = {
     "weights": "#4e79a7",
     "repacked_weights": "#76a4d1",
-    "model_files": "#4e79a7",
+    "model_files": "#76b7b2",
     "kv_cache": "#f28e2b",
     "cpu_kv_tier": "#ffbe7d",
     "compute": "#59a14f",
