@@ -157,7 +157,7 @@ def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_re
     documents = list(yaml.safe_load_all((strix_halo_render / "manifests.yaml").read_text()))
     kinds = [d["kind"] for d in documents]
     assert kinds == [
-        "Namespace", "NetworkPolicy", "NetworkPolicy", "ConfigMap", "ConfigMap",
+        "Namespace", "NetworkPolicy", "NetworkPolicy", "ConfigMap", "ConfigMap", "ConfigMap",
         "PersistentVolumeClaim", "Job", "Deployment", "Service", "PrometheusRule",
         "ServiceMonitor",
     ]  # fmt: skip

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
+from components.llamacpp.manifests import api_key_secret
 from components.monitoring.dashboard import panel_queries
 from components.monitoring.manifests import JOB_LABEL, monitoring_spec
 from components.monitoring.queries import MonitoringSpec, alert_rules
@@ -252,10 +253,9 @@ def test_with_an_api_key_prometheus_scrapes_the_proxy_with_no_credential_and_nev
     monitor, deployment = by_type["ServiceMonitor"], by_type["Deployment"]
     (endpoint,) = monitor["spec"]["endpoints"]
     assert "authorization" not in endpoint
-    secret = next(r for r in rendered.resources if r["name"].endswith("-api-key"))["inputs"]
+    secret_name, secret_key = api_key_secret(deployment["metadata"]["name"])
     config_maps = [r["inputs"] for r in rendered.resources if r["type"].endswith(":ConfigMap")]
     # The server reads the key from the Secret's file, as its rendered argv says.
-    (secret_key,) = secret["stringData"]
     key_file = tmp_path / secret_key
     key_file.write_text(KEY)
     server_argv = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
@@ -264,7 +264,7 @@ def test_with_an_api_key_prometheus_scrapes_the_proxy_with_no_credential_and_nev
     port = free_port()
     argv = ["-m", str(model), "--port", str(port), "-c", "2048", "-np", "1", "--threads", "2",
             "--metrics", "--api-key-file", str(key_file)]  # fmt: skip
-    secrets = {(secret["metadata"]["name"], secret_key): KEY}
+    secrets = {(secret_name, secret_key): KEY}
     with (
         run_llama_server(argv, timeout=120.0) as base_url,
         run_rendered_proxy(
