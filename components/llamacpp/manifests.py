@@ -266,7 +266,7 @@ def server_deployment(
         volumes.append(
             {
                 "name": "api-key",
-                "secret": {"secretName": api_key_secret(name)[0], "defaultMode": 0o400},
+                "secret": {"secretName": api_key_secret(name)[0], "defaultMode": _key_mode(args)},
             }
         )
     if args.get("metrics") is not None:
@@ -294,7 +294,7 @@ def server_deployment(
                     "affinity": gpu_pod_anti_affinity(),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": restricted_pod(args.get("supplemental_groups")),
+                    "securityContext": _pod_security(args),
                     "initContainers": [
                         model_check_container(model["check_image"], model["run_as_user"])
                     ],
@@ -309,6 +309,29 @@ def server_deployment(
 def api_key_secret(name: str) -> tuple[str, str]:
     """The API key's Secret and key, for what reads it from the environment (verify, the proxy)."""
     return f"{name}-api-key", API_KEY_FILE
+
+
+def _non_root_key_reader(args: LlamaCppVulkanServerArgs) -> bool:
+    """A server that runs as a non-root user (device-plugin mode) and reads the API key file."""
+    return (
+        args.get("gpu_access", "privileged") == "device-plugin" and args.get("api_key") is not None
+    )
+
+
+def _key_mode(args: LlamaCppVulkanServerArgs) -> int:
+    """The key file's mode: owner-only for a root server; group-readable for a non-root one,
+    whose pod's fsGroup then owns the file (a Secret's files are otherwise root's)."""
+    return 0o440 if _non_root_key_reader(args) else 0o400
+
+
+def _pod_security(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
+    context = restricted_pod(args.get("supplemental_groups"))
+    if _non_root_key_reader(args):
+        # The kubelet gives the Secret's files to this group; OnRootMismatch keeps it from
+        # walking a model volume whose owner already matches (the fetch Job's fsGroup).
+        context["fsGroup"] = args.get("run_as_user", DEFAULT_UID)
+        context["fsGroupChangePolicy"] = "OnRootMismatch"
+    return context
 
 
 def pod_containers(name: str, args: LlamaCppVulkanServerArgs) -> list[dict[str, Any]]:

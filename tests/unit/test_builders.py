@@ -291,6 +291,23 @@ def test_device_plugin_mode_drops_every_privilege(seed_server: Any) -> None:
     assert all(m["name"] != "dev-dri" for m in container["volumeMounts"])
 
 
+def test_a_non_root_server_can_read_its_api_key_file_through_the_pods_fs_group(
+    seed_server: Any,
+) -> None:
+    args: Any = {**seed_server, "gpu_access": "device-plugin", "api_key": "sk-not-rendered"}
+    pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
+    user = pod["containers"][0]["securityContext"]["runAsUser"]
+    # A Secret's files are root's: the non-root server reads the key as the fsGroup, mode 0440.
+    assert pod["securityContext"]["fsGroup"] == user != 0
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+    secret_volume = next(v for v in pod["volumes"] if v["name"] == "api-key")
+    assert secret_volume["secret"]["defaultMode"] == 0o440
+    # A privileged server runs as root: owner-only, no fsGroup.
+    root: Any = {**seed_server, "api_key": "sk-not-rendered"}
+    pod = server_deployment("ds", "llm", server_labels("ds"), root)["spec"]["template"]["spec"]
+    assert "fsGroup" not in pod["securityContext"]
+
+
 def test_api_key_is_a_file_from_a_secret_never_in_argv(seed_server: Any) -> None:
     args: Any = {**seed_server, "api_key": "sk-not-rendered"}
     pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
