@@ -7,6 +7,8 @@ file's key (`server.contextSize`), not the component's input (`flags.ctx_size`).
 
 from __future__ import annotations
 
+from pydantic.alias_generators import to_camel as camel
+
 from components.validation import ComponentInputError, Location, snake_path
 
 STACK_KEYS: dict[str, dict[str, str]] = {
@@ -34,8 +36,28 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "run_as_user": "server.runAsUser",
         "min_decode_tps": "server.minDecodeTps",
         "allowed_clients": "network.clients",
-        "metrics.scrapers": "metrics.scrapers",
-        "metrics.port": "metrics.port",
+        "flags.model_path": "model.files",
+        "flags.host": "server.host",
+        "flags.jinja": "server.jinja",
+        "flags.cont_batching": "server.contBatching",
+        "flags.repack": "server.repack",
+        "flags.rpc": "server.rpc.workers",
+        "flags.tensor_split": "server.rpc.workers",
+        "model.claim_name": "store.name",
+        "model.fetcher_config_map": "store.name",
+        "model.check_image": "store.fetchImage",
+        "model.run_as_user": "server.runAsUser",
+        "model.model_file": "model.files",
+        "model.model_bytes": "model.files",
+        "resources": "server.resources",
+        "gpu_gate": "server.gpuGate",
+        "supplemental_groups": "server.renderGroupId",
+        "api_key": "apiKey",
+        "metrics": "metrics",
+        "metrics.monitor_kind": "metrics.monitorKind",
+        "metrics.fetch_job_pattern": "store.name",
+        "disk_read_mibps": "memory.diskReadMibps",
+        "init_seconds": "memory.initSeconds",
         "verify_expectations": "server.verifyAfterUp",
         "stop_before_model_change": "store.upgrade",
     },
@@ -52,6 +74,16 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "hf_endpoint": "store.hfEndpoint",
         "allow_token_over_http": "store.allowTokenOverHttp",
         "upgrade": "store.upgrade",
+        "node_selector": "server.nodeSelector",
+        "fetch_timeout_seconds": "store.fetchTimeoutHours",
+        "hf_token": "hfToken",
+        "network_policy": "network.policies",
+        "run_as_user": "server.runAsUser",
+        "node_preflight": "store.nodePreflight",
+        "node_preflight.image": "server.image",
+        "node_preflight.gpu_access": "server.gpuAccess",
+        "node_preflight.min_gpu_memory_gib": "memory.vramGib",
+        "node_preflight.cpu_variant": "memory.nodeCpu",
     },
     "VllmRocmServer": {
         "connection.host": "host.address",
@@ -63,15 +95,15 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "base_dir": "host.baseDir",
         "requirements.min_free_disk_gib": "host.minFreeDiskGib",
         "requirements.min_ram_gib": "host.minRamGib",
-        "image": "vllm.image",
-        "flags.served_model_name": "vllm.servedModelName",
-        "flags.port": "vllm.port",
-        "flags.tensor_parallel_size": "vllm.tensorParallelSize",
-        "flags.max_model_len": "vllm.maxModelLen",
-        "flags.max_num_batched_tokens": "vllm.maxNumBatchedTokens",
-        "flags.kv_cache_memory_bytes": "vllm.kvCacheMemoryBytes",
-        "flags.kv_offloading_size_gib": "vllm.kvOffloadingSize",
-        "startup_timeout_seconds": "vllm.startupTimeoutSeconds",
+        "image": "server.image",
+        "flags.served_model_name": "server.servedModelName",
+        "flags.port": "server.port",
+        "flags.tensor_parallel_size": "server.tensorParallelSize",
+        "flags.max_model_len": "server.maxModelLen",
+        "flags.max_num_batched_tokens": "server.maxNumBatchedTokens",
+        "flags.kv_cache_memory_bytes": "server.kvCacheMemoryBytes",
+        "flags.kv_offloading_size_gib": "server.kvOffloadingSize",
+        "startup_timeout_seconds": "server.startupTimeoutSeconds",
         "caddy.site": "caddy.site",
         "caddy.tls": "caddy.tls",
         "caddy.acme_email": "caddy.acmeEmail",
@@ -79,6 +111,21 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "caddy.allow_world": "caddy.allowWorld",
         "caddy.image": "caddy.image",
         "patches": "patches",
+        "connection.private_key": "sshPrivateKey",
+        "model_lock.repo": "model.repo",
+        "model_lock.revision": "model.revision",
+        "model_lock.files": "model.files",
+        "model_lock.unresolved_patterns": "model.files",
+        "fetch_image": "fetchImage",
+        "flags.model": "host.modelDir",
+        "flags": "server",
+        "flags.speculative_config": "server.speculative",
+        "flags.enable_prefix_caching": "server.prefixCaching",
+        "api_key": "apiKey",
+        "metrics": "metrics",
+        "metrics.gpu_exporter_image": "metrics.gpuExporter.image",
+        "min_decode_tps": "server.minDecodeTps",
+        "verify_expectations": "server.verifyAfterUp",
     },
 }
 """Per component, component input path → the stack file's key it is made from."""
@@ -90,7 +137,8 @@ def stack_key(component: str, loc: Location) -> str:
     for cut in range(len(loc), 0, -1):
         prefix = snake_path(loc[:cut])
         if prefix in keys:
-            rest = snake_path(loc[cut:])
+            # The stack file spells its keys in camelCase, below a mapped key too.
+            rest = snake_path(tuple(camel(p) if isinstance(p, str) else p for p in loc[cut:]))
             return keys[prefix] + (rest if rest.startswith("[") or not rest else f".{rest}")
     return f"{component}.{snake_path(loc)}"
 

@@ -10,6 +10,7 @@ keys (`encryptionsalt`, `secretsprovider`, `encryptedkey`, `environment`) are ac
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import itertools
 import json
@@ -190,11 +191,17 @@ def _type(schema: dict[str, Any], node: dict[str, Any]) -> str:
     return str(kind)
 
 
+@functools.cache
+def _read_only_schema() -> dict[str, Any]:
+    """The schema, built once per process for the lookups that only read it."""
+    return stack_file_schema()
+
+
 def explain(key: str) -> list[str]:
     """What a person needs to know about a stack key (`server.contextSize`): per stack model
     that has it, its type, default, allowed values, whether required, and its docs. Empty when
     no model has the key."""
-    schema = stack_file_schema()
+    schema = _read_only_schema()
     parts = key.removeprefix(f"{NAMESPACE}:").split(".")
     found: list[str] = []
     for variant in schema["properties"]["config"]["anyOf"]:
@@ -218,7 +225,7 @@ def explain(key: str) -> list[str]:
         if field is None:
             continue
         if names[-1].startswith(f"{NAMESPACE}:"):
-            field = field["anyOf"][0]
+            field = field.get("anyOf", [field])[0]
         node = _resolve(schema, field)
         lines = [f"{key} ({variant['title']}): {_type(schema, field)}"]
         lines.append("  required" if required else f"  default: {field.get('default', 'none')}")
