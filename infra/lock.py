@@ -222,6 +222,25 @@ def write_lock(path: Path, lock: ModelLock) -> None:
     tmp.replace(path)
 
 
+ENDPOINT_OPTIONS = (
+    "the hub is --endpoint, else store.hfEndpoint, else $HF_ENDPOINT, else huggingface.co; "
+    "a token comes from $HF_TOKEN"
+)
+
+
+class HubUnreachable(ConfigError):
+    """The hub could not be reached or failed on its side (a network fault, 5xx): trying again
+    or another endpoint can help, unlike a wrong repo or token. `llm-infra lock` exits 3."""
+
+    def __init__(self, problem: str) -> None:
+        super().__init__([f"{problem} ({ENDPOINT_OPTIONS})"])
+
+
+def _network_fault(exc: http_policy.HttpError) -> bool:
+    """A transport failure or the hub's own trouble (5xx, 408, 429), not an answer about us."""
+    return exc.status is None or exc.retryable
+
+
 def resolve_lock(
     model: RepoModelSettings,
     token: str | None = None,
@@ -268,12 +287,13 @@ def resolve_lock(
         hint = "" if token else " (or it is private: set HF_TOKEN)"
         raise ConfigError([f"model.repo: {model.repo!r} not found on {where}{hint}"]) from None
     except HfHubHTTPError as exc:
-        status = exc.response.status_code if exc.response is not None else "?"
-        raise ConfigError(
-            [f"model.repo: {where} answered HTTP {status} for {model.repo}"]
-        ) from None
+        status = exc.response.status_code if exc.response is not None else None
+        message = f"model.repo: {where} answered HTTP {status or '?'} for {model.repo}"
+        if status is None or status >= 500 or status in (408, 429):
+            raise HubUnreachable(message) from None
+        raise ConfigError([message]) from None
     except (OSError, TransportError) as exc:
-        raise ConfigError([f"model.repo: cannot reach {where}: {exc}"]) from None
+        raise HubUnreachable(f"model.repo: cannot reach {where}: {exc}") from None
 
     problems: list[str] = []
     selected: dict[str, RepoFile] = {}
@@ -359,7 +379,8 @@ def small_file_sha256(url: str, size: int, token: str | None) -> str:
                 digest.update(block)
                 got += len(block)
     except http_policy.HttpError as exc:
-        raise ConfigError([f"model.files: cannot read a file to hash it: {exc}"]) from None
+        problem = f"model.files: cannot read a file to hash it: {exc}"
+        raise (HubUnreachable(problem) if _network_fault(exc) else ConfigError([problem])) from None
     if got != size:
         raise ConfigError(
             [f"model.files: {url} sent {got} bytes, the repo tree says {size}: try again"]
@@ -414,9 +435,12 @@ def gguf_summary(urls: list[str], token: str | None) -> dict[str, Any]:
         try:
             headers.append(read_gguf_header(RangeReader(url, token)))
         except (GgufError, EOFError, http_policy.HttpError) as exc:
-            raise ConfigError(
-                [f"model.files: cannot read the GGUF header of {http_policy.shorten(url)}: {exc}"]
-            ) from None
+            problem = (
+                f"model.files: cannot read the GGUF header of {http_policy.shorten(url)}: {exc}"
+            )
+            if isinstance(exc, http_policy.HttpError) and _network_fault(exc):
+                raise HubUnreachable(problem) from None
+            raise ConfigError([problem]) from None
     return summarize(headers)
 
 

@@ -64,10 +64,18 @@ COMMANDS: dict[str, Command] = {
     "lock": Command(
         "lock",
         "pin the stack's model to a commit, file sizes and sha256",
-        "Resolve the model repo on the Hugging Face hub (HF_ENDPOINT, HF_TOKEN) to a commit, "
-        "its files, sizes and sha256, and write the lock file the stack then uses.",
+        "Resolve the model repo on the Hugging Face hub (--endpoint, else the stack's "
+        "store.hfEndpoint, else HF_ENDPOINT; HF_TOKEN) to a commit, its files, sizes and sha256, "
+        "and write the lock file the stack then uses.",
         ("llm-infra lock strix-halo", "HF_TOKEN=... llm-infra lock mi300x -o json"),
-        ((0, "lock written (or already current)"), (1, "the hub could not be read"), _CONFIG),
+        (
+            (0, "lock written (or already current)"),
+            _CONFIG,
+            (
+                3,
+                "the hub was not reached or failed on its side (try again, or another endpoint)",
+            ),
+        ),
     ),
     "verify": Command(
         "verify",

@@ -35,14 +35,15 @@ def add_parser(sub: Subparsers) -> None:
     parser.add_argument(
         "--endpoint",
         metavar="URL",
-        default=os.environ.get("HF_ENDPOINT"),
-        help="the hub (default: $HF_ENDPOINT, else https://huggingface.co; a token comes only "
-        "from $HF_TOKEN)",
+        default=None,
+        help="the hub (default: the stack's store.hfEndpoint, else $HF_ENDPOINT, else "
+        "https://huggingface.co; a token comes only from $HF_TOKEN or the stack's hfToken secret)",
     )
     parser.add_argument(
         "--allow-token-over-http",
         action="store_true",
-        help="send the HF token to a plain-http --endpoint (refused unless stated)",
+        help="send the HF token to a plain-http endpoint (refused unless stated here or by the "
+        "stack's store.allowTokenOverHttp)",
     )
     add_output_option(parser, "lock")
     parser.set_defaults(run=run)
@@ -71,15 +72,19 @@ def run(args: argparse.Namespace) -> int:
         stack_file = read_stack_file(args.stack)
         stack = stack_file.stack()
         targets = lock_targets(stack, stack_file.lock_path)
+        endpoint, allow_http = hub_endpoint(stack, args.endpoint, args.allow_token_over_http)
         resolved = {
             path: lock.resolve_lock(
                 model,
                 token=hf_token(stack_file.name),
-                endpoint=args.endpoint,
-                allow_token_over_http=args.allow_token_over_http,
+                endpoint=endpoint,
+                allow_token_over_http=allow_http,
             )
             for path, model in targets.items()
         }
+    except lock.HubUnreachable as exc:
+        report_config_error(exc, f"cannot lock {args.stack}")
+        return EXIT_NETWORK
     except ConfigError as exc:
         return report_config_error(exc, f"cannot lock {args.stack}")
     written: list[dict[str, Any]] = []
@@ -106,6 +111,26 @@ def run(args: argparse.Namespace) -> int:
             f"{entry['bytes'] / 2**30:.2f} GiB) → {entry['path']} ({entry['change']})"
         )
     return 0
+
+
+EXIT_NETWORK = 3
+"""The hub could not be reached (or failed on its side): try again, or another endpoint."""
+
+
+def hub_endpoint(
+    stack: StackConfig, option: str | None, allow_option: bool
+) -> tuple[str | None, bool]:
+    """The one endpoint setting: `--endpoint`, else the stack's store.hfEndpoint (which the
+    fetch Job uses too), else $HF_ENDPOINT; and whether a token may go to it over plain http."""
+    store = getattr(stack, "store", None)
+    configured = (
+        str(store.hf_endpoint).rstrip("/") if store is not None and store.hf_endpoint else None
+    )
+    endpoint = option or configured or os.environ.get("HF_ENDPOINT") or None
+    allowed = allow_option or (
+        store is not None and endpoint == configured and store.allow_token_over_http
+    )
+    return endpoint, allowed
 
 
 def lock_targets(stack: StackConfig, lock_path: Path) -> dict[Path, RepoModelSettings]:

@@ -56,9 +56,12 @@ def stack_file(
     return path
 
 
-def cli(hub: Hub, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HF_HUB_OFFLINE")}
-    env["HF_ENDPOINT"] = hub.url
+def cli(hub: Hub | None, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`llm-infra ARGS` with HF_ENDPOINT at the hub (unset without one)."""
+    unset = ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
+    if hub is not None:
+        env["HF_ENDPOINT"] = hub.url
     env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
     if token:
         env["HF_TOKEN"] = token
@@ -191,15 +194,48 @@ def test_a_lock_of_another_architecture_is_refused(hub: Hub, tmp_path: Path) -> 
     )
 
 
-def test_lock_with_the_hub_unreachable_is_one_line_naming_the_key(tmp_path: Path) -> None:
+def closed_endpoint() -> str:
+    """A loopback URL nothing listens on."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        return f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_lock_with_the_hub_unreachable_exits_3_naming_the_endpoint_settings(
+    tmp_path: Path,
+) -> None:
+    closed = closed_endpoint()
     result = cli(Hub(repos={}), "lock", str(stack_file(tmp_path)), "--endpoint", closed)
-    assert result.returncode == 2
-    assert f"model.repo: cannot reach {closed}" in result.stderr
+    assert result.returncode == 3, result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if "cannot reach" in line]
+    assert line.startswith(f"model.repo: cannot reach {closed}")
+    for setting in ("--endpoint", "store.hfEndpoint", "$HF_ENDPOINT", "$HF_TOKEN"):
+        assert setting in line
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "tiny.lock.json").exists()
+
+
+def with_store_endpoint(path: Path, endpoint: str) -> Path:
+    document = yaml.safe_load(path.read_text())
+    document["config"]["llm-infra:store"]["hfEndpoint"] = endpoint
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def test_lock_reads_the_hub_from_the_stacks_store_endpoint(hub: Hub, tmp_path: Path) -> None:
+    path = with_store_endpoint(stack_file(tmp_path), hub.url)
+    result = cli(None, "lock", str(path))
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "tiny.lock.json").is_file()
+
+
+def test_endpoint_option_over_store_endpoint_over_hf_endpoint(hub: Hub, tmp_path: Path) -> None:
+    path = with_store_endpoint(stack_file(tmp_path), closed_endpoint())
+    # The option wins over the stack's setting...
+    assert cli(None, "lock", str(path), "--endpoint", hub.url).returncode == 0
+    # ...and the stack's setting over the environment (which points at the working hub).
+    result = cli(hub, "lock", str(path))
+    assert result.returncode == 3 and "cannot reach" in result.stderr
 
 
 def test_the_lock_file_is_what_the_fetcher_reads(hub: Hub, tmp_path: Path) -> None:
