@@ -40,7 +40,7 @@ def test_rendered_strix_halo_manifests_pass_strict_validation(tmp_path: Path) ->
     # test_alert_rules); every core object passes strictly.
     custom = [d for d in documents if d["apiVersion"] == "monitoring.coreos.com/v1"]
     assert sorted(d["kind"] for d in custom) == ["PrometheusRule", "ServiceMonitor"]
-    assert result.stdout.count("passed for resource") == len(documents) - len(custom) == 9
+    assert result.stdout.count("passed for resource") == len(documents) - len(custom) == 10
     output = result.stdout + result.stderr
     assert output.count("Couldn't find schema for kind") == len(custom)
 
