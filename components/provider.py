@@ -47,6 +47,7 @@ from components.validation import (
     INPUTS_HEADING,
     SCHEMA_NAMES,
     ComponentInputError,
+    named,
     schema_path,
 )
 from components.vllm.component import VllmRocmServer
@@ -190,7 +191,7 @@ class LlmInfraProvider(ComponentProvider):
                 raise
             refusal = exc.inner
             errors: list[pulumi.InputPropertyErrorDetails] = [
-                {"property_path": schema_path(loc), "reason": message}
+                {"property_path": schema_path(loc), "reason": named(message, schema_path)}
                 for loc, message in refusal.problems
             ]
             lines = "".join(f"\n{e['property_path']}: {e['reason']}" for e in errors)

@@ -13,6 +13,7 @@ Inputs that are outputs of other resources are checked when they resolve, with t
 from __future__ import annotations
 
 import functools
+import json
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
@@ -68,14 +69,43 @@ SCHEMA_NAMES: ContextVar[bool] = ContextVar("SCHEMA_NAMES", default=False)
 then name inputs as the engine sent them, in camelCase."""
 
 
+_REF = "\x1f"
+"""Brackets another input's location inside a problem's message (`ref`). A value a message
+quotes never carries it: `shown` quotes with repr, which escapes control characters."""
+
+
+def ref(*loc: str | int) -> str:
+    """Another input named in a rule's message (relative to the type the rule checks), written
+    as the caller names it: `allow_world` in Python, `allowWorld` over the provider,
+    `caddy.allowWorld` in a stack file. One message serves every door."""
+    return f"{_REF}{json.dumps(list(loc))}{_REF}"
+
+
+def _rebased(message: str, loc: Location) -> str:
+    """The message with its references made absolute (under the rule's location `loc`)."""
+    parts = message.split(_REF)
+    for index in range(1, len(parts), 2):
+        parts[index] = json.dumps([*loc, *json.loads(parts[index])])
+    return _REF.join(parts)
+
+
+def named(message: str, path: Callable[[Location], str]) -> str:
+    """The message with each reference written by `path` (the caller's naming)."""
+    parts = message.split(_REF)
+    for index in range(1, len(parts), 2):
+        parts[index] = path(tuple(json.loads(parts[index])))
+    return "".join(parts)
+
+
 class ComponentInputError(pulumi.RunError):
     """Invalid inputs of a component: one problem per line, each naming its input."""
 
     def __init__(self, component: str, name: str, problems: list[Problem]) -> None:
         self.component = component
         self.problems = problems
+        """(location, message); a message may reference other inputs (`named` writes them)."""
         path = schema_path if SCHEMA_NAMES.get() else snake_path
-        lines = "\n".join(f"{path(loc)}: {message}" for loc, message in problems)
+        lines = "\n".join(f"{path(loc)}: {named(message, path)}" for loc, message in problems)
         super().__init__(f"invalid inputs of {component} {name!r}:\n{lines}")
 
 
@@ -261,7 +291,7 @@ def _rule_problems(value: Any, annotation: Any, loc: Location) -> list[Problem]:
             if key in hints:
                 problems += _rule_problems(item, hints[key], (*loc, key))
         for rule in _RULES.get(annotation, []):
-            problems += [((*loc, *where), message) for where, message in rule(value)]
+            problems += [((*loc, *where), _rebased(message, loc)) for where, message in rule(value)]
     elif get_origin(annotation) is list and isinstance(value, list):
         (item_type,) = get_args(annotation)
         for index, item in enumerate(value):

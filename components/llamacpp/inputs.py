@@ -27,7 +27,7 @@ from components.grammars import (
 from components.k8s.network_policies import NetworkClient
 from components.model_store.inputs import MODELS_MOUNT, ModelVolume
 from components.monitoring.inputs import METRICS_PORT, KubernetesMonitoring
-from components.validation import Input, Problem, cross_field_rule, documented
+from components.validation import Input, Problem, cross_field_rule, documented, ref
 
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
 
@@ -275,9 +275,10 @@ def _no_check_of_a_server_not_awaited(args: Mapping[str, Any]) -> list[Problem]:
         return [
             (
                 ("verify_expectations",),
-                "is set with stop_before_model_change: after a model change the new server is "
-                "not awaited (it waits for the fetch that follows it), so the check would run "
-                "before it is up",
+                f"is set while {ref('stop_before_model_change')} stops the server before a "
+                "model change: the new server is not awaited (it waits for the fetch that "
+                "follows it), so the check would run before it is up (drop one of them; "
+                "`llm-infra verify` checks by hand)",
             )
         ]
     return []

@@ -32,7 +32,7 @@ from components.grammars import (
 )
 from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
 from components.payloads.fetcher import ModelFile
-from components.validation import Input, Problem, cross_field_rule, documented
+from components.validation import Input, Problem, cross_field_rule, documented, ref
 
 
 @documented
@@ -43,7 +43,7 @@ class CaddySite(TypedDict):
     """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
     tls: Literal["auto", "internal"]
     """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
-    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
+    allowed_cidrs: list[Cidr]
     """Client networks allowed through; everything else gets 403. Never empty."""
     image: ImageReference
     """A pinned Caddy 2.11 image (version tag or digest)."""
@@ -55,14 +55,24 @@ class CaddySite(TypedDict):
 
 
 @cross_field_rule(CaddySite)
-def _allowlist_admits_not_the_world(site: Mapping[str, Any]) -> list[Problem]:
-    cidrs = list(site.get("allowed_cidrs", []))
-    if cidrs and covers_every_address(cidrs) and not site.get("allow_world", False):
+def _allowlist_admits_someone_not_everyone(site: Mapping[str, Any]) -> list[Problem]:
+    """An allowlist that admits nobody is a mistake, and one that admits every address is one
+    unless `allow_world` says so (the API site's rule, and the metrics site's)."""
+    cidrs = site.get("allowed_cidrs")
+    if cidrs == []:
         return [
             (
                 ("allowed_cidrs",),
-                f"{cidrs!r} admits every address: list the client networks (or set "
-                "allow_world: True to serve the world on purpose)",
+                "is empty, so nobody could connect: list the client networks (to admit every "
+                f"address, 0.0.0.0/0 and ::/0 with {ref('allow_world')} set)",
+            )
+        ]
+    if cidrs and covers_every_address(list(cidrs)) and not site.get("allow_world", False):
+        return [
+            (
+                ("allowed_cidrs",),
+                f"{list(cidrs)!r} together admit every address: list the client networks, or set "
+                f"{ref('allow_world')} to serve the world on purpose",
             )
         ]
     return []
@@ -84,8 +94,8 @@ class HostMonitoring(TypedDict):
 
     port: Port
     """HTTPS port of the metrics site on the host (TLS like the API site)."""
-    allowed_cidrs: Annotated[list[Cidr], Field(min_length=1)]
-    """Networks allowed to scrape; everyone else gets 403."""
+    allowed_cidrs: list[Cidr]
+    """Networks allowed to scrape; everyone else gets 403. Never empty."""
     allow_world: NotRequired[bool]
     """Accept a scrape allowlist that admits every address; default False."""
     scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]
@@ -99,7 +109,7 @@ class HostMonitoring(TypedDict):
 
 
 # The scrape allowlist follows the API site's rule.
-cross_field_rule(HostMonitoring)(_allowlist_admits_not_the_world)
+cross_field_rule(HostMonitoring)(_allowlist_admits_someone_not_everyone)
 
 
 @documented
@@ -207,11 +217,14 @@ def _host_key_or_explicit_opt_out(connection: Mapping[str, Any]) -> list[Problem
             (
                 ("host_key",),
                 "is required, so that nobody in between can pose as the host and receive the "
-                "API key (paste `ssh-keyscan -t ed25519 HOST`, or set insecure_ignore_host_key)",
+                "API key (paste what `ssh-keyscan -t ed25519 HOST` prints, or set "
+                f"{ref('insecure_ignore_host_key')} to skip the check)",
             )
         ]
     if connection.get("host_key") is not None and insecure:
-        return [(("insecure_ignore_host_key",), "True contradicts host_key (drop one)")]
+        return [
+            (("insecure_ignore_host_key",), f"contradicts {ref('host_key')} (drop one of them)")
+        ]
     if insecure:
         pulumi.log.warn(
             f"connection: the SSH host key is not checked (insecure_ignore_host_key): any host "

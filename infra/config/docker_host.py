@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from components.addresses import covers_every_address
 from components.k8s.images import parse_image
 from infra.config.base import (
     AbsolutePath,
@@ -164,25 +163,9 @@ def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
         )
     if caddy.tls == "auto" and not caddy.acme_email:
         problems.append("caddy.acmeEmail: a valid email is required with caddy.tls: auto")
-    if not caddy.allowed_cidrs:
-        problems.append(
-            "caddy.allowedCidrs: empty, so nobody could connect (list the client networks; "
-            "write 0.0.0.0/0 and ::/0 and set caddy.allowWorld: true to allow everyone)"
-        )
-    elif covers_every_address(list(caddy.allowed_cidrs)) and not caddy.allow_world:
-        problems.append(
-            f"caddy.allowedCidrs: {list(caddy.allowed_cidrs)} together admit every address "
-            "(list the client networks, or set caddy.allowWorld: true to serve the internet)"
-        )
+    # The allowlists and the host key: VllmRocmServer's own rules (components/vllm/inputs.py),
+    # reported under these keys when the program builds it.
     host = stack.host
-    if host.host_key is None and not host.insecure_ignore_host_key:
-        problems.append(
-            "host.hostKey: required, so that nobody in between can pose as the host and receive "
-            "the API key (ssh-keyscan -t ed25519 HOST, without the host name; or set "
-            "host.insecureIgnoreHostKey: true)"
-        )
-    elif host.host_key is not None and host.insecure_ignore_host_key:
-        problems.append("host.insecureIgnoreHostKey: true contradicts host.hostKey (drop one)")
     for key, directory in (("host.modelDir", host.model_dir), ("host.baseDir", host.base_dir)):
         top = "/" + directory.split("/")[1]
         if top in SYSTEM_DIRS:
@@ -226,7 +209,8 @@ CADDY_HOST_PORTS = (80, 443)
 
 
 def host_metrics_problems(stack: Mi300xStack) -> list[str]:
-    """The metrics site's port and allowlist, and the GPU exporter's image and port."""
+    """The metrics site's port and the GPU exporter's image (its allowlist: the component's
+    rule, as the API site's)."""
     metrics = stack.metrics
     if metrics is None:
         return []
@@ -235,16 +219,6 @@ def host_metrics_problems(stack: Mi300xStack) -> list[str]:
         problems.append(
             f"metrics.port: {metrics.port} is the API site's port (the metrics site needs its own, "
             "e.g. 9443)"
-        )
-    if not metrics.allowed_cidrs:
-        problems.append(
-            "metrics.allowedCidrs: empty, so no scraper could connect (list the monitoring "
-            "network, e.g. 10.0.0.0/24)"
-        )
-    elif covers_every_address(list(metrics.allowed_cidrs)) and not metrics.allow_world:
-        problems.append(
-            f"metrics.allowedCidrs: {list(metrics.allowed_cidrs)} together admit every address "
-            "(list the monitoring network, or set metrics.allowWorld: true)"
         )
     exporter = metrics.gpu_exporter
     if exporter is not None:

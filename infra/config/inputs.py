@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic.alias_generators import to_camel as camel
 
-from components.validation import ComponentInputError, Location, snake_path
+from components.validation import ComponentInputError, Location, named, snake_path
 
 STACK_KEYS: dict[str, dict[str, str]] = {
     "LlamaCppVulkanServer": {
@@ -145,4 +145,8 @@ def stack_key(component: str, loc: Location) -> str:
 
 def stack_problems(error: ComponentInputError) -> list[str]:
     """A component's refusal as the stack file's `key: problem` lines."""
-    return [f"{stack_key(error.component, loc)}: {message}" for loc, message in error.problems]
+
+    def key(loc: Location) -> str:
+        return stack_key(error.component, loc)
+
+    return [f"{key(loc)}: {named(message, key)}" for loc, message in error.problems]

@@ -409,7 +409,6 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         )
     problems += kubernetes_name_problems(stack)
     problems += rpc_problems(stack)
-    problems += replace_problems(stack)
     problems += metrics_problems(stack)
     if stack.network.policies and not stack.network.clients:
         problems.append(
@@ -424,18 +423,6 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
                 f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
             )
     return problems
-
-
-def replace_problems(stack: StrixHaloStack) -> list[str]:
-    """What `store.upgrade: replace` cannot do: the server is not awaited after a model change
-    (its pod waits for the fetch that follows it), so a post-up check would run too early."""
-    if stack.store.upgrade != "replace" or not stack.server.verify_after_up:
-        return []
-    return [
-        "server.verifyAfterUp: true with store.upgrade: replace: after a model change the new "
-        "server is not awaited (it waits for the fetch Job that follows it), so the check would "
-        "run before it is up; use store.upgrade: keep, or check by hand (llm-infra verify STACK)"
-    ]
 
 
 def rpc_problems(stack: StrixHaloStack) -> list[str]:

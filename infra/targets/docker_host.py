@@ -55,6 +55,7 @@ def caddy_site(stack: Mi300xStack) -> CaddySite:
         "site": caddy.site,
         "tls": caddy.tls,
         "allowed_cidrs": list(caddy.allowed_cidrs),
+        "allow_world": caddy.allow_world,
         "image": caddy.image,
         "acme_email": caddy.acme_email,
     }

@@ -167,6 +167,81 @@ def test_invalid_stack_exits_2_naming_the_key(
     assert not out.exists()
 
 
+def render_problems(tmp_path: Path, stack: str, edits: list[Edit]) -> list[str]:
+    """The problem lines of a render that must exit 2 (no traceback, nothing written)."""
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump(edited(stack, edits)))
+    # Recorded expectations, for the stacks that ask for the post-up check.
+    (tmp_path / f"{stack}.verify.json").write_text('{"version": 1, "cases": []}')
+    out = tmp_path / "rendered"
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and not out.exists()
+    return [line for line in result.stderr.splitlines()[1:] if "(preview only" not in line]
+
+
+RULE_LINES = [
+    # A component's own rule, reported in the stack file's words: its key and the other keys
+    # its message names (`ref`), never the component's input names.
+    (
+        "mi300x", [("caddy", "allowedCidrs", ["0.0.0.0/0"])],
+        "caddy.allowedCidrs: ['0.0.0.0/0'] together admit every address: list the client "
+        "networks, or set caddy.allowWorld to serve the world on purpose",
+    ),
+    (
+        "mi300x", [("caddy", "allowedCidrs", [])],
+        "caddy.allowedCidrs: is empty, so nobody could connect: list the client networks (to "
+        "admit every address, 0.0.0.0/0 and ::/0 with caddy.allowWorld set)",
+    ),
+    (
+        "mi300x", [("metrics", "allowedCidrs", ["0.0.0.0/1", "128.0.0.0/1", "::/0"])],
+        "metrics.allowedCidrs: ['0.0.0.0/1', '128.0.0.0/1', '::/0'] together admit every "
+        "address: list the client networks, or set metrics.allowWorld to serve the world on "
+        "purpose",
+    ),
+    (
+        "mi300x", [("host", "hostKey", DELETE)],
+        "host.hostKey: is required, so that nobody in between can pose as the host and receive "
+        "the API key (paste what `ssh-keyscan -t ed25519 HOST` prints, or set "
+        "host.insecureIgnoreHostKey to skip the check)",
+    ),
+    (
+        "mi300x", [("host", "insecureIgnoreHostKey", True)],
+        "host.insecureIgnoreHostKey: contradicts host.hostKey (drop one of them)",
+    ),
+    (
+        "strix-halo", [("server", "verifyAfterUp", True)],
+        "server.verifyAfterUp: is set while store.upgrade stops the server before a model "
+        "change: the new server is not awaited (it waits for the fetch that follows it), so the "
+        "check would run before it is up (drop one of them; `llm-infra verify` checks by hand)",
+    ),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("stack", "edits", "line"), RULE_LINES)
+def test_a_components_rule_is_reported_in_the_stack_files_words(
+    tmp_path: Path, stack: str, edits: list[Edit], line: str
+) -> None:
+    assert line in render_problems(tmp_path, stack, edits)
+
+
+def test_an_allowlist_of_the_world_renders_with_allow_world(tmp_path: Path) -> None:
+    edits: list[Edit] = [
+        ("caddy", "allowedCidrs", ["0.0.0.0/0", "::/0"]),
+        ("caddy", "allowWorld", True),
+    ]
+    path = tmp_path / "Pulumi.mi300x.yaml"
+    path.write_text(yaml.safe_dump(edited("mi300x", edits)))
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(tmp_path / "r")],
+        cwd=ROOT, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
 SECRETS = {
     "llm-infra:hfToken": "hf_live_secret_token_abcdef",
     "llm-infra:apiKey": "sk-live-api-key-0123456789",

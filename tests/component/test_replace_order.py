@@ -14,7 +14,6 @@ import pytest
 import yaml
 
 from components.llamacpp.manifests import MODEL_ANNOTATION
-from infra.config import ConfigError, parse_stack
 from tests.conftest import ROOT, stack_values
 
 SERVER = "deepseek-v4-flash-0731"
@@ -87,13 +86,3 @@ def test_with_keep_the_server_waits_for_the_fetch_and_is_updated_in_place(
     assert "replaceOnChanges" not in deployment["options"]
     assert "pulumi.com/skipAwait" not in deployment["inputs"]["metadata"]["annotations"]
     assert "store.upgrade: replace" not in output
-
-
-def test_replace_with_a_post_up_check_is_refused_naming_both_keys() -> None:
-    values = copy.deepcopy(stack_values("strix-halo"))
-    values["server"]["verifyAfterUp"] = True
-    with pytest.raises(ConfigError) as caught:
-        parse_stack(values)
-    (problem,) = caught.value.problems
-    assert problem.startswith("server.verifyAfterUp: true with store.upgrade: replace")
-    assert "the check would run before it is up" in problem
