@@ -7,6 +7,8 @@ is read as its base type and a Literal becomes the schema's enum, mechanically. 
 adds what annotations cannot say, and maps inputs in every form the engine sends them:
 
 - Secret inputs are `secret` in the schema, so every SDK and the engine treat them as secrets.
+- An input's declared default (`Default` in its annotation) is the property's `default` where
+  the schema takes one (a boolean, number or string), else a sentence of its description.
 - The model volume is typed as known strings for the builders, yet the server resolves it as an
   input: other languages pass a store's `claimName` and `fetcherConfigMap` outputs into it.
 - An object input that depends on another resource, or holds a secret, reaches the provider as
@@ -47,6 +49,7 @@ from components.validation import (
     INPUTS_HEADING,
     SCHEMA_NAMES,
     ComponentInputError,
+    declared_defaults,
     named,
     schema_path,
 )
@@ -172,7 +175,22 @@ class LlmInfraProvider(ComponentProvider):
             section, token, key = where
             for field in fields:
                 spec[section][token][key][camel_case(field)]["secret"] = True
-        Provider.__init__(self, version, json.dumps(_clean_descriptions(spec)))
+        spec = _clean_descriptions(spec)
+        for cls in self._args_types():
+            _, (section, token, key) = self._declared(cls)
+            for field, value in declared_defaults(cls).items():
+                _schema_default(spec[section][token][key][camel_case(field)], value)
+        Provider.__init__(self, version, json.dumps(spec))
+
+    def _args_types(self) -> list[type]:
+        """Every TypedDict of inputs in the schema: the components' Args and the nested ones."""
+        component_args = [inspect.get_annotations(c.__init__)["args"] for c in COMPONENTS]
+        nested = [
+            type_def.python_type
+            for type_def in self._type_defs.values()
+            if type_def.enum is None and isinstance(type_def.python_type, type)
+        ]
+        return [*component_args, *nested]
 
     def construct(
         self,
@@ -271,6 +289,24 @@ class LlmInfraProvider(ComponentProvider):
                 for key, item in value.items()
             }
         return value
+
+
+_SCHEMA_TYPES: dict[str, tuple[type, ...]] = {
+    "boolean": (bool,),
+    "integer": (int,),
+    "number": (int, float),
+    "string": (str,),
+}
+
+
+def _schema_default(prop: dict[str, Any], value: Any) -> None:
+    """A declared default into a property's spec: the schema's `default` for a boolean, number
+    or string; for an enum, a list or an object (no place for it there), in its description."""
+    kinds = _SCHEMA_TYPES.get(prop.get("type", ""), ())
+    if isinstance(value, kinds) and (isinstance(value, bool) == (bool in kinds)):
+        prop["default"] = value
+    else:
+        prop["description"] = f"{prop['description']}\nDefault: `{json.dumps(value)}`."
 
 
 def _clean_descriptions(node: Any) -> Any:

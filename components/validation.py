@@ -8,15 +8,23 @@ a number), ranges, enums and grammars checked. Rules that span fields register w
 (`caddy.allowed_cidrs[0]`); the provider names it as the engine sent it (`caddy.allowedCidrs[0]`).
 
 Inputs that are outputs of other resources are checked when they resolve, with the same message.
+
+An optional input's default is declared once, in its annotation: `Default(value)` beside the
+grammar (`NotRequired[Annotated[int, Field(ge=1), Default(DEFAULT_UID)]]`). `checked_inputs`
+returns the args with every declared default filled in, nested types too, so the components
+read `args["key"]`; help() and the provider schema show the same value. An input without a
+`Default` stays absent when not given (None-able inputs: absent means None).
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import types
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import (
     Annotated,
     Any,
@@ -165,6 +173,71 @@ def cross_field_rule(args_type: type) -> Callable[[Rule], Rule]:
     return register
 
 
+@dataclass(frozen=True, eq=False)
+class Default:
+    """An optional input's default, as metadata of its annotation (the one place it is stated).
+
+    `checked_inputs` fills it in when the input is absent; help() and the schema show it.
+    """
+
+    value: Any
+
+
+def _default_of(annotation: Any) -> Default | None:
+    """The `Default` of a field's annotation (outside any `pulumi.Input`), or None."""
+    annotation = _unwrap(annotation)
+    if get_origin(annotation) is Annotated:
+        for item in get_args(annotation)[1:]:
+            if isinstance(item, Default):
+                return item
+    return None
+
+
+@functools.cache
+def declared_defaults(args_type: type) -> dict[str, Any]:
+    """The declared default of each optional input of a TypedDict of inputs, by field."""
+    defaults: dict[str, Any] = {}
+    for key, hint in _hints(args_type).items():
+        default = _default_of(hint)
+        if default is not None:
+            if key in getattr(args_type, "__required_keys__", frozenset()):
+                raise TypeError(f"{args_type.__name__}.{key} is required: it has no default")
+            defaults[key] = default.value
+    return defaults
+
+
+def _plain_type(annotation: Any) -> Any:
+    """The type of a known value, without Annotated, and without None when that is optional."""
+    annotation = known_type(annotation)
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if get_origin(annotation) in (Union, types.UnionType):
+        members = [m for m in get_args(annotation) if m is not type(None)]
+        annotation = members[0] if len(members) == 1 else Any
+    return annotation
+
+
+def with_defaults(value: T, annotation: Any) -> T:
+    """`value` with the declared default of every absent optional input filled in, in nested
+    TypedDicts too (each list item, each dict value); outputs are left as they are (their
+    resolved values are filled by `checked_inputs`). A new value: `value` is not changed."""
+    annotation = _plain_type(annotation)
+    if is_typeddict(annotation) and isinstance(value, dict):
+        hints = _hints(annotation)
+        filled = {key: with_defaults(item, hints.get(key, Any)) for key, item in value.items()}
+        for key, default in declared_defaults(annotation).items():
+            if key not in filled:
+                filled[key] = with_defaults(copy.deepcopy(default), hints[key])
+        return filled  # type: ignore[return-value]
+    if get_origin(annotation) is list and isinstance(value, list):
+        (item_type,) = get_args(annotation)
+        return [with_defaults(item, item_type) for item in value]  # type: ignore[return-value]
+    if get_origin(annotation) is dict and isinstance(value, dict):
+        item_type = get_args(annotation)[1]
+        return {key: with_defaults(item, item_type) for key, item in value.items()}  # type: ignore[return-value]
+    return value
+
+
 class _Pending:
     """Stands in, during the check, for a value not known yet (checked when it resolves)."""
 
@@ -197,6 +270,8 @@ def _is_input(annotation: Any) -> bool:
 def known_type(annotation: Any) -> Any:
     """The type of a known value: without NotRequired and `pulumi.Input[...]`."""
     annotation = _unwrap(annotation)
+    if get_origin(annotation) is Annotated and _is_input(get_args(annotation)[0]):
+        annotation = get_args(annotation)[0]  # `Annotated[Input[X], Default(...)]`
     if _is_input(annotation):
         members = [
             member
@@ -276,12 +351,7 @@ def _stand_ins(value: Any) -> Any:
 
 def _rule_problems(value: Any, annotation: Any, loc: Location) -> list[Problem]:
     """The cross-field rules of every known TypedDict in `value`, located under `loc`."""
-    annotation = known_type(annotation)
-    while get_origin(annotation) is Annotated:
-        annotation = get_args(annotation)[0]
-    if get_origin(annotation) in (Union, types.UnionType):
-        members = [m for m in get_args(annotation) if m is not type(None)]
-        annotation = members[0] if len(members) == 1 else Any
+    annotation = _plain_type(annotation)
     if not isinstance(value, dict | list):
         return []
     problems: list[Problem] = []
@@ -314,7 +384,8 @@ def input_problems(value: Any, annotation: Any, loc: Location = ()) -> list[Prob
             _adapter(annotation).validate_python(candidate)
     except ValidationError as error:
         return [((*loc, *where), message) for where, message in error_messages(error)]
-    return _rule_problems(value, annotation, loc)
+    # The rules read the inputs as the components do: with their defaults.
+    return _rule_problems(with_defaults(value, annotation), annotation, loc)
 
 
 @functools.cache
@@ -337,15 +408,10 @@ def _deferred(value: Any, annotation: Any, loc: Location, component: str, name: 
             problems = input_problems(resolved, declared, loc)
             if problems:
                 raise ComponentInputError(component, name, problems)
-            return _deferred(resolved, declared, loc, component, name)
+            return _deferred(with_defaults(resolved, declared), declared, loc, component, name)
 
         return value.apply(check)
-    annotation = known_type(annotation)
-    while get_origin(annotation) is Annotated:
-        annotation = get_args(annotation)[0]
-    if get_origin(annotation) in (Union, types.UnionType):
-        members = [m for m in get_args(annotation) if m is not type(None)]
-        annotation = members[0] if len(members) == 1 else Any
+    annotation = _plain_type(annotation)
     if is_typeddict(annotation) and isinstance(value, dict):
         hints = _hints(annotation)
         return {
@@ -370,8 +436,9 @@ def _deferred(value: Any, annotation: Any, loc: Location, component: str, name: 
 def checked_inputs(component: str, name: str, args: T, args_type: type) -> T:
     """`args` checked against `args_type` before any child exists; outputs checked on resolving.
 
-    Raises ComponentInputError naming every problem. Returns the args with each output
-    input wrapped so that its resolved value gets the same check.
+    Raises ComponentInputError naming every problem. Returns the args with every declared
+    default filled in (`with_defaults`), and each output input wrapped so that its resolved
+    value gets the same check and its defaults.
     """
     args = with_integers(args, args_type)
     if not isinstance(args, dict):
@@ -381,7 +448,7 @@ def checked_inputs(component: str, name: str, args: T, args_type: type) -> T:
     problems = input_problems(args, args_type)
     if problems:
         raise ComponentInputError(component, name, problems)
-    return _deferred(args, args_type, (), component, name)  # type: ignore[no-any-return]
+    return _deferred(with_defaults(args, args_type), args_type, (), component, name)  # type: ignore[no-any-return]
 
 
 def _type_text(annotation: Any) -> str:
@@ -447,6 +514,9 @@ def documented(args_type: type[T]) -> type[T]:
     )
     for key, hint in hints.items():
         need = "required" if key in required else "optional"
+        default = _default_of(hint)
+        if default is not None:
+            need += f", default {default.value!r}"
         lines.append(f"{key}: {_type_text(hint)}, {need}")
         lines += [f"    {line}" for line in docs.get(key, "").splitlines()]
     own = inspect.cleandoc(args_type.__doc__ or "")

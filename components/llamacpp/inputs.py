@@ -25,11 +25,24 @@ from components.grammars import (
     UrlPath,
 )
 from components.k8s.network_policies import NetworkClient
+from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
 from components.model_store.inputs import MODELS_MOUNT, ModelVolume
-from components.monitoring.inputs import METRICS_PORT, KubernetesMonitoring
-from components.validation import Input, Problem, cross_field_rule, documented, ref
+from components.monitoring.inputs import KubernetesMonitoring
+from components.validation import Default, Input, Problem, cross_field_rule, documented, ref
 
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
+GPU_RESOURCE = "amd.com/gpu"
+"""The device plugin's extended resource a `device-plugin` pod requests when given none."""
+RPC_PORT = 50052
+"""rpc-server's default port (`-p`)."""
+RPC_BINARY = "/app/ggml-rpc-server"
+"""rpc-server inside llama.cpp's images (b11434 builds it as `ggml-rpc-server`)."""
+LOAD_MARGIN = 1.5
+"""The startup probe must outlast the load estimate by this factor: disks slow down when busy."""
+DISK_READ_MIBPS = 300.0
+"""Model volume read speed assumed when the caller gives none (a SATA SSD, busy)."""
+INIT_SECONDS = 60
+"""Start-up before the load assumed when the caller gives none."""
 
 
 CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
@@ -66,9 +79,9 @@ class LlamaServerFlags(TypedDict):
     cache_type_v: CacheType
     """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
     temperature: Annotated[float, Field(ge=0, le=100)]
-    """`--temp`: default sampling temperature (clients may override per request)."""
+    """`--temp`: sampling temperature of the requests that set none (clients may override)."""
     top_p: Annotated[float, Field(gt=0, le=1)]
-    """`--top-p`: default nucleus-sampling threshold (clients may override)."""
+    """`--top-p`: nucleus-sampling threshold of the requests that set none."""
     threads: Annotated[int, Field(ge=1, le=4096)]
     """`--threads`: CPU threads: sampling and the CPU-resident layers."""
     cache_ram_mib: NotRequired[Annotated[int, Field(ge=0)] | None]
@@ -85,12 +98,12 @@ class LlamaServerFlags(TypedDict):
     tensor_split: NotRequired[list[Annotated[float, Field(ge=0)]] | None]
     """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
     local GPU), as the memory plan computed it."""
-    metrics: NotRequired[bool]
+    metrics: NotRequired[Annotated[bool, Default(False)]]
     """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set
     (scrapers reach them through the metrics proxy's port)."""
-    repack: NotRequired[bool]
+    repack: NotRequired[Annotated[bool, Default(True)]]
     """False: `--no-repack`, CPU-resident weights stay in the model buffer (no CPU_REPACK or
-    AMX buffers; omitted: llama-server repacks)."""
+    AMX buffers); True: llama-server repacks (its own behaviour, no flag)."""
 
 
 @documented
@@ -140,15 +153,17 @@ class LlamaCppVulkanServerArgs(TypedDict):
     probes: ServerProbes
     """Startup, readiness and liveness probes."""
     service_port: NotRequired[Port]
-    """Port of the Service (default: the server port)."""
-    gpu_device_path: NotRequired[AbsolutePath]
-    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
-    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
-    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
-    gpu_resource: NotRequired[ExtendedResource]
-    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
-    """Non-root uid in `device-plugin` mode (default 1000)."""
+    """Port of the Service; absent: the server port."""
+    gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
+    """Host path of the DRM render nodes mounted in `privileged` mode."""
+    gpu_access: NotRequired[
+        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
+    ]
+    """`privileged` + hostPath /dev/dri, or `device-plugin` (no privileges at all)."""
+    gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
+    """Extended resource requested in `device-plugin` mode."""
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
+    """Non-root uid in `device-plugin` mode."""
     supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
     """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
     api_key: NotRequired[Input[str] | None]
@@ -157,23 +172,23 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """
     allowed_clients: NotRequired[list[NetworkClient] | None]
     """Who may reach the server (a NetworkPolicy); None creates no policy."""
-    gpu_gate: NotRequired[bool]
+    gpu_gate: NotRequired[Annotated[bool, Default(False)]]
     """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
     verify_expectations: NotRequired[str | None]
     """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
     verify_image: NotRequired[ImageReference]
-    """Pinned stock Python image of the verify Job (default: the model check's image)."""
-    disk_read_mibps: NotRequired[Annotated[float, Field(gt=0)]]
-    """Read speed of the model volume (MiB/s, default 300): with `init_seconds`, how long the
-    load takes, which the startup probe must outlast (x1.5)."""
-    init_seconds: NotRequired[Annotated[int, Field(ge=0)]]
-    """Start-up time before the load (default 60 s: image start, the model check)."""
+    """Pinned stock Python image of the verify Job; absent: the model check's image."""
+    disk_read_mibps: NotRequired[Annotated[float, Field(gt=0), Default(DISK_READ_MIBPS)]]
+    """Read speed of the model volume (MiB/s): with `init_seconds`, how long the load takes,
+    which the startup probe must outlast (x1.5)."""
+    init_seconds: NotRequired[Annotated[int, Field(ge=0), Default(INIT_SECONDS)]]
+    """Start-up time before the load (seconds: image start, the model check)."""
     min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
     """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
     the floor of the LlmDecodeBelowFloor alert."""
     metrics: NotRequired[KubernetesMonitoring | None]
     """`--metrics`, who may scrape, and the monitor, alert rules and dashboard; None: no metrics."""
-    stop_before_model_change: NotRequired[bool]
+    stop_before_model_change: NotRequired[Annotated[bool, Default(False)]]
     """`store.upgrade: replace`: a new model deletes the Deployment (its pods gone) before it is
     created again, so the store's fetch Job, made to wait for this server, never deletes files
     the old server still maps; `pulumi up` then waits for the fetch, not for the new pod (so
@@ -197,30 +212,24 @@ class LlamaCppRpcWorkerArgs(TypedDict):
     """Node labels the pod must match (the worker's GPU node)."""
     resources: dict[Literal["requests", "limits"], dict[ResourceName, Quantity]]
     """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
-    binary: NotRequired[AbsolutePath]
-    """rpc-server inside the image (default `/app/ggml-rpc-server`)."""
-    port: NotRequired[Port]
-    """rpc-server's port, of the container and the Service (default 50052)."""
+    binary: NotRequired[Annotated[AbsolutePath, Default(RPC_BINARY)]]
+    """rpc-server inside the image."""
+    port: NotRequired[Annotated[Port, Default(RPC_PORT)]]
+    """rpc-server's port, of the container and the Service."""
     threads: NotRequired[Annotated[int, Field(ge=1, le=4096)] | None]
-    """`-t`: CPU threads of rpc-server (default: rpc-server's own)."""
-    gpu_device_path: NotRequired[AbsolutePath]
-    """Host path of the DRM render nodes mounted in `privileged` mode (default `/dev/dri`)."""
-    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
-    """`privileged` + hostPath /dev/dri (default), or `device-plugin` (no privileges at all)."""
-    gpu_resource: NotRequired[ExtendedResource]
-    """Extended resource requested in `device-plugin` mode (default `amd.com/gpu`)."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
-    """Non-root uid in `device-plugin` mode (default 10001)."""
+    """`-t`: CPU threads of rpc-server; absent: rpc-server's own count."""
+    gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
+    """Host path of the DRM render nodes mounted in `privileged` mode."""
+    gpu_access: NotRequired[
+        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
+    ]
+    """`privileged` + hostPath /dev/dri, or `device-plugin` (no privileges at all)."""
+    gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
+    """Extended resource requested in `device-plugin` mode."""
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
+    """Non-root uid in `device-plugin` mode."""
     supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
     """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
-
-
-LOAD_MARGIN = 1.5
-"""The startup probe must outlast the load estimate by this factor: disks slow down when busy."""
-DISK_READ_MIBPS = 300.0
-"""Model volume read speed assumed when the caller gives none (a SATA SSD, busy)."""
-INIT_SECONDS = 60
-"""Start-up before the load assumed when the caller gives none."""
 
 
 def startup_threshold_needed(probe: HttpProbe, load_seconds: float) -> int | None:
@@ -252,8 +261,7 @@ def _server_fits_its_store(args: Mapping[str, Any]) -> list[Problem]:
     size = model.get("model_bytes")
     startup = args.get("probes", {}).get("startup")
     if isinstance(size, int) and isinstance(startup, Mapping):
-        read = args.get("disk_read_mibps", DISK_READ_MIBPS)
-        init = args.get("init_seconds", INIT_SECONDS)
+        read, init = args["disk_read_mibps"], args["init_seconds"]
         load = size / (read * 2**20) + init
         threshold = startup_threshold_needed(startup, load)  # type: ignore[arg-type]
         if threshold is not None:
@@ -290,7 +298,7 @@ def _metrics_port_of_its_own(args: Mapping[str, Any]) -> list[Problem]:
     metrics, flags = args.get("metrics"), args.get("flags", {})
     if not isinstance(metrics, Mapping) or not isinstance(flags, Mapping):
         return []
-    port = metrics.get("port", METRICS_PORT)
+    port = metrics["port"]
     if port == flags.get("port"):
         return [
             (

@@ -3,8 +3,6 @@
 from typing import Any
 
 from components.k8s.pod_security import (
-    DEFAULT_DRI_DEVICE,
-    DEFAULT_UID,
     PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
     checkov_skips,
@@ -144,9 +142,9 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
     log_file = flags.get("log_file")
     if log_file:
         argv += ["--log-file", log_file]
-    if flags.get("metrics"):
+    if flags["metrics"]:
         argv.append("--metrics")
-    if flags.get("repack") is False:
+    if not flags["repack"]:
         argv.append("--no-repack")
     return argv
 
@@ -181,8 +179,8 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The llama-server container."""
     flags = args["flags"]
     probes = args["probes"]
-    access = args.get("gpu_access", "privileged")
-    gate = args.get("gpu_gate", False)
+    access = args["gpu_access"]
+    gate = args["gpu_gate"]
     if gate:
         flags = {**flags, "log_verbosity": 4, "log_file": GATE_LOG}
     if args.get("metrics") is not None:
@@ -214,7 +212,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         mounts.append(api_key_mount())
     resources = {kind: dict(values) for kind, values in args["resources"].items()}
     if access == "device-plugin":
-        gpu = args.get("gpu_resource", "amd.com/gpu")
+        gpu = args["gpu_resource"]
         resources.setdefault("limits", {})[gpu] = "1"
         resources.setdefault("requests", {})[gpu] = "1"
     else:
@@ -236,7 +234,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         "startupProbe": startup,
         "readinessProbe": http_probe(probes["readiness"], "http"),
         "livenessProbe": http_probe(probes["liveness"], "http"),
-        "securityContext": gpu_container(access, args.get("run_as_user", DEFAULT_UID)),
+        "securityContext": gpu_container(access, args["run_as_user"]),
         "volumeMounts": mounts,
     }
 
@@ -257,9 +255,9 @@ def server_deployment(
         *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
         scratch_volume(),
     ]
-    if args.get("gpu_access", "privileged") == "privileged":
-        volumes.append(dri_volume(args.get("gpu_device_path", DEFAULT_DRI_DEVICE)))
-    if args.get("gpu_gate", False):
+    if args["gpu_access"] == "privileged":
+        volumes.append(dri_volume(args["gpu_device_path"]))
+    if args["gpu_gate"]:
         # Holds only the load log (at most gpu_gate.LOAD_LOG_LIMIT): -lv 4 traffic never lands here.
         volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})
     if args.get("api_key") is not None:
@@ -313,9 +311,7 @@ def api_key_secret(name: str) -> tuple[str, str]:
 
 def _non_root_key_reader(args: LlamaCppVulkanServerArgs) -> bool:
     """A server that runs as a non-root user (device-plugin mode) and reads the API key file."""
-    return (
-        args.get("gpu_access", "privileged") == "device-plugin" and args.get("api_key") is not None
-    )
+    return args["gpu_access"] == "device-plugin" and args.get("api_key") is not None
 
 
 def _key_mode(args: LlamaCppVulkanServerArgs) -> int:
@@ -329,7 +325,7 @@ def _pod_security(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     if _non_root_key_reader(args):
         # The kubelet gives the Secret's files to this group; OnRootMismatch keeps it from
         # walking a model volume whose owner already matches (the fetch Job's fsGroup).
-        context["fsGroup"] = args.get("run_as_user", DEFAULT_UID)
+        context["fsGroup"] = args["run_as_user"]
         context["fsGroupChangePolicy"] = "OnRootMismatch"
     return context
 
@@ -345,7 +341,7 @@ def pod_containers(name: str, args: LlamaCppVulkanServerArgs) -> list[dict[str, 
                 image=args["model"]["check_image"],
                 server_port=args["flags"]["port"],
                 api_key_secret=api_key_secret(name) if args.get("api_key") is not None else None,
-                run_as_user=args.get("run_as_user", DEFAULT_UID),
+                run_as_user=args["run_as_user"],
             )
         )
     return containers
@@ -362,7 +358,7 @@ def _pod_metadata(labels: dict[str, str], args: LlamaCppVulkanServerArgs) -> dic
 def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
     """The checkov findings this Deployment accepts, each with its reason."""
     skips = image_skips(args["image"]) + image_skips(args["model"]["check_image"])
-    if args.get("gpu_access", "privileged") == "privileged":
+    if args["gpu_access"] == "privileged":
         skips += PRIVILEGED_SKIPS
     return skips
 

@@ -8,8 +8,6 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 from typing import Any
 
 from components.k8s.pod_security import (
-    DEFAULT_DRI_DEVICE,
-    DEFAULT_UID,
     PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
     checkov_skips,
@@ -29,12 +27,6 @@ from components.llamacpp.manifests import (
     gpu_pod_anti_affinity,
 )
 
-RPC_PORT = 50052
-"""rpc-server's default port (`-p`)."""
-
-RPC_BINARY = "/app/ggml-rpc-server"
-"""rpc-server inside llama.cpp's images (b11434 builds it as `ggml-rpc-server`)."""
-
 
 def worker_labels(name: str, head: str) -> dict[str, str]:
     """Labels of a worker's objects; the first two select its pod (never the API Service's)."""
@@ -53,7 +45,7 @@ def worker_selector(labels: dict[str, str]) -> dict[str, str]:
 
 def rpc_server_argv(args: LlamaCppRpcWorkerArgs) -> list[str]:
     """rpc-server's command line: every interface (the policy admits only the head), one port."""
-    argv = [args.get("binary", RPC_BINARY), "-H", "0.0.0.0", "-p", str(args.get("port", RPC_PORT))]
+    argv = [args["binary"], "-H", "0.0.0.0", "-p", str(args["port"])]
     threads = args.get("threads")
     if threads is not None:
         argv += ["-t", str(threads)]
@@ -78,11 +70,11 @@ NO_PROBE_SKIPS = [
 
 def worker_container(args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
     """The rpc-server container, with the same GPU access as the server's."""
-    access = args.get("gpu_access", "privileged")
+    access = args["gpu_access"]
     resources = {kind: dict(values) for kind, values in args["resources"].items()}
     mounts = [scratch_mount()]
     if access == "device-plugin":
-        gpu = args.get("gpu_resource", "amd.com/gpu")
+        gpu = args["gpu_resource"]
         resources.setdefault("limits", {})[gpu] = "1"
         resources.setdefault("requests", {})[gpu] = "1"
     else:
@@ -95,9 +87,9 @@ def worker_container(args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
             {"name": "HOME", "value": SCRATCH_MOUNT},
             {"name": "MESA_SHADER_CACHE_DIR", "value": f"{SCRATCH_MOUNT}/mesa-shader-cache"},
         ],
-        "ports": [{"name": "rpc", "containerPort": args.get("port", RPC_PORT), "protocol": "TCP"}],
+        "ports": [{"name": "rpc", "containerPort": args["port"], "protocol": "TCP"}],
         "resources": resources,
-        "securityContext": gpu_container(access, args.get("run_as_user", DEFAULT_UID)),
+        "securityContext": gpu_container(access, args["run_as_user"]),
         "volumeMounts": mounts,
     }
 
@@ -106,10 +98,10 @@ def worker_deployment(
     name: str, namespace: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs
 ) -> dict[str, Any]:
     """One replica pinned to its node, Recreate (one GPU: a second pod could never start)."""
-    access = args.get("gpu_access", "privileged")
+    access = args["gpu_access"]
     volumes = [scratch_volume()]
     if access == "privileged":
-        volumes.append(dri_volume(args.get("gpu_device_path", DEFAULT_DRI_DEVICE)))
+        volumes.append(dri_volume(args["gpu_device_path"]))
     skips = image_skips(args["image"]) + NO_PROBE_SKIPS
     if access == "privileged":
         skips += PRIVILEGED_SKIPS

@@ -6,7 +6,6 @@ import pulumi_kubernetes as k8s
 from components.k8s.children import inherited_dependencies, manifest_args, with_integers
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.rpc_manifests import (
-    RPC_PORT,
     rpc_endpoint,
     worker_deployment,
     worker_labels,
@@ -38,7 +37,7 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
         super().__init__(TYPE_TOKEN, name, None, opts)
         namespace = pulumi.Output.from_input(args["namespace"])
         labels = worker_labels(name, args["head"])
-        port = args.get("port", RPC_PORT)
+        port = args["port"]
         inherited = inherited_dependencies(opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=inherited)
         # The policy first: the port is never open to the namespace, even for a moment.

@@ -7,7 +7,6 @@ import pulumi_kubernetes as k8s
 
 from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
 from components.k8s.network_policies import ingress_policy
-from components.k8s.pod_security import DEFAULT_UID
 from components.k8s.verify_job import (
     verify_config_map,
     verify_digest,
@@ -101,7 +100,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             for child in (self.api_key_secret, self.metrics_proxy_config_map)
             if child is not None
         ]
-        stop_first = args.get("stop_before_model_change", False)
+        stop_first = args["stop_before_model_change"]
         deployment = pulumi.Output.all(namespace, model).apply(
             lambda values: (
                 stop_before_model_change(
@@ -167,7 +166,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                         labels,
                         {},
                         metrics_port(metrics),
-                        list(metrics.get("scrapers", [])),
+                        list(metrics["scrapers"]),
                     )["spec"]["ingress"]
                     policy["spec"]["ingress"] += scrapers
                 return policy
@@ -198,7 +197,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     config_map=check_name,
                     url=service_url(name, ns, service_port),
                     api_key_secret=api_key_secret(name) if api_key is not None else None,
-                    run_as_user=args.get("run_as_user", DEFAULT_UID),
+                    run_as_user=args["run_as_user"],
                     min_decode_tps=args.get("min_decode_tps"),
                 )
                 config_map = verify_config_map(
@@ -267,7 +266,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 spec=monitor["spec"],
                 opts=opts,
             )
-        if metrics.get("rules"):
+        if metrics["rules"]:
             rule = pulumi.Output.all(namespace, spec).apply(
                 lambda values: prometheus_rule(
                     f"{name}-alerts", values[0], labels, values[1], metrics
@@ -281,7 +280,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 spec=rule["spec"],
                 opts=opts,
             )
-        if metrics.get("dashboard"):
+        if metrics["dashboard"]:
             home = metrics.get("dashboard_namespace")
             board = pulumi.Output.all(namespace, spec).apply(
                 lambda values: dashboard_config_map(

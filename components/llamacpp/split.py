@@ -10,8 +10,8 @@ from typing import Any
 
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import head_pod_labels
-from components.llamacpp.rpc_manifests import RPC_PORT, rpc_endpoint
-from components.validation import ComponentInputError, Problem
+from components.llamacpp.rpc_manifests import rpc_endpoint
+from components.validation import ComponentInputError, Problem, with_defaults
 
 
 def split_problems(
@@ -39,7 +39,9 @@ def split_problems(
                 )
             )
         if isinstance(namespace, str) and worker["namespace"] == namespace:
-            expected.append(rpc_endpoint(name, namespace, worker.get("port", RPC_PORT)))
+            # The workers' args as given (not yet checked): their defaults filled here.
+            port = with_defaults(worker, LlamaCppRpcWorkerArgs)["port"]
+            expected.append(rpc_endpoint(name, namespace, port))
     listed = list(server["flags"].get("rpc") or [])
     if isinstance(namespace, str) and len(expected) == len(workers) and listed != expected:
         problems.append(

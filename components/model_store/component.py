@@ -7,7 +7,6 @@ import pulumi_kubernetes as k8s
 
 from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
 from components.k8s.network_policies import egress_policy
-from components.k8s.pod_security import DEFAULT_UID
 from components.model_store.inputs import MODELS_MOUNT, GgufModelStoreArgs, ModelVolume
 from components.model_store.manifests import (
     HF_TOKEN_KEY,
@@ -23,7 +22,12 @@ from components.model_store.manifests import (
 from components.model_store.node_preflight import preflight_network_policy, store_preflight_job
 from components.payloads import FETCHER_SOURCE, HTTP_POLICY_SOURCE
 from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
-from components.validation import ComponentInputError, checked_inputs, input_problems
+from components.validation import (
+    ComponentInputError,
+    checked_inputs,
+    input_problems,
+    with_defaults,
+)
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
@@ -41,6 +45,7 @@ def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
     problems = input_problems(with_integers(args, GgufModelStoreArgs), GgufModelStoreArgs)
     if problems:
         raise ComponentInputError("GgufModelStore", name, problems)
+    args = with_defaults(args, GgufModelStoreArgs)
     lock = fetch_document(args["repo"], args["revision"], args["files"])
     source = FETCHER_SOURCE.read_text() + HTTP_POLICY_SOURCE.read_text()
     names = store_names(name, content_digest(lock, source))
@@ -48,7 +53,7 @@ def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
         "claim_name": names["pvc"],
         "fetcher_config_map": names["config_map"],
         "check_image": args["fetch_image"],
-        "run_as_user": args.get("run_as_user", DEFAULT_UID),
+        "run_as_user": args["run_as_user"],
         "model_file": args["files"][0]["name"],
         "model_bytes": model_bytes(args["files"]),
     }
@@ -94,8 +99,8 @@ class GgufModelStore(pulumi.ComponentResource):
         fetcher_source = FETCHER_SOURCE.read_text()
         policy_source = HTTP_POLICY_SOURCE.read_text()
         names = store_names(name, content_digest(lock, fetcher_source + policy_source))
-        run_as_user = args.get("run_as_user", DEFAULT_UID)
-        timeout = args.get("fetch_timeout_seconds", 12 * 3600)
+        run_as_user = args["run_as_user"]
+        timeout = args["fetch_timeout_seconds"]
         inherited = inherited_dependencies(opts)
         child = pulumi.ResourceOptions(parent=self, depends_on=inherited)
 
@@ -139,14 +144,14 @@ class GgufModelStore(pulumi.ComponentResource):
                 claim_name=names["pvc"],
                 config_map=names["config_map"],
                 node_selector=args["node_selector"],
-                retired=args.get("retired_patterns", []),
-                parallel=args.get("parallel_downloads", 3),
+                retired=args["retired_patterns"],
+                parallel=args["parallel_downloads"],
                 timeout_seconds=timeout,
                 hf_endpoint=args.get("hf_endpoint"),
-                allow_token_over_http=args.get("allow_token_over_http", False),
+                allow_token_over_http=args["allow_token_over_http"],
                 token_secret=names["token_secret"] if hf_token is not None else None,
                 run_as_user=run_as_user,
-                upgrade=args.get("upgrade", "keep"),
+                upgrade=args["upgrade"],
             )
         )
         self.preflight_job: k8s.batch.v1.Job | None = None
@@ -156,7 +161,7 @@ class GgufModelStore(pulumi.ComponentResource):
             check = namespace.apply(
                 lambda ns: store_preflight_job(
                     name, ns, labels, preflight, files=args["files"],
-                    retired=args.get("retired_patterns", []), upgrade=args.get("upgrade", "keep"),
+                    retired=args["retired_patterns"], upgrade=args["upgrade"],
                     claim_name=names["pvc"], node_selector=args["node_selector"],
                     run_as_user=run_as_user,
                 )
@@ -171,7 +176,7 @@ class GgufModelStore(pulumi.ComponentResource):
                     delete_before_replace=True,
                 ),
             )
-            if args.get("network_policy", True):
+            if args["network_policy"]:
                 closed = namespace.apply(
                     lambda ns: preflight_network_policy(f"{name}-preflight-closed", ns, labels)
                 )
@@ -204,7 +209,7 @@ class GgufModelStore(pulumi.ComponentResource):
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
         self.fetch_policy: k8s.networking.v1.NetworkPolicy | None = None
         """The fetch pod's egress policy; None when network_policy is off."""
-        if args.get("network_policy", True):
+        if args["network_policy"]:
             policy = namespace.apply(
                 lambda ns: egress_policy(
                     f"{name}-fetch-egress",

@@ -23,8 +23,9 @@ from components.grammars import (
     Revision,
     StorageClass,
 )
+from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
 from components.payloads.fetcher import ModelFile, token_over_http_problem
-from components.validation import Input, Problem, cross_field_rule, documented
+from components.validation import Default, Input, Problem, cross_field_rule, documented
 
 CpuVariant = Literal[
     "x64", "sse42", "sandybridge", "ivybridge", "piledriver", "haswell", "skylakex", "cannonlake",
@@ -40,13 +41,15 @@ class NodePreflight(TypedDict):
 
     image: ImageReference
     """The server image: its llama-server lists the Vulkan devices the server will see."""
-    gpu_access: NotRequired[Literal["privileged", "device-plugin"]]
-    """`privileged` (default): mounts the render nodes and checks them and the Vulkan device;
+    gpu_access: NotRequired[
+        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
+    ]
+    """`privileged`: mounts the render nodes and checks them and the Vulkan device;
     `device-plugin`: the plugin hands the GPU only to the server, so only sysfs and the disk."""
     min_gpu_memory_gib: NotRequired[Annotated[float, Field(gt=0)] | None]
     """GPU memory the memory plan counts on (`memory.vramGib`): VRAM + GTT must reach it."""
-    gpu_device_path: NotRequired[AbsolutePath]
-    """Host path of the DRM render nodes (default `/dev/dri`)."""
+    gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
+    """Host path of the DRM render nodes."""
     cpu_variant: NotRequired[CpuVariant | None]
     """The ggml CPU variant the memory plan counts on (`memory.nodeCpu`): the preflight fails
     when the server image's llama-server loads another on this node. Always reported."""
@@ -54,6 +57,12 @@ class NodePreflight(TypedDict):
 
 MODELS_MOUNT = "/models"
 """Where pods mount the model volume (the fetch Job, the server, its model check)."""
+FETCH_IMAGE = "python:3.12.8-slim-bookworm"
+"""The pinned stock Python image the stack files run the fetcher in when they name none."""
+PARALLEL_DOWNLOADS = 3
+"""Model files downloaded at once when the caller gives no number."""
+FETCH_TIMEOUT_SECONDS = 12 * 3600
+"""Deadline of a fetch when the caller gives none: 87 GiB over a slow home link."""
 
 
 @documented
@@ -95,25 +104,27 @@ class GgufModelStoreArgs(TypedDict):
     """Where the Job runs: the server's node, since a local-path volume is node-bound."""
     fetch_image: ImageReference
     """A pinned stock Python image that runs the fetcher (standard library only)."""
-    retired_patterns: NotRequired[list[FilePattern]]
+    retired_patterns: NotRequired[Annotated[list[FilePattern], Default([])]]
     """Glob patterns of retired model files to delete (never a file of this model)."""
-    parallel_downloads: NotRequired[Annotated[int, Field(ge=1, le=16)]]
-    """Files downloaded at once (default 3)."""
-    fetch_timeout_seconds: NotRequired[Annotated[int, Field(ge=60, le=30 * 86_400)]]
-    """Deadline of the fetch Job (default 12 h: 87 GiB over a slow home link)."""
+    parallel_downloads: NotRequired[Annotated[int, Field(ge=1, le=16), Default(PARALLEL_DOWNLOADS)]]
+    """Files downloaded at once."""
+    fetch_timeout_seconds: NotRequired[
+        Annotated[int, Field(ge=60, le=30 * 86_400), Default(FETCH_TIMEOUT_SECONDS)]
+    ]
+    """Deadline of the fetch Job (12 h: 87 GiB over a slow home link)."""
     hf_endpoint: NotRequired[HttpUrl | None]
-    """Hub endpoint (a mirror); default huggingface.co."""
+    """Hub endpoint (a mirror); absent or None: huggingface.co."""
     hf_token: NotRequired[Input[str] | None]
     """HF token for gated or private repos; stored as a Kubernetes Secret, never in argv or env."""
-    allow_token_over_http: NotRequired[bool]
+    allow_token_over_http: NotRequired[Annotated[bool, Default(False)]]
     """Send hf_token to a plain-http hf_endpoint other than loopback (a mirror on a trusted
-    network; default False: such an endpoint with a token is refused)."""
-    network_policy: NotRequired[bool]
-    """Restrict the fetch pod to DNS and the hub's port (default True)."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1)]]
-    """Non-root uid of the fetch and check containers (default 10001)."""
-    upgrade: NotRequired[Literal["keep", "replace"]]
-    """`keep` (default): on a new lock the old model stays until the new one is verified;
+    network); False: such an endpoint with a token is refused."""
+    network_policy: NotRequired[Annotated[bool, Default(True)]]
+    """Restrict the fetch pod to DNS and the hub's port."""
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
+    """Non-root uid of the fetch and check containers."""
+    upgrade: NotRequired[Annotated[Literal["keep", "replace"], Default("keep")]]
+    """`keep`: on a new lock the old model stays until the new one is verified;
     `replace`: retired files go first when the volume cannot hold both (downtime)."""
     node_preflight: NotRequired[NodePreflight | None]
     """Check the node (render node, VRAM + GTT, disk, Vulkan device) in a Job before the fetch."""
@@ -124,7 +135,7 @@ def _retired_patterns_spare_the_model(args: Mapping[str, Any]) -> list[Problem]:
     names = [file["name"] for file in args.get("files", [])]
     return [
         (("retired_patterns", index), f"{pattern!r} matches {hit!r}, a file of this model")
-        for index, pattern in enumerate(args.get("retired_patterns", []))
+        for index, pattern in enumerate(args["retired_patterns"])
         for hit in [next((n for n in names if fnmatchcase(n, pattern)), None)]
         if hit is not None
     ]
@@ -136,6 +147,6 @@ def _token_stays_off_plain_http(args: Mapping[str, Any]) -> list[Problem]:
     problem = token_over_http_problem(
         endpoint if isinstance(endpoint, str) else None,
         args.get("hf_token") is not None,
-        args.get("allow_token_over_http") is True,
+        args["allow_token_over_http"] is True,
     )
     return [] if problem is None else [(("hf_endpoint",), problem)]

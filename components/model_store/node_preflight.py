@@ -13,7 +13,6 @@ import shlex
 from typing import Any
 
 from components.k8s.pod_security import (
-    DEFAULT_DRI_DEVICE,
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
@@ -253,7 +252,7 @@ def preflight_job(
     run_as_user: int = DEFAULT_UID,
 ) -> dict[str, Any]:
     """The preflight Job: once, on the server's node, in the server image; no retries."""
-    access = preflight.get("gpu_access", "privileged")
+    access = preflight["gpu_access"]
     image = preflight["image"]
     mounts = [{"name": "models", "mountPath": MODELS_MOUNT, "readOnly": True}, scratch_mount()]
     volumes: list[dict[str, Any]] = [
@@ -263,7 +262,7 @@ def preflight_job(
     skips = image_skips(image)
     if access == "privileged":
         mounts.append(dri_mount())
-        volumes.append(dri_volume(preflight.get("gpu_device_path", DEFAULT_DRI_DEVICE)))
+        volumes.append(dri_volume(preflight["gpu_device_path"]))
         skips += PRIVILEGED_SKIPS
     return {
         "apiVersion": "batch/v1",
@@ -331,7 +330,7 @@ def store_preflight_job(
     script = preflight_script(
         files=[(f["name"], f.get("size") or 0) for f in files],
         min_gpu_memory_bytes=None if need_gib is None else int(need_gib * GIB),
-        check_devices=preflight.get("gpu_access", "privileged") == "privileged",
+        check_devices=preflight["gpu_access"] == "privileged",
         retired=retired,
         replace=upgrade == "replace",
         cpu_variant=preflight.get("cpu_variant"),

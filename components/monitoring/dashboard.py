@@ -16,6 +16,7 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common, dashboard
 from grafana_foundation_sdk.models.text import TextMode
 
+from components.monitoring.inputs import ReferenceSpeeds
 from components.monitoring.queries import (
     MonitoringSpec,
     ServerKind,
@@ -23,6 +24,7 @@ from components.monitoring.queries import (
     kv_cache_ratio,
     signals,
 )
+from components.validation import with_defaults
 
 DATASOURCE = dashboard.DataSourceRef(type_val="prometheus", uid="${datasource}")
 WIDTH = 24
@@ -92,7 +94,9 @@ def server_dashboard(kind: ServerKind, spec: MonitoringSpec) -> dict[str, Any]:
     if reference is not None:
         decode_lines.append((reference, "blue"))
         decode_notes.append(f"blue from the measured {reference:g} tok/s")
-    aggregate = {int(k): v for k, v in (speeds.get("aggregate_tps") or {}).items()}
+    aggregate = {
+        int(k): v for k, v in with_defaults(speeds, ReferenceSpeeds)["aggregate_tps"].items()
+    }
     aggregate_lines = [(tps, "blue") for tps in aggregate.values()]
     aggregate_note = ", ".join(f"{v:g} tok/s at {n} streams" for n, v in sorted(aggregate.items()))
     server = "llama-server" if kind == "llama-server" else "vLLM"

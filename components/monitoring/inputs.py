@@ -16,21 +16,30 @@ from components.grammars import (
     StreamCount,
 )
 from components.k8s.network_policies import NetworkClient
-from components.validation import documented
+from components.validation import Default, documented
+
+STALL_MINUTES = 10
+"""Default minutes without a generated token, while requests wait, before the stall alert."""
+KV_CACHE_RATIO = 0.9
+"""Default share of the KV cache (or of a slot's context) that fires the KV alert."""
+FOR_MINUTES = 5
+"""Default minutes a condition must hold before the down, floor and KV alerts fire."""
+SCRAPE_INTERVAL_SECONDS = 30
+"""Scrape interval of the monitors and scrape configs when the caller gives none."""
 
 
 @documented
 class AlertThresholds(TypedDict):
     """When the alerts fire (the decode floor is the server's own `min_decode_tps`)."""
 
-    stall_minutes: NotRequired[Annotated[int, Field(ge=1, le=10_080)]]
+    stall_minutes: NotRequired[Annotated[int, Field(ge=1, le=10_080), Default(STALL_MINUTES)]]
     """Minutes without a generated token while requests wait before LlmNoTokensWhileRequestsWait
-    fires (default 10)."""
-    kv_cache_ratio: NotRequired[Annotated[float, Field(gt=0, le=1)]]
+    fires."""
+    kv_cache_ratio: NotRequired[Annotated[float, Field(gt=0, le=1), Default(KV_CACHE_RATIO)]]
     """Share of the KV cache (vLLM) or of a slot's context (llama-server) that fires the KV
-    alert (default 0.9)."""
-    for_minutes: NotRequired[Annotated[int, Field(ge=0, le=10_080)]]
-    """Minutes a condition must hold before the down, floor and KV alerts fire (default 5)."""
+    alert."""
+    for_minutes: NotRequired[Annotated[int, Field(ge=0, le=10_080), Default(FOR_MINUTES)]]
+    """Minutes a condition must hold before the down, floor and KV alerts fire."""
 
 
 @documented
@@ -39,7 +48,9 @@ class ReferenceSpeeds(TypedDict):
 
     decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
     """Single-stream decode tok/s (median)."""
-    aggregate_tps: NotRequired[dict[StreamCount, Annotated[float, Field(gt=0)]]]
+    aggregate_tps: NotRequired[
+        Annotated[dict[StreamCount, Annotated[float, Field(gt=0)]], Default({})]
+    ]
     """Aggregate decode tok/s by concurrent streams (`{"8": 542}`)."""
 
 
@@ -51,27 +62,29 @@ METRICS_PORT = 9464
 class KubernetesMonitoring(TypedDict):
     """How a llama-server is scraped, and which monitoring objects come with it."""
 
-    scrapers: NotRequired[list[NetworkClient]]
+    scrapers: NotRequired[Annotated[list[NetworkClient], Default([])]]
     """Who the NetworkPolicy admits to the metrics port for scraping (a monitoring namespace);
     they never reach the API port."""
-    port: NotRequired[Port]
+    port: NotRequired[Annotated[Port, Default(METRICS_PORT)]]
     """Port of the metrics-only proxy beside llama-server, the one scrapers reach: it serves
-    `GET /metrics` and nothing else, holding the API key itself (default 9464)."""
+    `GET /metrics` and nothing else, holding the API key itself."""
     monitor_kind: NotRequired[Literal["ServiceMonitor", "PodMonitor"] | None]
     """`ServiceMonitor` or `PodMonitor` (prometheus-operator CRDs); None creates neither."""
-    scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]
-    """Scrape interval of the monitor and the annotations (default 30)."""
-    monitor_labels: NotRequired[dict[LabelKey, LabelValue]]
+    scrape_interval_seconds: NotRequired[
+        Annotated[int, Field(ge=1, le=3600), Default(SCRAPE_INTERVAL_SECONDS)]
+    ]
+    """Scrape interval of the monitor and the annotations (seconds)."""
+    monitor_labels: NotRequired[Annotated[dict[LabelKey, LabelValue], Default({})]]
     """Extra labels of the monitor and the rule, which a Prometheus selects them by."""
-    rules: NotRequired[bool]
+    rules: NotRequired[Annotated[bool, Default(False)]]
     """Create a PrometheusRule with the server's alerts."""
-    dashboard: NotRequired[bool]
+    dashboard: NotRequired[Annotated[bool, Default(False)]]
     """Create a ConfigMap with the Grafana dashboard (label `grafana_dashboard: "1"`)."""
     dashboard_namespace: NotRequired[DnsLabel | None]
-    """Namespace of the dashboard ConfigMap (default: the server's)."""
-    alerts: NotRequired[AlertThresholds]
+    """Namespace of the dashboard ConfigMap; absent or None: the server's."""
+    alerts: NotRequired[Annotated[AlertThresholds, Default({})]]
     """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
-    reference: NotRequired[ReferenceSpeeds]
+    reference: NotRequired[Annotated[ReferenceSpeeds, Default({})]]
     """Measured speeds, reference lines on the dashboard."""
     fetch_job_pattern: NotRequired[JobPattern | None]
     """Regex of the model fetch Job names: an alert when one failed (kube-state-metrics)."""

@@ -12,7 +12,7 @@ from typing import Any
 from components.k8s.pod_security import restricted_container
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.monitoring.dashboard import dashboard_json
-from components.monitoring.inputs import METRICS_PORT, KubernetesMonitoring
+from components.monitoring.inputs import KubernetesMonitoring
 from components.monitoring.queries import METRICS_PATH, MonitoringSpec, rule_groups
 from components.payloads import METRICS_PROXY_MOUNT, METRICS_PROXY_SOURCE
 from components.payloads.metrics_proxy import API_KEY_ENV
@@ -33,8 +33,8 @@ def monitoring_spec(
         "alias": flags["alias"],
         "namespace": namespace,
         "min_decode_tps": args.get("min_decode_tps"),
-        "alerts": monitoring.get("alerts") or {},
-        "reference": monitoring.get("reference") or {},
+        "alerts": monitoring["alerts"],
+        "reference": monitoring["reference"],
         "slot_context": flags["ctx_size"] // flags["parallel"],
         "fetch_job_pattern": monitoring.get("fetch_job_pattern"),
     }
@@ -47,7 +47,7 @@ _PROXY_FILE = "metrics_proxy.py"
 
 def metrics_port(monitoring: KubernetesMonitoring) -> int:
     """The port scrapers reach: the metrics proxy's."""
-    return monitoring.get("port", METRICS_PORT)
+    return monitoring["port"]
 
 
 def metrics_proxy_config_map_name(server: str, source: str) -> str:
@@ -154,7 +154,7 @@ def service_monitor(
     """A ServiceMonitor (or PodMonitor) that scrapes the metrics proxy's port at /metrics (no
     credential: the proxy holds the API key, the NetworkPolicy says who may scrape)."""
     kind = monitoring.get("monitor_kind") or "ServiceMonitor"
-    interval = monitoring.get("scrape_interval_seconds", 30)
+    interval = monitoring["scrape_interval_seconds"]
     endpoint: dict[str, Any] = {
         "port": METRICS_PORT_NAME,
         "path": METRICS_PATH,
@@ -165,7 +165,7 @@ def service_monitor(
     return {
         "apiVersion": MONITORING_API,
         "kind": kind,
-        "metadata": _metadata(name, namespace, labels, monitoring.get("monitor_labels") or {}),
+        "metadata": _metadata(name, namespace, labels, monitoring["monitor_labels"]),
         "spec": {
             "jobLabel": JOB_LABEL,
             "selector": {"matchLabels": selector},
@@ -186,7 +186,7 @@ def prometheus_rule(
     return {
         "apiVersion": MONITORING_API,
         "kind": "PrometheusRule",
-        "metadata": _metadata(name, namespace, labels, monitoring.get("monitor_labels") or {}),
+        "metadata": _metadata(name, namespace, labels, monitoring["monitor_labels"]),
         "spec": {"groups": rule_groups("llama-server", spec)},
     }
 

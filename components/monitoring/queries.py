@@ -12,20 +12,13 @@ from typing import Literal, NotRequired, TypedDict
 import yaml
 
 from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
+from components.validation import with_defaults
 
 ServerKind = Literal["llama-server", "vllm"]
 METRICS_PATH = "/metrics"
 """Where llama-server (with `--metrics`), vLLM and AMD's exporter serve Prometheus metrics."""
 RATE_WINDOW = "5m"
 """The window of every rate: at least four scrapes at the longest interval allowed by default."""
-
-
-STALL_MINUTES = 10
-"""Default minutes without a generated token, while requests wait, before the stall alert."""
-KV_CACHE_RATIO = 0.9
-"""Default share of the KV cache (or of a slot's context) that fires the KV alert."""
-FOR_MINUTES = 5
-"""Default minutes a condition must hold before the down, floor and KV alerts fire."""
 
 
 class MonitoringSpec(TypedDict):
@@ -40,7 +33,7 @@ class MonitoringSpec(TypedDict):
     min_decode_tps: NotRequired[float | None]
     """Decode floor (tok/s per stream): the LlmDecodeBelowFloor alert and a threshold line."""
     alerts: NotRequired[AlertThresholds]
-    """When the alerts fire (defaults: `STALL_MINUTES`, `KV_CACHE_RATIO`, `FOR_MINUTES`)."""
+    """When the alerts fire (absent thresholds: AlertThresholds' defaults)."""
     reference: NotRequired[ReferenceSpeeds]
     """Measured speeds, drawn as reference lines."""
     slot_context: NotRequired[int | None]
@@ -55,7 +48,12 @@ class MonitoringSpec(TypedDict):
 
 def kv_cache_ratio(spec: MonitoringSpec) -> float:
     """The share of the KV cache (or of a slot's context) the KV alert and panel mark."""
-    return (spec.get("alerts") or {}).get("kv_cache_ratio", KV_CACHE_RATIO)
+    return alert_thresholds(spec)["kv_cache_ratio"]
+
+
+def alert_thresholds(spec: MonitoringSpec) -> AlertThresholds:
+    """The spec's alert thresholds, each one it leaves out at its declared default."""
+    return with_defaults(spec.get("alerts") or {}, AlertThresholds)
 
 
 def selector(spec: MonitoringSpec, job: str | None = None) -> str:
@@ -198,9 +196,8 @@ class AlertRule:
 def alert_rules(kind: ServerKind, spec: MonitoringSpec) -> list[AlertRule]:
     """The alerts of one server: down, stalled, below the decode floor, KV full, fetch failed."""
     s = signals(kind, spec)
-    alerts = spec.get("alerts") or {}
-    hold = alerts.get("for_minutes", FOR_MINUTES)
-    stall = alerts.get("stall_minutes", STALL_MINUTES)
+    alerts = alert_thresholds(spec)
+    hold, stall = alerts["for_minutes"], alerts["stall_minutes"]
     ratio = kv_cache_ratio(spec)
     alias = spec["alias"]
     rules = [

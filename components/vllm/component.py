@@ -78,11 +78,11 @@ class VllmRocmServer(pulumi.ComponentResource):
     ) -> None:
         args = checked_inputs("VllmRocmServer", name, args, VllmRocmServerArgs)
         super().__init__(TYPE_TOKEN, name, None, opts)
-        base_dir = args.get("base_dir", "/opt/llm")
-        project = args.get("project_name", "llm")
-        patches = args.get("patches", [])
+        base_dir = args["base_dir"]
+        project = args["project_name"]
+        patches = args["patches"]
         flags = args["flags"]
-        startup = args.get("startup_timeout_seconds", 3600)
+        startup = args["startup_timeout_seconds"]
         paths = remote_paths(base_dir)
         stack = pulumi.get_stack()
         files = rendered_files(args, paths, stack)
@@ -140,7 +140,7 @@ class VllmRocmServer(pulumi.ComponentResource):
                     fetch_image=args["fetch_image"],
                     lock_sha256=sha256_text(lock_text),
                     fetcher_sha256=sha256_text(files["fetcher"][1] + files["http-policy"][1]),
-                    parallel=args.get("fetch_parallel", 3),
+                    parallel=args["fetch_parallel"],
                 )
             ),
             # 157 GiB over the network: far past pulumi-command's defaults.
@@ -246,7 +246,7 @@ def ssh_connection(connection: pulumi.Input[SshConnection]) -> pulumi.Output[rem
         return remote.ConnectionArgs(
             host=known["host"],
             user=known["user"],
-            port=known.get("port", 22),
+            port=known["port"],
             private_key=pulumi.Output.secret(known["private_key"]),
             host_key=known.get("host_key"),
         )
@@ -278,11 +278,11 @@ def rendered_files(
         flags=args["flags"],
         model_dir=args["model_dir"],
         paths=paths,
-        patches=args.get("patches", []),
+        patches=args["patches"],
         caddy=args["caddy"],
         caddyfile_sha256=sha256_text(caddy_text),
         lock_sha256=lock_sha256(lock),
-        startup_seconds=args.get("startup_timeout_seconds", 3600),
+        startup_seconds=args["startup_timeout_seconds"],
         metrics=site,
         gpu_exporter=(GPU_EXPORTER_SERVICE, gpu_exporter_service(exporter_image))
         if exporter_image

@@ -50,8 +50,8 @@ def monitoring_spec(
         "alias": served_model_name,
         "min_decode_tps": min_decode_tps,
         "speculative_tokens": speculative_tokens,
-        "alerts": monitoring.get("alerts") or {},
-        "reference": monitoring.get("reference") or {},
+        "alerts": monitoring["alerts"],
+        "reference": monitoring["reference"],
         "gpu_job": gpu_job(served_model_name) if monitoring.get("gpu_exporter_image") else None,
     }
 
@@ -66,7 +66,7 @@ def scrape_config(caddy: CaddySite, monitoring: HostMonitoring, spec: Monitoring
     site = caddy["site"]
     host = f"[{site}]" if site_is_ip(site) and ":" in site else site
     target = f"{host}:{monitoring['port']}"
-    interval = f"{monitoring.get('scrape_interval_seconds', 30)}s"
+    interval = f"{monitoring['scrape_interval_seconds']}s"
 
     def job(name: str, path: str) -> dict[str, Any]:
         entry: dict[str, Any] = {

@@ -30,9 +30,19 @@ from components.grammars import (
     SshHostKey,
     SshUser,
 )
-from components.monitoring.inputs import AlertThresholds, ReferenceSpeeds
+from components.model_store.inputs import PARALLEL_DOWNLOADS
+from components.monitoring.inputs import SCRAPE_INTERVAL_SECONDS, AlertThresholds, ReferenceSpeeds
 from components.payloads.fetcher import ModelFile
-from components.validation import Input, Problem, cross_field_rule, documented, ref
+from components.validation import Default, Input, Problem, cross_field_rule, documented, ref
+
+CADDY_IMAGE = "caddy:2.11.7-alpine"
+"""The pinned Caddy image the stack files front vLLM with when they name none."""
+SSH_PORT = 22
+"""The host's SSH port when the connection names none."""
+BASE_DIR = "/opt/llm"
+"""Host directory of the compose project when the caller names none."""
+STARTUP_TIMEOUT_SECONDS = 3600
+"""How long `up` waits for vLLM by default: the load plus ROCm kernel builds."""
 
 
 @documented
@@ -49,9 +59,9 @@ class CaddySite(TypedDict):
     """A pinned Caddy 2.11 image (version tag or digest)."""
     acme_email: NotRequired[Email | None]
     """ACME account email; required with `tls: auto`."""
-    allow_world: NotRequired[bool]
+    allow_world: NotRequired[Annotated[bool, Default(False)]]
     """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to
-    it); default False."""
+    it)."""
 
 
 @cross_field_rule(CaddySite)
@@ -67,7 +77,7 @@ def _allowlist_admits_someone_not_everyone(site: Mapping[str, Any]) -> list[Prob
                 f"address, 0.0.0.0/0 and ::/0 with {ref('allow_world')} set)",
             )
         ]
-    if cidrs and covers_every_address(list(cidrs)) and not site.get("allow_world", False):
+    if cidrs and covers_every_address(list(cidrs)) and not site["allow_world"]:
         return [
             (
                 ("allowed_cidrs",),
@@ -96,15 +106,17 @@ class HostMonitoring(TypedDict):
     """HTTPS port of the metrics site on the host (TLS like the API site)."""
     allowed_cidrs: list[Cidr]
     """Networks allowed to scrape; everyone else gets 403. Never empty."""
-    allow_world: NotRequired[bool]
-    """Accept a scrape allowlist that admits every address; default False."""
-    scrape_interval_seconds: NotRequired[Annotated[int, Field(ge=1, le=3600)]]
-    """Scrape interval of the rendered Prometheus scrape config (default 30)."""
+    allow_world: NotRequired[Annotated[bool, Default(False)]]
+    """Accept a scrape allowlist that admits every address."""
+    scrape_interval_seconds: NotRequired[
+        Annotated[int, Field(ge=1, le=3600), Default(SCRAPE_INTERVAL_SECONDS)]
+    ]
+    """Scrape interval of the rendered Prometheus scrape config (seconds)."""
     gpu_exporter_image: NotRequired[ImageReference | None]
     """Pinned image of AMD's device metrics exporter (None: no exporter)."""
-    alerts: NotRequired[AlertThresholds]
+    alerts: NotRequired[Annotated[AlertThresholds, Default({})]]
     """When the alerts fire: stall minutes, KV share, how long a condition must hold."""
-    reference: NotRequired[ReferenceSpeeds]
+    reference: NotRequired[Annotated[ReferenceSpeeds, Default({})]]
     """Measured speeds, reference lines on the dashboard."""
 
 
@@ -159,7 +171,7 @@ class VllmFlags(TypedDict):
     the model call tools the client offers.
     """
     max_num_seqs: NotRequired[Annotated[int, Field(ge=1)] | None]
-    """`--max-num-seqs`: concurrent sequences (vLLM's default when unset)."""
+    """`--max-num-seqs`: concurrent sequences (absent or None: vLLM's own)."""
     kv_cache_dtype: NotRequired[Identifier | None]
     """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4)."""
 
@@ -186,13 +198,13 @@ class SshConnection(TypedDict):
     """SSH user: may run docker and write base_dir and model_dir."""
     private_key: Input[str]
     """Private key (PEM/OpenSSH text); always passed on as a Pulumi secret."""
-    port: NotRequired[Input[Port]]
-    """SSH port (default 22)."""
+    port: NotRequired[Annotated[Input[Port], Default(SSH_PORT)]]
+    """SSH port."""
     host_key: NotRequired[Input[SshHostKey] | None]
     """The host's public key (`ssh-keyscan -t ed25519 HOST` prints it): a different host key
     refuses the connection. Required unless insecure_ignore_host_key."""
-    insecure_ignore_host_key: NotRequired[bool]
-    """Connect without checking the host key (a warning says so); default False."""
+    insecure_ignore_host_key: NotRequired[Annotated[bool, Default(False)]]
+    """Connect without checking the host key (a warning says so)."""
 
 
 @documented
@@ -211,7 +223,7 @@ class ModelLock(TypedDict):
 
 @cross_field_rule(SshConnection)
 def _host_key_or_explicit_opt_out(connection: Mapping[str, Any]) -> list[Problem]:
-    insecure = connection.get("insecure_ignore_host_key", False)
+    insecure = connection["insecure_ignore_host_key"]
     if connection.get("host_key") is None and not insecure:
         return [
             (
@@ -255,16 +267,18 @@ class VllmRocmServerArgs(TypedDict):
     """API key clients send as a Bearer token; secret, only in a 0600 env file on the host."""
     requirements: HostRequirements
     """Minimum free disk and RAM the preflight demands."""
-    base_dir: NotRequired[AbsolutePath]
-    """Host directory of the compose project and its files (default `/opt/llm`)."""
-    patches: NotRequired[list[PatchOverlay]]
+    base_dir: NotRequired[Annotated[AbsolutePath, Default(BASE_DIR)]]
+    """Host directory of the compose project and its files."""
+    patches: NotRequired[Annotated[list[PatchOverlay], Default([])]]
     """Patched files mounted read-only over the image's files, each pinned by sha256."""
-    project_name: NotRequired[DnsLabel]
-    """Compose project name (default `llm`)."""
-    startup_timeout_seconds: NotRequired[Annotated[int, Field(ge=60, le=7 * 86_400)]]
-    """How long `up` waits for vLLM to turn healthy (default 3600: load plus kernel builds)."""
-    fetch_parallel: NotRequired[Annotated[int, Field(ge=1, le=16)]]
-    """Model files downloaded at once (default 3)."""
+    project_name: NotRequired[Annotated[DnsLabel, Default("llm")]]
+    """Compose project name."""
+    startup_timeout_seconds: NotRequired[
+        Annotated[int, Field(ge=60, le=7 * 86_400), Default(STARTUP_TIMEOUT_SECONDS)]
+    ]
+    """How long `up` waits for vLLM to turn healthy (seconds: load plus kernel builds)."""
+    fetch_parallel: NotRequired[Annotated[int, Field(ge=1, le=16), Default(PARALLEL_DOWNLOADS)]]
+    """Model files downloaded at once."""
     verify_expectations: NotRequired[str | None]
     """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
     min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]

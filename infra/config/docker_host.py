@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from components.k8s.images import parse_image
+from components.model_store.inputs import FETCH_IMAGE
+from components.vllm.inputs import BASE_DIR, CADDY_IMAGE, SSH_PORT, STARTUP_TIMEOUT_SECONDS
 from infra.config.base import (
     AbsolutePath,
     Cidr,
@@ -40,13 +42,13 @@ class HostSettings(Strict):
     address: SiteAddress
     """The host's DNS name or IP address."""
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
-    port: Port = 22
+    port: Port = SSH_PORT
     host_key: SshHostKey | None = None
     """The host's public key (a line of `ssh-keyscan -t ed25519 HOST`): any other key refuses
     the connection, so nobody in between receives the API key."""
     insecure_ignore_host_key: bool = False
     """Connect without checking the host key (render and preview warn)."""
-    base_dir: AbsolutePath = "/opt/llm"
+    base_dir: AbsolutePath = BASE_DIR
     model_dir: AbsolutePath
     """Where the model lives on the host; `pulumi destroy` leaves it."""
     min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
@@ -81,7 +83,7 @@ class VllmSettings(Strict):
     reasoning_parser: Identifier | None = None
     tool_call_parser: Identifier | None = None
     prefix_caching: bool = True
-    startup_timeout_seconds: Annotated[int, Field(ge=60)] = 3600
+    startup_timeout_seconds: Annotated[int, Field(ge=60)] = STARTUP_TIMEOUT_SECONDS
     verify_after_up: bool = False
     """Run `llm-infra verify` on the host after each `pulumi up` (needs STACK.verify.json)."""
     min_decode_tps: Annotated[float, Field(gt=0)] | None = None
@@ -97,7 +99,7 @@ class CaddySettings(Strict):
     allowed_cidrs: list[Cidr]
     allow_world: bool = False
     """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to it)."""
-    image: ImageReference = "caddy:2.11.7-alpine"
+    image: ImageReference = CADDY_IMAGE
     allow_floating_image: bool = False
 
 
@@ -134,7 +136,7 @@ class Mi300xStack(Strict):
     target: Literal["docker-host"]
     host: HostSettings
     model: DockerHostModelSettings
-    fetch_image: ImageReference = "python:3.12.8-slim-bookworm"
+    fetch_image: ImageReference = FETCH_IMAGE
     server: VllmSettings
     caddy: CaddySettings
     patches: list[PatchSettings] = []

@@ -9,8 +9,15 @@ from pydantic import AfterValidator, Field
 
 from components.addresses import covers_every_address
 from components.k8s.images import RPC, image_capabilities
-from components.llamacpp.inputs import CACHE_TYPES, DEFAULT_IMAGE, CacheType
-from components.llamacpp.rpc_manifests import RPC_BINARY, RPC_PORT
+from components.llamacpp.inputs import (
+    CACHE_TYPES,
+    DEFAULT_IMAGE,
+    GPU_RESOURCE,
+    RPC_BINARY,
+    RPC_PORT,
+    CacheType,
+)
+from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
     AbsolutePath,
@@ -76,13 +83,13 @@ class StoreSettings(Strict):
     storage_class: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")] = (
         "local-path"
     )
-    fetch_image: ImageReference = "python:3.12.8-slim-bookworm"
+    fetch_image: ImageReference = FETCH_IMAGE
     allow_floating_image: bool = False
     retired_patterns: list[
         Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]+=@][A-Za-z0-9._*?\[\]+=@-]{0,254}$")]
     ] = []
     """Glob patterns of file names on the volume (no `/`; a leading `-` would read as a flag)."""
-    parallel_downloads: Annotated[int, Field(ge=1, le=16)] = 3
+    parallel_downloads: Annotated[int, Field(ge=1, le=16)] = PARALLEL_DOWNLOADS
     fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
     hf_endpoint: HttpUrl | None = None
     allow_token_over_http: bool = False
@@ -184,7 +191,7 @@ class ServerSettings(Strict):
     """llama-server and its Deployment."""
 
     gpu_access: Literal["privileged", "device-plugin"] = "privileged"
-    gpu_resource: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")] = "amd.com/gpu"
+    gpu_resource: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")] = GPU_RESOURCE
     render_group_id: Annotated[int, Field(ge=1)] | None = None
     run_as_user: Annotated[int, Field(ge=1)] = 10001
     api_key: bool = False

@@ -10,8 +10,15 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from components.monitoring.inputs import METRICS_PORT, AlertThresholds, ReferenceSpeeds
-from components.monitoring.queries import FOR_MINUTES, KV_CACHE_RATIO, STALL_MINUTES
+from components.monitoring.inputs import (
+    FOR_MINUTES,
+    KV_CACHE_RATIO,
+    METRICS_PORT,
+    SCRAPE_INTERVAL_SECONDS,
+    STALL_MINUTES,
+    AlertThresholds,
+    ReferenceSpeeds,
+)
 from infra.config.base import Cidr, DnsLabel, ImageReference, LabelKey, LabelValue, Port, Strict
 
 ScrapeSeconds = Annotated[int, Field(ge=1, le=3600)]
@@ -76,7 +83,7 @@ class KubernetesMetricsSettings(Strict):
     monitor_labels: dict[LabelKey, LabelValue] = {}
     """Labels of the monitor and the PrometheusRule, e.g. `release: kube-prometheus-stack`, which
     a Prometheus's serviceMonitorSelector and ruleSelector pick them by."""
-    scrape_interval_seconds: ScrapeSeconds = 30
+    scrape_interval_seconds: ScrapeSeconds = SCRAPE_INTERVAL_SECONDS
     rules: bool = False
     """Create a PrometheusRule with the alerts (needs the prometheus-operator CRDs)."""
     dashboard: bool = True
@@ -102,7 +109,7 @@ class HostMetricsSettings(Strict):
     allowed_cidrs: list[Cidr]
     """Networks allowed to scrape; everyone else gets 403."""
     allow_world: bool = False
-    scrape_interval_seconds: ScrapeSeconds = 30
+    scrape_interval_seconds: ScrapeSeconds = SCRAPE_INTERVAL_SECONDS
     gpu_exporter: GpuExporterSettings | None = None
     """Also run the AMD device metrics exporter, served at `/gpu/metrics` on the metrics site."""
     alerts: AlertSettings = AlertSettings()

@@ -8,6 +8,7 @@ from typing import Any
 import pulumi
 
 from components.payloads.fetcher import ModelFile
+from components.validation import with_defaults
 from components.vllm.caddyfile import base_url
 from components.vllm.component import VllmRocmServer
 from components.vllm.inputs import (
@@ -120,7 +121,7 @@ def server_args(
     if host.insecure_ignore_host_key:
         # The component warns that the host key goes unchecked.
         connection["insecure_ignore_host_key"] = True
-    return {
+    args: VllmRocmServerArgs = {
         "connection": connection,
         "model_dir": host.model_dir,
         "model_lock": lock,
@@ -138,6 +139,7 @@ def server_args(
         "startup_timeout_seconds": stack.server.startup_timeout_seconds,
         "metrics": monitoring(stack),
     }
+    return with_defaults(args, VllmRocmServerArgs)
 
 
 def monitoring(stack: Mi300xStack) -> HostMonitoring | None:

@@ -29,6 +29,7 @@ from components.model_store.component import store_model_volume
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
+from components.validation import with_defaults
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
 from infra.lock import ModelSource
@@ -195,7 +196,7 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
     head_labels = head_pod_labels(server.resource_name)
     workers: dict[str, LlamaCppRpcWorkerArgs] = {}
     for worker, name in zip(rpc.workers, server.rpc_worker_names, strict=True):
-        workers[name] = {
+        given: LlamaCppRpcWorkerArgs = {
             "namespace": stack.kubernetes.namespace,
             "image": server.rpc_image,
             "head": server.resource_name,
@@ -213,6 +214,7 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
             "run_as_user": server.run_as_user,
             "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
         }
+        workers[name] = with_defaults(given, LlamaCppRpcWorkerArgs)
     return workers
 
 
@@ -268,7 +270,7 @@ def store_args(
     """GgufModelStore inputs from the stack config and the model lock."""
     store = stack.store
     files: list[ModelFile] = list(source.files)
-    return {
+    args: GgufModelStoreArgs = {
         "namespace": stack.kubernetes.namespace,
         "repo": stack.model.repo,
         "revision": source.revision,
@@ -298,6 +300,7 @@ def store_args(
         if store.node_preflight
         else None,
     }
+    return with_defaults(args, GgufModelStoreArgs)
 
 
 def server_args(
@@ -327,7 +330,7 @@ def server_args(
         # A split model: the workers' Services, and each device's share from the memory plan.
         flags["rpc"] = rpc_endpoints(stack)
         flags["tensor_split"] = list(rpc_tensor_split(llamacpp_inputs(stack, source)))
-    return {
+    args: LlamaCppVulkanServerArgs = {
         "namespace": stack.kubernetes.namespace,
         "image": server.image,
         "flags": flags,
@@ -354,6 +357,7 @@ def server_args(
         "disk_read_mibps": stack.memory.disk_read_mibps,
         "init_seconds": stack.memory.init_seconds,
     }
+    return with_defaults(args, LlamaCppVulkanServerArgs)
 
 
 def monitoring(stack: StrixHaloStack) -> KubernetesMonitoring | None:

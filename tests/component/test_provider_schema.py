@@ -203,3 +203,17 @@ def test_type_descriptions_leave_out_the_field_list_help_shows(schema: dict[str,
     assert caddy["description"] == (
         "The HTTPS front door: site address, certificates and the client allowlist."
     )
+
+
+def test_declared_defaults_reach_the_schema(schema: dict[str, Any]) -> None:
+    # A scalar default is the property's `default`; the schema has none for an enum or a list.
+    properties = dict(every_property(schema))
+    assert properties[f"{LLAMA}.runAsUser"]["default"] == 10001
+    assert properties[f"{PACKAGE}:index:SshConnection.port"]["default"] == 22
+    assert properties[f"{STORE}.networkPolicy"]["default"] is True
+    assert "default" not in properties[f"{LLAMA}.gpuAccess"]
+    assert properties[f"{LLAMA}.gpuAccess"]["description"].endswith('Default: `"privileged"`.')
+    assert properties[f"{VLLM}.patches"]["description"].endswith("Default: `[]`.")
+    # An input without a default (absent means None) has none in the schema either.
+    assert "default" not in properties[f"{LLAMA}.apiKey"]
+    assert "Default:" not in properties[f"{LLAMA}.apiKey"]["description"]

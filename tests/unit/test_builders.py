@@ -9,6 +9,7 @@ import pytest
 
 from components.k8s.images import parse_image
 from components.k8s.network_policies import egress_policy, ingress_policy
+from components.k8s.pod_security import DEFAULT_DRI_DEVICE
 from components.llamacpp.inputs import LlamaServerFlags
 from components.llamacpp.manifests import (
     llama_server_args,
@@ -385,6 +386,7 @@ def test_store_args_carry_the_upgrade_mode_and_the_preflight_from_the_server(
         "gpu_access": "privileged",
         "min_gpu_memory_gib": 90,
         "cpu_variant": "zen4",  # memory.nodeCpu: zen5
+        "gpu_device_path": DEFAULT_DRI_DEVICE,  # NodePreflight's default, filled in
     }
     del strix_halo_values["store"]["nodePreflight"]
     assert (

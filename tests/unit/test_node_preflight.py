@@ -17,6 +17,7 @@ from components.model_store.node_preflight import (
     preflight_job_name,
     preflight_script,
 )
+from components.validation import with_defaults
 from tests.support.llama_server import llama_server_binary
 
 GIB = 1 << 30
@@ -287,10 +288,12 @@ def test_shellcheck_passes_on_the_preflight_script(
 
 
 def test_the_job_runs_the_script_once_in_the_server_image_on_the_node(tmp_path: Path) -> None:
-    preflight: NodePreflight = {
+    # The builder takes the inputs as the store's check leaves them: with their defaults.
+    given: NodePreflight = {
         "image": "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
         "min_gpu_memory_gib": 90,
     }
+    preflight = with_defaults(given, NodePreflight)
     script = preflight_script(
         files=[("m.gguf", 1)], min_gpu_memory_bytes=90 * GIB, check_devices=True
     )

@@ -11,7 +11,9 @@ import math
 
 import pytest
 
+from components.llamacpp.inputs import LlamaServerFlags
 from components.llamacpp.manifests import llama_server_args
+from components.validation import with_defaults
 from infra.plan.deepseek4 import AttentionShape
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, plan_llamacpp
 from infra.plan.repack import MAX_GROWTH, MatmulWeight, cpu_variant, repack, worst_repack
@@ -138,11 +140,13 @@ def test_quantized_weights_in_amx_are_refused_until_repack_is_off() -> None:
 
 
 def test_no_repack_reaches_the_llama_server_argv() -> None:
-    flags = {
+    flags: LlamaServerFlags = {
         "model_path": "/models/m.gguf", "alias": "m", "host": "0.0.0.0", "port": 8080,
         "jinja": True, "gpu_layers": 0, "ctx_size": 4096, "parallel": 1, "cont_batching": True,
         "cache_type_k": "f16", "cache_type_v": "f16", "temperature": 1.0, "top_p": 1.0,
         "threads": 2,
     }  # fmt: skip
-    assert "--no-repack" not in llama_server_args(flags)  # type: ignore[arg-type]
-    assert llama_server_args({**flags, "repack": False})[-1] == "--no-repack"  # type: ignore[typeddict-item]
+    # The builder takes the flags as the server's check leaves them: with their defaults.
+    assert "--no-repack" not in llama_server_args(with_defaults(flags, LlamaServerFlags))
+    no_repack = with_defaults(LlamaServerFlags(**flags, repack=False), LlamaServerFlags)
+    assert llama_server_args(no_repack)[-1] == "--no-repack"
