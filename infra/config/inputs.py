@@ -37,6 +37,7 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "min_decode_tps": "server.minDecodeTps",
         "allowed_clients": "network.clients",
         "flags.model_path": "model.files",
+        "flags.metrics": "metrics.enabled",
         "flags.host": "server.host",
         "flags.jinja": "server.jinja",
         "flags.cont_batching": "server.contBatching",

@@ -43,7 +43,7 @@ def test_help_lists_each_field_with_its_type_whether_required_and_its_doc() -> N
     doc = components.CaddySite.__doc__ or ""
     assert doc.startswith("The HTTPS front door")
     assert "\ntls: 'auto' | 'internal', required\n    `auto`: ACME certificates" in doc
-    assert "\nallowed_cidrs: list[str (cidr)] (at least 1), required\n" in doc
+    assert "\nallowed_cidrs: list[str (cidr)], required\n" in doc
     assert "\nallow_world: bool, optional, default False\n" in doc
     server = components.LlamaCppVulkanServerArgs.__doc__ or ""
     assert "\nservice_port: int (>= 1, <= 65535), optional\n" in server

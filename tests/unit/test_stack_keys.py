@@ -21,8 +21,14 @@ from infra.targets import docker_host, kubernetes
 from tests.conftest import ROOT, unlocked_source
 
 VOLUME = {"claim_name": "m", "fetcher_config_map": "m-f", "check_image": "i", "run_as_user": 1}
-CONSTANTS = {("VllmRocmServer", "flags.host")}
-"""Inputs the targets set to a constant: no stack key makes them (a refusal is our bug)."""
+CONSTANTS = {
+    ("VllmRocmServer", "flags.host"),
+    ("VllmRocmServer", "project_name"),
+    ("VllmRocmServer", "fetch_parallel"),
+    ("LlamaCppVulkanServer", "gpu_device_path"),
+}
+"""Inputs no stack key sets: a constant of the target or the component's own default (a
+refusal of one is our bug, not the stack file's)."""
 
 
 def leaves(value: Any, loc: tuple[str | int, ...] = ()) -> Iterator[tuple[str | int, ...]]:
