@@ -37,7 +37,12 @@ from infra.plan.repack import cpu_variant
 from infra.plan.report import MIB
 from tests.support import llama_build
 from tests.support.calibration_cases import CASES, Case
-from tests.support.llama_server import free_port, llama_server_binary, run_llama_server
+from tests.support.llama_server import (
+    LlamaServerStartError,
+    free_port,
+    llama_server_binary,
+    run_llama_server,
+)
 from tests.support.tiny_gguf import write_tiny_model
 
 pytestmark = pytest.mark.contract
@@ -146,8 +151,15 @@ def _check_variant(
     argv += ["--cache-type-k", case.cache, "--cache-type-v", case.cache]
     argv += ["-kvu"] if case.unified else ["-no-kvu"]
     log_path = tmp_path / f"llama-server.{variant}.log"
-    with run_llama_server(argv, timeout=60.0, log_path=log_path, cpu_variant=variant):
-        pass
+    try:
+        with run_llama_server(argv, timeout=60.0, log_path=log_path, cpu_variant=variant):
+            pass
+    except LlamaServerStartError as error:
+        # The AMX defect the plan refuses (quantized weights in AMX buffers): with -np > 1 the
+        # server still dies after its init, by then it has logged every buffer compared here.
+        died = "exited with code -4 " in str(error) or "exited with code -11 " in str(error)
+        if not (packed.amx_quantized_bytes and died):
+            raise
     log = log_path.read_text(errors="replace")
     assert f"libggml-cpu-{variant}.so" in log, f"llama-server did not load the {variant} variant"
     model, kv_logged, compute = _logged(log)
