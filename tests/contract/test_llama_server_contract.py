@@ -32,7 +32,11 @@ def rendered_container(tmp_path: Path) -> dict[str, Any]:
     assert result.returncode == 0, result.stderr
     documents = yaml.safe_load_all((out / "manifests.yaml").read_text())
     deployment = next(d for d in documents if d["kind"] == "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (container,) = [
+        c
+        for c in deployment["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "llama-server"
+    ]
     return dict(container)
 
 

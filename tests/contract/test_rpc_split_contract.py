@@ -117,7 +117,9 @@ def rendered_head_argv(tmp: Path, values: dict[str, Any], model: Path) -> list[s
         d for d in docs
         if d and d["kind"] == "Deployment" and d["metadata"]["name"] == values["server"]["alias"]
     ]  # fmt: skip
-    (container,) = head["spec"]["template"]["spec"]["containers"]
+    (container,) = [
+        c for c in head["spec"]["template"]["spec"]["containers"] if c["name"] == "llama-server"
+    ]
     argv: list[str] = container["args"]
     return argv
 
