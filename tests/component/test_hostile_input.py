@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
 from components.validation import ComponentInputError, input_problems, snake_path
+from components.vllm.builders import generated_header
 from components.vllm.caddyfile import caddyfile
 from components.vllm.host_monitoring import metrics_site
 from components.vllm.inputs import CaddySite
@@ -552,7 +553,8 @@ def test_an_admitted_tricky_string_renders_and_runs_as_data(
         assert "docker compose" in (sandbox / "calls.log").read_text(), "the scripts ran"
         assert (
             rendered.files[f"{sandbox}/base/Caddyfile"].decode()
-            == caddyfile(
+            == generated_header("test")
+            + caddyfile(
                 args["caddy"],
                 upstream=f"vllm:{args['flags']['port']}",
                 metrics=metrics_site(args["metrics"]),
