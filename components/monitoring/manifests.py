@@ -60,17 +60,8 @@ def metrics_proxy_config_map(
     server: str, namespace: str, labels: dict[str, str], source: str
 ) -> dict[str, Any]:
     """The proxy script, for the stock Python image of the model check."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {
-            "name": metrics_proxy_config_map_name(server, source),
-            "namespace": namespace,
-            "labels": labels,
-        },
-        "data": {_PROXY_FILE: source},
-        "immutable": True,
-    }
+    name = metrics_proxy_config_map_name(server, source)
+    return {**_config_map(name, namespace, labels, {}, {_PROXY_FILE: source}), "immutable": True}
 
 
 def metrics_proxy_container(
@@ -195,9 +186,16 @@ def dashboard_config_map(
     name: str, namespace: str, labels: dict[str, str], spec: MonitoringSpec
 ) -> dict[str, Any]:
     """The Grafana dashboard in a ConfigMap for Grafana's sidecar (label `grafana_dashboard`)."""
+    data = {f"{name}.json": dashboard_json("llama-server", spec)}
+    return _config_map(name, namespace, labels, {DASHBOARD_LABEL: "1"}, data)
+
+
+def _config_map(
+    name: str, namespace: str, labels: dict[str, str], extra: dict[str, str], data: dict[str, str]
+) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": _metadata(name, namespace, labels, {DASHBOARD_LABEL: "1"}),
-        "data": {f"{name}.json": dashboard_json("llama-server", spec)},
+        "metadata": _metadata(name, namespace, labels, extra),
+        "data": data,
     }

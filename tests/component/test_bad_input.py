@@ -152,19 +152,8 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
 def test_invalid_stack_exits_2_naming_the_key(
     tmp_path: Path, stack: str, edits: list[Edit], key: str
 ) -> None:
-    path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(yaml.safe_dump(edited(stack, edits)))
-    out = tmp_path / "rendered"
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert result.returncode == 2, result.stdout + result.stderr
-    lines = [line for line in result.stderr.splitlines() if "(preview only" not in line]
-    assert lines[0].startswith("llm-infra: invalid configuration in")
-    assert any(line.startswith(f"{key}:") for line in lines[1:]), lines
-    assert "Traceback" not in result.stderr + result.stdout
-    assert not out.exists()
+    lines = render_problems(tmp_path, stack, edits)
+    assert any(line.startswith(f"{key}:") for line in lines), lines
 
 
 def render_problems(tmp_path: Path, stack: str, edits: list[Edit]) -> list[str]:
@@ -179,8 +168,10 @@ def render_problems(tmp_path: Path, stack: str, edits: list[Edit]) -> list[str]:
         cwd=ROOT, capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
-    assert "Traceback" not in result.stderr and not out.exists()
-    return [line for line in result.stderr.splitlines()[1:] if "(preview only" not in line]
+    assert "Traceback" not in result.stderr + result.stdout and not out.exists()
+    lines = [line for line in result.stderr.splitlines() if "(preview only" not in line]
+    assert lines[0].startswith("llm-infra: invalid configuration in")
+    return lines[1:]
 
 
 RULE_LINES = [

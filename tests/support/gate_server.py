@@ -20,9 +20,9 @@ from components.payloads.gpu_gate import load_log_shell
 from tests.support.llama_server import (
     LlamaServerStartError,
     _flag_value,
-    _stop,
     _wait_healthy,
     stock_llama_server_binary,
+    stop,
 )
 
 _CACHE_STATE = re.compile(r"cache state: (\d+) prompts, ([0-9.]+) MiB")
@@ -58,7 +58,7 @@ def run_gated_llama_server(
             _wait_healthy(process, base_url, console, timeout)
             yield base_url
         finally:
-            _stop(process)
+            stop(process)
 
 
 def complete(base_url: str, prompt: str, max_tokens: int = 4, timeout: float = 120.0) -> Any:

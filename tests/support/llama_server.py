@@ -110,7 +110,8 @@ def _wait_healthy(
     )
 
 
-def _stop(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+def stop(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """Stop a test's child process: SIGTERM, then SIGKILL after `grace` seconds."""
     if process.poll() is not None:
         return
     process.terminate()
@@ -160,7 +161,7 @@ def run_llama_server(
             stdout=log,
             stderr=subprocess.STDOUT,
         )
-        stack.callback(_stop, process)
+        stack.callback(stop, process)
         _wait_healthy(process, base_url, log_path, timeout)
         yield base_url
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.support.llama_server import free_port
+from tests.support.llama_server import free_port, stop
 
 
 def proxy_container(deployment: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,10 +93,5 @@ def run_rendered_proxy(
         _wait_for_port(port, process, timeout=20.0)
         yield port
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         log.close()

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.llama_server import free_port
+from tests.support.llama_server import free_port, stop
 
 INSTALL_HINT = "apt-get install -y prometheus (.ci/run installs it)"
 
@@ -115,9 +115,4 @@ def run_prometheus(
                     time.sleep(0.2)
                 yield LivePrometheus(url=url, log=log_path)
             finally:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                stop(process, grace=20)

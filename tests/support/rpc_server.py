@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from tests.support import llama_build
-from tests.support.llama_server import llama_server_binary
+from tests.support.llama_server import llama_server_binary, stop
 
 
 def rpc_build() -> Path:
@@ -43,9 +43,4 @@ def run_rpc_server(binary: Path, port: int, log_path: Path, timeout: float = 30.
                 time.sleep(0.1)
             yield f"127.0.0.1:{port}"
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
