@@ -12,6 +12,7 @@ from components.llamacpp.rpc_manifests import (
     worker_policy,
     worker_service,
 )
+from components.llamacpp.split import worker_built
 from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppRpcWorker"
@@ -34,6 +35,8 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
             with_integers(args, LlamaCppRpcWorkerArgs),
             LlamaCppRpcWorkerArgs,
         )
+        # Its head, when this program built it first: it admits the head, the head lists it.
+        worker_built(name, args)
         super().__init__(TYPE_TOKEN, name, None, opts)
         namespace = pulumi.Output.from_input(args["namespace"])
         labels = worker_labels(name, args["head"])

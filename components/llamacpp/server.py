@@ -25,6 +25,7 @@ from components.llamacpp.manifests import (
     service_url,
     stop_before_model_change,
 )
+from components.llamacpp.split import head_built
 from components.model_store.inputs import ModelVolume
 from components.monitoring.manifests import (
     MONITORING_API,
@@ -61,6 +62,8 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             with_integers(args, LlamaCppVulkanServerArgs),
             LlamaCppVulkanServerArgs,
         )
+        # A split model: the workers this program built for it must be the ones it lists.
+        head_built(name, args)
         super().__init__(TYPE_TOKEN, name, None, opts)
         namespace = pulumi.Output.from_input(args["namespace"])
         # Known strings from a Python caller; outputs of the store through the provider.

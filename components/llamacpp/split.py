@@ -1,12 +1,18 @@
 """The rules between a split model's head (LlamaCppVulkanServer) and its RPC workers.
 
-They span components, so neither constructor can check them alone: the stack file's target
-calls `split_problems` before it creates the workers and the head, and a Python program that
-builds them itself calls it the same way (it raises nothing; it returns the problems).
+They span components, so each constructor checks them against the other side as far as the
+program has built it: a head with `--rpc` against the workers already built that name it, a
+worker against its head when the head came first (`head_built`, `worker_built`, called by the
+constructors before any child exists). The stack file's target also asks `check_split` before
+it creates either, so a refused pair leaves no worker behind; a Python program may too.
 """
 
+import weakref
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
+
+from pulumi.runtime import settings
 
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import head_pod_labels
@@ -69,3 +75,64 @@ def check_split(
     problems = split_problems(head, server, workers)
     if problems:
         raise ComponentInputError("LlamaCppVulkanServer", head, problems)
+
+
+@dataclass
+class _Built:
+    """The heads and workers one program has built so far."""
+
+    heads: dict[str, LlamaCppVulkanServerArgs] = field(default_factory=dict)
+    workers: dict[str, LlamaCppRpcWorkerArgs] = field(default_factory=dict)
+
+
+_PROGRAMS: "weakref.WeakKeyDictionary[object, _Built]" = weakref.WeakKeyDictionary()
+"""Per program run, keyed by its resource monitor (one per engine connection or mock run)."""
+_NO_MONITOR = _Built()
+_BY_ID: dict[int, _Built] = {}
+
+
+def _built() -> _Built:
+    monitor = settings.SETTINGS.monitor
+    if monitor is None:
+        return _NO_MONITOR
+    try:
+        return _PROGRAMS.setdefault(monitor, _Built())
+    except TypeError:  # a monitor that takes no weak reference: kept for the process
+        return _BY_ID.setdefault(id(monitor), _Built())
+
+
+def head_built(name: str, server: LlamaCppVulkanServerArgs) -> None:
+    """A head with `--rpc` and the workers of this program that name it: exactly its list."""
+    built = _built()
+    built.heads[name] = server
+    workers = {n: w for n, w in built.workers.items() if w["head"] == name}
+    if workers and server["flags"].get("rpc"):
+        check_split(name, server, workers)
+
+
+def worker_built(name: str, worker: LlamaCppRpcWorkerArgs) -> None:
+    """A worker whose head this program built already: it admits the head, the head lists it."""
+    built = _built()
+    built.workers[name] = worker
+    head = built.heads.get(worker["head"])
+    if head is None:
+        return
+    problems = [
+        (loc[1:], message)
+        for loc, message in split_problems(worker["head"], head, {name: worker})
+        if loc[:1] == (name,)
+    ]
+    namespace = head["namespace"]
+    if isinstance(namespace, str) and worker["namespace"] == namespace:
+        endpoint = rpc_endpoint(name, namespace, worker["port"])
+        listed = list(head["flags"].get("rpc") or [])
+        if endpoint not in listed:
+            problems.append(
+                (
+                    ("head",),
+                    f"{worker['head']!r} does not list this worker's Service {endpoint} in its "
+                    f"flags.rpc {listed}",
+                )
+            )
+    if problems:
+        raise ComponentInputError("LlamaCppRpcWorker", name, problems)

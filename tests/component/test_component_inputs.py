@@ -428,3 +428,71 @@ def test_workers_that_do_not_match_their_head_are_named() -> None:
     assert "has 3 shares for 1 workers" in problems["flags.tensor_split"]
     with pytest.raises(ComponentInputError, match=r"flags\.rpc"):
         check_split(stack.server.resource_name, head, workers)
+
+
+def split_pair() -> tuple[str, Any, dict[str, Any]]:
+    """The head's name and args and its workers' args, as the stack target builds them."""
+    stack = split_stack()
+    head = copy.deepcopy(server_args(stack, unlocked_source(stack), SPLIT_VOLUME))
+    return stack.server.resource_name, head, copy.deepcopy(dict(rpc_worker_args(stack)))
+
+
+def test_a_python_program_gets_the_split_checked_when_it_builds_the_head() -> None:
+    name, head, workers = split_pair()
+    head["flags"]["rpc"] = ["elsewhere.llm-infra.svc:50052"]
+
+    def build() -> None:
+        for worker, args in workers.items():
+            LlamaCppRpcWorker(worker, args)
+        LlamaCppVulkanServer(name, head)
+
+    problems = refusal(build)
+    assert f"invalid inputs of LlamaCppVulkanServer {name!r}" in problems
+    assert "flags.rpc: ['elsewhere.llm-infra.svc:50052'] is not the workers' Services" in problems
+
+
+def test_a_worker_built_after_its_head_is_checked_against_it() -> None:
+    name, head, workers = split_pair()
+    ((worker, args),) = workers.items()
+    args["head_pod_labels"] = {"app.kubernetes.io/instance": "someone-else"}
+
+    def build() -> None:
+        LlamaCppVulkanServer(name, head)
+        LlamaCppRpcWorker(worker, args)
+
+    problems = refusal(build)
+    assert f"invalid inputs of LlamaCppRpcWorker {worker!r}" in problems
+    assert "head_pod_labels: {'app.kubernetes.io/instance': 'someone-else'} does not select" in (
+        problems
+    )
+    _, _, fresh = split_pair()
+    other = fresh[worker]
+    other["port"] = 50099
+
+    def unlisted() -> None:
+        LlamaCppVulkanServer(name, head)
+        LlamaCppRpcWorker(worker, other)
+
+    assert "does not list this worker's Service" in refusal(unlisted)
+
+
+def test_a_matching_pair_builds_in_either_order() -> None:
+    name, head, workers = split_pair()
+
+    def workers_first() -> None:
+        for worker, args in workers.items():
+            LlamaCppRpcWorker(worker, args)
+        LlamaCppVulkanServer(name, head)
+
+    def head_first() -> None:
+        LlamaCppVulkanServer(name, head)
+        for worker, args in workers.items():
+            LlamaCppRpcWorker(worker, args)
+
+    for build in (workers_first, head_first):
+        rendered = run_program(build, {}, [], stack="test")
+        types = {r["type"] for r in rendered.resources}
+        assert {
+            "llm-infra:index:LlamaCppRpcWorker",
+            "llm-infra:index:LlamaCppVulkanServer",
+        } <= types
