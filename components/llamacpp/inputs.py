@@ -24,6 +24,7 @@ from components.grammars import (
     RpcEndpoint,
     UrlPath,
 )
+from components.k8s.images import RPC, image_capabilities
 from components.k8s.network_policies import NetworkClient
 from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
 from components.model_store.inputs import MODELS_MOUNT, ModelVolume
@@ -308,3 +309,31 @@ def _metrics_port_of_its_own(args: Mapping[str, Any]) -> list[Problem]:
             )
         ]
     return []
+
+
+def _rpc_build_problem(image: object) -> str | None:
+    if not isinstance(image, str) or RPC in image_capabilities(image):
+        return None
+    return (
+        f"{image!r} is built without -DGGML_RPC (llama.cpp's images answer --rpc with 'RPC not "
+        "supported in this build'): use an image of the same llama.cpp build configured with "
+        "-DGGML_VULKAN=ON -DGGML_RPC=ON"
+    )
+
+
+@cross_field_rule(LlamaCppRpcWorkerArgs)
+def _worker_image_has_rpc(args: Mapping[str, Any]) -> list[Problem]:
+    """rpc-server exists only in a build with the RPC backend (by the image's declared
+    capabilities, components/k8s/images.py, never by how its tag is spelt)."""
+    problem = _rpc_build_problem(args.get("image"))
+    return [] if problem is None else [(("image",), problem)]
+
+
+@cross_field_rule(LlamaCppVulkanServerArgs)
+def _head_image_has_rpc(args: Mapping[str, Any]) -> list[Problem]:
+    """A head with `--rpc` needs the RPC backend in its own build too."""
+    flags = args.get("flags")
+    if not isinstance(flags, Mapping) or not flags.get("rpc"):
+        return []
+    problem = _rpc_build_problem(args.get("image"))
+    return [] if problem is None else [(("image",), f"{problem} (the head of a split model)")]

@@ -14,6 +14,7 @@ from typing import Any
 
 from pulumi.runtime import settings
 
+from components.k8s.placement import placement_problems
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import head_pod_labels
 from components.llamacpp.rpc_manifests import rpc_endpoint
@@ -53,6 +54,13 @@ def split_problems(
         problems.append(
             (("flags", "rpc"), f"{listed} is not the workers' Services in order: {expected}")
         )
+    # One GPU per node: the head and each worker on a node of its own.
+    placed = [
+        (head, server["node_selector"]),
+        *((n, w["node_selector"]) for n, w in workers.items()),
+    ]
+    where: list[tuple[str, ...]] = [("node_selector",), *((n, "node_selector") for n in workers)]
+    problems += [(where[index], message) for index, message in placement_problems(placed)]
     split = server["flags"].get("tensor_split")
     # One share per device: each worker's, then the head's own GPU when it has one.
     if split is not None and len(split) not in (len(workers), len(workers) + 1):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, get_args
 
 import pulumi
@@ -225,3 +226,12 @@ def image_problems(key: str, image: str, allowed: bool, example: str) -> list[st
         return []
     flag = key.rsplit(".", 1)[0] + ".allowFloatingImage"
     return [f"{key}: {image!r} is a floating tag (pin {example}; or set {flag}: true)"]
+
+
+def stack_placement_problems(selectors: Sequence[tuple[str, Mapping[str, str]]]) -> list[str]:
+    """The node rule (components/k8s/placement.py) over a stack's `(KEY.nodeSelector, selector)`
+    pairs, as the stack file's lines."""
+    from components.k8s.placement import placement_problems
+
+    pods = [(key.removesuffix(".nodeSelector"), selector) for key, selector in selectors]
+    return [f"{selectors[index][0]}: {message}" for index, message in placement_problems(pods)]

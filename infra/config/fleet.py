@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from infra.config.base import Strict
+from infra.config.base import Strict, stack_placement_problems
 from infra.config.kubernetes import (
     KubernetesSettings,
     LitellmSettings,
@@ -28,7 +28,6 @@ from infra.config.kubernetes import (
     cross_checks,
 )
 from infra.config.metrics import KubernetesMetricsSettings
-from infra.config.placement import placement_problems
 
 
 class FleetServerSettings(ServerSettings):
@@ -164,6 +163,6 @@ def fleet_checks(fleet: FleetStack) -> list[str]:
                 )
         else:
             aliases[entry.alias] = index
-    problems += placement_problems(selectors)
+    problems += stack_placement_problems(selectors)
     # A stack-wide key (network.*, kubernetes.*) is checked with every server: say it once.
     return list(dict.fromkeys(problems))

@@ -7,6 +7,8 @@ file's key (`server.contextSize`), not the component's input (`flags.ctx_size`).
 
 from __future__ import annotations
 
+import re
+
 from pydantic.alias_generators import to_camel as camel
 
 from components.validation import ComponentInputError, Location, named, snake_path
@@ -61,6 +63,20 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "init_seconds": "memory.initSeconds",
         "verify_expectations": "server.verifyAfterUp",
         "stop_before_model_change": "store.upgrade",
+    },
+    "LlamaCppRpcWorker": {
+        "namespace": "kubernetes.namespace",
+        "image": "server.rpc.image",
+        "head": "server.name",
+        "node_selector": "server.rpc.workers",
+        "resources": "server.rpc.workers",
+        "binary": "server.rpc.binary",
+        "port": "server.rpc.port",
+        "threads": "server.rpc.workers",
+        "gpu_access": "server.gpuAccess",
+        "gpu_resource": "server.gpuResource",
+        "run_as_user": "server.runAsUser",
+        "supplemental_groups": "server.renderGroupId",
     },
     "GgufModelStore": {
         "namespace": "kubernetes.namespace",
@@ -132,6 +148,13 @@ STACK_KEYS: dict[str, dict[str, str]] = {
 """Per component, component input path → the stack file's key it is made from."""
 
 
+def _camel(part: str | int) -> str | int:
+    """An input's name as the stack file spells it; a map key (a label) as it is."""
+    if isinstance(part, str) and re.fullmatch(r"[a-z][a-z0-9_]*", part):
+        return str(camel(part))
+    return part
+
+
 def stack_key(component: str, loc: Location) -> str:
     """The stack-file key of a component input, or the input named with its component."""
     keys = STACK_KEYS.get(component, {})
@@ -139,7 +162,7 @@ def stack_key(component: str, loc: Location) -> str:
         prefix = snake_path(loc[:cut])
         if prefix in keys:
             # The stack file spells its keys in camelCase, below a mapped key too.
-            rest = snake_path(tuple(camel(p) if isinstance(p, str) else p for p in loc[cut:]))
+            rest = snake_path(tuple(_camel(p) for p in loc[cut:]))
             return keys[prefix] + (rest if rest.startswith("[") or not rest else f".{rest}")
     return f"{component}.{snake_path(loc)}"
 

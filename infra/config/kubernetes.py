@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field
 
 from components.addresses import covers_every_address
-from components.k8s.images import RPC, image_capabilities
 from components.llamacpp.inputs import (
     CACHE_TYPES,
     DEFAULT_IMAGE,
@@ -39,9 +38,9 @@ from infra.config.base import (
     is_pattern,
     quantity_value,
     shard_set_problems,
+    stack_placement_problems,
 )
 from infra.config.metrics import KubernetesMetricsSettings
-from infra.config.placement import placement_problems
 from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
 
 
@@ -438,14 +437,7 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
     if rpc is None:
         return []
     problems = []
-    for key, image in (("server.image", server.image), ("server.rpc.image", server.rpc_image)):
-        if RPC not in image_capabilities(image):
-            problems.append(
-                f"{key}: {image!r} is built without -DGGML_RPC (llama.cpp's images answer --rpc "
-                "with 'RPC not supported in this build'); with server.rpc, use an image of the "
-                "same llama.cpp build configured with -DGGML_VULKAN=ON -DGGML_RPC=ON"
-            )
-            break
+    # The images' RPC backend: the components' rule (components/llamacpp/inputs.py).
     if rpc.image is not None:
         problems += image_problems(
             "server.rpc.image",
@@ -471,7 +463,7 @@ def rpc_problems(stack: StrixHaloStack) -> list[str]:
                 )
     if rpc.port == server.port:
         problems.append(f"server.rpc.port: {rpc.port} is the server's own port (server.port)")
-    problems += placement_problems(
+    problems += stack_placement_problems(
         [
             ("server.nodeSelector", server.node_selector),
             *[

@@ -29,9 +29,10 @@ from components.model_store.component import store_model_volume
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
-from components.validation import with_defaults
+from components.validation import ComponentInputError, input_problems, with_defaults
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
+from infra.config.inputs import stack_problems
 from infra.lock import ModelSource
 from infra.plan.llamacpp import rpc_tensor_split
 from infra.plan.repack import cpu_variant
@@ -78,8 +79,17 @@ def deploy(
     entries: list[pulumi.Output[dict[str, Any]]] = []
     outputs: dict[str, pulumi.Output[dict[str, Any]]] = {}
     expectations = verify_expectations or [None] * len(servers)
-    for server_stack, source, expect in zip(servers, sources, expectations, strict=True):
-        store, server = deploy_server(server_stack, source, secrets, provider, depends, expect)
+    for index, (server_stack, source, expect) in enumerate(
+        zip(servers, sources, expectations, strict=True)
+    ):
+        try:
+            store, server = deploy_server(server_stack, source, secrets, provider, depends, expect)
+        except ComponentInputError as exc:
+            if not isinstance(stack, FleetStack):
+                raise
+            # A component's refusal, named as the fleet entry's key (`servers[1].image`).
+            memory = stack.servers[index].memory is not None
+            raise ConfigError([entry_key(p, index, memory) for p in stack_problems(exc)]) from None
         entry = server.url.apply(partial(litellm_route, server_stack))
         entries.append(entry)
         if fleet:
@@ -144,8 +154,15 @@ def deploy_server(
         "stop_before_model_change": replace,
     }
     worker_args = rpc_worker_args(stack)
-    # The rules between the head and its workers, before either exists.
-    check_split(stack.server.resource_name, head_args, worker_args)
+    if worker_args:
+        # A split model: the head's own inputs and the rules between it and its workers,
+        # before either exists (the head is built last: its --rpc names the workers).
+        head_problems = input_problems(head_args, LlamaCppVulkanServerArgs)
+        if head_problems:
+            raise ComponentInputError(
+                "LlamaCppVulkanServer", stack.server.resource_name, head_problems
+            )
+        check_split(stack.server.resource_name, head_args, worker_args)
     workers = [
         LlamaCppRpcWorker(
             name,

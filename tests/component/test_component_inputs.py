@@ -496,3 +496,26 @@ def test_a_matching_pair_builds_in_either_order() -> None:
             "llm-infra:index:LlamaCppRpcWorker",
             "llm-infra:index:LlamaCppVulkanServer",
         } <= types
+
+
+def test_a_python_program_cannot_give_a_worker_the_official_image_without_rpc() -> None:
+    _, _, workers = split_pair()
+    ((worker, args),) = workers.items()
+    args["image"] = "ghcr.io/ggml-org/llama.cpp@sha256:" + "ab" * 32
+    problems = refusal(lambda: LlamaCppRpcWorker(worker, args) and None)
+    assert "image: 'ghcr.io/ggml-org/llama.cpp@sha256:abab" in problems
+    assert "is built without -DGGML_RPC" in problems
+
+
+def test_a_python_program_cannot_put_a_worker_on_its_heads_node() -> None:
+    name, head, workers = split_pair()
+    ((worker, args),) = workers.items()
+    args["node_selector"] = dict(head["node_selector"])
+
+    def build() -> None:
+        LlamaCppVulkanServer(name, head)
+        LlamaCppRpcWorker(worker, args)
+
+    problems = refusal(build)
+    assert f"invalid inputs of LlamaCppRpcWorker {worker!r}" in problems
+    assert f"is already the node of {name}" in problems

@@ -4,6 +4,7 @@ the pods also keep apart by podAntiAffinity; a worker admits only the head Deplo
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -11,7 +12,9 @@ import pytest
 from components.k8s.verify_job import verify_job
 from components.llamacpp.manifests import ROLE_LABEL, head_pod_labels, server_labels
 from components.llamacpp.rpc_manifests import worker_policy
+from infra import program
 from infra.config import ConfigError, parse_stack
+from infra.render import run_program
 from tests.conftest import stack_values
 
 PAIR, SPLIT = "strix-halo-pair", "strix-halo-pair-split"
@@ -21,6 +24,16 @@ HEAD = "deepseek-v4-flash-0731"
 def problems(values: dict[str, Any]) -> list[str]:
     with pytest.raises(ConfigError) as caught:
         parse_stack(values)
+    return caught.value.problems
+
+
+def program_problems(values: dict[str, Any]) -> list[str]:
+    """The problems of the stack's program (the components' own rules, in the stack's keys)."""
+    config = {
+        f"llm-infra:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in values.items()
+    }
+    with pytest.raises(ConfigError) as caught:
+        run_program(program.main, config, [], stack=SPLIT)
     return caught.value.problems
 
 
@@ -155,7 +168,7 @@ def test_the_official_llamacpp_image_is_refused_for_rpc_at_any_tag_or_digest(ima
     values = copy.deepcopy(stack_values(SPLIT))
     values["server"]["image"] = image
     values["server"]["allowFloatingImage"] = True
-    found = "\n".join(problems(values))
+    found = "\n".join(program_problems(values))
     assert f"server.image: {image!r} is built without -DGGML_RPC" in found
 
 
@@ -163,4 +176,5 @@ def test_the_official_image_as_the_workers_image_is_refused_too() -> None:
     values = copy.deepcopy(stack_values(SPLIT))
     image = "ghcr.io/ggml-org/llama.cpp@sha256:" + "ab" * 32
     values["server"]["rpc"]["image"] = image
-    assert f"server.rpc.image: {image!r} is built without -DGGML_RPC" in "\n".join(problems(values))
+    found = "\n".join(program_problems(values))
+    assert f"server.rpc.image: {image!r} is built without -DGGML_RPC" in found
