@@ -370,8 +370,9 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         per_slot = server.context_size // server.parallel
         problems.append(
             f"server.parallel: {server.parallel} slots leave {per_slot} tokens per slot, below the "
-            f"required {server.min_slot_context} (raise server.contextSize to "
-            f"{server.min_slot_context * server.parallel} or lower server.parallel)"
+            f"required {server.min_slot_context} of server.minSlotContext (raise "
+            f"server.contextSize to {server.min_slot_context * server.parallel}, lower "
+            "server.parallel, or lower server.minSlotContext)"
         )
     block_count = model.metadata.get(f"{model.architecture}.block_count")
     if block_count is not None and block_count != model.layers:

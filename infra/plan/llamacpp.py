@@ -171,6 +171,8 @@ class LlamaCppPlanInputs:
     tensor_split: tuple[float, ...] | None = None
     """`--tensor-split` over the RPC devices then the local GPU; None: proportional to each
     device's VRAM (see `rpc_tensor_split`)."""
+    min_slot_context: int | None = None
+    """Tokens each slot must hold (`server.minSlotContext`): advice never goes below it."""
 
 
 # -- compute buffers ------------------------------------------------------------------------
@@ -755,6 +757,27 @@ def _notes(inputs: LlamaCppPlanInputs) -> list[str]:
     return notes
 
 
+def context_advice(inputs: LlamaCppPlanInputs, ctx: int | None) -> list[str]:
+    """Advice on the context that fits (`ctx`, None: none) that the stack's own checks accept:
+    never a context below server.minSlotContext per slot; fewer slots when that helps."""
+    if ctx is None or ctx < 256:
+        return []
+    floor = inputs.min_slot_context
+    if floor is None or ctx >= floor * inputs.parallel:
+        return [f"lower server.contextSize to at most {ctx}"]
+    slots = ctx // floor
+    if slots >= 1:
+        return [
+            f"lower server.parallel to {slots} and server.contextSize to {slots * floor} "
+            f"({inputs.parallel} slots of server.minSlotContext {floor} need "
+            f"{floor * inputs.parallel}; at most {ctx} fits)"
+        ]
+    return [
+        f"at most {ctx} tokens of context fit, less than one slot of server.minSlotContext "
+        f"{floor}: lower server.minSlotContext (and server.contextSize) to fit"
+    ]
+
+
 def _vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> str:
     cap = vram.capacity_bytes or 0
     items = vram.items
@@ -766,9 +789,7 @@ def _vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> st
     best = max_gpu_layers(inputs)
     if best is not None:
         fixes.append(f"set server.gpuLayers to at most {best}")
-    ctx = max_context(inputs)
-    if ctx is not None and ctx >= 256:
-        fixes.append(f"lower server.contextSize to at most {ctx}")
+    fixes += context_advice(inputs, max_context(inputs))
     if not fixes:
         fixes.append("the model does not fit this GPU at any server.gpuLayers")
     return (

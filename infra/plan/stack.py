@@ -87,6 +87,7 @@ def llamacpp_inputs(
         rpc_devices=rpc_devices(stack),
         cpu_variant=cpu_variant(memory.node_cpu) if memory.node_cpu is not None else None,
         repack=server.repack,
+        min_slot_context=server.min_slot_context,
     )
 
 

@@ -203,6 +203,25 @@ def test_vram_refusal_offers_the_context_that_fits_when_kv_is_the_problem() -> N
     assert not plan_llamacpp(replace(inputs, ctx_size=ctx + 1024)).devices["vram"].fits
 
 
+def test_context_advice_never_goes_below_the_slots_minimum_context() -> None:
+    # 4 slots of 64k on an 88 GiB GPU: at most 258048 tokens of context fit, less than 4 x 64k.
+    floor = 65_536
+    inputs = replace(
+        SEED, gpu_layers=44, ctx_size=4 * floor, parallel=4, vram_bytes=88 * GIB,
+        compute_override_bytes={"vram": 0}, min_slot_context=floor,
+    )  # fmt: skip
+    (message,) = plan_llamacpp(inputs).problems
+    assert "lower server.contextSize to at most" not in message
+    assert "lower server.parallel to 3 and server.contextSize to 196608" in message
+    assert "(4 slots of server.minSlotContext 65536 need 262144; at most 258048 fits)" in message
+    # The advice holds: it fits, and each slot keeps server.minSlotContext.
+    advised = replace(inputs, parallel=3, ctx_size=196_608)
+    assert plan_llamacpp(advised).fits
+    # Without the minimum, the plain advice is the largest context that fits.
+    (plain,) = plan_llamacpp(replace(inputs, min_slot_context=None)).problems
+    assert "lower server.contextSize to at most 258048" in plain
+
+
 def test_memory_limit_refusal_counts_the_prompt_cache_and_names_the_limit_to_raise() -> None:
     inputs = replace(SEED, memory_limit_bytes=12 * GIB)
     plan = plan_llamacpp(inputs)
