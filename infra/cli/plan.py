@@ -90,15 +90,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(plan.report(verbose=args.verbose))
         if best is not None and isinstance(stack, StrixHaloStack):
-            from infra.plan.llamacpp import context_advice
-
-            context = f"server.contextSize: {best.ctx_size}"
-            floor = stack.server.min_slot_context * stack.server.parallel
-            if best.ctx_size is not None and best.ctx_size < floor:
-                # Never a context the stack's own checks refuse: say what would fit instead.
-                context = "; ".join(context_advice(inputs, best.ctx_size)) or context
+            # -ngl is sought at the stack's own context, which passed its checks (slots x
+            # server.minSlotContext), so the context suggested at it is never below that.
             print(
                 f"suggest (keeping {args.headroom:g} GiB VRAM free): server.gpuLayers: "
-                f"{best.gpu_layers}, {context} (at server.gpuLayers {stack.server.gpu_layers})"
+                f"{best.gpu_layers}, server.contextSize: {best.ctx_size} "
+                f"(at server.gpuLayers {stack.server.gpu_layers})"
             )
     return 0 if plan.fits else 1
