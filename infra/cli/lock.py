@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
+
 from infra.cli.common import (
     Subparsers,
     add_output_option,
@@ -24,6 +26,8 @@ from infra.config import (
     project_root,
     read_stack_file,
 )
+from infra.config.base import validation_problems
+from infra.config.stack import StackFile
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -70,9 +74,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         stack_file = read_stack_file(args.stack)
-        stack = stack_file.stack()
-        targets = lock_targets(stack, stack_file.lock_path)
-        endpoint, allow_http = hub_endpoint(stack, args.endpoint, args.allow_token_over_http)
+        targets, store = lock_request(stack_file)
+        endpoint, allow_http = hub_endpoint(store, args.endpoint, args.allow_token_over_http)
         resolved = {
             path: lock.resolve_lock(
                 model,
@@ -117,17 +120,64 @@ EXIT_NETWORK = 3
 """The hub could not be reached (or failed on its side): try again, or another endpoint."""
 
 
+class LockStore(BaseModel):
+    """The store keys the lock reads (the rest of `store:` is render's to check)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, populate_by_name=True)
+
+    hf_endpoint: HttpUrl | None = Field(None, alias="hfEndpoint")
+    allow_token_over_http: bool = Field(False, alias="allowTokenOverHttp")
+
+
+def lock_request(stack_file: StackFile) -> tuple[dict[Path, RepoModelSettings], LockStore | None]:
+    """What `lock` needs of a stack: each model to pin, and the hub settings of its store.
+
+    A single-server stack needs only `model:` (repo, revision, files) and, where set,
+    `store.hfEndpoint` and `store.allowTokenOverHttp`: the other keys (sizes, the server, the
+    plan's structure) are render's to check, so a stack being written can be locked first. A
+    fleet is read whole (its lock files are named after its servers).
+    """
+    values = stack_file.values()
+    if "servers" in values:
+        stack = stack_file.stack()
+        store = getattr(stack, "store", None)
+        return lock_targets(stack, stack_file.lock_path), _lock_store(store)
+    problems: list[str] = []
+    model = values.get("model")
+    if not isinstance(model, dict):
+        raise ConfigError(["model: is required (repo, revision and files)"])
+    wanted = {key: model[key] for key in ("repo", "revision", "files") if key in model}
+    settings = None
+    try:
+        settings = RepoModelSettings.model_validate(wanted)
+    except ValidationError as exc:
+        problems += [f"model.{line}" for line in validation_problems(exc, RepoModelSettings)]
+    store_values = values.get("store")
+    try:
+        store = LockStore.model_validate(store_values if isinstance(store_values, dict) else {})
+    except ValidationError as exc:
+        problems += [f"store.{line}" for line in validation_problems(exc, LockStore)]
+    if problems or settings is None:
+        raise ConfigError(problems)
+    return {stack_file.lock_path: settings}, store
+
+
+def _lock_store(store: Any) -> LockStore | None:
+    if store is None:
+        return None
+    return LockStore.model_validate(
+        {"hfEndpoint": store.hf_endpoint, "allowTokenOverHttp": store.allow_token_over_http}
+    )
+
+
 def hub_endpoint(
-    stack: StackConfig, option: str | None, allow_option: bool
+    store: LockStore | None, option: str | None, allow_option: bool
 ) -> tuple[str | None, bool]:
     """The one endpoint setting: `--endpoint`, else the stack's store.hfEndpoint (which the
     fetch Job uses too), else $HF_ENDPOINT; and whether a token may go to it over plain http."""
-    store = getattr(stack, "store", None)
-    configured = (
-        str(store.hf_endpoint).rstrip("/") if store is not None and store.hf_endpoint else None
-    )
+    configured = str(store.hf_endpoint).rstrip("/") if store and store.hf_endpoint else None
     endpoint = option or configured or os.environ.get("HF_ENDPOINT") or None
-    allowed = allow_option or (
+    allowed = allow_option or bool(
         store is not None and endpoint == configured and store.allow_token_over_http
     )
     return endpoint, allowed

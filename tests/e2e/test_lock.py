@@ -367,3 +367,33 @@ def test_render_names_the_lock_problem_and_exits_2(hub: Hub, tmp_path: Path) -> 
     assert "tiny.lock.json: files[0]: 'UD-Q2_K/Tiny-UD-Q2_K.gguf' matches none" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_lock_needs_only_the_model_of_a_stack_being_written(hub: Hub, tmp_path: Path) -> None:
+    # A new stack: the model and an alias, nothing the plan or the server needs yet.
+    document = {
+        "config": {
+            "llm-infra:target": "kubernetes",
+            "llm-infra:model": {"repo": REPO, "revision": "main", "files": ["UD-IQ1_M/*"]},
+            "llm-infra:server": {"alias": "tiny"},
+        }
+    }
+    path = tmp_path / "Pulumi.tiny.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = cli(hub, "lock", str(path))
+    assert result.returncode == 0, result.stderr
+    lock = json.loads((tmp_path / "tiny.lock.json").read_text())
+    assert [f["name"] for f in lock["files"]] == NAMES
+    # Render still wants the rest, and says which keys.
+    render = cli(hub, "render", str(path), "--out", str(tmp_path / "out"))
+    assert render.returncode == 2 and "is required" in render.stderr
+
+
+def test_lock_names_a_bad_model_key_without_asking_for_the_rest(tmp_path: Path) -> None:
+    document = {"config": {"llm-infra:model": {"repo": "not a repo", "files": []}}}
+    path = tmp_path / "Pulumi.tiny.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = cli(None, "lock", str(path))
+    assert result.returncode == 2
+    problems = result.stderr.splitlines()[1:]
+    assert [p.split(":")[0] for p in problems] == ["model.repo", "model.files"], problems
