@@ -41,7 +41,8 @@ def llama_server() -> dict[str, Any]:
     """LlamaCppVulkanServer's inputs, every optional input set."""
     return {
         "namespace": "llm-infra",
-        "image": "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
+        # A split model's head: the same RPC-enabled build as its workers'.
+        "image": "registry.lan/llama.cpp:vulkan-rpc-b11434",
         "flags": {
             "model_path": "/models/Model-00001-of-00003.gguf",
             "alias": "deepseek-v4-flash",
