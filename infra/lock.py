@@ -8,6 +8,7 @@ commit shows up as a diff of the lock. The HF token is used to resolve, never wr
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import hashlib
 import json
@@ -31,7 +32,13 @@ from components.payloads.fetcher import (
     model_file_problem,
     token_over_http_problem,
 )
-from infra.config.base import ConfigError, RepoModelSettings, is_pattern, shard_set_problems
+from infra.config.base import (
+    SHARD_NAME,
+    ConfigError,
+    RepoModelSettings,
+    is_pattern,
+    shard_set_problems,
+)
 
 MetadataScalar = Annotated[str, Field(max_length=4096)] | int | float | bool | None
 
@@ -222,6 +229,41 @@ def write_lock(path: Path, lock: ModelLock) -> None:
     tmp.replace(path)
 
 
+def _gguf_hint(pattern: str, paths: list[str], most: int = 12) -> str:
+    """What a pattern that matched nothing could have named: the repo's GGUF files, the
+    nearest first."""
+    ggufs = [path for path in paths if path.endswith(".gguf")]
+    if not ggufs:
+        return " (the repo has no .gguf file)"
+    nearest = difflib.get_close_matches(pattern, ggufs, n=3, cutoff=0.0)
+    shown = ", ".join(map(repr, ggufs[:most]))
+    listed = shown + (f", ... ({len(ggufs)} in all)" if len(ggufs) > most else "")
+    return f"; nearest: {', '.join(map(repr, nearest))}; its GGUF files: {listed}"
+
+
+def _one_model_problems(paths: list[str]) -> list[str]:
+    """The GGUF files selected must be one model: a single file or one split set. Patterns
+    that take in several (`*.gguf` over a repo of quants) name each and ask for one."""
+    models: dict[str, list[str]] = {}
+    for path in paths:
+        if not path.endswith(".gguf"):
+            continue
+        shard = SHARD_NAME.match(path.rsplit("/", 1)[-1])
+        folder = path.rsplit("/", 1)[0] + "/" if "/" in path else ""
+        key = folder + (shard["prefix"] if shard else path.rsplit("/", 1)[-1])
+        models.setdefault(key, []).append(path)
+    if len(models) < 2:
+        return []
+    named = [
+        repr(files[0]) if len(files) == 1 else f"{key + '-*.gguf'!r} ({len(files)} shards)"
+        for key, files in models.items()
+    ]
+    return [
+        f"model.files: the patterns take in {len(models)} models, not one: {', '.join(named)}; "
+        "list the files (or a pattern) of the one to serve"
+    ]
+
+
 ENDPOINT_OPTIONS = (
     "the hub is --endpoint, else store.hfEndpoint, else $HF_ENDPOINT, else huggingface.co; "
     "a token comes from $HF_TOKEN"
@@ -302,6 +344,7 @@ def resolve_lock(
         if not matches:
             problems.append(
                 f"model.files[{index}]: {pattern!r} matches no file of {model.repo}@{commit[:12]}"
+                + _gguf_hint(pattern, [e.path for e in tree])
             )
         for entry in matches:
             selected[entry.path] = entry
@@ -342,6 +385,10 @@ def resolve_lock(
                 sha256=sha256,
             )
         )
+    # The names passed their grammar above: now they may be shown.
+    one_model = _one_model_problems([f["path"] for f in files])
+    if one_model:
+        raise ConfigError(one_model)
     gguf = [f for f in files if f["name"].endswith(".gguf")]
     summary = None
     if gguf:

@@ -69,7 +69,7 @@ SECRET_KEYS = ("hfToken", "apiKey", "sshPrivateKey")
 LOCATION_KEYS = ("lockFile",)
 SECRET_PLACEHOLDER = "[secret]"
 
-_SHARD = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
+SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
 class ConfigError(pulumi.RunError):
@@ -118,7 +118,7 @@ def is_pattern(path: str) -> bool:
 
 def shard_set_problems(names: list[str], key: str) -> list[str]:
     """Problems of a GGUF file set: one file, or every shard of one split set, shard 1 first."""
-    parsed = [_SHARD.match(n) for n in names]
+    parsed = [SHARD_NAME.match(n) for n in names]
     if len(names) == 1 and parsed[0] is None:
         return [] if names[0].endswith(".gguf") else [f"{key}[0]: {names[0]!r} is not a .gguf"]
     problems = []

@@ -397,3 +397,27 @@ def test_lock_names_a_bad_model_key_without_asking_for_the_rest(tmp_path: Path) 
     assert result.returncode == 2
     problems = result.stderr.splitlines()[1:]
     assert [p.split(":")[0] for p in problems] == ["model.repo", "model.files"], problems
+
+
+def test_patterns_that_take_in_two_models_name_both(hub: Hub, tmp_path: Path) -> None:
+    path = stack_file(tmp_path, files=["UD-IQ1_M/*", "UD-Q2_K/*"])
+    result = cli(hub, "lock", str(path))
+    assert result.returncode == 2
+    (line,) = [p for p in result.stderr.splitlines() if p.startswith("model.files:")]
+    assert line == (
+        "model.files: the patterns take in 2 models, not one: 'UD-IQ1_M/Tiny-UD-IQ1_M-*.gguf' "
+        "(3 shards), 'UD-Q2_K/Tiny-UD-Q2_K.gguf'; list the files (or a pattern) of the one to "
+        "serve"
+    )
+    assert "is not a split shard" not in result.stderr
+
+
+def test_a_pattern_that_matches_nothing_lists_the_repos_gguf_files(
+    hub: Hub, tmp_path: Path
+) -> None:
+    result = cli(hub, "lock", str(stack_file(tmp_path, files="UD-Q2_K/Tiny-UD-Q3_K.gguf")))
+    assert result.returncode == 2
+    (line,) = [p for p in result.stderr.splitlines() if p.startswith("model.files[0]:")]
+    assert "matches no file of unsloth/Tiny-GGUF@" in line
+    assert "; nearest: 'UD-Q2_K/Tiny-UD-Q2_K.gguf', " in line
+    assert "its GGUF files: 'UD-IQ1_M/Tiny-UD-IQ1_M-00001-of-00003.gguf', " in line
