@@ -279,7 +279,8 @@ class HubUnreachable(ConfigError):
 
 
 def _network_fault(exc: http_policy.HttpError) -> bool:
-    """A transport failure or the hub's own trouble (5xx, 408, 429), not an answer about us."""
+    """A transport failure or the hub's own trouble (the policy's retryable statuses), not an
+    answer about us."""
     return exc.status is None or exc.retryable
 
 
@@ -331,7 +332,7 @@ def resolve_lock(
     except HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else None
         message = f"model.repo: {where} answered HTTP {status or '?'} for {model.repo}"
-        if status is None or status >= 500 or status in (408, 429):
+        if status is None or status in http_policy.RETRYABLE_STATUS:
             raise HubUnreachable(message) from None
         raise ConfigError([message]) from None
     except (OSError, TransportError) as exc:

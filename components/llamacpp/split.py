@@ -96,17 +96,11 @@ class _Built:
 _PROGRAMS: "weakref.WeakKeyDictionary[object, _Built]" = weakref.WeakKeyDictionary()
 """Per program run, keyed by its resource monitor (one per engine connection or mock run)."""
 _NO_MONITOR = _Built()
-_BY_ID: dict[int, _Built] = {}
 
 
 def _built() -> _Built:
     monitor = settings.SETTINGS.monitor
-    if monitor is None:
-        return _NO_MONITOR
-    try:
-        return _PROGRAMS.setdefault(monitor, _Built())
-    except TypeError:  # a monitor that takes no weak reference: kept for the process
-        return _BY_ID.setdefault(id(monitor), _Built())
+    return _NO_MONITOR if monitor is None else _PROGRAMS.setdefault(monitor, _Built())
 
 
 def head_built(name: str, server: LlamaCppVulkanServerArgs) -> None:

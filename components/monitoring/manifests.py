@@ -6,6 +6,7 @@ picks up by its `grafana_dashboard` label, and the pod annotations a plain Prome
 `kubernetes-pods` job scrapes by.
 """
 
+import functools
 import hashlib
 from typing import Any
 
@@ -116,8 +117,10 @@ def metrics_proxy_volume(server: str, source: str) -> dict[str, Any]:
     }
 
 
+@functools.cache
 def proxy_source() -> str:
-    """The proxy script shipped in the ConfigMap."""
+    """The proxy script shipped in the ConfigMap (read once: the Deployment and the ConfigMap
+    of every server name it)."""
     return METRICS_PROXY_SOURCE.read_text()
 
 

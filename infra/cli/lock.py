@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from infra.cli.common import (
     Subparsers,
@@ -27,6 +27,7 @@ from infra.config import (
     read_stack_file,
 )
 from infra.config.base import validation_problems
+from infra.config.kubernetes import HubSettings
 from infra.config.stack import StackFile
 
 
@@ -74,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         stack_file = read_stack_file(args.stack)
-        targets, store = lock_request(stack_file)
-        endpoint, allow_http = hub_endpoint(store, args.endpoint, args.allow_token_over_http)
+        targets, hub = lock_request(stack_file)
+        endpoint, allow_http = hub_endpoint(hub, args.endpoint, args.allow_token_over_http)
         resolved = {
             path: lock.resolve_lock(
                 model,
@@ -120,17 +121,14 @@ EXIT_NETWORK = 3
 """The hub could not be reached (or failed on its side): try again, or another endpoint."""
 
 
-class LockStore(BaseModel):
-    """The store keys the lock reads (the rest of `store:` is render's to check)."""
+class _LockHub(HubSettings):
+    """The store's hub keys, the rest of `store:` left to render."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True, populate_by_name=True)
-
-    hf_endpoint: HttpUrl | None = Field(None, alias="hfEndpoint")
-    allow_token_over_http: bool = Field(False, alias="allowTokenOverHttp")
+    model_config = ConfigDict(extra="ignore")
 
 
-def lock_request(stack_file: StackFile) -> tuple[dict[Path, RepoModelSettings], LockStore | None]:
-    """What `lock` needs of a stack: each model to pin, and the hub settings of its store.
+def lock_request(stack_file: StackFile) -> tuple[dict[Path, RepoModelSettings], HubSettings | None]:
+    """What `lock` needs of a stack: each model to pin, and its store's hub settings.
 
     A single-server stack needs only `model:` (repo, revision, files) and, where set,
     `store.hfEndpoint` and `store.allowTokenOverHttp`: the other keys (sizes, the server, the
@@ -140,46 +138,35 @@ def lock_request(stack_file: StackFile) -> tuple[dict[Path, RepoModelSettings], 
     values = stack_file.values()
     if "servers" in values:
         stack = stack_file.stack()
-        store = getattr(stack, "store", None)
-        return lock_targets(stack, stack_file.lock_path), _lock_store(store)
-    problems: list[str] = []
+        return lock_targets(stack, stack_file.lock_path), getattr(stack, "store", None)
     model = values.get("model")
     if not isinstance(model, dict):
         raise ConfigError(["model: is required (repo, revision and files)"])
     wanted = {key: model[key] for key in ("repo", "revision", "files") if key in model}
-    settings = None
+    store = values.get("store")
+    problems: list[str] = []
+    settings = hub = None
     try:
         settings = RepoModelSettings.model_validate(wanted)
     except ValidationError as exc:
         problems += [f"model.{line}" for line in validation_problems(exc, RepoModelSettings)]
-    store_values = values.get("store")
     try:
-        store = LockStore.model_validate(store_values if isinstance(store_values, dict) else {})
+        hub = _LockHub.model_validate(store if isinstance(store, dict) else {})
     except ValidationError as exc:
-        problems += [f"store.{line}" for line in validation_problems(exc, LockStore)]
+        problems += [f"store.{line}" for line in validation_problems(exc, _LockHub)]
     if problems or settings is None:
         raise ConfigError(problems)
-    return {stack_file.lock_path: settings}, store
-
-
-def _lock_store(store: Any) -> LockStore | None:
-    if store is None:
-        return None
-    return LockStore.model_validate(
-        {"hfEndpoint": store.hf_endpoint, "allowTokenOverHttp": store.allow_token_over_http}
-    )
+    return {stack_file.lock_path: settings}, hub
 
 
 def hub_endpoint(
-    store: LockStore | None, option: str | None, allow_option: bool
+    hub: HubSettings | None, option: str | None, allow_option: bool
 ) -> tuple[str | None, bool]:
     """The one endpoint setting: `--endpoint`, else the stack's store.hfEndpoint (which the
     fetch Job uses too), else $HF_ENDPOINT; and whether a token may go to it over plain http."""
-    configured = str(store.hf_endpoint).rstrip("/") if store and store.hf_endpoint else None
+    configured = str(hub.hf_endpoint).rstrip("/") if hub and hub.hf_endpoint else None
     endpoint = option or configured or os.environ.get("HF_ENDPOINT") or None
-    allowed = allow_option or bool(
-        store is not None and endpoint == configured and store.allow_token_over_http
-    )
+    allowed = allow_option or bool(hub and endpoint == configured and hub.allow_token_over_http)
     return endpoint, allowed
 
 

@@ -74,7 +74,16 @@ class ModelSettings(RepoModelSettings):
     """GGUF structure keys (`deepseek4.attention.*`, ...) for the plan before a lock has them."""
 
 
-class StoreSettings(Strict):
+class HubSettings(Strict):
+    """Where the model comes from: the keys `llm-infra lock` and the fetch Job share."""
+
+    hf_endpoint: HttpUrl | None = None
+    allow_token_over_http: bool = False
+    """Send hfToken to a plain-http hfEndpoint (a mirror on a trusted network); refused
+    unless set."""
+
+
+class StoreSettings(HubSettings):
     """The model volume and the fetch Job."""
 
     name: DnsLabel = "models"
@@ -90,10 +99,6 @@ class StoreSettings(Strict):
     """Glob patterns of file names on the volume (no `/`; a leading `-` would read as a flag)."""
     parallel_downloads: Annotated[int, Field(ge=1, le=16)] = PARALLEL_DOWNLOADS
     fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
-    hf_endpoint: HttpUrl | None = None
-    allow_token_over_http: bool = False
-    """Send hfToken to a plain-http hfEndpoint (a mirror on a trusted network); refused
-    unless set."""
     upgrade: Literal["keep", "replace"] = "keep"
     """`keep`: on a new lock the old model stays on the volume, and serving, until the new one is
     verified (the volume must hold both); `replace`: when it cannot, the retired files go first

@@ -62,8 +62,8 @@ def built_inputs(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "LlamaCppRpcWorker", dict(worker)
 
 
-def without_indices_and_map_keys(key: str) -> str:
-    """`model.files[0].name` → `model.files`; what `explain` knows of a key."""
+def without_indices(key: str) -> str:
+    """`model.files[0].name` → `model.files`: what `explain` knows of a key."""
     return re.sub(r"\[\d+\].*$", "", key)
 
 
@@ -82,7 +82,7 @@ def test_every_input_a_stack_feeds_maps_to_a_key_of_that_stack_file(stack: str) 
             if key.startswith(f"{component}."):
                 unmapped.append(key)
                 continue
-            checked = without_indices_and_map_keys(key)
+            checked = without_indices(key)
             # A dict-valued key (nodeSelector, monitorLabels) has no schema entry per map key.
             while checked and not explain(checked):
                 checked = checked.rpartition(".")[0]
