@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
@@ -10,6 +12,7 @@ from components.payloads.fetcher import retire_pattern_problem
 from infra.config import ConfigError, FleetStack, StackConfig, StrixHaloStack, quantity_value
 from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
+from infra.config.kubernetes import structure_problems
 from infra.lock import ModelSource
 from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp import (
@@ -31,23 +34,78 @@ NO_WEIGHT_SIZE = (
 )
 
 
-def llamacpp_inputs(
+def _same(stack_value: Any, header_value: Any) -> bool:
+    """Whether a stack file's metadata value states the header's (a float as float32 holds it)."""
+    if isinstance(stack_value, list) and isinstance(header_value, list):
+        return len(stack_value) == len(header_value) and all(
+            _same(a, b) for a, b in zip(stack_value, header_value, strict=True)
+        )
+    numbers = (int, float)
+    if isinstance(stack_value, numbers) and isinstance(header_value, numbers):
+        return math.isclose(stack_value, header_value, rel_tol=1e-6)
+    return bool(stack_value == header_value)
+
+
+@dataclass(frozen=True)
+class ModelStructure:
+    """What the plan knows of a GGUF model: from its header (the lock's summary, or `--gguf`),
+    else from the stack file's model.architecture, model.layers, model.metadata and sizes."""
+
+    architecture: str
+    layers: int
+    metadata: dict[str, Any]
+    vocab_size: int | None
+    weights: ModelWeights
+
+
+def model_structure(
     stack: StrixHaloStack,
     source: ModelSource,
     header_summary: Mapping[str, Any] | None = None,
-) -> LlamaCppPlanInputs:
-    """Planner inputs; weights from a GGUF header at hand, else the lock, else the config."""
-    model, server, memory = stack.model, stack.server, stack.memory
-    retire = retire_problems(stack, source)
-    if retire:
-        raise ConfigError(retire)
+) -> ModelStructure:
+    """The model's structure, one source of truth: the header wherever there is one (the stack
+    file need not repeat it, and where it does the two must agree), the stack file before."""
+    model = stack.model
     summary = header_summary or source.gguf
+    problems = []
     if summary is not None:
+        where = "the GGUF header" if header_summary else "the locked GGUF header"
+        architecture: str = summary["architecture"]
+        header: Mapping[str, Any] = summary["metadata"]
+        block_count = header.get(f"{architecture}.block_count")
+        layers = block_count if isinstance(block_count, int) else len(summary["layer_bytes"])
+        if model.architecture is not None and model.architecture != architecture:
+            problems.append(
+                f"model.architecture: {model.architecture!r}, but {where} says {architecture!r} "
+                "(remove the key: the lock's header decides)"
+            )
+        if model.layers is not None and model.layers != layers:
+            problems.append(
+                f"model.layers: {model.layers}, but {where} says {layers} "
+                f"({architecture}.block_count; remove the key: the lock's header decides)"
+            )
+        for key, value in model.metadata.items():
+            if key in header and not _same(value, header[key]):
+                problems.append(
+                    f"model.metadata: {key} is {value!r}, but {where} says {header[key]!r} "
+                    "(remove the key: the lock's header decides)"
+                )
         label: WeightSource = "GGUF header" if header_summary else "lock summary"
         weights = ModelWeights.from_summary(summary, label)
-        metadata = {**model.metadata, **summary["metadata"]}
+        metadata = {**model.metadata, **header}
         vocab = summary.get("vocab_size")
     else:
+        unlocked = "required until the model is locked (run: llm-infra lock STACK, which reads it "
+        if model.architecture is None:
+            problems.append(
+                f"model.architecture: {unlocked}from the GGUF header; or set it, e.g. llama)"
+            )
+        if model.layers is None:
+            problems.append(f"model.layers: {unlocked}from the GGUF header's block_count)")
+        if problems:
+            raise ConfigError(problems)
+        assert model.architecture is not None and model.layers is not None
+        architecture, layers = model.architecture, model.layers
         sizes = [f.get("size") for f in source.files]
         if sizes and all(size is not None for size in sizes):
             total = sum(size or 0 for size in sizes)
@@ -55,13 +113,31 @@ def llamacpp_inputs(
             total = int(model.size_gib * GIB)
         else:
             raise ConfigError([NO_WEIGHT_SIZE])
-        weights = ModelWeights.from_file_sizes(total, model.layers)
+        weights = ModelWeights.from_file_sizes(total, layers)
         metadata = dict(model.metadata)
         vocab = None
-    metadata.setdefault(f"{model.architecture}.block_count", model.layers)
+    metadata.setdefault(f"{architecture}.block_count", layers)
+    problems += structure_problems(stack.server, architecture, layers, metadata)
+    if problems:
+        raise ConfigError(problems)
+    return ModelStructure(architecture, layers, metadata, vocab, weights)
+
+
+def llamacpp_inputs(
+    stack: StrixHaloStack,
+    source: ModelSource,
+    header_summary: Mapping[str, Any] | None = None,
+) -> LlamaCppPlanInputs:
+    """Planner inputs; weights from a GGUF header at hand, else the lock, else the config."""
+    server, memory = stack.server, stack.memory
+    retire = retire_problems(stack, source)
+    if retire:
+        raise ConfigError(retire)
+    structure = model_structure(stack, source, header_summary)
+    weights, metadata = structure.weights, structure.metadata
     compute = {"vram": int(memory.compute_gib * GIB)} if memory.compute_gib is not None else {}
     try:
-        attention = attention_shape(model.architecture, metadata, vocab)
+        attention = attention_shape(structure.architecture, metadata, structure.vocab_size)
     except ValueError as exc:
         # What the plan needs and neither the lock nor model.metadata gives.
         raise ConfigError([f"model.metadata: {exc} (lock the model, or add the key)"]) from None
