@@ -1,0 +1,340 @@
+"""Dependencies point one way: no import circle in `infra/` or `components/`, no payload that
+reaches pulumi, and no layer below the command line that imports `infra/cli/`.
+
+Read from the import statements themselves (`ast`), so an import inside a function or under
+`TYPE_CHECKING` counts as much as one at the top of a module.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGES = ("components", "infra")
+
+
+@dataclass(frozen=True)
+class Import:
+    """One imported name as a statement of `module` writes it."""
+
+    target: str
+    """The project module it resolves to, or the external top-level name (`pulumi`)."""
+    line: int
+    type_only: bool
+    """Under `if TYPE_CHECKING:`: never runs."""
+    optional: bool = False
+    """In a `try:` whose `except ImportError` does without it."""
+
+
+def module_name(path: Path, root: Path) -> str:
+    """`components/payloads/verify.py` → `components.payloads.verify`."""
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    """Every module of the packages under `root`, by dotted name."""
+    return {
+        module_name(path, root): path
+        for package in PACKAGES
+        for path in sorted((root / package).rglob("*.py"))
+    }
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _catches_import_error(node: ast.Try) -> bool:
+    names = {"ImportError", "ModuleNotFoundError"}
+    for handler in node.handlers:
+        caught = handler.type
+        members = caught.elts if isinstance(caught, ast.Tuple) else [caught]
+        if any(isinstance(m, ast.Name) and m.id in names for m in members):
+            return True
+    return False
+
+
+Statements = Iterator[tuple[ast.Import | ast.ImportFrom, bool, bool]]
+
+
+def _statements(tree: ast.AST) -> Statements:
+    """Every import statement, anywhere in the tree, whether only a type checker runs it, and
+    whether the module does without it."""
+
+    def walk(node: ast.AST, type_only: bool, optional: bool) -> Statements:
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node, type_only, optional
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for guarded in node.body:
+                yield from walk(guarded, True, optional)
+            for unguarded in node.orelse:
+                yield from walk(unguarded, type_only, optional)
+            return
+        if isinstance(node, ast.Try) and _catches_import_error(node):
+            for statement in node.body:
+                yield from walk(statement, type_only, True)
+            for other in [*node.handlers, *node.orelse, *node.finalbody]:
+                yield from walk(other, type_only, optional)
+            return
+        for child in ast.iter_child_nodes(node):
+            yield from walk(child, type_only, optional)
+
+    yield from walk(tree, False, False)
+
+
+def imports(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
+    """What module `name` (at `path`) imports: project modules by name, others by top name."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: list[Import] = []
+    for statement, type_only, optional in _statements(ast.parse(path.read_text(), str(path))):
+        if isinstance(statement, ast.Import):
+            targets = [alias.name for alias in statement.names]
+        else:
+            base = statement.module or ""
+            if statement.level:
+                anchor = package.split(".")[: len(package.split(".")) - statement.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            # `from package import module` imports that module; `from module import name`, it.
+            targets = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                for alias in statement.names
+            ]
+        for target in targets:
+            # `import a.b.c` of a project module names it; of anything else, its distribution.
+            resolved = target if target in modules else target.split(".")[0]
+            found.append(Import(resolved, statement.lineno, type_only, optional))
+    return found
+
+
+def import_graph(root: Path) -> dict[str, list[Import]]:
+    """Each project module's imports."""
+    modules = project_modules(root)
+    return {name: imports(name, path, modules) for name, path in modules.items()}
+
+
+def import_circles(graph: dict[str, list[Import]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for edge in graph[node]:
+            if edge.target not in graph:
+                continue
+            if edge.target not in index:
+                visit(edge.target)
+                low[node] = min(low[node], low[edge.target])
+            elif edge.target in on_stack:
+                low[node] = min(low[node], index[edge.target])
+        if low[node] == index[node]:
+            group: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1 or any(e.target == node for e in graph[node]):
+                circles.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def parents(name: str) -> list[str]:
+    """The packages whose `__init__` runs before a module: `a.b.c` → `a`, `a.b`."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def path_to(graph: dict[str, list[Import]], start: str, external: str) -> list[str] | None:
+    """The chain of runtime imports by which `start` reaches the distribution `external`
+    (a package's `__init__` counts: Python runs it before the module), or None."""
+    came_from: dict[str, str | None] = {start: None}
+    queue = [start]
+    while queue:
+        node = queue.pop(0)
+        steps = [e.target for e in graph[node] if not e.type_only]
+        steps += parents(node)
+        for step in steps:
+            if step == external:
+                chain = [step, node]
+                back = came_from[node]
+                while back is not None:
+                    chain.append(back)
+                    back = came_from[back]
+                return chain[::-1]
+            if step in graph and step not in came_from:
+                came_from[step] = node
+                queue.append(step)
+    return None
+
+
+def payloads(graph: dict[str, list[Import]]) -> list[str]:
+    """The payload modules (stdlib-only scripts shipped into pods and hosts)."""
+    return [name for name in graph if name.startswith("components.payloads.")]
+
+
+FORBIDDEN_IN_PAYLOADS = ("pulumi", "pulumi_kubernetes", "pulumi_command", "pydantic")
+
+
+def payloads_reaching_forbidden(graph: dict[str, list[Import]]) -> dict[str, list[str]]:
+    """`payload -> distribution`: the import chain, for each payload that reaches one."""
+    return {
+        f"{name} -> {external}": chain
+        for name in payloads(graph)
+        for external in FORBIDDEN_IN_PAYLOADS
+        if (chain := path_to(graph, name, external)) is not None
+    }
+
+
+def payload_imports_outside_stdlib(graph: dict[str, list[Import]]) -> list[str]:
+    """`module:line: name` for each runtime import of a payload that is neither the standard
+    library nor another payload (an optional one, with its fallback, is allowed)."""
+    allowed = {*sys.stdlib_module_names, "__future__", "components.payloads", *payloads(graph)}
+    return [
+        f"{name}:{edge.line}: {edge.target}"
+        for name in payloads(graph)
+        for edge in graph[name]
+        if not (edge.type_only or edge.optional) and edge.target not in allowed
+    ]
+
+
+def command_line_importers(graph: dict[str, list[Import]]) -> list[str]:
+    """`module:line: infra.cli...` for each module outside `infra/cli/` that imports it."""
+
+    def in_cli(name: str) -> bool:
+        return name == "infra.cli" or name.startswith("infra.cli.")
+
+    return [
+        f"{name}:{edge.line}: {edge.target}"
+        for name, edges in graph.items()
+        if not in_cli(name)
+        for edge in edges
+        if in_cli(edge.target)
+    ]
+
+
+GRAPH = import_graph(ROOT)
+
+
+def test_the_project_has_no_import_circle() -> None:
+    assert import_circles(GRAPH) == []
+
+
+def test_no_payload_reaches_pulumi_or_pydantic() -> None:
+    assert "components.payloads.verify" in payloads(GRAPH)
+    assert payloads_reaching_forbidden(GRAPH) == {}
+
+
+def test_the_payloads_import_only_the_standard_library_and_each_other() -> None:
+    assert payload_imports_outside_stdlib(GRAPH) == []
+
+
+def test_no_layer_below_the_command_line_imports_it() -> None:
+    assert command_line_importers(GRAPH) == []
+
+
+# The checks above would pass on a checker that finds nothing: each is shown to fire here on a
+# small tree written for it.
+
+
+def write_tree(root: Path, files: dict[str, str]) -> dict[str, list[Import]]:
+    for relative, text in files.items():
+        path = root / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return import_graph(root)
+
+
+def test_a_circle_through_a_function_local_or_type_checking_import_is_found(
+    tmp_path: Path,
+) -> None:
+    graph = write_tree(
+        tmp_path,
+        {
+            "infra/__init__.py": "",
+            "infra/a.py": "from infra import b\n",
+            "infra/b.py": "def f():\n    from infra.c import x\n",
+            "infra/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+            "    from . import a\nx = 1\n",
+            "components/__init__.py": "",
+            "components/d.py": "import infra.a\n",
+        },
+    )
+    assert import_circles(graph) == [["infra.a", "infra.b", "infra.c"]]
+
+
+PAYLOAD_TREE = {
+    "infra/__init__.py": "",
+    "components/__init__.py": "import typing\nif typing.TYPE_CHECKING:\n    import pulumi\n",
+    "components/payloads/__init__.py": "",
+    "components/payloads/clean.py": "import json\n",
+    "components/payloads/bad.py": "from components.payloads import helper\n",
+    "components/payloads/helper.py": "def f():\n    from components.k8s.children import x\n",
+    "components/k8s/__init__.py": "",
+    "components/k8s/children.py": "import pulumi_kubernetes as k8s\nx = 1\n",
+}
+
+
+def test_a_payload_reaching_pulumi_through_a_sibling_is_found(tmp_path: Path) -> None:
+    graph = write_tree(tmp_path, PAYLOAD_TREE)
+    assert path_to(graph, "components.payloads.clean", "pulumi") is None
+    assert path_to(graph, "components.payloads.bad", "pulumi_kubernetes") == [
+        "components.payloads.bad",
+        "components.payloads.helper",
+        "components.k8s.children",
+        "pulumi_kubernetes",
+    ]
+    assert set(payloads_reaching_forbidden(graph)) == {
+        "components.payloads.bad -> pulumi_kubernetes",
+        "components.payloads.helper -> pulumi_kubernetes",
+    }
+
+
+def test_a_payload_reaching_pulumi_through_its_package_init_is_found(tmp_path: Path) -> None:
+    graph = write_tree(tmp_path, {**PAYLOAD_TREE, "components/__init__.py": "import pulumi\n"})
+    assert path_to(graph, "components.payloads.clean", "pulumi") == [
+        "components.payloads.clean",
+        "components",
+        "pulumi",
+    ]
+
+
+def test_a_third_party_payload_import_and_a_command_line_import_below_it_are_found(
+    tmp_path: Path,
+) -> None:
+    graph = write_tree(
+        tmp_path,
+        {
+            **PAYLOAD_TREE,
+            "components/payloads/clean.py": "import json\ntry:\n    import yaml\n"
+            "except ImportError:\n    yaml = None\n",
+            "components/payloads/uses_yaml.py": "import yaml\n",
+            "infra/cli/__init__.py": "",
+            "infra/cli/docs.py": "from infra.cli import common\n",
+            "infra/cli/common.py": "",
+            "infra/reference.py": "from infra.cli.common import x\n",
+        },
+    )
+    assert sorted(payload_imports_outside_stdlib(graph)) == [
+        "components.payloads.helper:2: components.k8s.children",
+        "components.payloads.uses_yaml:1: yaml",
+    ]
+    assert command_line_importers(graph) == ["infra.reference:1: infra.cli.common"]
