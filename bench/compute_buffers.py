@@ -31,10 +31,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.modules import load_file  # noqa: E402
-
-# The payload by path: components/__init__ imports pulumi, which a GPU machine does not have.
-gpu_gate = load_file("components.payloads.gpu_gate", ROOT / "components/payloads/gpu_gate.py")
+# A standard-library payload: a GPU machine's plain Python (no pulumi) imports it.
+from components.payloads import gpu_gate  # noqa: E402
 
 MIB = 1024**2
 N_VOCAB = 380

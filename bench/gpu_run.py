@@ -6,7 +6,7 @@
 Runs on the GPU machine with a plain Python (no pulumi): ``ARGV.json`` is the llama-server
 ``args`` of the rendered Deployment (``llm-infra render strix-halo``; ``--argv-from-render``
 reads them from a render's resources.json). For each model it starts llama-server exactly as
-the pod does (the load-log wrapper of ``gpu_gate.server_command``, the rendered flags; only
+the pod does (the load-log wrapper of ``gate.server_command``, the rendered flags; only
 ``-m``, ``--port`` and ``--log-file`` changed), then:
 
 * the gate: the Python check and the rendered startup probe's shell on the load log;
@@ -43,6 +43,7 @@ bench = load_file("bench_serve", ROOT / "bench" / "serve.py").load_bench()
 gpu_gate = sys.modules["components.payloads.gpu_gate"]
 verify = sys.modules["components.payloads.verify"]
 
+from components.llamacpp import gate as gate_shell  # noqa: E402
 from tests.support.gate_server import run_gated_llama_server  # noqa: E402
 from tests.support.llama_server import free_port  # noqa: E402
 
@@ -86,7 +87,7 @@ def gate(url: str, log: Path, argv: list[str]) -> dict[str, Any]:
     layers = int(argv[argv.index("-ngl") + 1])
     result = gpu_gate.check_log(log.read_text(errors="replace"), layers)
     probe = subprocess.run(
-        gpu_gate.probe_command(str(log), layers, health_url=url),
+        gate_shell.probe_command(str(log), layers, health_url=url),
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     print(result.summary())

@@ -3,7 +3,7 @@
     python bench/log_growth.py [--requests 300] [--binary PATH] [--model GGUF] [--ngl N]
 
 Starts llama-server at ``-lv 4`` (the gate's verbosity) with ``-np 1`` and the default 8 GiB
-``--cache-ram`` through the pod's load-log wrapper (``gpu_gate.server_command``), sends
+``--cache-ram`` through the pod's load-log wrapper (``gate.server_command``), sends
 requests with distinct prompts so the prompt cache fills up (b11434 then logs two lines per
 cached prompt on every request), and prints, per window of requests: the cached prompts, the
 bytes per request the console (the container log, rotated by the kubelet) grows by, the bytes

@@ -14,6 +14,7 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.llamacpp.gate import probe_command, server_command
 from components.llamacpp.inputs import HttpProbe, LlamaCppVulkanServerArgs, LlamaServerFlags
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import model_check_container, model_volumes
@@ -25,7 +26,6 @@ from components.monitoring.manifests import (
     proxy_source,
     scrape_annotations,
 )
-from components.payloads.gpu_gate import probe_command, server_command
 
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
@@ -258,7 +258,7 @@ def server_deployment(
     if args["gpu_access"] == "privileged":
         volumes.append(dri_volume(args["gpu_device_path"]))
     if args["gpu_gate"]:
-        # Holds only the load log (at most gpu_gate.LOAD_LOG_LIMIT): -lv 4 traffic never lands here.
+        # Holds only the load log (at most gate.LOAD_LOG_LIMIT): -lv 4 traffic never lands here.
         volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})
     if args.get("api_key") is not None:
         volumes.append(

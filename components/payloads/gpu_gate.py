@@ -1,7 +1,7 @@
 """Acceleration gate: did llama-server really put the configured layers on a GPU?
 
-Standard library only, so the same file can run as a check script in a stock ``python``
-image (``python3 gpu_gate.py --log FILE --expect-layers N``), like the fetcher beside it.
+Standard library only: the back-end of ``llm-infra gpu-gate``, and read on a GPU machine's plain
+Python by the bench scripts (``bench/gpu_run.py``, ``bench/compute_buffers.py``).
 
 What llama-server b11434 prints, and all the gate takes as evidence (from its source and from
 real runs: the CPU build here, the Vulkan build on an NVIDIA H200, ``tests/fixtures/gpu_gate/``):
@@ -22,9 +22,10 @@ real runs: the CPU build here, the Vulkan build on an NVIDIA H200, ``tests/fixtu
 
 ``ggml_vulkan:`` lines are not printed at ``-lv 4`` or ``-lv 5`` by b11434, so they are not read.
 
-The log volume stays bounded: in the pod, ``--log-file`` is a FIFO (``server_command``) whose
-reader keeps the load, up to ``listening on``, in the log file the probe reads and drops what
-follows; the container's stdout (``kubectl logs``, rotated by the kubelet) keeps everything.
+The log volume stays bounded: in the pod, ``--log-file`` is a FIFO whose reader keeps the load,
+up to ``listening on``, in the log file the probe reads and drops what follows; the container's
+stdout (``kubectl logs``, rotated by the kubelet) keeps everything. That container command and
+the probe, shell for an image without Python, are ``components/llamacpp/gate.py``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shlex
 import sys
 import time
 import urllib.error
@@ -58,10 +58,6 @@ FEWER_LAYERS_CAUSE = (
     "default) lowered it because the device had too little free memory (see device_info and "
     "the common_params_fit lines)"
 )
-LOADED_MARKER = "listening on http"
-"""The line after which the load log is complete (``llama_server: listening on http://...``)."""
-LOAD_LOG_LIMIT = 16 * 1024 * 1024
-"""Most bytes the pod's load log may hold: a -lv 4 load of the 87 GiB model is a few dozen KiB."""
 
 # "0.00.010.672 I load_tensors: ..." - timestamp and level letter are optional prefixes
 # (--log-prefix/--log-timestamps), so they are stripped rather than required.
@@ -317,142 +313,8 @@ def wait_healthy(base_url: str, timeout: float, interval: float = 2.0) -> bool:
         time.sleep(interval)
 
 
-# grep -E for a model buffer line of the device with a size above zero (%8.2f: "0.00" is zero).
-_NONZERO_MIB = r"= *(0*[1-9][0-9]*\.[0-9]+|0*\.[0-9]*[1-9][0-9]*) MiB"
-
-
-def probe_shell(
-    log_path: str,
-    expect_layers: int,
-    device_prefix: str = "Vulkan",
-    health_url: str | None = None,
-    rpc_endpoints: tuple[str, ...] | list[str] = (),
-) -> str:
-    """POSIX sh for an exec startupProbe in the server image (no python there): exit 0 = on GPU.
-
-    Needs ``--log-file LOG_PATH -lv 4``. The CPU-fallback warning does not reach the log file,
-    so a GPU-less container is caught by the offload line being absent after a finished load.
-    Only the last load in the log counts (at ``-lv 5`` the memory fit's dry run logs one first).
-    Every failure prints one line: what was seen and the likely cause (the probe's event).
-    With ``health_url`` (e.g. ``http://127.0.0.1:8080``) it first requires ``/health`` 200 via
-    curl, which the llama.cpp server images ship for their own healthcheck. With
-    ``rpc_endpoints`` each rpc-server must hold a non-zero model buffer as well.
-    """
-    log = shlex.quote(log_path)
-    prefix = shlex.quote(device_prefix)
-    health = ""
-    if health_url:
-        url = shlex.quote(health_url.rstrip("/") + "/health")
-        health = (
-            f"curl -fsS -o /dev/null --max-time 5 {url} || "
-            '{ echo "gpu-gate: not healthy yet (the model is still loading)"; exit 1; }\n'
-        )
-    no_gpu = shlex.quote(NO_GPU_CAUSE)
-    fewer = shlex.quote(FEWER_LAYERS_CAUSE)
-    verbosity = shlex.quote(VERBOSITY_HINT)
-    return health + (
-        f"log={log}; dev={prefix}\n"
-        '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
-        'it with --log-file)"; exit 1; }\n'
-        # The last load only: from its 'loading model tensors' line to the end.
-        "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
-        "cut -d: -f1)\n"
-        'last=$(sed -n "${start:-1},\\$p" "$log")\n'
-        "devs=$(sed -n 's/^.*common_param: *- \\([^ ]*\\) *: \\(.*\\) "
-        "(\\([0-9]*\\) MiB, .*/\\1 (\\2)/p'"
-        ' "$log" | tr "\\n" "," | sed "s/,$//")\n'
-        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
-        "size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
-        "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
-        "tail -n 1)\n"
-        'seen="seen: devices ${devs:-none listed}; ${off:-no offload line}; model buffers '
-        '${bufs:-none}"\n'
-        'if [ -z "$off" ]; then\n'
-        "  if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
-        f"    echo \"gpu-gate: FAIL: no '{OFFLOADED_LINE}' line: the log is below -lv 4; \""
-        f"{verbosity}; exit 1\n"
-        "  fi\n"
-        '  if grep -q \'llama_server: model loaded\' "$log" || [ -n "$bufs" ]; then\n'
-        f"    echo \"gpu-gate: FAIL: no GPU used: no '{OFFLOADED_LINE}' line after a finished "
-        f'load ($seen); "{no_gpu}; exit 1\n'
-        "  fi\n"
-        f"  echo \"gpu-gate: no '{OFFLOADED_LINE}' line yet: still loading ($seen)\"; exit 1\n"
-        "fi\n"
-        "n=${off#offloaded }; n=${n%%/*}; m=${off#*/}; m=${m%% *}\n"
-        f'want={int(expect_layers)}; [ "$want" -gt "$m" ] && want=$m\n'
-        '[ "$n" -ge "$want" ] || { echo "gpu-gate: FAIL: $n/$m layers on GPU, want $want '
-        f'($seen); "{fewer}; exit 1; }}\n'
-        'printf \'%s\\n\' "$last" | grep -Eq "load_tensors: *${dev}[0-9]+ model buffer size '
-        f'{_NONZERO_MIB}" || '
-        '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
-        "exit 1; }\n"
-        + "".join(
-            f"ep={shlex.quote(endpoint)}\n"
-            'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
-            f'grep -Eq "{_NONZERO_MIB}" || '
-            '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
-            'did not land there ($seen)"; exit 1; }\n'
-            for endpoint in rpc_endpoints
-        )
-        + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
-    )
-
-
-def probe_command(
-    log_path: str,
-    expect_layers: int,
-    health_url: str | None = None,
-    device_prefix: str = "Vulkan",
-    rpc_endpoints: tuple[str, ...] | list[str] = (),
-) -> list[str]:
-    """``exec.command`` for a Kubernetes probe running ``probe_shell``."""
-    return [
-        "sh",
-        "-c",
-        probe_shell(log_path, expect_layers, device_prefix, health_url, rpc_endpoints),
-    ]
-
-
-def load_log_shell(
-    log_path: str, binary: str = "/app/llama-server", limit: int = LOAD_LOG_LIMIT
-) -> str:
-    """POSIX sh that runs llama-server (``"$@"``) with a log file that holds the load only.
-
-    ``--log-file LOG_PATH`` in the arguments is pointed at a FIFO beside it; a reader copies the
-    FIFO into LOG_PATH up to the ``listening on`` line (at most ``limit`` bytes), then drains it
-    to /dev/null. So LOG_PATH is the gate's evidence, written once per start, and never grows
-    with traffic; the console output (the container log) is untouched. llama-server stays the
-    process the kubelet signals (``exec``), and it ignores SIGPIPE: a dead reader loses log
-    lines, never the server.
-    """
-    log = shlex.quote(log_path)
-    fifo = shlex.quote(log_path.rsplit("/", 1)[0] + "/.llama-server-log.fifo")
-    return (
-        f"log={log}; fifo={fifo}\n"
-        'rm -f "$fifo" && mkfifo "$fifo" || { echo "llama-server-log: cannot make $fifo" >&2; '
-        "exit 1; }\n"
-        'n=$#; prev=\nfor a in "$@"; do\n'
-        '  if [ "$prev" = --log-file ] && [ "$a" = "$log" ]; then a=$fifo; fi\n'
-        '  set -- "$@" "$a"; prev=$a\ndone\nshift "$n"\n'
-        f"{{ sed -e '/{LOADED_MARKER}/q' | head -c {int(limit)} > \"$log\"; "
-        'exec cat > /dev/null; } < "$fifo" &\n'
-        f'exec {shlex.quote(binary)} "$@"\n'
-    )
-
-
-def server_command(log_path: str, binary: str = "/app/llama-server") -> list[str]:
-    """Container ``command`` running ``load_log_shell``; the llama-server argv are its ``args``."""
-    return ["sh", "-c", load_log_shell(log_path, binary), "llama-server"]
-
-
-def check_script() -> str:
-    """This module's source: a stdlib-only script for a stock python image (ConfigMap)."""
-    with open(__file__, encoding="utf-8") as handle:
-        return handle.read()
-
-
 def add_options(parser: argparse.ArgumentParser) -> None:
-    """The gate's options, for its own command line and `llm-infra gpu-gate`."""
+    """The options of `llm-infra gpu-gate`."""
     parser.add_argument("--log", required=True, help="llama-server log (stderr or --log-file)")
     parser.add_argument(
         "--expect-layers", default="all", help="configured -ngl (a number or 'all')"
@@ -500,14 +362,3 @@ def run(args: argparse.Namespace) -> int:
     )
     print(result.summary(), file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """CLI: ``gpu_gate.py --log FILE --expect-layers N [--wait-url URL]``; 0 pass, 1 fail."""
-    parser = argparse.ArgumentParser(prog="gpu_gate.py", description=__doc__.splitlines()[0])
-    add_options(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

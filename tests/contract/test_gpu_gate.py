@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from components.payloads import GPU_GATE_SOURCE, gpu_gate
+from components.llamacpp import gate
+from components.payloads import gpu_gate
 from tests.conftest import ROOT
 from tests.support.gate_server import cached_prompts, complete, run_gated_llama_server
 from tests.support.llama_server import (
@@ -92,18 +93,18 @@ def test_log_file_misses_the_warning_but_the_gate_still_fails(model: Path, tmp_p
     argv = tiny_server_argv(model, "-ngl", "40", "-lv", "4", "--log-file", str(log_file))
     stock = stock_llama_server_binary()
     with run_llama_server(argv, log_path=tmp_path / "stderr.log", binary=stock) as url:
-        # As the stock-python-image check would run: wait for /health, then read the log.
+        # `llm-infra gpu-gate` beside the server: wait for /health, then read the log.
         check = subprocess.run(
-            [sys.executable, "-I", str(GPU_GATE_SOURCE), "--log", str(log_file),
+            [sys.executable, "-m", "infra.cli", "gpu-gate", "--log", str(log_file),
              "--expect-layers", "40", "--wait-url", url, "--wait-timeout", "10"],
-            capture_output=True, text=True, check=False,
+            capture_output=True, text=True, check=False, cwd=ROOT,
         )  # fmt: skip
         probe = subprocess.run(
-            gpu_gate.probe_command(str(log_file), 40, health_url=url),
+            gate.probe_command(str(log_file), 40, health_url=url),
             capture_output=True, text=True, check=False,
         )  # fmt: skip
     down = subprocess.run(
-        gpu_gate.probe_command(str(log_file), 40, health_url=url),
+        gate.probe_command(str(log_file), 40, health_url=url),
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert down.returncode == 1
@@ -130,7 +131,7 @@ def test_the_pods_wrapper_keeps_the_load_and_never_grows(model: Path, tmp_path: 
             complete(url, f"prompt {i}: " + "word " * 20)
         after = log.read_text()
         probe = subprocess.run(
-            gpu_gate.probe_command(str(log), 40, health_url=url),
+            gate.probe_command(str(log), 40, health_url=url),
             capture_output=True, text=True, check=False,
         )  # fmt: skip
     assert loaded == after  # 30 requests, 29 cached prompts: not one byte more

@@ -1,6 +1,6 @@
 """llama-server started the way the gated pod starts it: through the load-log wrapper.
 
-``components.payloads.gpu_gate.server_command`` is the container's command; here the same
+``components.llamacpp.gate.server_command`` is the container's command; here the same
 shell runs with a local llama-server binary (the CPU build by default, the Vulkan build on the
 GPU machine) instead of the image's ``/app/llama-server``.
 """
@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from typing import Any
 
-from components.payloads.gpu_gate import load_log_shell
+from components.llamacpp.gate import load_log_shell
 from tests.support.llama_server import (
     LlamaServerStartError,
     _flag_value,

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from components.llamacpp import gate
 from components.payloads import gpu_gate
+from infra.cli import main as llm_infra
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu_gate"
 
@@ -36,7 +38,7 @@ def run_probe(script: str) -> subprocess.CompletedProcess[str]:
 def probe_on(tmp_path: Path, text: str, layers: int) -> subprocess.CompletedProcess[str]:
     log = tmp_path / "llama-server.log"
     log.write_text(text)
-    return run_probe(gpu_gate.probe_shell(str(log), layers))
+    return run_probe(gate.probe_shell(str(log), layers))
 
 
 GPU = fixture("llama43-gpu.load.log")
@@ -237,38 +239,26 @@ def test_min_gpu_buffer() -> None:
     assert gpu_gate.check_log(GPU, 40, min_gpu_buffer_mib=500).ok
 
 
-def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_gpu_gate_command_passes_the_gpu_load_and_fails_the_fallback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     log = tmp_path / "server.log"
     log.write_text(GPU)
-    assert gpu_gate.main(["--log", str(log), "--expect-layers", "40"]) == 0
+    assert llm_infra(["gpu-gate", "--log", str(log), "--expect-layers", "40"]) == 0
     assert "PASS" in capsys.readouterr().out
-    assert gpu_gate.main(["--log", str(log), "--expect-layers", "all"]) == 1
+    assert llm_infra(["gpu-gate", "--log", str(log), "--expect-layers", "all"]) == 1
     log.write_text(fixture("llama43-no-visible-devices.load.log"))
-    assert gpu_gate.main(["--log", str(log), "--expect-layers", "40"]) == 1
+    assert llm_infra(["gpu-gate", "--log", str(log), "--expect-layers", "40"]) == 1
     err = capsys.readouterr().err
     assert "seen: devices CPU" in err and "no GPU was used" in err
-    assert gpu_gate.main(["--log", str(tmp_path / "missing.log"), "--expect-layers", "1"]) == 1
+    missing = str(tmp_path / "missing.log")
+    assert llm_infra(["gpu-gate", "--log", missing, "--expect-layers", "1"]) == 1
     assert "cannot read" in capsys.readouterr().err
 
 
 def test_probe_without_a_log(tmp_path: Path) -> None:
-    probe = run_probe(gpu_gate.probe_shell(str(tmp_path / "nope"), 40))
+    probe = run_probe(gate.probe_shell(str(tmp_path / "nope"), 40))
     assert probe.returncode == 1 and "no load log at" in probe.stdout
-
-
-def test_check_script_is_this_module() -> None:
-    script = gpu_gate.check_script()
-    compile(script, "gpu_gate.py", "exec")
-    assert "def main(" in script
-    # Stock python image: nothing outside the standard library.
-    imports = {
-        line.split()[1].split(".")[0]
-        for line in script.splitlines()
-        if line.startswith(("import ", "from "))
-    }
-    assert imports <= {
-        "__future__", "argparse", "json", "re", "shlex", "sys", "time", "urllib", "dataclasses",
-    }  # fmt: skip
 
 
 class _Health(http.server.BaseHTTPRequestHandler):
@@ -288,7 +278,7 @@ def test_probe_command_checks_health_first(tmp_path: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        command = gpu_gate.probe_command(str(log), 40, health_url=url)
+        command = gate.probe_command(str(log), 40, health_url=url)
         assert command[:2] == ["sh", "-c"]
         ok = subprocess.run(command, capture_output=True, text=True, check=False)
         assert ok.returncode == 0, ok.stdout + ok.stderr
@@ -310,7 +300,7 @@ def test_server_command_hands_the_args_to_llama_server(tmp_path: Path) -> None:
     )
     fake.chmod(0o755)
     log = str(tmp_path / "llama-server.log")
-    command = gpu_gate.server_command(log, str(fake))
+    command = gate.server_command(log, str(fake))
     assert command[0:2] == ["sh", "-c"] and command[3] == "llama-server"
     args = ["-m", "/models/a b.gguf", "--log-file", log, "--alias", "x;y", "-lv", "4"]
     out = subprocess.run([*command, *args], capture_output=True, text=True, check=True, timeout=10)
@@ -338,10 +328,10 @@ def test_a_split_model_passes_only_with_a_model_buffer_on_every_rpc_worker(
     result = gpu_gate.check_log(split, 40, rpc_endpoints=workers)
     assert not result.ok
     assert any("RPC device w1.llm.svc:50052" in p for p in result.problems), result.problems
-    probe = run_probe(gpu_gate.probe_shell(str(log), 40, rpc_endpoints=workers))
+    probe = run_probe(gate.probe_shell(str(log), 40, rpc_endpoints=workers))
     assert probe.returncode == 1
     assert "no non-zero model buffer on the RPC device w1.llm.svc:50052" in probe.stdout
     log.write_text(split.replace("=   0.00 MiB", "=   64.25 MiB"))
     assert gpu_gate.check_log(log.read_text(), 40, rpc_endpoints=workers).ok
-    probe = run_probe(gpu_gate.probe_shell(str(log), 40, rpc_endpoints=workers))
+    probe = run_probe(gate.probe_shell(str(log), 40, rpc_endpoints=workers))
     assert probe.returncode == 0, probe.stdout

@@ -1,0 +1,150 @@
+"""The GPU gate's shell for the llama-server Deployment: the container command and the probe.
+
+The server image has no Python, so the gate runs there as POSIX sh: ``server_command`` keeps the
+load log (``--log-file`` through a FIFO whose reader keeps the load, up to ``listening on``, and
+drops what follows; the container's stdout, rotated by the kubelet, keeps everything), and
+``probe_command`` is the startupProbe that reads it. It decides what the Python check
+(``components/payloads/gpu_gate.py``, ``llm-infra gpu-gate``) decides, with its messages.
+"""
+
+import shlex
+
+from components.payloads.gpu_gate import (
+    FEWER_LAYERS_CAUSE,
+    NO_GPU_CAUSE,
+    OFFLOADED_LINE,
+    VERBOSITY_HINT,
+)
+
+LOADED_MARKER = "listening on http"
+"""The line after which the load log is complete (``llama_server: listening on http://...``)."""
+LOAD_LOG_LIMIT = 16 * 1024 * 1024
+"""Most bytes the pod's load log may hold: a -lv 4 load of the 87 GiB model is a few dozen KiB."""
+
+
+# grep -E for a model buffer line of the device with a size above zero (%8.2f: "0.00" is zero).
+_NONZERO_MIB = r"= *(0*[1-9][0-9]*\.[0-9]+|0*\.[0-9]*[1-9][0-9]*) MiB"
+
+
+def probe_shell(
+    log_path: str,
+    expect_layers: int,
+    device_prefix: str = "Vulkan",
+    health_url: str | None = None,
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
+) -> str:
+    """POSIX sh for an exec startupProbe in the server image (no python there): exit 0 = on GPU.
+
+    Needs ``--log-file LOG_PATH -lv 4``. The CPU-fallback warning does not reach the log file,
+    so a GPU-less container is caught by the offload line being absent after a finished load.
+    Only the last load in the log counts (at ``-lv 5`` the memory fit's dry run logs one first).
+    Every failure prints one line: what was seen and the likely cause (the probe's event).
+    With ``health_url`` (e.g. ``http://127.0.0.1:8080``) it first requires ``/health`` 200 via
+    curl, which the llama.cpp server images ship for their own healthcheck. With
+    ``rpc_endpoints`` each rpc-server must hold a non-zero model buffer as well.
+    """
+    log = shlex.quote(log_path)
+    prefix = shlex.quote(device_prefix)
+    health = ""
+    if health_url:
+        url = shlex.quote(health_url.rstrip("/") + "/health")
+        health = (
+            f"curl -fsS -o /dev/null --max-time 5 {url} || "
+            '{ echo "gpu-gate: not healthy yet (the model is still loading)"; exit 1; }\n'
+        )
+    no_gpu = shlex.quote(NO_GPU_CAUSE)
+    fewer = shlex.quote(FEWER_LAYERS_CAUSE)
+    verbosity = shlex.quote(VERBOSITY_HINT)
+    return health + (
+        f"log={log}; dev={prefix}\n"
+        '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
+        'it with --log-file)"; exit 1; }\n'
+        # The last load only: from its 'loading model tensors' line to the end.
+        "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
+        "cut -d: -f1)\n"
+        'last=$(sed -n "${start:-1},\\$p" "$log")\n'
+        "devs=$(sed -n 's/^.*common_param: *- \\([^ ]*\\) *: \\(.*\\) "
+        "(\\([0-9]*\\) MiB, .*/\\1 (\\2)/p'"
+        ' "$log" | tr "\\n" "," | sed "s/,$//")\n'
+        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
+        "size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
+        "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
+        "tail -n 1)\n"
+        'seen="seen: devices ${devs:-none listed}; ${off:-no offload line}; model buffers '
+        '${bufs:-none}"\n'
+        'if [ -z "$off" ]; then\n'
+        "  if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
+        f"    echo \"gpu-gate: FAIL: no '{OFFLOADED_LINE}' line: the log is below -lv 4; \""
+        f"{verbosity}; exit 1\n"
+        "  fi\n"
+        '  if grep -q \'llama_server: model loaded\' "$log" || [ -n "$bufs" ]; then\n'
+        f"    echo \"gpu-gate: FAIL: no GPU used: no '{OFFLOADED_LINE}' line after a finished "
+        f'load ($seen); "{no_gpu}; exit 1\n'
+        "  fi\n"
+        f"  echo \"gpu-gate: no '{OFFLOADED_LINE}' line yet: still loading ($seen)\"; exit 1\n"
+        "fi\n"
+        "n=${off#offloaded }; n=${n%%/*}; m=${off#*/}; m=${m%% *}\n"
+        f'want={int(expect_layers)}; [ "$want" -gt "$m" ] && want=$m\n'
+        '[ "$n" -ge "$want" ] || { echo "gpu-gate: FAIL: $n/$m layers on GPU, want $want '
+        f'($seen); "{fewer}; exit 1; }}\n'
+        'printf \'%s\\n\' "$last" | grep -Eq "load_tensors: *${dev}[0-9]+ model buffer size '
+        f'{_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
+        "exit 1; }\n"
+        + "".join(
+            f"ep={shlex.quote(endpoint)}\n"
+            'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
+            f'grep -Eq "{_NONZERO_MIB}" || '
+            '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
+            'did not land there ($seen)"; exit 1; }\n'
+            for endpoint in rpc_endpoints
+        )
+        + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
+    )
+
+
+def probe_command(
+    log_path: str,
+    expect_layers: int,
+    health_url: str | None = None,
+    device_prefix: str = "Vulkan",
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
+) -> list[str]:
+    """``exec.command`` for a Kubernetes probe running ``probe_shell``."""
+    return [
+        "sh",
+        "-c",
+        probe_shell(log_path, expect_layers, device_prefix, health_url, rpc_endpoints),
+    ]
+
+
+def load_log_shell(
+    log_path: str, binary: str = "/app/llama-server", limit: int = LOAD_LOG_LIMIT
+) -> str:
+    """POSIX sh that runs llama-server (``"$@"``) with a log file that holds the load only.
+
+    ``--log-file LOG_PATH`` in the arguments is pointed at a FIFO beside it; a reader copies the
+    FIFO into LOG_PATH up to the ``listening on`` line (at most ``limit`` bytes), then drains it
+    to /dev/null. So LOG_PATH is the gate's evidence, written once per start, and never grows
+    with traffic; the console output (the container log) is untouched. llama-server stays the
+    process the kubelet signals (``exec``), and it ignores SIGPIPE: a dead reader loses log
+    lines, never the server.
+    """
+    log = shlex.quote(log_path)
+    fifo = shlex.quote(log_path.rsplit("/", 1)[0] + "/.llama-server-log.fifo")
+    return (
+        f"log={log}; fifo={fifo}\n"
+        'rm -f "$fifo" && mkfifo "$fifo" || { echo "llama-server-log: cannot make $fifo" >&2; '
+        "exit 1; }\n"
+        'n=$#; prev=\nfor a in "$@"; do\n'
+        '  if [ "$prev" = --log-file ] && [ "$a" = "$log" ]; then a=$fifo; fi\n'
+        '  set -- "$@" "$a"; prev=$a\ndone\nshift "$n"\n'
+        f"{{ sed -e '/{LOADED_MARKER}/q' | head -c {int(limit)} > \"$log\"; "
+        'exec cat > /dev/null; } < "$fifo" &\n'
+        f'exec {shlex.quote(binary)} "$@"\n'
+    )
+
+
+def server_command(log_path: str, binary: str = "/app/llama-server") -> list[str]:
+    """Container ``command`` running ``load_log_shell``; the llama-server argv are its ``args``."""
+    return ["sh", "-c", load_log_shell(log_path, binary), "llama-server"]
