@@ -37,15 +37,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-from tests.support.modules import load_file  # noqa: E402
-
-bench = load_file("bench_serve", ROOT / "bench" / "serve.py").load_bench()
-gpu_gate = sys.modules["components.payloads.gpu_gate"]
-verify = sys.modules["components.payloads.verify"]
-
+# The payloads and the gate's shell import no pulumi: a plain Python runs this.
 from components.llamacpp import gate as gate_shell  # noqa: E402
+from components.payloads import bench, gpu_gate, verify  # noqa: E402
+from components.payloads.bench_report import agreement, format_table  # noqa: E402
 from tests.support.gate_server import run_gated_llama_server  # noqa: E402
 from tests.support.llama_server import free_port  # noqa: E402
+from tests.support.modules import load_file  # noqa: E402
 
 
 def replace_value(argv: list[str], flag: str, value: str) -> list[str]:
@@ -203,10 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     with server(a.binary, rendered, Path(models[name]), a.out, f"{name}-bench") as (url, _, _):
         started = time.monotonic()
         report = bench.run_bench(url, cfg)
-        print(bench.format_table(report))
+        print(format_table(report))
         print(f"bench took {time.monotonic() - started:.0f} s")
         (a.out / f"{name}.bench.json").write_text(report.to_json() + "\n")
-    summary["bench"] = {"agreement": bench.agreement(report), "errors": report.errors}
+    summary["bench"] = {"agreement": agreement(report), "errors": report.errors}
     print(f"\n===== log growth on {name} (-lv 4, -np 1, default --cache-ram, the wrapper)")
     growth = load_file("log_growth", ROOT / "bench" / "log_growth.py")
     rows = growth.measure(Path(models[name]), a.growth_requests, 50, binary=a.binary, ngl="40")

@@ -4,8 +4,8 @@
     python3 bench/serve.py --tiny [--out bench.json]
 
 The first form is ``llm-infra bench`` (every option of ``infra/cli/bench.py``) and runs on a
-plain Python: the benchmark and ``components/payloads/verify.py`` are standard-library files,
-loaded here by path so that no package ``__init__`` (which imports pulumi) runs. ``--tiny``
+plain Python: the benchmark (``components/payloads/bench.py``) and the verify payload it uses
+are standard-library modules, and neither the command nor the packages import pulumi. ``--tiny``
 starts the local llama-server b11434 (the CPU build of scripts/build-llama) on the tiny test model
 with 4 slots and runs a small configuration: a smoke run of the tool, not a model figure.
 """
@@ -15,12 +15,11 @@ from __future__ import annotations
 import sys
 import tempfile
 from pathlib import Path
-from types import ModuleType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.support.modules import load_file  # noqa: E402
+from infra.cli.bench import main as bench_main  # noqa: E402
 
 TINY_ARGS = [
     "--decode-requests", "5", "--decode-tokens", "128", "--prefill-requests", "3",
@@ -29,20 +28,10 @@ TINY_ARGS = [
 ]  # fmt: skip
 
 
-def load_bench() -> ModuleType:
-    """``infra/cli/bench.py`` and the verify payload it imports, by path (no pulumi needed)."""
-    payloads = ROOT / "components" / "payloads"
-    load_file("components.payloads.verify", payloads / "verify.py")
-    # The gate too, for the scripts beside this one (bench/gpu_run.py, tests/support).
-    load_file("components.payloads.gpu_gate", payloads / "gpu_gate.py")
-    return load_file("infra.cli.bench", ROOT / "infra" / "cli" / "bench.py")
-
-
 def main(argv: list[str]) -> int:
     """Run against a URL, or against a local tiny llama-server with ``--tiny``."""
-    serve_bench = load_bench()
     if "--tiny" not in argv:
-        return int(serve_bench.main(argv))
+        return bench_main(argv)
     from tests.support.llama_server import run_llama_server, tiny_server_argv
     from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -50,7 +39,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         model = write_tiny_split_model(Path(tmp), "tiny", 3)[0]
         with run_llama_server(tiny_server_argv(model, "--metrics")) as url:
-            return int(serve_bench.main([url, *TINY_ARGS, *rest]))
+            return bench_main([url, *TINY_ARGS, *rest])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Standard-library scripts shipped into pods and hosts, and where they are mounted there.
 
-Each file here runs as it is in a stock Python image (the fetch Job, the verify Job, the
+Each shipped file runs as it is in a stock Python image (the fetch Job, the verify Job, the
 MI300X host, the metrics proxy beside llama-server); most are also the back-end of an
-`llm-infra` command.
+`llm-infra` command. The benchmark (`bench`, `bench_client`, `bench_report`) and the GPU gate's
+log check are back-ends only, which a GPU machine's plain Python imports from here.
 """
 
 from pathlib import Path

@@ -14,7 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from infra.cli import bench as serve_bench
+from components.payloads.bench import BenchConfig, busy_seconds, run_bench
+from components.payloads.bench_client import stream_chat
+from components.payloads.bench_report import SEED_002, BenchReport, agreement, format_table
+from infra.cli.bench import main as bench_main
 from tests.conftest import ROOT
 from tests.support.llama_server import run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_split_model
@@ -31,19 +34,19 @@ DECODE_TOKENS = 1024
 @pytest.fixture(scope="module")
 def report_and_table(
     tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[serve_bench.BenchReport, str, dict[str, object]]]:
+) -> Iterator[tuple[BenchReport, str, dict[str, object]]]:
     root = tmp_path_factory.mktemp("bench")
     model = write_tiny_split_model(root / "model", "tiny", 3)[0]
-    cfg = serve_bench.BenchConfig(
+    cfg = BenchConfig(
         decode_requests=5, decode_tokens=DECODE_TOKENS, prefill_requests=2, prefill_words=250,
         concurrency=[1, SLOTS, 2 * SLOTS], concurrent_tokens=256, requests_per_stream=1,
         sample_interval=0.01, warmup_rounds=1,
     )  # fmt: skip
     argv = tiny_server_argv(model, "--metrics", "--api-key", "k", parallel=SLOTS)
     with run_llama_server(argv) as url:
-        report = serve_bench.run_bench(url, cfg, api_key="k")
+        report = run_bench(url, cfg, api_key="k")
         out = root / "bench.json"
-        rc = serve_bench.main([
+        rc = bench_main([
             url, "--api-key", "k", "--output-file", str(out), "--decode-requests", "1",
             "--decode-tokens", "16", "--prefill-requests", "1", "--prefill-words", "100",
             "--concurrency", "2", "--concurrent-tokens", "16", "--requests-per-stream", "1",
@@ -60,11 +63,11 @@ def report_and_table(
         )  # fmt: skip
         assert plain.returncode == 0, plain.stderr
         assert "single-stream decode tok/s" in plain.stdout
-    yield report, serve_bench.format_table(report), json.loads(out.read_text())
+    yield report, format_table(report), json.loads(out.read_text())
 
 
 def test_every_figure_is_produced(
-    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+    report_and_table: tuple[BenchReport, str, dict[str, object]],
 ) -> None:
     report, table, saved = report_and_table
     assert report.errors == []
@@ -90,7 +93,7 @@ def test_every_figure_is_produced(
         assert lvl.outside_timings_ms is not None
         assert f"@{lvl.concurrency} {lvl.outside_timings_ms:,.1f}" in outside
     assert "measured / server-side: decode " in table
-    assert saved["seed_002"] == serve_bench.SEED_002
+    assert saved["seed_002"] == SEED_002
     assert saved["levels"][0]["concurrency"] == 2  # type: ignore[index]
     assert isinstance(saved["prefill_cached_tokens"], int)
     assert saved["prefill_cached_tokens"] < 20  # a second run on one server: fresh prompts
@@ -98,7 +101,7 @@ def test_every_figure_is_produced(
 
 
 def test_tokens_are_counted_from_server_timings_not_chunks(
-    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+    report_and_table: tuple[BenchReport, str, dict[str, object]],
 ) -> None:
     report = report_and_table[0]
     assert report.count_source == "timings.predicted_n"
@@ -111,7 +114,7 @@ def test_tokens_are_counted_from_server_timings_not_chunks(
 
 
 def test_prefill_uses_fresh_prompts(
-    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+    report_and_table: tuple[BenchReport, str, dict[str, object]],
 ) -> None:
     report = report_and_table[0]
     assert report.prefill_prompt_tokens is not None and report.prefill_prompt_tokens > 1000
@@ -126,9 +129,9 @@ def test_prefill_uses_fresh_prompts(
 
 
 def test_figures_agree_with_the_servers_own_timings(
-    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+    report_and_table: tuple[BenchReport, str, dict[str, object]],
 ) -> None:
-    ratios = {k: float(v) for k, v in serve_bench.agreement(report_and_table[0]).items()}
+    ratios = {k: float(v) for k, v in agreement(report_and_table[0]).items()}
     # The tiny model decodes ~2,500 tok/s here (0.4 ms a token): a client that loses one of two
     # shared cores for a moment reads lower (0.92-1.00 seen), never higher (1.000 on an H200).
     assert 0.8 <= ratios["decode"] <= 1.05, ratios
@@ -142,12 +145,12 @@ def test_figures_agree_with_the_servers_own_timings(
 
 
 def test_busy_seconds_is_the_union_of_the_windows() -> None:
-    assert serve_bench.busy_seconds([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == 4.0
-    assert serve_bench.busy_seconds([]) == 0.0
+    assert busy_seconds([(0, 2), (1, 3), (5, 6), (5.5, 5.7)]) == 4.0
+    assert busy_seconds([]) == 0.0
 
 
 def test_concurrency_is_really_reached_server_side(
-    report_and_table: tuple[serve_bench.BenchReport, str, dict[str, object]],
+    report_and_table: tuple[BenchReport, str, dict[str, object]],
 ) -> None:
     single, full, queued = report_and_table[0].levels
     assert queued.max_busy_slots == SLOTS  # 8 streams, 4 slots: never more than 4 at once
@@ -184,7 +187,7 @@ def test_several_tokens_per_chunk_are_counted(tmp_path: Path) -> None:
     thread.start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        r = serve_bench.stream_chat(url, {"model": "m", "messages": []})
+        r = stream_chat(url, {"model": "m", "messages": []})
     finally:
         server.shutdown()
     assert r.ok and r.events == 11

@@ -17,10 +17,16 @@ from typing import Any
 
 import pytest
 
-from components.payloads import FETCHER_SOURCE, HTTP_POLICY_SOURCE, VERIFY_SOURCE, fetcher, verify
+from components.payloads import (
+    FETCHER_SOURCE,
+    HTTP_POLICY_SOURCE,
+    VERIFY_SOURCE,
+    bench_client,
+    fetcher,
+    verify,
+)
 from components.payloads import http_policy as hp
 from components.payloads.fetcher import fetch_document
-from infra.cli import bench
 from infra.lock import RangeReader, small_file_sha256
 from tests.support import hostile_http as peers
 from tests.support.hostile_http import Seen
@@ -488,7 +494,7 @@ def test_bench_keeps_the_api_key_from_another_host() -> None:
     with peers.serve(sse_server(events), host="127.0.0.2") as other, peers.serve(
         peers.redirect(to(other), status=307)
     ) as api:  # fmt: skip
-        result = bench.stream_chat(api.url, {"model": "m"}, api_key="sk-key")
+        result = bench_client.stream_chat(api.url, {"model": "m"}, api_key="sk-key")
     assert result.ok, result.error
     assert api.authorizations() == ["Bearer sk-key"]
     assert other.authorizations() == [None]
@@ -508,15 +514,15 @@ def test_bench_keeps_the_api_key_from_another_host() -> None:
 )  # fmt: skip
 def test_bench_ends_a_malformed_stream_with_a_clear_error(events: bytes, message: str) -> None:
     with peers.serve(sse_server(events)) as api:
-        result = bench.stream_chat(api.url, {"model": "m"})
+        result = bench_client.stream_chat(api.url, {"model": "m"})
     assert not result.ok
     assert result.error is not None and message in result.error
 
 
 def test_bench_stops_an_endless_sse_line_in_bounded_memory() -> None:
-    results: list[bench.StreamResult] = []
+    results: list[bench_client.StreamResult] = []
     with peers.serve(peers.endless_body(sse=True)) as api:
-        peak = peak_bytes(lambda: results.append(bench.stream_chat(api.url, {"model": "m"})))
+        peak = peak_bytes(lambda: results.append(bench_client.stream_chat(api.url, {"model": "m"})))
     assert results[0].error is not None
-    assert f"longer than {bench.MAX_SSE_LINE} bytes" in results[0].error
-    assert peak < 8 * bench.MAX_SSE_LINE
+    assert f"longer than {bench_client.MAX_SSE_LINE} bytes" in results[0].error
+    assert peak < 8 * bench_client.MAX_SSE_LINE

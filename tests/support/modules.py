@@ -1,8 +1,7 @@
 """Import one file as a module by path (standard library only).
 
-For scripts that must not run a package ``__init__`` (``components/__init__`` imports pulumi,
-which a plain Python on a GPU machine does not have) and for files outside any package
-(``bench/*.py``, the examples).
+For files outside any package (``bench/*.py``, the examples); the packages' own modules are
+imported by name (``components/__init__`` is lazy: the payloads need no pulumi).
 """
 
 from __future__ import annotations

@@ -71,6 +71,9 @@ def test_the_payloads_import_no_pulumi() -> None:
     program = (
         "import sys\n"
         "import components.payloads.fetcher, components.payloads.verify\n"
+        "import components.payloads.bench, components.payloads.gpu_gate\n"
+        # The gate's shell too: bench/gpu_run.py runs it on a GPU machine's plain Python.
+        "import components.llamacpp.gate\n"
         "assert not [m for m in sys.modules if m.split('.')[0] == 'pulumi'], 'pulumi imported'\n"
     )
     done = subprocess.run(
