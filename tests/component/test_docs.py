@@ -64,7 +64,7 @@ def test_every_rendered_flag_is_explained_from_its_field_docstring(
     stack: str, server_key: str | None, tmp_path: Path
 ) -> None:
     from components.llamacpp.inputs import LlamaServerFlags
-    from infra.cli.docs import flag_meanings
+    from infra.reference.flags import flag_meanings
 
     text = (STACKS / f"Pulumi.{stack}.yaml").read_text()
     if server_key:
