@@ -77,6 +77,25 @@ COMMANDS: dict[str, Command] = {
             ),
         ),
     ),
+    "hub": Command(
+        "hub",
+        "a stand-in Hugging Face hub on loopback, and header-only GGUF files for it",
+        "Try a model with no network: `hub serve DIR` serves DIR/OWNER/NAME/... over the hub "
+        "protocol on 127.0.0.1 (what lock, init and fetch speak); `hub sample DIR` writes a "
+        "header-only GGUF of Qwen3-30B-A3B's shape there; `hub stub SOURCE... --out DIR` makes "
+        "header-only copies of GGUF files at hand or on a hub (the real header, the data region "
+        "a hole). Run `llm-infra hub ACTION --help` for each action's options.",
+        (
+            "llm-infra hub sample demo-hub",
+            'eval "$(llm-infra hub serve demo-hub --detach)"',
+            "llm-infra hub stub ~/models/Qwen3-8B-Q4_K_M.gguf --out demo-hub/Qwen/Qwen3-8B-GGUF",
+        ),
+        (
+            (0, "served until stopped, or written"),
+            (2, "bad usage: no such directory, no repos in it, a port in use, not a GGUF file"),
+            (3, "stub of a URL: the hub was not reached or failed on its side"),
+        ),
+    ),
     "verify": Command(
         "verify",
         "check the deployed endpoint's answers against the stack's expectations",

@@ -21,6 +21,7 @@ injects its faults. The server binds to 127.0.0.1 only.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -33,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 LOOPBACK = "127.0.0.1"
 CHUNK = 1024 * 1024
@@ -243,17 +244,12 @@ class DirectoryRepos:
 
     def _hash(self, key: str, file: Path, size: int) -> dict[str, Any]:
         lfs = is_lfs(key, size)
-        if size > 256 * 1024 * 1024:
-            self.progress(f"hashing {key} ({size / 2**30:.1f} GiB, once)")
-        sha256 = hashlib.sha256()
-        blob = None if lfs else hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False)
-        with file.open("rb") as handle:
-            while block := handle.read(CHUNK):
-                sha256.update(block)
-                if blob is not None:
-                    blob.update(block)
-        digest = sha256.hexdigest()
-        oid = blob.hexdigest() if blob is not None else git_blob_oid(lfs_pointer(digest, size))
+
+        def told(what: str) -> None:
+            self.progress(f"{key}: {what}")
+
+        digest, blob = file_digests(file, size, with_blob=not lfs, progress=told)
+        oid = blob if blob is not None else git_blob_oid(lfs_pointer(digest, size))
         return {"size": size, "sha256": digest, "git_oid": oid, "lfs": lfs}
 
     def _reader(
@@ -291,6 +287,89 @@ class DirectoryRepos:
         except OSError as exc:
             # A read-only directory is served all the same; it is hashed again next time.
             self.progress(f"cannot keep the hashes in {target}: {exc}")
+
+
+def data_end(handle: BinaryIO, size: int) -> int:
+    """Where a file's last data ends: after it the file is a hole (reads return zeros without
+    touching the disk). The file's size where holes are not reported."""
+    end, position = 0, 0
+    try:
+        while position < size:
+            start = os.lseek(handle.fileno(), position, os.SEEK_DATA)
+            position = end = os.lseek(handle.fileno(), start, os.SEEK_HOLE)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:  # ENXIO: no data after `position`
+            return size
+    except AttributeError:  # no SEEK_DATA on this platform
+        return size
+    return min(end, size)
+
+
+ZERO_BLOCK = bytes(16 * 1024 * 1024)
+LARGE = 256 * 1024 * 1024
+"""Files larger than this are announced before they are hashed (~1 s/GiB)."""
+
+
+def file_digests(
+    file: Path, size: int, with_blob: bool, progress: Callable[[str], None] | None = None
+) -> tuple[str, str | None]:
+    """The sha256 of a file (and its git blob id if asked), in one pass. A header-only file's
+    hole is hashed as the zeros it reads as, without reading it, and its sha256 is kept in the
+    user's cache by the digest of the data before the hole and the size (the same header at the
+    same size is the same file wherever it lies)."""
+    sha256 = hashlib.sha256()
+    blob = hashlib.sha1(b"blob %d\x00" % size, usedforsecurity=False) if with_blob else None
+    tell = progress or (lambda _: None)
+    with file.open("rb") as handle:
+        end = data_end(handle, size) if not with_blob else size
+        if end > LARGE:
+            tell(f"hashing {end / 2**30:.1f} GiB (once)")
+        head = hashlib.sha256()
+        left = end
+        while left > 0 and (block := handle.read(min(CHUNK, left))):
+            left -= len(block)
+            for digest in (sha256, head, blob):
+                if digest is not None:
+                    digest.update(block)
+    if end == size:
+        return sha256.hexdigest(), blob.hexdigest() if blob is not None else None
+    key = f"{head.hexdigest()}:{end}:{size}"
+    cached = _zero_tail_cache().get(key)
+    if isinstance(cached, str) and re.fullmatch(r"[0-9a-f]{64}", cached):
+        return cached, None
+    if size - end > LARGE:
+        tell(f"hashing the {(size - end) / 2**30:.1f} GiB it declares and does not hold (once)")
+    zeros = memoryview(ZERO_BLOCK)
+    for offset in range(end, size, len(ZERO_BLOCK)):
+        sha256.update(zeros[: min(len(ZERO_BLOCK), size - offset)])
+    _remember_zero_tail(key, sha256.hexdigest())
+    return sha256.hexdigest(), None
+
+
+def _zero_tail_path() -> Path:
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "llm-infra" / "hub-sha256.json"
+
+
+def _zero_tail_cache() -> dict[str, Any]:
+    try:
+        cached = json.loads(_zero_tail_path().read_text())
+    except (OSError, ValueError):
+        return {}
+    return cached if isinstance(cached, dict) else {}
+
+
+def _remember_zero_tail(key: str, sha256: str) -> None:
+    entries = {**_zero_tail_cache(), key: sha256}
+    kept = dict(list(entries.items())[-256:])
+    path = _zero_tail_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(kept, indent=1) + "\n")
+        temporary.replace(path)
+    except OSError:
+        pass  # hashed again next time
 
 
 class RepoSource(Protocol):
