@@ -61,6 +61,30 @@ COMMANDS: dict[str, Command] = {
         ),
         ((0, "the stack fits"), (1, "the stack does not fit"), _CONFIG),
     ),
+    "init": Command(
+        "init",
+        "a new stack and its lock for a model, from its repo and GGUF header",
+        "Resolve the model (--endpoint, else HF_ENDPOINT; HF_TOKEN) as `lock` does, read its "
+        "GGUF header with Range requests (a safetensors model's config.json for docker-host), "
+        "and write stacks/Pulumi.NAME.yaml and its lock: the keys a person decides are filled "
+        "with values the memory plan fits, each with a comment on how to choose it; the rest "
+        "is left to the defaults. `plan` and `render` then work offline.",
+        (
+            "llm-infra init qwen3 --repo Qwen/Qwen3-30B-A3B-GGUF --file '*Q4_K_M.gguf'",
+            "llm-infra init big --repo unsloth/DeepSeek-V4-Flash-0731-GGUF --file 'UD-IQ1_M/*' "
+            "--gpu-memory-gib 90 --parallel 2",
+            "llm-infra init v4 --target docker-host --repo deepseek-ai/DeepSeek-V4-Flash-0731 "
+            "--file '*.safetensors' --file '*.json'",
+        ),
+        (
+            (0, "the stack file and its lock written"),
+            (2, "bad usage, the file exists (--force), or the model does not fit or resolve"),
+            (
+                3,
+                "the hub was not reached or failed on its side (try again, or another endpoint)",
+            ),
+        ),
+    ),
     "lock": Command(
         "lock",
         "pin the stack's model to a commit, file sizes and sha256",
