@@ -45,6 +45,10 @@ HEADROOM_GIB = 4.0
 """VRAM `init` leaves free, as `plan --suggest` does (a tenth of a smaller GPU)."""
 VLLM_IMAGE = "vllm/vllm-openai-rocm:v0.33.0"
 MAX_CONFIG_BYTES = 1024 * 1024
+GGUF_ON_DOCKER_HOST = (
+    "--file: the files are a GGUF model; target docker-host serves safetensors checkpoints with "
+    "vLLM (GGUF: --target kubernetes)"
+)
 
 
 @dataclass(frozen=True)
@@ -351,12 +355,7 @@ def docker_host_draft(request: StackRequest, lock: ModelLock, config: Checkpoint
     from infra.plan.stack import stack_plan
 
     if lock.gguf is not None:
-        raise ConfigError(
-            [
-                "--file: the files are a GGUF model; target docker-host serves safetensors "
-                "checkpoints with vLLM (GGUF: --target kubernetes)"
-            ]
-        )
+        raise ConfigError([GGUF_ON_DOCKER_HOST])
     hbm = request.gpu_memory_gib or DEFAULT_HBM_GIB
     limit = config.context_limit
     context = request.context_size or limit
@@ -496,7 +495,8 @@ def _filled(values: dict[str, Any]) -> dict[str, Any]:
 
 
 def _wrapped(text: str) -> list[str]:
-    return [f"# {line}" for line in textwrap.wrap(text, width=97)]
+    lines = textwrap.wrap(text, width=97, break_on_hyphens=False, break_long_words=False)
+    return [f"# {line}" for line in lines]
 
 
 class _StackDumper(yaml.SafeDumper):

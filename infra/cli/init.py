@@ -112,15 +112,16 @@ def run(args: argparse.Namespace) -> int:
     lock_path = root / "stacks" / f"{args.name}.lock.json"
     existing = [path for path in (stack_path, lock_path) if path.exists()]
     if existing and not args.force:
+        verb = "exists" if len(existing) == 1 else "exist"
         named = " and ".join(shown_path(path) for path in existing)
-        return report_config_error(ConfigError([f"{named}: exists (--force overwrites it)"]), what)
+        return report_config_error(ConfigError([f"{named}: {verb} (--force overwrites)"]), what)
     try:
         model = RepoModelSettings.model_validate(
             {"repo": args.repo, "revision": args.revision, "files": args.files}
         )
     except ValidationError as exc:
         lines = [f"model.{p}" for p in validation_problems(exc, RepoModelSettings)]
-        return report_config_error(ConfigError(new_stack.option_problems(lines, OPTIONS)), what)
+        return report_config_error(ConfigError(option_lines(lines, args.files)), what)
     endpoint = args.endpoint or os.environ.get("HF_ENDPOINT") or None
     token = os.environ.get("HF_TOKEN") or None
     request = new_stack.StackRequest(
@@ -140,17 +141,18 @@ def run(args: argparse.Namespace) -> int:
                 locked = new_stack.with_exact_files(locked)
             draft = new_stack.kubernetes_draft(request, locked)
         else:
+            if locked.gguf is not None:
+                raise ConfigError([new_stack.GGUF_ON_DOCKER_HOST])
             config = read_config_json(locked, endpoint, token)
             draft = new_stack.docker_host_draft(request, locked, config)
         new_stack.check_lock_matches(locked, draft.values)
         text = new_stack.stack_file_text(draft)
     except lock.HubUnreachable as exc:
         lines = [line.replace(lock.ENDPOINT_OPTIONS, ENDPOINTS) for line in exc.problems]
-        report_config_error(ConfigError(new_stack.option_problems(lines, OPTIONS)), what)
+        report_config_error(ConfigError(option_lines(lines, args.files)), what)
         return EXIT_NETWORK
     except ConfigError as exc:
-        lines = new_stack.option_problems(exc.problems, OPTIONS)
-        return report_config_error(ConfigError(lines), what)
+        return report_config_error(ConfigError(option_lines(exc.problems, args.files)), what)
     stack_path.parent.mkdir(parents=True, exist_ok=True)
     temporary = stack_path.with_name(f".{stack_path.name}.tmp")
     temporary.write_text(text)
@@ -163,6 +165,19 @@ def run(args: argparse.Namespace) -> int:
     )
     print(f"next: check the commented keys, then llm-infra plan {args.name}", file=sys.stderr)
     return 0
+
+
+def option_lines(problems: list[str], files: list[str]) -> list[str]:
+    """The lock's `model.*` problems as the options they come from (`model.files[1]` is the
+    second --file, shown with its pattern)."""
+    from infra.new_stack import option_problems
+
+    def pattern(match: re.Match[str]) -> str:
+        index = int(match[1])
+        return f"--file {files[index]!r}" if index < len(files) else "--file"
+
+    named = [re.sub(r"^model\.files\[(\d+)\]", pattern, line) for line in problems]
+    return option_problems(named, OPTIONS)
 
 
 def usage_problems(args: argparse.Namespace) -> list[str]:

@@ -322,6 +322,7 @@ def file_digests(
     tell = progress or (lambda _: None)
     with file.open("rb") as handle:
         end = data_end(handle, size) if not with_blob else size
+        handle.seek(0)  # data_end moved it
         if end > LARGE:
             tell(f"hashing {end / 2**30:.1f} GiB (once)")
         head = hashlib.sha256()
