@@ -165,7 +165,8 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
             )
         server["gpuLayers"] = ngl
     else:
-        best = suggest(inputs, headroom_gib=headroom)
+        # Contexts in steps no larger than a slot (a model trained on 256 tokens has them).
+        best = suggest(inputs, headroom_gib=headroom, step=min(1024, floor))
         if best.gpu_layers is None or best.ctx_size is None:
             raise ConfigError([f"--gpu-memory-gib: {vram:g} GiB: {best.reason}"])
         if best.parallel is not None:
