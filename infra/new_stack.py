@@ -173,11 +173,11 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
             raise ConfigError(
                 [
                     f"--parallel: {slots} slots of {floor} tokens do not fit {vram:g} GiB of GPU "
-                    f"memory; {best.parallel} would (or give a smaller --context-size)"
+                    f"memory; {best.parallel} would (or --context-size gives each slot less)"
                 ]
             )
         server["gpuLayers"] = best.gpu_layers
-        server["contextSize"] = _round_context(best.ctx_size, slots)
+        server["contextSize"] = _round_context(best.ctx_size, slots, floor)
     if server["minSlotContext"] == DEFAULT_SLOT_CONTEXT:
         del server["minSlotContext"]
     # The container's memory: what the plan puts on the CPU side, and a quarter more.
@@ -252,10 +252,11 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     return draft
 
 
-def _round_context(ctx: int, slots: int) -> int:
-    """A context the slots share evenly in whole 256-token blocks (as llama.cpp pads them)."""
-    unit = 256 * slots
-    return ctx if ctx < unit else ctx // unit * unit
+def _round_context(ctx: int, slots: int, floor: int) -> int:
+    """A context the slots share evenly in whole 256-token blocks (as llama.cpp pads them),
+    where that still gives each slot its floor."""
+    rounded = ctx // (256 * slots) * 256 * slots
+    return rounded if rounded >= floor * slots else ctx
 
 
 def _kubernetes_values(
