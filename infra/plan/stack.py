@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
@@ -12,6 +13,7 @@ from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
 from infra.lock import ModelSource
 from infra.plan.deepseek4 import attention_shape
+from infra.plan.extra_args import extra_args_problems, with_extra_args
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,
@@ -70,7 +72,7 @@ def llamacpp_inputs(
         raise ConfigError(
             [f"model.metadata: {exc} in the attention shape (a head count or length of 0?)"]
         ) from None
-    return LlamaCppPlanInputs(
+    inputs = LlamaCppPlanInputs(
         weights=weights,
         attention=attention,
         gpu_layers=server.gpu_layers,
@@ -89,6 +91,7 @@ def llamacpp_inputs(
         repack=server.repack,
         min_slot_context=server.min_slot_context,
     )
+    return with_extra_args(inputs, server.extra_args, summary)
 
 
 def rpc_devices(stack: StrixHaloStack) -> tuple[RpcDevice, ...]:
@@ -157,11 +160,14 @@ def stack_plan(
         return plan_vllm(vllm_inputs(stack, single))
     inputs = llamacpp_inputs(stack, single, header_summary)
     try:
-        return plan_llamacpp(inputs)
+        plan = plan_llamacpp(inputs)
     except (ValueError, ArithmeticError) as exc:
         # A layer structure llama.cpp would refuse too (an odd compression ratio, a head size
         # that is not a whole number of blocks): the metadata is wrong, not the planner.
         raise ConfigError([f"model.metadata: {exc}"]) from None
+    # What server.extraArgs change that the plan cannot count: refused, never ignored.
+    extra = extra_args_problems(stack.server.extra_args, header_summary or single.gguf)
+    return replace(plan, problems=[*plan.problems, *extra]) if extra else plan
 
 
 def fleet_plan(
