@@ -269,9 +269,13 @@ def parse_extra_args(
             # llama.cpp takes the next word whatever it is; a known option there is a mistake.
             if len(taken) < count or any(_not_a_value(table, w) for w in taken):
                 hint = f" ({option.hint})" if option.hint else ""
+                if any(_not_a_value(table, w) for w in taken):
+                    follows = "an option follows"
+                else:
+                    follows = f"only {len(taken)} follow" if taken else "none follows"
                 problems.append(
                     (here, f"{shown(spelling)} takes {count} value{'s' if count > 1 else ''}"
-                           f"{hint} and {'none follows' if not taken else 'an option follows'}")
+                           f"{hint} and {follows}")
                 )  # fmt: skip
                 index += len([w for w in taken if not _not_a_value(table, w)])
                 continue

@@ -149,6 +149,13 @@ FLAG_OPTIONS: dict[str, str] = {
 every spelling of these options is the program's, never an extra argument."""
 API_KEY_OPTION = "--api-key-file"
 """The option the API key is rendered as (a file from its Secret)."""
+MODEL_PRESETS = (
+    "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
+    "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec", "--fim-qwen-30b-default",
+    "--gpt-oss-20b-default", "--gpt-oss-120b-default", "--vision-gemma-4b-default",
+    "--vision-gemma-12b-default",
+)  # fmt: skip
+"""llama-server's presets that load (and download) a model of their own."""
 OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
     **{option: ("flags", field) for field, option in FLAG_OPTIONS.items()},
     API_KEY_OPTION: ("api_key",),
@@ -160,6 +167,8 @@ OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
     "-dr": ("flags", "model_path"),
     "--models-dir": ("flags", "model_path"),
     "--models-preset": ("flags", "model_path"),
+    # Presets that name a model of their own (and download it).
+    **dict.fromkeys(MODEL_PRESETS, ("flags", "model_path")),
 }
 """Every option the program sets (one spelling each) → the input it comes from."""
 REFUSED_OPTIONS: dict[str, str] = {

@@ -51,10 +51,11 @@ MOVES_TENSORS = frozenset({"--override-tensor", "--cpu-moe", "--n-cpu-moe", "--n
 _DRAFT = "a draft model's weights, KV cache and compute"
 _ADAPTER = "adapter weights the lock does not describe"
 _PROJECTOR = "a multimodal projector's weights and compute"
+_KV_ON_HOST = (
+    "it keeps the KV cache in host RAM, and the plan puts each layer's cache on that layer's device"
+)
+_NO_OP_OFFLOAD = "it changes which device runs the CPU layers' large batches (compute buffers)"
 UNCOUNTABLE: Mapping[str, str] = {
-    "--kv-offload": "it keeps the KV cache in host RAM, and the plan puts each layer's cache on "
-    "that layer's device",
-    "--op-offload": "it changes which device runs the CPU layers' large batches (compute buffers)",
     "--no-host": "it lets weights go to extra buffer types the plan does not place",
     "--device": "it chooses the devices, and the plan places layers on the node's GPU",
     "--split-mode": "it splits weights and KV across GPUs otherwise than by layer",
@@ -85,9 +86,9 @@ UNCOUNTABLE: Mapping[str, str] = {
 }
 """Options that change memory in ways the plan cannot count, each with the reason."""
 UNCOUNTABLE_SPELLINGS: Mapping[str, str] = {
-    "-nkvo": UNCOUNTABLE["--kv-offload"],
-    "--no-kv-offload": UNCOUNTABLE["--kv-offload"],
-    "--no-op-offload": UNCOUNTABLE["--op-offload"],
+    "-nkvo": _KV_ON_HOST,
+    "--no-kv-offload": _KV_ON_HOST,
+    "--no-op-offload": _NO_OP_OFFLOAD,
     "--mmproj-auto": _PROJECTOR,
 }
 """One spelling of an option otherwise neutral: the default (`-kvo`) is, its opposite not."""
