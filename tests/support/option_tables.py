@@ -127,19 +127,25 @@ def table_text(table: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """`llama [BINARY]` or `vllm`: rewrite that committed table."""
+    """`llama [BINARY]` or `vllm`: rewrite that committed table (`--stdout`: print it)."""
+    stdout = "--stdout" in argv
+    argv = [a for a in argv if a != "--stdout"]
     if argv[:1] == ["vllm"]:
-        VLLM_SERVE_TABLE.write_text(table_text(vllm_serve_table()))
-        return 0
-    if argv[:1] == ["llama"]:
+        path, text = VLLM_SERVE_TABLE, table_text(vllm_serve_table())
+    elif argv[:1] == ["llama"]:
         from tests.support.llama_server import llama_server_binary
 
         binary = argv[1] if len(argv) > 1 else llama_server_binary()
-        text = table_text(llama_server_table(llama_server_help(binary)))
-        LLAMA_SERVER_TABLE.write_text(text)
-        return 0
-    print("usage: python -m tests.support.option_tables llama [BINARY] | vllm", file=sys.stderr)
-    return 2
+        path, text = LLAMA_SERVER_TABLE, table_text(llama_server_table(llama_server_help(binary)))
+    else:
+        print("usage: python -m tests.support.option_tables llama [BINARY] | vllm [--stdout]",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    if stdout:
+        sys.stdout.write(text)
+    else:
+        path.write_text(text)
+    return 0
 
 
 if __name__ == "__main__":
