@@ -91,10 +91,22 @@ def _flag_rows(argv: list[str], meanings: dict[str, str]) -> list[str]:
         ):
             value = argv[index + 1]
             index += 1
-        shown = f"`{value}`" if value else "*(flag)*"
-        rows.append(f"| `{flag}` | {shown} | {meanings.get(flag, '')} |")
+        shown = _code(value) if value else "*(flag)*"
+        rows.append(f"| {_code(flag)} | {shown} | {meanings.get(flag, '')} |")
         index += 1
     return rows
+
+
+def _code(text: str) -> str:
+    """Text as a Markdown table's code span (an extra argument may hold `|` or a backtick)."""
+    text = text.replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def _extra_meanings(meanings: dict[str, str], words: list[str], key: str) -> dict[str, str]:
+    """The flag meanings, with each extra argument's option explained as one."""
+    extra = {w: f"Passed as given (`{key}`)." for w in words if w.startswith("-")}
+    return {**extra, **meanings}
 
 
 def _picture(picture: str | None, name: str) -> list[str]:
@@ -107,15 +119,15 @@ def _picture(picture: str | None, name: str) -> list[str]:
 def _strix_halo(
     stack: StrixHaloStack, source: ModelSource, name: str, picture: str | None = None
 ) -> list[str]:
-    from components.llamacpp.manifests import probe_window_seconds, server_container
+    from components.llamacpp.manifests import probe_window_seconds, server_argv
     from infra.targets.kubernetes import server_args
 
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
     args = server_args(stack, source, volume)  # type: ignore[arg-type]
     if stack.server.api_key:
         args["api_key"] = "[secret]"
-    # The container the Deployment runs: the reference shows exactly what is deployed.
-    argv: list[str] = server_container(args)["args"]
+    # The argv the Deployment's container runs: the reference shows exactly what is deployed.
+    argv: list[str] = server_argv(args)
     server, probes = stack.server, stack.server.probes
     startup = "the GPU gate (load log)" if server.gpu_gate else f"GET {probes.startup.path}"
     readiness = probes.readiness
@@ -129,7 +141,14 @@ def _strix_halo(
         "",
         "## Argument by argument",
         "",
-        *_flag_rows(argv, flag_meanings(LlamaServerFlags, LlamaCppVulkanServerArgs)),
+        *_flag_rows(
+            argv,
+            _extra_meanings(
+                flag_meanings(LlamaServerFlags, LlamaCppVulkanServerArgs),
+                list(server.extra_args),
+                "server.extraArgs",
+            ),
+        ),
         "",
         "## Memory budget",
         "",
@@ -226,7 +245,7 @@ def _mi300x(
 ) -> list[str]:
     from infra.targets.docker_host import vllm_flags
 
-    argv = vllm_serve_args(vllm_flags(stack))
+    argv = vllm_serve_args(vllm_flags(stack), stack.server.extra_args)
     caddy = stack.caddy
     tls = "ACME certificates" if caddy.tls == "auto" else "Caddy internal CA"
     allowed = ", ".join(f"`{c}`" for c in caddy.allowed_cidrs)
@@ -237,7 +256,10 @@ def _mi300x(
         "",
         "## Argument by argument",
         "",
-        *_flag_rows(argv[3:], flag_meanings(VllmFlags)),
+        *_flag_rows(
+            argv[3:],
+            _extra_meanings(flag_meanings(VllmFlags), stack.server.extra_args, "server.extraArgs"),
+        ),
         f"| *(model)* | `{argv[2]}` | The host's modelDir, mounted read-only. |",
         "",
         "## Memory budget",

@@ -274,3 +274,18 @@ def test_a_fleet_plan_names_the_server_entry() -> None:
     assert isinstance(fleet, FleetStack)
     plan = stack_plan(fleet, [unlocked_source(fleet)] * len(fleet.servers))
     assert any(p.startswith("plan: servers[1].extraArgs[0]: --lora ") for p in plan.problems)
+
+
+@pytest.mark.parametrize("words", [["--cpu-moe"], ["--n-cpu-moe", "1"], ["-ot", "up_exps=CPU"]])
+def test_one_gpu_and_one_rpc_device_hold_the_same_weights_under_overrides(
+    moe: dict[str, Any], words: list[str]
+) -> None:
+    """The local-GPU placement and the split placement (which the contract test holds to the
+    real llama-server's buffers) agree on what the overrides move."""
+    from infra.plan.llamacpp import RpcDevice
+
+    local = plan_llamacpp(with_extra_args(inputs_of(moe, 4), words, moe)).devices
+    split_inputs = inputs_of(moe, 4, vram_bytes=None, rpc_devices=(RpcDevice("w", 16 * GIB),))
+    split = plan_llamacpp(with_extra_args(split_inputs, words, moe)).devices
+    assert local["vram"].items["weights"] == split["vram:w"].items["weights"]
+    assert local["ram"].items["weights"] == split["ram"].items["weights"]
