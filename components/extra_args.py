@@ -61,6 +61,8 @@ class Option:
     """How many values follow: 0, 1, 2, or argparse's `?`, `+`, `*`."""
     hint: str | None = None
     choices: tuple[str, ...] | None = None
+    group: str | None = None
+    """vLLM's argument group (the config the option sets: `CacheConfig`, `Frontend`, ...)."""
 
     @property
     def name(self) -> str:
@@ -117,6 +119,7 @@ def option_table(path: Path, software_argparse: bool) -> OptionTable:
             values=entry["values"],
             hint=entry.get("hint"),
             choices=None if entry.get("choices") is None else tuple(entry["choices"]),
+            group=entry.get("group"),
         )
         for entry in data["options"]
     )

@@ -101,7 +101,9 @@ class VllmSettings(Strict):
     the compose command, e.g. `["--enforce-eager"]` (never through a shell; a `$` is written
     `$$` in the compose file, so it stays a plain character). Each option must be one vLLM's
     parser knows, written in full, with its value; one the other keys set (`--max-model-len`
-    is `maxModelLen`, ...) is refused in any spelling."""
+    is `maxModelLen`, ...) is refused in any spelling. The memory plan refuses options that
+    change memory it cannot count (`--cpu-offload-gb`, `--quantization`, `--enable-lora`,
+    `-pp`, ...)."""
 
 
 class CaddySettings(Strict):

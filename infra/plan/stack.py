@@ -25,6 +25,7 @@ from infra.plan.llamacpp import (
 from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Plan, TableRow
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
+from infra.plan.vllm_extra_args import vllm_extra_args_problems
 
 # Before a lock records the files' sizes the plan takes the weight size from the config.
 NO_WEIGHT_SIZE = (
@@ -157,7 +158,9 @@ def stack_plan(
         return fleet_plan(stack, sources, header_summary)
     single = source[0] if isinstance(source, list) else source
     if isinstance(stack, Mi300xStack):
-        return plan_vllm(vllm_inputs(stack, single))
+        plan = plan_vllm(vllm_inputs(stack, single))
+        refused = vllm_extra_args_problems(stack.server.extra_args)
+        return replace(plan, problems=[*plan.problems, *refused]) if refused else plan
     inputs = llamacpp_inputs(stack, single, header_summary)
     try:
         plan = plan_llamacpp(inputs)

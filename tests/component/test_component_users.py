@@ -201,7 +201,7 @@ def test_memory_plan_counts_a_programs_extra_args_and_refuses_what_it_cannot(
     files = store_files_from_lock(tiny_lock)
     plain = memory_plan(server_args(), store_args(files), tiny_lock, vram_gib=8)
     args = {**server_args(), "extra_args": ["--n-cpu-ffn", "2", "--no-kv-offload"]}
-    plan = memory_plan(args, store_args(files), tiny_lock, vram_gib=8)
+    plan = memory_plan(args, store_args(files), tiny_lock, vram_gib=8)  # type: ignore[arg-type]
     (problem,) = plan.problems
     assert problem.startswith("plan: extra_args[2]: --no-kv-offload changes memory the plan")
     # Layer 1 (on the GPU at -ngl 2) keeps its dense FFN in host RAM: fewer weights on the GPU.

@@ -94,6 +94,8 @@ def vllm_serve_table() -> dict[str, Any]:
     spellings: dict[int, list[str]] = {}
     for spelling, action in parser._option_string_actions.items():
         spellings.setdefault(id(action), []).append(spelling)
+    # The config each option belongs to (`CacheConfig`, `Frontend`, ...): what the plan reads.
+    groups = {id(a): g.title for g in parser._action_groups for a in g._group_actions}
     options = []
     for action in parser._actions:
         if not action.option_strings:
@@ -104,8 +106,8 @@ def vllm_serve_table() -> dict[str, Any]:
         if action.choices is not None:
             choices = sorted(str(choice) for choice in action.choices)
         options.append(
-            {"names": names, "values": _nargs(action.nargs),
-             "choices": choices}
+            {"names": names, "values": _nargs(action.nargs), "choices": choices,
+             "group": groups.get(id(action))}
         )  # fmt: skip
     return {
         "software": "vllm serve 0.33.0",

@@ -289,3 +289,42 @@ def test_one_gpu_and_one_rpc_device_hold_the_same_weights_under_overrides(
     split = plan_llamacpp(with_extra_args(split_inputs, words, moe)).devices
     assert local["vram"].items["weights"] == split["vram:w"].items["weights"]
     assert local["ram"].items["weights"] == split["ram"].items["weights"]
+
+
+def test_every_vllm_option_is_classified_once() -> None:
+    from components.extra_args import vllm_serve_options
+    from components.vllm.inputs import OWNED_OPTIONS as VLLM_OWNED
+    from components.vllm.inputs import REFUSED_OPTIONS as VLLM_REFUSED
+    from infra.plan.vllm_extra_args import NEUTRAL as VLLM_NEUTRAL
+    from infra.plan.vllm_extra_args import NEUTRAL_GROUPS
+    from infra.plan.vllm_extra_args import UNCOUNTABLE as VLLM_UNCOUNTABLE
+
+    table = vllm_serve_options()
+    component = set(owned_spellings(table, VLLM_OWNED)) | {
+        table.lookup(name) for name in VLLM_REFUSED
+    }
+    for option in table.options:
+        assert option.group is not None, option.name
+        named = (option.name in VLLM_NEUTRAL) + (option.name in VLLM_UNCOUNTABLE)
+        if option in component:
+            assert named == 0, option.name
+        elif option.group in NEUTRAL_GROUPS:
+            assert option.name not in VLLM_NEUTRAL, f"{option.name}: its group is neutral"
+        else:
+            assert named == 1, (option.name, option.group)
+    names = {o.name for o in table.options}
+    assert set(VLLM_NEUTRAL) | set(VLLM_UNCOUNTABLE) <= names
+
+
+def test_a_vllm_stack_plan_refuses_what_it_cannot_count() -> None:
+    values = copy.deepcopy(stack_values("mi300x"))
+    values["server"]["extraArgs"] = ["--enforce-eager", "--cpu-offload-gb", "10", "-pp", "2"]
+    stack = parse_stack(values)
+    plan = stack_plan(stack, unlocked_source(stack))
+    refused = [p for p in plan.problems if "extraArgs" in p]
+    assert [p.split(":")[1].strip() for p in refused] == [
+        "server.extraArgs[1]",
+        "server.extraArgs[3]",
+    ]
+    assert "changes the weights' size or place" in refused[0]
+    assert "more GPUs or processes" in refused[1]
