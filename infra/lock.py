@@ -530,12 +530,6 @@ def model_source(model: RepoModelSettings, lock_path: Path, preview: bool) -> Mo
     if lock_path.is_file():
         lock = read_lock(lock_path)
         problems = lock.stale_problems(model, lock_path)
-        architecture = getattr(model, "architecture", None)
-        if lock.gguf and architecture and lock.gguf.get("architecture") != architecture:
-            problems.append(
-                f"model.architecture: {architecture!r}, but the locked GGUF header says "
-                f"{lock.gguf.get('architecture')!r}"
-            )
         if problems:
             raise ConfigError(problems)
         return ModelSource(

@@ -30,7 +30,7 @@ from infra.config import (
 )
 from infra.lock import ModelSource, stack_model_sources
 from infra.plan.picture import plan_svg
-from infra.plan.stack import llamacpp_inputs, load_seconds, stack_plan
+from infra.plan.stack import llamacpp_inputs, load_seconds, model_structure, stack_plan
 
 _FLAG_DOC = re.compile(r"^`(-[-\w]+)`(?: \((?:or|and) `(-[-\w]+)`\))?: (.+)$")
 
@@ -132,10 +132,11 @@ def _strix_halo(
     startup = "the GPU gate (load log)" if server.gpu_gate else f"GET {probes.startup.path}"
     readiness = probes.readiness
     inputs = llamacpp_inputs(stack, source)
+    structure = model_structure(stack, source)
     resources = server.resources
     lines = [
         *_header(name, stack.model.repo, source),
-        f"- **Architecture:** `{stack.model.architecture}`, {stack.model.layers} layers",
+        f"- **Architecture:** `{structure.architecture}`, {structure.layers} layers",
         "- **Files:** " + ", ".join(f"`{f['name']}`" for f in source.files),
         f"- **Image:** `{server.image}`",
         "",

@@ -13,6 +13,7 @@ from infra.cli.common import (
     report_config_error,
 )
 from infra.config import ConfigError, StrixHaloStack, read_stack_file
+from infra.plan.llamacpp import Suggestion
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -85,16 +86,31 @@ def run(args: argparse.Namespace) -> int:
                 "headroom_gib": args.headroom,
                 "gpu_layers": best.gpu_layers,
                 "context_size": best.ctx_size,
+                "parallel": best.parallel,
+                "memory_limit_gib": best.memory_limit_gib,
+                "reason": best.reason,
+                "set": suggest_changes(best),
             }
         print_json(document)
     else:
         print(plan.report(verbose=args.verbose))
         if best is not None and isinstance(stack, StrixHaloStack):
-            # -ngl is sought at the stack's own context, which passed its checks (slots x
-            # server.minSlotContext), so the context suggested at it is never below that.
-            print(
-                f"suggest (keeping {args.headroom:g} GiB VRAM free): server.gpuLayers: "
-                f"{best.gpu_layers}, server.contextSize: {best.ctx_size} "
-                f"(at server.gpuLayers {stack.server.gpu_layers})"
-            )
+            print(suggestion_text(best, args.headroom))
     return 0 if plan.fits else 1
+
+
+def suggest_changes(best: Suggestion) -> dict[str, object]:
+    """The stack keys a suggestion sets (empty when nothing fits)."""
+    if best.gpu_layers is None or best.ctx_size is None:
+        return {}
+    return dict(best.changes)
+
+
+def suggestion_text(best: Suggestion, headroom: float) -> str:
+    """`suggest (keeping 4 GiB VRAM free): server.gpuLayers: 42, server.contextSize: ...`, or
+    the constraint that leaves nothing to suggest."""
+    changes = suggest_changes(best)
+    if not changes:
+        return f"suggest: nothing fits: {best.reason}"
+    keys = ", ".join(f"{key}: {value}" for key, value in changes.items())
+    return f"suggest (keeping {headroom:g} GiB VRAM free): {keys}"

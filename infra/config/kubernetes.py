@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
@@ -68,13 +69,19 @@ class KubernetesSettings(Strict):
 class ModelSettings(RepoModelSettings):
     """A GGUF model: one quant's files, with the structure the memory plan needs."""
 
-    architecture: Identifier
-    layers: Annotated[int, Field(ge=1)]
+    architecture: Identifier | None = None
+    """GGUF `general.architecture` (`deepseek4`, `qwen3moe`, `llama`, ...). Read from the
+    lock's GGUF header once the model is locked; needed only before that, and where set it
+    must agree with the header."""
+    layers: Annotated[int, Field(ge=1)] | None = None
+    """Repeating layers (`{architecture}.block_count`). From the lock once locked; where set
+    it must agree with the header."""
     metadata: dict[
         Annotated[str, Field(max_length=256, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")],
         int | float | Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{0,256}$")] | list[int],
     ] = {}
-    """GGUF structure keys (`deepseek4.attention.*`, ...) for the plan before a lock has them."""
+    """GGUF structure keys (`deepseek4.attention.*`, ...) for the plan before a lock has them;
+    a key the locked header also has must hold the header's value."""
 
 
 class HubSettings(Strict):
@@ -380,12 +387,7 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
         problem = retire_pattern_problem(pattern, exact)
         if problem:
             problems.append(f"store.retiredPatterns[{index}]: {problem}")
-    # llama.cpp counts the output layer too: -ngl N+1 offloads all N repeating layers and it.
-    if server.gpu_layers > model.layers + 1:
-        problems.append(
-            f"server.gpuLayers: {server.gpu_layers} is more than the model's {model.layers} layers "
-            f"(allowed 0-{model.layers + 1}; {model.layers + 1} also offloads the output layer)"
-        )
+    problems += structure_problems(server, model.architecture, model.layers, model.metadata)
     if server.context_size < server.min_slot_context:
         problems.append(
             f"server.contextSize: {server.context_size} is below the required "
@@ -398,18 +400,6 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             f"required {server.min_slot_context} of server.minSlotContext (raise "
             f"server.contextSize to {server.min_slot_context * server.parallel}, lower "
             "server.parallel, or lower server.minSlotContext)"
-        )
-    block_count = model.metadata.get(f"{model.architecture}.block_count")
-    if block_count is not None and block_count != model.layers:
-        problems.append(
-            f"model.layers: {model.layers} differs from model.metadata "
-            f"{model.architecture}.block_count {block_count}"
-        )
-    if model.architecture == "deepseek4" and server.cache_type_k != server.cache_type_v:
-        problems.append(
-            f"server.cacheTypeV: {server.cache_type_v!r} differs from server.cacheTypeK "
-            f"{server.cache_type_k!r}; deepseek4 needs equal K and V cache types "
-            f"(allowed: {', '.join(CACHE_TYPES)})"
         )
     for key, image, allowed in (
         ("server.image", server.image, server.allow_floating_image),
@@ -454,6 +444,37 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             problems.append(
                 f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
             )
+    return problems
+
+
+def structure_problems(
+    server: ServerSettings,
+    architecture: str | None,
+    layers: int | None,
+    metadata: Mapping[str, Any],
+) -> list[str]:
+    """Server settings the model's structure rules out: checked with the stack file's
+    model.architecture/layers before a lock, and with the locked GGUF header's after
+    (`infra.plan.stack.model_structure`)."""
+    problems = []
+    # llama.cpp counts the output layer too: -ngl N+1 offloads all N repeating layers and it.
+    if layers is not None and server.gpu_layers > layers + 1:
+        problems.append(
+            f"server.gpuLayers: {server.gpu_layers} is more than the model's {layers} layers "
+            f"(allowed 0-{layers + 1}; {layers + 1} also offloads the output layer)"
+        )
+    block_count = metadata.get(f"{architecture}.block_count")
+    if layers is not None and block_count is not None and block_count != layers:
+        problems.append(
+            f"model.layers: {layers} differs from model.metadata "
+            f"{architecture}.block_count {block_count}"
+        )
+    if architecture == "deepseek4" and server.cache_type_k != server.cache_type_v:
+        problems.append(
+            f"server.cacheTypeV: {server.cache_type_v!r} differs from server.cacheTypeK "
+            f"{server.cache_type_k!r}; deepseek4 needs equal K and V cache types "
+            f"(allowed: {', '.join(CACHE_TYPES)})"
+        )
     return problems
 
 

@@ -67,6 +67,9 @@ class AttentionShape:
     n_embd: int = 0
     n_ff: int = 0
     n_vocab: int = 0
+    assumed: tuple[tuple[str, int], ...] = ()
+    """Keys the metadata lacks and the shape took a default for, with the value it took
+    (`infra.plan.llamacpp` prints each as an assumption with its effect)."""
 
 
 def _int(metadata: Mapping[str, Any], key: str, default: int | None = None) -> int:
@@ -117,6 +120,26 @@ def attention_shape(
         _int(metadata, f"{a}.feed_forward_length", 4 * n_embd),
     )
     n_expert_used = _int(metadata, f"{a}.expert_used_count", 1)
+    defaults = {
+        f"{a}.attention.head_count_kv": n_head_kv[0] if n_head_kv else n_head,
+        f"{a}.attention.key_length": head_k,
+        f"{a}.attention.value_length": head_v,
+        f"{a}.feed_forward_length": n_ff,
+    }
+    if f"{a}.expert_count" in metadata:
+        defaults[f"{a}.expert_used_count"] = n_expert_used
+    missing = [
+        key
+        for key in defaults
+        if key not in metadata
+        and not (
+            key.endswith(".feed_forward_length") and f"{a}.expert_feed_forward_length" in metadata
+        )
+    ]
+    if vocab_size is None and f"{a}.vocab_size" not in metadata:
+        defaults[f"{a}.vocab_size"] = 0
+        missing.append(f"{a}.vocab_size")
+    assumed = tuple((key, defaults[key]) for key in missing)
     common: dict[str, Any] = {
         "n_layer": n_layer,
         "n_head_kv": n_head_kv,
@@ -126,6 +149,7 @@ def attention_shape(
         "n_embd": n_embd,
         "n_ff": n_ff * max(n_expert_used, 1),
         "n_vocab": vocab_size or _int(metadata, f"{a}.vocab_size", 0),
+        "assumed": assumed,
     }
     if a == "deepseek4":
         return AttentionShape(

@@ -41,6 +41,7 @@ from infra.plan.report import (
     GIB,
     MIB,
     Device,
+    Fix,
     Plan,
     TableRow,
     fmt_num,
@@ -174,6 +175,9 @@ class LlamaCppPlanInputs:
     device's VRAM (see `rpc_tensor_split`)."""
     min_slot_context: int | None = None
     """Tokens each slot must hold (`server.minSlotContext`): advice never goes below it."""
+    context_limit: int | None = None
+    """Tokens a slot can serve: the model's trained context, or the YaRN-extended one
+    (llama-server caps a slot there); advice never goes above it. None: unknown."""
     cpu_tensors: CpuTensors = field(default_factory=CpuTensors)
     """Tensors that tensor overrides (`-ot ...=CPU`, `--n-cpu-moe`, ...) keep in host RAM,
     whatever their layer's device (`infra.plan.extra_args`)."""
@@ -314,10 +318,18 @@ def split_layers(n_layer: int, gpu_layers: int, splits: tuple[float, ...]) -> li
     return devices
 
 
+def graph_context(inputs: LlamaCppPlanInputs) -> int:
+    """The KV cells one ubatch's graph attends over: a slot's cells (`n_ctx_seq`) with `-np` > 1
+    and no `--kv-unified`, so the KQ mask in the compute buffers follows the per-slot context
+    (measured through Vulkan at `-c 65536 -ub 512 -np 2`: 52.1 MiB on the GPU, 40.1 MiB on the
+    host, the figures of a 32768-cell graph)."""
+    return kv_layout(inputs.ctx_size, inputs.parallel, inputs.kv_unified).cells
+
+
 def _compute_estimate(inputs: LlamaCppPlanInputs) -> int:
     return compute_buffer_bytes(
         inputs.attention,
-        inputs.ctx_size,
+        graph_context(inputs),
         min(inputs.ubatch, inputs.batch),
         flash_attn=inputs.flash_attn,
     )
@@ -466,12 +478,12 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
     cpu_kv = sum(kv[il] for il in place.cpu_layers if il < n_kv)
     ubatch = min(inputs.ubatch, inputs.batch)
     estimate = compute_buffer_bytes(
-        inputs.attention, inputs.ctx_size, ubatch, flash_attn=inputs.flash_attn
+        inputs.attention, graph_context(inputs), ubatch, flash_attn=inputs.flash_attn
     )
     # A CPU layer's ubatch runs on the GPU too: the largest CPU layer's KV cache is copied there.
     copied = max((kv[il] for il in place.cpu_layers if il < n_kv), default=0)
     gpu_compute = (
-        vulkan_compute_bytes(inputs.attention, inputs.ctx_size, ubatch, "gpu", copied)
+        vulkan_compute_bytes(inputs.attention, graph_context(inputs), ubatch, "gpu", copied)
         if _measured_gpu_graph(inputs)
         else estimate + copied
     )
@@ -502,7 +514,7 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
     elif inputs.attention.kind == "standard":
         # The mask and the embeddings: the CPU layers' ubatch runs on the GPU too (llama.cpp
         # offloads their large-batch ops), as measured for `-ngl 40` of 44.
-        cpu_compute = vulkan_compute_bytes(inputs.attention, inputs.ctx_size, ubatch, "host")
+        cpu_compute = vulkan_compute_bytes(inputs.attention, graph_context(inputs), ubatch, "host")
     else:
         # Not measured for other attention: the upper bound while layers stay on the CPU.
         cpu_compute = estimate if place.cpu_layers else 64 * MIB
@@ -551,39 +563,169 @@ def max_gpu_layers(inputs: LlamaCppPlanInputs, headroom_bytes: int = 0) -> int |
     return best
 
 
+def _gpus_fit(inputs: LlamaCppPlanInputs, headroom_bytes: int = 0) -> bool:
+    devices, _ = _llamacpp_devices(inputs)
+    return all(
+        d.used_bytes + headroom_bytes <= d.capacity_bytes
+        for name, d in devices.items()
+        if name.partition(":")[0] == "vram" and d.capacity_bytes is not None
+    )
+
+
 def max_context(
-    inputs: LlamaCppPlanInputs, headroom_bytes: int = 0, step: int = 1024, limit: int = 1 << 24
+    inputs: LlamaCppPlanInputs,
+    headroom_bytes: int = 0,
+    step: int = 1024,
+    limit: int = 1 << 24,
+    *,
+    gpus_only: bool = False,
 ) -> int | None:
-    """The largest `-c` (a multiple of `step`) that fits VRAM (with headroom) and host memory."""
-    if not _fits(replace(inputs, ctx_size=step * inputs.parallel), headroom_bytes):
+    """The largest `-c` (a multiple of `step`, never above `context_limit` per slot) that fits
+    VRAM (with headroom) and host memory (`gpus_only`: VRAM alone)."""
+    fits = _gpus_fit if gpus_only else _fits
+    if inputs.context_limit is not None:
+        limit = min(limit, inputs.context_limit * inputs.parallel)
+    if limit < step * inputs.parallel or not fits(
+        replace(inputs, ctx_size=step * inputs.parallel), headroom_bytes
+    ):
         return None
     low, high = 1, limit // step
     while low < high:
         mid = (low + high + 1) // 2
-        if _fits(replace(inputs, ctx_size=mid * step), headroom_bytes):
+        if fits(replace(inputs, ctx_size=mid * step), headroom_bytes):
             low = mid
         else:
             high = mid - 1
     return low * step
 
 
+STACK_KEYS = {
+    "gpu_layers": "server.gpuLayers",
+    "ctx_size": "server.contextSize",
+    "parallel": "server.parallel",
+    "min_slot_context": "server.minSlotContext",
+    "memory_limit_bytes": "server.resources.limits.memory",
+    "cache_ram_mib": "server.cacheRam",
+    "repack": "server.repack",
+    "disk_bytes": "store.size",
+}
+"""The stack key each planner input a fix changes comes from."""
+
+
+def _stack_value(name: str, value: Any) -> Any:
+    if name in ("memory_limit_bytes", "disk_bytes"):
+        return f"{math.ceil(value / GIB)}Gi"
+    return value
+
+
+def checked_fix(inputs: LlamaCppPlanInputs, text: str, **changes: Any) -> Fix | None:
+    """A fix that holds: the changed stack keeps every slot at server.minSlotContext and within
+    the served context, its GPUs fit, and what it needs beyond `changes` (more container
+    memory, a larger volume) is part of it. None when no such completion exists."""
+    after = replace(inputs, **changes)
+    if after.parallel < 1 or after.ctx_size < 1:
+        return None
+    per_slot = after.ctx_size // after.parallel
+    if after.min_slot_context is not None and per_slot < after.min_slot_context:
+        return None
+    if (
+        after.context_limit is not None
+        and kv_layout(after.ctx_size, after.parallel, after.kv_unified).cells > after.context_limit
+    ):
+        return None
+    extra: dict[str, Any] = {}
+    if "gpu_layers" not in changes and not _gpus_fit(after):
+        # Another device's problem too: the fix also lowers -ngl to what the GPUs hold.
+        best = max_gpu_layers(after)
+        if best is None:
+            return None
+        extra["gpu_layers"] = best
+        after = replace(after, gpu_layers=best)
+    devices, _ = _llamacpp_devices(after)
+    for name, device in devices.items():
+        if device.fits:
+            continue
+        if name == "ram":
+            extra["memory_limit_bytes"] = math.ceil(gib(device.used_bytes)) * GIB
+        elif name == "disk":
+            need = gib(device.items["model_files"]) / (1 - inputs.disk_headroom_fraction)
+            extra["disk_bytes"] = math.ceil(need) * GIB
+        else:
+            return None
+    also = [
+        f"{'lower' if name == 'gpu_layers' else 'raise'} {STACK_KEYS[name]} to "
+        f"{_stack_value(name, value)}"
+        for name, value in extra.items()
+    ]
+    return Fix(
+        {
+            STACK_KEYS[name]: _stack_value(name, value)
+            for name, value in {**changes, **extra}.items()
+        },
+        text + "".join(f" and {a}" for a in also),
+    )
+
+
 @dataclass(frozen=True)
 class Suggestion:
-    """The highest `-ngl`, then the largest context at it, that fit with the headroom."""
+    """The highest `-ngl`, then the largest context at it, that fit with the headroom; with
+    fewer slots or more container memory where the stack's own values cannot fit."""
 
     gpu_layers: int | None
     ctx_size: int | None
     headroom_bytes: int
+    parallel: int | None = None
+    memory_limit_gib: int | None = None
+    """Where the container limit must grow for the suggestion (None: it fits as set)."""
+    reason: str | None = None
+    """Why nothing is suggested: the constraint that decides."""
+    changes: Mapping[str, Any] = field(default_factory=dict)
+    """Every stack key the suggestion sets (a larger volume too, where the stack needs it)."""
 
 
 def suggest(inputs: LlamaCppPlanInputs, headroom_gib: float = 4.0, step: int = 1024) -> Suggestion:
-    """Highest `-ngl` and largest context (at that `-ngl`) that leave `headroom_gib` free."""
+    """Highest `-ngl` and largest context (at that `-ngl`) that leave `headroom_gib` of VRAM free
+    and pass the stack's checks: each slot at least server.minSlotContext and at most the served
+    context; fewer slots when the stack's do not fit; the container limit raised when the host
+    side needs it."""
     headroom = int(headroom_gib * GIB)
-    ngl = max_gpu_layers(inputs, headroom)
-    if ngl is None:
-        return Suggestion(None, None, headroom)
-    ctx = max_context(replace(inputs, gpu_layers=ngl), headroom, step)
-    return Suggestion(ngl, ctx, headroom)
+    floor = inputs.min_slot_context or step
+    if inputs.context_limit is not None and floor > inputs.context_limit:
+        return Suggestion(None, None, headroom, reason=(
+            f"server.minSlotContext {floor} is more than the {inputs.context_limit} tokens a slot "
+            "can serve (the model's trained context): lower server.minSlotContext, or extend "
+            "the context with YaRN in server.extraArgs"
+        ))  # fmt: skip
+    for parallel in range(inputs.parallel, 0, -1):
+        smallest = floor * parallel
+        at = replace(inputs, parallel=parallel, ctx_size=max(inputs.ctx_size, smallest))
+        if inputs.context_limit is not None:
+            at = replace(at, ctx_size=min(at.ctx_size, inputs.context_limit * parallel))
+        ngl = max_gpu_layers(at, headroom)
+        if ngl is None:
+            ngl = max_gpu_layers(replace(at, ctx_size=smallest), headroom)
+        if ngl is None:
+            continue
+        ctx = max_context(replace(at, gpu_layers=ngl), headroom, step, gpus_only=True)
+        if ctx is None or ctx < smallest:
+            continue
+        fix = checked_fix(inputs, "suggest", gpu_layers=ngl, ctx_size=ctx, parallel=parallel)
+        if fix is None:
+            continue
+        limit = fix.changes.get("server.resources.limits.memory")
+        return Suggestion(
+            ngl,
+            ctx,
+            headroom,
+            parallel if parallel != inputs.parallel else None,
+            int(limit.removesuffix("Gi")) if isinstance(limit, str) else None,
+            changes=fix.changes,
+        )
+    return Suggestion(None, None, headroom, reason=(
+        f"not even one slot of server.minSlotContext {floor} fits with {fmt_num(headroom_gib)} "
+        "GiB of VRAM kept free at any server.gpuLayers: lower server.minSlotContext, use a "
+        "smaller quant, or a larger GPU (memory.vramGib)"
+    ))  # fmt: skip
 
 
 def _layers_text(place: Placement, n_layer: int) -> tuple[str, str]:
@@ -668,11 +810,14 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             f"--tensor-split {split} (RPC devices first, as llama.cpp orders them)"
         )
     advice: list[str] = []
+    fixes: list[Fix] = []
     on_gpu = _wheres(place.gpu_layers, n_layer) + (["output"] if place.output_on_gpu else [])
     packed = cpu_repack(
         inputs, place.cpu_layers, not place.output_on_gpu, inputs.cpu_tensors.matmul_of(on_gpu)
     )
     if packed.amx_quantized_bytes and inputs.cpu_variant is not None:
+        fix = checked_fix(inputs, "set server.repack: false", repack=False)
+        fixes += [fix] if fix else []
         problems.append(
             f"plan: the node's CPU ({inputs.cpu_variant}, memory.nodeCpu) would put "
             f"{fmt_size(packed.amx_quantized_bytes)} of quantized CPU-resident weights into AMX "
@@ -681,29 +826,94 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             "false (--no-repack), or offload every layer (server.gpuLayers)"
         )
     if vram is not None and not vram.fits:
-        problems.append(_vram_refusal(inputs, vram, gpu_text))
+        text, found = _vram_refusal(inputs, vram, gpu_text)
+        problems.append(text)
+        fixes += found
     if not ram.fits:
-        problems.append(_ram_refusal(inputs, ram, cpu_text))
+        text, found = _ram_refusal(inputs, ram, cpu_text)
+        problems.append(text)
+        fixes += found
     disk = devices.get("disk")
     if disk is not None and not disk.fits:
         need = math.ceil(gib(disk.items["model_files"]) / (1 - inputs.disk_headroom_fraction))
+        fix = checked_fix(inputs, f"raise store.size to at least {need}Gi", disk_bytes=need * GIB)
+        fixes += [fix] if fix else []
         problems.append(
             f"plan: does not fit on the model volume: {fmt_size(disk.used_bytes)} needed of "
             f"{fmt_size(disk.capacity_bytes or 0)} "
             f"(model files {fmt_size(disk.items['model_files'])}, "
-            f"reserve {fmt_size(disk.items['reserve'])}): raise store.size to at least {need}Gi"
+            f"reserve {fmt_size(disk.items['reserve'])}): "
+            + (fix.text if fix else f"raise store.size to at least {need}Gi")
         )
     if disk is not None and disk.fits and inputs.upgrade_keeps_old_model:
         advice += _two_models_advice(inputs, disk)
     if vram is not None and vram.fits and place.cpu_layers:
         best = max_gpu_layers(inputs)
+        fix = None
         if best is not None and best > inputs.gpu_layers:
+            fix = checked_fix(inputs, f"set server.gpuLayers to {best}", gpu_layers=best)
+        if fix is not None:
+            fixes.append(fix)
             advice.append(
                 f"server.gpuLayers {inputs.gpu_layers} fits with "
                 f"{fmt_size((vram.capacity_bytes or 0) - vram.used_bytes)} VRAM free; up to {best} "
                 "would still fit (with no headroom)"
             )
-    return Plan(devices, advice, problems, rows, notes, weights.source, transfers)
+    assumptions = _assumptions(inputs, devices)
+    return Plan(
+        devices, advice, problems, rows, notes, weights.source, transfers, assumptions, fixes
+    )
+
+
+def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list[str]:
+    """Each value taken from a default instead of the header or the stack, with what rests on
+    it: the model's structure keys (`AttentionShape.assumed`) and weights without a header."""
+    memory = {name: d for name, d in devices.items() if name != "disk"}
+    total = sum(d.used_bytes for d in memory.values())
+    kv = sum(d.items.get("kv_cache", 0) for d in memory.values())
+    compute = sum(d.items.get("compute", 0) for d in memory.values())
+    shape = inputs.attention
+    lines = []
+    for key, value in shape.assumed:
+        lacking = f"{key}: not in the GGUF header or model.metadata, {value} assumed"
+        suffix = key.rpartition(".")[2]
+        if key.endswith("attention.head_count_kv"):
+            lines.append(
+                f"{lacking} (= head_count: no grouped-query attention, the largest KV cache); "
+                f"the KV cache's {fmt_size(kv)} of the {fmt_size(total)} planned rests on it, "
+                f"{fmt_size(kv / max(value, 1))} per KV head (lock the model, or set the key in "
+                "model.metadata)"
+            )
+        elif suffix == "vocab_size":
+            lines.append(
+                f"{key}: unknown until the model is locked (the tokenizer's size is in the "
+                f"header), so the compute buffers' {fmt_size(compute)} of the {fmt_size(total)} "
+                "planned leave the logits out where they are an estimate"
+            )
+        elif suffix in ("key_length", "value_length"):
+            lines.append(
+                f"{lacking} (embedding_length / head_count); the KV cache's {fmt_size(kv)} of "
+                f"the {fmt_size(total)} planned grows with it (lock the model, or set the key)"
+            )
+        else:
+            lines.append(
+                f"{lacking}; the compute buffers' {fmt_size(compute)} of the {fmt_size(total)} "
+                "planned are estimated with it (lock the model, or set the key)"
+            )
+    if inputs.context_limit is None:
+        lines.append(
+            "the model's context_length: not in the GGUF header or model.metadata, so "
+            "server.contextSize is not checked against the context the model serves (lock the "
+            "model)"
+        )
+    if inputs.weights.source == "file sizes + layer structure":
+        n_layer = len(inputs.weights.layer_bytes)
+        lines.append(
+            f"weights: {fmt_size(inputs.weights.total_bytes)} spread evenly over {n_layer} layers "
+            "(no GGUF header yet): which bytes land in VRAM and which in RAM is approximate until "
+            "the model is locked"
+        )
+    return lines
 
 
 def _repack_text(inputs: LlamaCppPlanInputs) -> str:
@@ -794,48 +1004,65 @@ def _notes(inputs: LlamaCppPlanInputs) -> list[str]:
     return notes
 
 
-def context_advice(inputs: LlamaCppPlanInputs, ctx: int | None) -> list[str]:
-    """Advice on the context that fits (`ctx`, None: none) that the stack's own checks accept:
+def context_fixes(inputs: LlamaCppPlanInputs, ctx: int | None) -> list[Fix]:
+    """Fixes on the context that fits (`ctx`, None: none) that the stack's own checks accept:
     never a context below server.minSlotContext per slot; fewer slots when that helps."""
     if ctx is None or ctx < 256:
         return []
     floor = inputs.min_slot_context
     if floor is None or ctx >= floor * inputs.parallel:
-        return [f"lower server.contextSize to at most {ctx}"]
+        fix = checked_fix(inputs, f"lower server.contextSize to at most {ctx}", ctx_size=ctx)
+        return [fix] if fix else []
     slots = ctx // floor
     if slots >= 1:
-        return [
+        fix = checked_fix(
+            inputs,
             f"lower server.parallel to {slots} and server.contextSize to {slots * floor} "
             f"({inputs.parallel} slots of server.minSlotContext {floor} need "
-            f"{floor * inputs.parallel}; at most {ctx} fits)"
-        ]
+            f"{floor * inputs.parallel}; at most {ctx} fits)",
+            parallel=slots,
+            ctx_size=slots * floor,
+        )
+        return [fix] if fix else []
+    return []
+
+
+def context_advice(inputs: LlamaCppPlanInputs, ctx: int | None) -> list[str]:
+    """The texts of `context_fixes`, or why none holds when server.minSlotContext decides."""
+    fixes = context_fixes(inputs, ctx)
+    if fixes or ctx is None or ctx < 256:
+        return [fix.text for fix in fixes]
+    floor = inputs.min_slot_context
     return [
         f"at most {ctx} tokens of context fit, less than one slot of server.minSlotContext "
-        f"{floor}: lower server.minSlotContext (and server.contextSize) to fit"
+        f"{floor}: server.minSlotContext decides (lower it, and server.contextSize, to fit)"
     ]
 
 
-def _vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> str:
+def _vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> tuple[str, list[Fix]]:
     cap = vram.capacity_bytes or 0
     items = vram.items
     detail = (
         f"weights {fmt_size(items['weights'])} for {gpu_text}, "
         f"KV cache {fmt_size(items['kv_cache'])}, compute {fmt_size(items['compute'])}"
     )
-    fixes = []
+    fixes: list[Fix] = []
     best = max_gpu_layers(inputs)
     if best is not None:
-        fixes.append(f"set server.gpuLayers to at most {best}")
-    fixes += context_advice(inputs, max_context(inputs))
-    if not fixes:
-        fixes.append("the model does not fit this GPU at any server.gpuLayers")
+        fix = checked_fix(inputs, f"set server.gpuLayers to at most {best}", gpu_layers=best)
+        fixes += [fix] if fix else []
+    ctx = max_context(inputs, gpus_only=True)
+    fixes += context_fixes(inputs, ctx)
+    texts = [fix.text for fix in fixes] or context_advice(inputs, ctx)
+    if not texts:
+        texts.append("the model does not fit this GPU at any server.gpuLayers")
     return (
         f"plan: does not fit in VRAM: {fmt_size(vram.used_bytes)} needed of "
-        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(fixes)}"
-    )
+        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(texts)}"
+    ), fixes
 
 
-def _ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> str:
+def _ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> tuple[str, list[Fix]]:
     cap = ram.capacity_bytes or 0
     items = ram.items
     detail = (
@@ -845,11 +1072,22 @@ def _ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> str:
         f"runtime {fmt_size(items['runtime'])}"
     )
     need_gi = math.ceil(gib(ram.used_bytes))
-    fixes = [f"raise server.resources.limits.memory to at least {need_gi}Gi"]
+    found = [
+        checked_fix(
+            inputs,
+            f"raise server.resources.limits.memory to at least {need_gi}Gi",
+            memory_limit_bytes=need_gi * GIB,
+        )
+    ]
     over = ram.used_bytes - cap
     if items["prompt_cache"] >= over:
-        fixes.append(f"set server.cacheRam to at most {(items['prompt_cache'] - over) // MIB} MiB")
+        mib = (items["prompt_cache"] - over) // MIB
+        found.append(
+            checked_fix(inputs, f"set server.cacheRam to at most {mib} MiB", cache_ram_mib=mib)
+        )
+    fixes = [fix for fix in found if fix is not None]
+    texts = [fix.text for fix in fixes]
     return (
         f"plan: does not fit in the container memory limit: {fmt_size(ram.used_bytes)} needed of "
-        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(fixes)}"
-    )
+        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(texts)}"
+    ), fixes

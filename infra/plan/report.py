@@ -66,6 +66,19 @@ class Device:
 
 
 @dataclass(frozen=True)
+class Fix:
+    """One change the plan advises, as stack keys (dotted, as a stack file spells them) and their
+    new values, checked to hold: applied, the stack passes its checks and fits."""
+
+    changes: dict[str, Any]
+    text: str
+
+    def to_json(self) -> dict[str, Any]:
+        """`{"set": {key: value}, "text": ...}`."""
+        return {"set": dict(self.changes), "text": self.text}
+
+
+@dataclass(frozen=True)
 class TableRow:
     """One line of the plan table."""
 
@@ -87,6 +100,11 @@ class Plan:
     source: str
     transfers: dict[str, int] = field(default_factory=dict)
     """Bytes sent over the network at load, by receiver (the weights of each RPC worker)."""
+    assumptions: list[str] = field(default_factory=list)
+    """Values the plan took from a default instead of the GGUF header or the stack, each with
+    what rests on it."""
+    fixes: list[Fix] = field(default_factory=list)
+    """The changes the problems and advice name, machine-readable (`--json`: `fixes`)."""
 
     @property
     def fits(self) -> bool:
@@ -99,6 +117,8 @@ class Plan:
             "fits": self.fits,
             "devices": {name: device.to_json() for name, device in self.devices.items()},
             "advice": [*self.problems, *self.advice],
+            "assumptions": list(self.assumptions),
+            "fixes": [fix.to_json() for fix in self.fixes],
         }
         if self.transfers:
             document["network_load_gib"] = {
@@ -127,6 +147,7 @@ class Plan:
                 f"{'total ' + name:<{width}}  {fmt_size(device.used_bytes):>10}  {limit}{free}"
             )
         lines.append(f"weights from: {self.source}")
+        lines += [f"assumed: {a}" for a in self.assumptions]
         lines += [f"note: {n}" for n in self.notes]
         lines.append("verdict: fits" if self.fits else "verdict: DOES NOT FIT")
         lines += self.problems
@@ -164,6 +185,7 @@ class Plan:
         if hidden:
             lines.append(f"({hidden} components of 0 GiB not shown)")
         lines.append(f"weights from: {self.source}")
+        lines += [f"assumed: {a}" for a in self.assumptions]
         if verbose:
             lines += [f"note: {n}" for n in self.notes]
         elif self.notes:

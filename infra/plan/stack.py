@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
@@ -11,8 +12,9 @@ from components.payloads.fetcher import retire_pattern_problem
 from infra.config import ConfigError, FleetStack, StackConfig, StrixHaloStack, quantity_value
 from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
+from infra.config.kubernetes import structure_problems
 from infra.lock import ModelSource
-from infra.plan.deepseek4 import attention_shape
+from infra.plan.deepseek4 import attention_shape, kv_layout
 from infra.plan.extra_args import extra_args_problems, with_extra_args
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
@@ -23,7 +25,7 @@ from infra.plan.llamacpp import (
     plan_llamacpp,
 )
 from infra.plan.repack import cpu_variant
-from infra.plan.report import GB, GIB, MIB, Device, Plan, TableRow
+from infra.plan.report import GB, GIB, MIB, Device, Fix, Plan, TableRow
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
 from infra.plan.vllm_extra_args import vllm_extra_args_problems
 
@@ -34,23 +36,78 @@ NO_WEIGHT_SIZE = (
 )
 
 
-def llamacpp_inputs(
+def _same(stack_value: Any, header_value: Any) -> bool:
+    """Whether a stack file's metadata value states the header's (a float as float32 holds it)."""
+    if isinstance(stack_value, list) and isinstance(header_value, list):
+        return len(stack_value) == len(header_value) and all(
+            _same(a, b) for a, b in zip(stack_value, header_value, strict=True)
+        )
+    numbers = (int, float)
+    if isinstance(stack_value, numbers) and isinstance(header_value, numbers):
+        return math.isclose(stack_value, header_value, rel_tol=1e-6)
+    return bool(stack_value == header_value)
+
+
+@dataclass(frozen=True)
+class ModelStructure:
+    """What the plan knows of a GGUF model: from its header (the lock's summary, or `--gguf`),
+    else from the stack file's model.architecture, model.layers, model.metadata and sizes."""
+
+    architecture: str
+    layers: int
+    metadata: dict[str, Any]
+    vocab_size: int | None
+    weights: ModelWeights
+
+
+def model_structure(
     stack: StrixHaloStack,
     source: ModelSource,
     header_summary: Mapping[str, Any] | None = None,
-) -> LlamaCppPlanInputs:
-    """Planner inputs; weights from a GGUF header at hand, else the lock, else the config."""
-    model, server, memory = stack.model, stack.server, stack.memory
-    retire = retire_problems(stack, source)
-    if retire:
-        raise ConfigError(retire)
+) -> ModelStructure:
+    """The model's structure, one source of truth: the header wherever there is one (the stack
+    file need not repeat it, and where it does the two must agree), the stack file before."""
+    model = stack.model
     summary = header_summary or source.gguf
+    problems = []
     if summary is not None:
+        where = "the GGUF header" if header_summary else "the locked GGUF header"
+        architecture: str = summary["architecture"]
+        header: Mapping[str, Any] = summary["metadata"]
+        block_count = header.get(f"{architecture}.block_count")
+        layers = block_count if isinstance(block_count, int) else len(summary["layer_bytes"])
+        if model.architecture is not None and model.architecture != architecture:
+            problems.append(
+                f"model.architecture: {model.architecture!r}, but {where} says {architecture!r} "
+                "(remove the key: the lock's header decides)"
+            )
+        if model.layers is not None and model.layers != layers:
+            problems.append(
+                f"model.layers: {model.layers}, but {where} says {layers} "
+                f"({architecture}.block_count; remove the key: the lock's header decides)"
+            )
+        for key, value in model.metadata.items():
+            if key in header and not _same(value, header[key]):
+                problems.append(
+                    f"model.metadata: {key} is {value!r}, but {where} says {header[key]!r} "
+                    "(remove the key: the lock's header decides)"
+                )
         label: WeightSource = "GGUF header" if header_summary else "lock summary"
         weights = ModelWeights.from_summary(summary, label)
-        metadata = {**model.metadata, **summary["metadata"]}
+        metadata = {**model.metadata, **header}
         vocab = summary.get("vocab_size")
     else:
+        unlocked = "required until the model is locked (run: llm-infra lock STACK, which reads it "
+        if model.architecture is None:
+            problems.append(
+                f"model.architecture: {unlocked}from the GGUF header; or set it, e.g. llama)"
+            )
+        if model.layers is None:
+            problems.append(f"model.layers: {unlocked}from the GGUF header's block_count)")
+        if problems:
+            raise ConfigError(problems)
+        assert model.architecture is not None and model.layers is not None
+        architecture, layers = model.architecture, model.layers
         sizes = [f.get("size") for f in source.files]
         if sizes and all(size is not None for size in sizes):
             total = sum(size or 0 for size in sizes)
@@ -58,13 +115,111 @@ def llamacpp_inputs(
             total = int(model.size_gib * GIB)
         else:
             raise ConfigError([NO_WEIGHT_SIZE])
-        weights = ModelWeights.from_file_sizes(total, model.layers)
+        weights = ModelWeights.from_file_sizes(total, layers)
         metadata = dict(model.metadata)
         vocab = None
-    metadata.setdefault(f"{model.architecture}.block_count", model.layers)
+    metadata.setdefault(f"{architecture}.block_count", layers)
+    problems += structure_problems(stack.server, architecture, layers, metadata)
+    if problems:
+        raise ConfigError(problems)
+    return ModelStructure(architecture, layers, metadata, vocab, weights)
+
+
+ROPE_FLAGS = ("--rope-scaling", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx")
+
+
+def _rope_args(server: Any) -> dict[str, str]:
+    """The rope flags among the server's extraArgs (`--flag value` or `--flag=value`)."""
+    words = list(getattr(server, "extra_args", None) or [])
+    found: dict[str, str] = {}
+    for index, word in enumerate(words):
+        flag, equals, value = word.partition("=")
+        if flag in ROPE_FLAGS:
+            if not equals:
+                value = words[index + 1] if index + 1 < len(words) else ""
+            found[flag] = value
+    return found
+
+
+def served_context(stack: StrixHaloStack, structure: ModelStructure) -> int | None:
+    """Tokens a slot can serve: `{arch}.context_length`, or with YaRN configured (in the header
+    or server.extraArgs, with a scale of its own) `yarn-orig-ctx / rope-freq-scale`, as
+    llama.cpp b11434 re-adjusts n_ctx_train (src/llama-context.cpp, "custom YaRN scaling
+    detected"); llama-server caps every slot at it. None: the header does not say."""
+    arch, meta = structure.architecture, structure.metadata
+    trained = meta.get(f"{arch}.context_length")
+    if not isinstance(trained, int) or isinstance(trained, bool) or trained <= 0:
+        return None
+    rope = _rope_args(stack.server)
+    scaling = rope.get("--rope-scaling", meta.get(f"{arch}.rope.scaling.type"))
+    try:
+        if "--rope-freq-scale" in rope:
+            freq = float(rope["--rope-freq-scale"])
+        elif "--rope-scale" in rope:
+            freq = 1.0 / float(rope["--rope-scale"])
+        else:
+            return trained
+        factor = meta.get(f"{arch}.rope.scaling.factor")
+        trained_freq = 1.0 / factor if isinstance(factor, int | float) and factor > 0 else 1.0
+        if scaling != "yarn" or freq <= 0 or freq == trained_freq:
+            return trained
+        original = rope.get("--yarn-orig-ctx")
+        orig = int(original) if original else 0
+    except (ValueError, ZeroDivisionError):
+        return trained
+    if orig <= 0:
+        header_orig = meta.get(f"{arch}.rope.scaling.original_context_length")
+        orig = header_orig if isinstance(header_orig, int) and header_orig > 0 else trained
+    return int(orig / freq)
+
+
+def context_problems(stack: StrixHaloStack, structure: ModelStructure) -> list[str]:
+    """A slot context above what the model serves: llama-server would cap it, and the KV
+    cache beyond the cap would be memory spent for nothing."""
+    server = stack.server
+    served = served_context(stack, structure)
+    cells = kv_layout(server.context_size, server.parallel, False).cells
+    if served is None or cells <= served:
+        return []
+    arch = structure.architecture
+    slots = f"each of the {server.parallel} slots" if server.parallel > 1 else "its one slot"
+    fixes = [f"lower server.contextSize to {served * server.parallel}"]
+    if served < server.min_slot_context:
+        fixes = [
+            f"lower server.minSlotContext to {served} and server.contextSize to "
+            f"{served * server.parallel} (server.minSlotContext {server.min_slot_context} is "
+            "more than the model serves)"
+        ]
+    scale = math.ceil(cells / served)
+    fixes.append(
+        f"extend it with YaRN in server.extraArgs: --rope-scaling yarn --rope-scale {scale} "
+        f"--yarn-orig-ctx {served}"
+    )
+    return [
+        f"server.contextSize: {server.context_size} gives {slots} {cells} tokens, more than "
+        f"the model's trained context {served} ({arch}.context_length): llama-server caps a "
+        f"slot there and the rest of the KV cache is never used; {' or '.join(fixes)}"
+    ]
+
+
+def llamacpp_inputs(
+    stack: StrixHaloStack,
+    source: ModelSource,
+    header_summary: Mapping[str, Any] | None = None,
+) -> LlamaCppPlanInputs:
+    """Planner inputs; weights from a GGUF header at hand, else the lock, else the config."""
+    server, memory = stack.server, stack.memory
+    retire = retire_problems(stack, source)
+    if retire:
+        raise ConfigError(retire)
+    structure = model_structure(stack, source, header_summary)
+    weights, metadata = structure.weights, structure.metadata
+    context = context_problems(stack, structure)
+    if context:
+        raise ConfigError(context)
     compute = {"vram": int(memory.compute_gib * GIB)} if memory.compute_gib is not None else {}
     try:
-        attention = attention_shape(model.architecture, metadata, vocab)
+        attention = attention_shape(structure.architecture, metadata, structure.vocab_size)
     except ValueError as exc:
         # What the plan needs and neither the lock nor model.metadata gives.
         raise ConfigError([f"model.metadata: {exc} (lock the model, or add the key)"]) from None
@@ -91,8 +246,9 @@ def llamacpp_inputs(
         cpu_variant=cpu_variant(memory.node_cpu) if memory.node_cpu is not None else None,
         repack=server.repack,
         min_slot_context=server.min_slot_context,
+        context_limit=served_context(stack, structure),
     )
-    return with_extra_args(inputs, server.extra_args, summary)
+    return with_extra_args(inputs, server.extra_args, header_summary or source.gguf)
 
 
 def rpc_devices(stack: StrixHaloStack) -> tuple[RpcDevice, ...]:
@@ -187,6 +343,8 @@ def fleet_plan(
     notes: list[str] = []
     transfers: dict[str, int] = {}
     kinds: list[str] = []
+    fixes: list[Fix] = []
+    assumptions: list[str] = []
     for index, (entry, stack) in enumerate(zip(fleet.servers, fleet.server_stacks(), strict=True)):
         own_memory = entry.memory is not None
         try:
@@ -199,10 +357,20 @@ def fleet_plan(
         rows += [TableRow(f"{name}: {r.component}", r.size_bytes, r.where) for r in plan.rows]
         problems += [entry_key(f"{p} [{name}]", index, own_memory) for p in plan.problems]
         advice += [entry_key(a, index, own_memory) for a in plan.advice]
+        fixes += [
+            Fix(
+                {entry_key(k, index, own_memory): v for k, v in fix.changes.items()},
+                entry_key(fix.text, index, own_memory),
+            )
+            for fix in plan.fixes
+        ]
+        assumptions += [f"{name}: {a}" for a in plan.assumptions]
         notes += [f"{name}: {n}" for n in plan.notes]
         transfers.update(plan.transfers)
         kinds.append(f"{name}: {plan.source}")
-    return Plan(devices, advice, problems, rows, notes, "; ".join(kinds), transfers)
+    return Plan(
+        devices, advice, problems, rows, notes, "; ".join(kinds), transfers, assumptions, fixes
+    )
 
 
 def load_seconds(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> float:

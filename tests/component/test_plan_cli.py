@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from tests.component.test_render import STACK_FILE, render
 from tests.conftest import ROOT
 
@@ -79,8 +81,20 @@ def test_plan_reads_gguf_headers_at_hand(tmp_path: Path) -> None:
     from tests.support.tiny_gguf import write_tiny_split_model
 
     shards = write_tiny_split_model(tmp_path, "tiny", shards=3)
-    result = plan("strix-halo", "--gguf", *map(str, shards))
+    document = yaml.safe_load(STACK_FILE.read_text())
+    model = document["config"]["llm-infra:model"]
+    for key in ("architecture", "layers", "sizeGib", "metadata"):
+        del model[key]
+    document["config"]["llm-infra:server"]["gpuLayers"] = 3
+    bare = tmp_path / "Pulumi.bare.yaml"
+    bare.write_text(yaml.safe_dump(document))
+    result = plan(str(bare), "--gguf", *map(str, shards))
+    assert result.returncode == 0, result.stderr
     assert "weights from: GGUF header" in result.stdout
+    # The strix-halo stack names deepseek4's structure: a llama header contradicts it.
+    mismatch = plan("strix-halo", "--gguf", *map(str, shards))
+    assert mismatch.returncode == 2
+    assert "model.architecture: 'deepseek4', but the GGUF header says 'llama'" in mismatch.stderr
 
 
 def test_render_refuses_a_stack_that_does_not_fit_vram(tmp_path: Path) -> None:

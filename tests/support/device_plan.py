@@ -37,20 +37,37 @@ def stack_plan_inputs(stack_name: str, shards: list[Path]) -> LlamaCppPlanInputs
 
     The compute buffers are the planner's estimate: a measured `memory.computeGib` belongs to the
     stack's own model, not to the one at hand."""
-    stack_file = read_stack_file(stack_name)
-    stack = parse_stack(namespace_values(stack_file.config))
-    if not isinstance(stack, StrixHaloStack):
-        raise TypeError(f"{stack_name} is not a llama.cpp stack")
-    source = model_source(stack.model, Path(stack_file.config["llm-infra:lockFile"]), True)
     headers = []
     for shard in shards:
         with shard.open("rb") as stream:
             headers.append(read_gguf_header(stream))
     summary = summarize(headers)
+    stack_file = read_stack_file(stack_name)
+    values = namespace_values(stack_file.config)
+    # The model at hand's header decides its structure: the stack's own model keys would
+    # contradict it. Its -ngl as llama.cpp clamps it to a smaller model (all layers + output).
+    for key in ("architecture", "layers", "sizeGib", "metadata"):
+        values["model"].pop(key, None)
+    n_layer = len(summary["layer_bytes"])
+    values["server"]["gpuLayers"] = min(values["server"]["gpuLayers"], n_layer + 1)
+    # The logs ran the stack's -c on tiny models trained for fewer tokens (llama-server caps
+    # the slots, the cache is allocated in full): planned at a context the checks accept, then
+    # at the stack's.
+    context = values["server"]["contextSize"]
+    trained = summary["metadata"].get(f"{summary['architecture']}.context_length")
+    if isinstance(trained, int) and trained < context:
+        slots = values["server"].get("parallel", 1)
+        values["server"].update(contextSize=trained, minSlotContext=trained // slots)
+    stack = parse_stack(values)
+    if not isinstance(stack, StrixHaloStack):
+        raise TypeError(f"{stack_name} is not a llama.cpp stack")
+    source = model_source(stack.model, Path(stack_file.config["llm-infra:lockFile"]), True)
     inputs = llamacpp_inputs(stack, source, summary)
     # The attention of the model at hand (the stack's own architecture may differ).
     shape = attention_shape(summary["architecture"], summary["metadata"], summary.get("vocab_size"))
-    return dataclasses.replace(inputs, attention=shape, compute_override_bytes={})
+    return dataclasses.replace(
+        inputs, attention=shape, compute_override_bytes={}, ctx_size=context, context_limit=None
+    )
 
 
 def planned_mib(inputs: LlamaCppPlanInputs) -> dict[str, dict[str, float]]:

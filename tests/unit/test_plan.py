@@ -375,3 +375,30 @@ def test_a_zero_count_in_the_metadata_is_a_config_error_naming_the_key(key: str)
     assert caught.value.problems == [
         f"model.metadata: {key} is 0; it must be a positive count (lock the model, or add the key)"
     ]
+
+
+def test_compute_buffers_follow_the_per_slot_context_with_several_slots() -> None:
+    # Measured on an H200 through Vulkan (b11434, n_embd 1024, n_ff 2048, every layer on the
+    # GPU, F16 cache) at -c 65536 -ub 512 -np 2: 52.1 MiB on the GPU, 40.1 MiB on the host;
+    # the graph attends over one slot's 32768 cells, not the whole 65536.
+    shape = AttentionShape(
+        kind="standard", n_layer=2, n_head_kv=(16, 16), head_k=64, head_v=64, n_head=16,
+        n_embd=1024, n_ff=2048, n_vocab=32000,
+    )  # fmt: skip
+    inputs = LlamaCppPlanInputs(
+        weights=ModelWeights.from_file_sizes(64 * MIB, 2),
+        attention=shape,
+        gpu_layers=3,
+        ctx_size=65536,
+        parallel=2,
+        vram_bytes=8 * GIB,
+        memory_limit_bytes=16 * GIB,
+    )
+    plan = plan_llamacpp(inputs)
+    assert plan.devices["vram"].items["compute"] / MIB == pytest.approx(52.1, rel=0.06)
+    assert plan.devices["ram"].items["compute"] / MIB == pytest.approx(40.1, rel=0.02)
+    # One slot of the same 65536 tokens: the whole context is one slot's graph.
+    single = plan_llamacpp(replace(inputs, parallel=1))
+    assert single.devices["ram"].items["compute"] - plan.devices["ram"].items["compute"] == (
+        2 * 32768 * 512
+    )

@@ -1,0 +1,162 @@
+"""Advice that holds: every fix the plan names, and every `--suggest` result, applied to the stack,
+gives a stack that passes every check and fits; where nothing fits, the plan says which
+constraint decides."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infra.cli.plan import suggest_changes
+from infra.config import ConfigError
+from infra.plan.llamacpp import suggest
+from infra.plan.report import Plan
+from infra.plan.stack import llamacpp_inputs, stack_plan
+from tests.conftest import stack_values, strix, unlocked_source
+
+# A Qwen3-30B-A3B-shaped GQA MoE (qwen3moe: 48 layers, 32 heads, 4 KV heads of 128, trained
+# for 40960 tokens), planned from the stack file's metadata before a lock.
+QWEN3MOE = {
+    "architecture": "qwen3moe",
+    "layers": 48,
+    "sizeGib": 17.3,
+    "metadata": {
+        "qwen3moe.block_count": 48,
+        "qwen3moe.context_length": 40960,
+        "qwen3moe.embedding_length": 2048,
+        "qwen3moe.attention.head_count": 32,
+        "qwen3moe.attention.head_count_kv": 4,
+        "qwen3moe.attention.key_length": 128,
+        "qwen3moe.attention.value_length": 128,
+        "qwen3moe.expert_feed_forward_length": 768,
+        "qwen3moe.expert_count": 128,
+        "qwen3moe.expert_used_count": 8,
+        "qwen3moe.vocab_size": 151936,
+    },
+}
+
+
+def base(model: str) -> dict[str, Any]:
+    values = copy.deepcopy(stack_values("strix-halo"))
+    if model == "qwen3moe":
+        values["model"].update(copy.deepcopy(QWEN3MOE))
+        values["server"].update(minSlotContext=8192, contextSize=32768, gpuLayers=49)
+    return values
+
+
+def set_key(values: dict[str, Any], key: str, value: Any) -> None:
+    *path, last = key.split(".")
+    where = values
+    for part in path:
+        where = where.setdefault(part, {})
+    where[last] = value
+
+
+def plan_of(values: dict[str, Any]) -> Plan:
+    stack = strix(values)
+    return stack_plan(stack, unlocked_source(stack))
+
+
+@st.composite
+def stacks(draw: st.DrawFn) -> dict[str, Any]:
+    values = base(draw(st.sampled_from(["deepseek4", "qwen3moe"])))
+    layers = values["model"]["layers"]
+    trained = values["model"]["metadata"].get("qwen3moe.context_length", 1 << 20)
+    parallel = draw(st.integers(1, 4))
+    floor = draw(st.sampled_from([4096, 8192, 16384, 32768]))
+    per_slot = draw(st.integers(floor // 1024, min(trained, 1 << 18) // 1024)) * 1024
+    server = values["server"]
+    server.update(
+        gpuLayers=draw(st.integers(0, layers + 1)),
+        parallel=parallel,
+        minSlotContext=floor,
+        contextSize=per_slot * parallel,
+    )
+    if draw(st.booleans()):
+        server["cacheRam"] = draw(st.sampled_from([0, 1024, 8192, 16384]))
+    memory = draw(st.integers(6, 40))
+    server["resources"]["limits"]["memory"] = f"{memory}Gi"
+    server["resources"]["requests"]["memory"] = "2Gi"
+    values["memory"]["vramGib"] = draw(st.sampled_from([8, 16, 24, 48, 64, 90, 96, 128]))
+    values["memory"].pop("computeGib", None)
+    values["store"]["size"] = f"{draw(st.integers(10, 200))}Gi"
+    return values
+
+
+def applied(values: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    fixed = copy.deepcopy(values)
+    for key, value in changes.items():
+        set_key(fixed, key, value)
+    return fixed
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks())
+def test_every_fix_the_plan_names_gives_a_stack_that_passes_and_fits(
+    values: dict[str, Any],
+) -> None:
+    plan = plan_of(values)
+    for problem in plan.problems:
+        # A refusal names a fix that holds, or which constraint leaves none.
+        assert (
+            any(fix.text in problem for fix in plan.fixes)
+            or "decides" in problem
+            or ("at any server.gpuLayers" in problem)
+        ), problem
+    for fix in plan.fixes:
+        try:
+            after = plan_of(applied(values, fix.changes))
+        except ConfigError as exc:
+            pytest.fail(f"{fix.text} {fix.changes}: the stack's checks refuse it: {exc.problems}")
+        assert after.fits, (fix.text, fix.changes, after.problems)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks(), st.sampled_from([0.0, 2.0, 4.0]))
+def test_every_suggestion_passes_every_check_and_fits(
+    values: dict[str, Any], headroom: float
+) -> None:
+    stack = strix(values)
+    best = suggest(llamacpp_inputs(stack, unlocked_source(stack)), headroom_gib=headroom)
+    changes = suggest_changes(best)
+    if not changes:
+        assert best.reason and "server.minSlotContext" in best.reason
+        return
+    after = plan_of(applied(values, changes))
+    assert after.fits, (changes, after.problems)
+    vram = after.devices["vram"]
+    assert (vram.capacity_bytes or 0) - vram.used_bytes >= headroom * 2**30
+
+
+def test_four_slots_of_the_trained_context_advise_what_fits_and_hold() -> None:
+    # The issue's walk: 4 slots of 64k of a 40960-token model on 90 GiB.
+    values = base("qwen3moe")
+    values["server"].update(parallel=4, contextSize=4 * 65536, minSlotContext=65536)
+    with pytest.raises(ConfigError) as caught:
+        plan_of(values)
+    (problem,) = caught.value.problems
+    assert problem.startswith(
+        "server.contextSize: 262144 gives each of the 4 slots 65536 tokens, more than the "
+        "model's trained context 40960 (qwen3moe.context_length)"
+    )
+    assert (
+        "lower server.minSlotContext to 40960 and server.contextSize to 163840 "
+        "(server.minSlotContext 65536 is more than the model serves)"
+    ) in problem
+    assert "--rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 40960" in problem
+    fixed = applied(values, {"server.minSlotContext": 40960, "server.contextSize": 163840})
+    assert plan_of(fixed).fits
+
+
+def test_suggest_names_min_slot_context_when_it_decides() -> None:
+    values = base("qwen3moe")
+    values["memory"]["vramGib"] = 2
+    values["server"].update(gpuLayers=0, minSlotContext=32768)
+    stack = strix(values)
+    best = suggest(llamacpp_inputs(stack, unlocked_source(stack)), headroom_gib=4)
+    assert best.gpu_layers is None
+    assert best.reason is not None and "server.minSlotContext 32768" in best.reason
