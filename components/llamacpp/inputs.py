@@ -188,11 +188,28 @@ REFUSED_OPTIONS: dict[str, str] = {
 """Options llama-server knows that a deployment must not pass, each with the reason."""
 
 
+TENSOR_OVERRIDE_OPTIONS = ("--override-tensor", "--spec-draft-override-tensor")
+"""Options whose value is `PATTERN=BUFFER[,PATTERN=BUFFER...]` (llama.cpp splits it at commas
+and each part at its first `=`; a part without one stops llama-server at start)."""
+
+
 def extra_args_problems(words: list[str]) -> list[Problem]:
     """The problems of llama-server extra words (locations relative to the words)."""
     table = llama_server_options()
     owned = owned_spellings(table, OWNED_OPTIONS)
-    return parse_extra_args(words, table, owned, REFUSED_OPTIONS)[1]
+    parsed, problems = parse_extra_args(words, table, owned, REFUSED_OPTIONS)
+    for arg in parsed:
+        if arg.option.name in TENSOR_OVERRIDE_OPTIONS:
+            bad = [p for p in arg.values[0].split(",") if not p.partition("=")[0] or "=" not in p]
+            if bad:
+                problems.append(
+                    (
+                        (arg.index + 1,),
+                        f"{bad[0]!r} is not PATTERN=BUFFER (e.g. 'blk\\.1[0-9]\\.ffn_.*=CPU'; "
+                        "llama.cpp splits the value at commas, so a pattern has none)",
+                    )
+                )
+    return problems
 
 
 @documented

@@ -391,3 +391,22 @@ def test_escaping_changes_nothing_of_words_without_a_dollar() -> None:
     assert kubernetes_args(argv) == argv
     vllm = vllm_serve_args(vllm_server()["flags"])
     assert compose_words(vllm) == vllm
+
+
+@pytest.mark.parametrize(
+    ("value", "bad"),
+    [
+        ("exps", "exps"),
+        ("a=CPU,b", "b"),
+        (r"blk\.[0-9]{1,2}\.x=CPU", r"blk\.[0-9]{1"),
+        ("=CPU", "=CPU"),
+    ],
+)
+def test_a_tensor_override_that_llama_server_cannot_split_is_refused_at_its_value(
+    value: str, bad: str
+) -> None:
+    for option in ("-ot", "--override-tensor", "-otd"):
+        ((where, message),) = llama_inputs.extra_args_problems([option, value])
+        assert where == (1,)
+        assert message.startswith(f"{bad!r} is not PATTERN=BUFFER")
+    assert llama_inputs.extra_args_problems(["-ot", r"exps=CPU,blk\.0\.=CPU"]) == []
