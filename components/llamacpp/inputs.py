@@ -4,6 +4,7 @@ Every rule for these inputs lives here; the builders take them validated.
 """
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
@@ -200,16 +201,36 @@ def extra_args_problems(words: list[str]) -> list[Problem]:
     parsed, problems = parse_extra_args(words, table, owned, REFUSED_OPTIONS)
     for arg in parsed:
         if arg.option.name in TENSOR_OVERRIDE_OPTIONS:
-            bad = [p for p in arg.values[0].split(",") if not p.partition("=")[0] or "=" not in p]
-            if bad:
-                problems.append(
-                    (
-                        (arg.index + 1,),
-                        f"{bad[0]!r} is not PATTERN=BUFFER (e.g. 'blk\\.1[0-9]\\.ffn_.*=CPU'; "
-                        "llama.cpp splits the value at commas, so a pattern has none)",
-                    )
-                )
+            problem = tensor_override_problem(arg.values[0])
+            if problem:
+                problems.append(((arg.index + 1,), problem))
     return problems
+
+
+_NOT_ECMASCRIPT = re.compile(r"\(\?[^:=!]|\\[AZzG]")
+"""Regex syntax Python reads and llama.cpp's std::regex (ECMAScript) does not: lookbehind,
+named groups, inline flags, `\\A`/`\\Z` anchors."""
+
+
+def tensor_override_problem(value: str) -> str | None:
+    """What keeps llama-server (or the plan) from reading a tensor override value, or None."""
+    for part in value.split(","):
+        pattern, equals, buffer = part.partition("=")
+        if not pattern or not equals or not buffer:
+            return (
+                f"{part!r} is not PATTERN=BUFFER (e.g. 'blk\\.1[0-9]\\.ffn_.*=CPU'; llama.cpp "
+                "splits the value at commas, so a pattern has none)"
+            )
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            return f"{pattern!r} is not a regular expression ({exc})"
+        if _NOT_ECMASCRIPT.search(pattern):
+            return (
+                f"{pattern!r} uses syntax llama.cpp's ECMAScript regex does not read "
+                "(lookbehind, named groups, inline flags, \\A or \\Z)"
+            )
+    return None
 
 
 @documented

@@ -410,3 +410,20 @@ def test_a_tensor_override_that_llama_server_cannot_split_is_refused_at_its_valu
         assert where == (1,)
         assert message.startswith(f"{bad!r} is not PATTERN=BUFFER")
     assert llama_inputs.extra_args_problems(["-ot", r"exps=CPU,blk\.0\.=CPU"]) == []
+
+
+@pytest.mark.parametrize(
+    ("pattern", "message"),
+    [
+        ("(unclosed", "is not a regular expression"),
+        ("(?i)EXPS", "syntax llama.cpp's ECMAScript regex does not read"),
+        (r"\Ablk", "syntax llama.cpp's ECMAScript regex does not read"),
+        ("(?P<n>exps)", "syntax llama.cpp's ECMAScript regex does not read"),
+    ],
+)
+def test_a_tensor_override_pattern_both_regex_readers_cannot_share_is_refused(
+    pattern: str, message: str
+) -> None:
+    ((where, problem),) = llama_inputs.extra_args_problems(["-ot", f"{pattern}=CPU"])
+    assert where == (1,) and problem.startswith(f"{pattern!r} ") and message in problem
+    assert llama_inputs.extra_args_problems(["-ot", r"(?:blk)\.(?!0\.)\d+\.ffn=CPU"]) == []
