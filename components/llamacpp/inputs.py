@@ -194,8 +194,12 @@ TENSOR_OVERRIDE_OPTIONS = ("--override-tensor", "--spec-draft-override-tensor")
 and each part at its first `=`; a part without one stops llama-server at start)."""
 
 
-def extra_args_problems(words: list[str]) -> list[Problem]:
-    """The problems of llama-server extra words (locations relative to the words)."""
+UNQUANTIZED_CACHE_TYPES = ("f32", "f16", "bf16")
+
+
+def extra_args_problems(words: list[str], cache_type_v: str | None = None) -> list[Problem]:
+    """The problems of llama-server extra words (locations relative to the words; a message
+    names another input with `ref`, relative to the server's args)."""
     table = llama_server_options()
     owned = owned_spellings(table, OWNED_OPTIONS)
     parsed, problems = parse_extra_args(words, table, owned, REFUSED_OPTIONS)
@@ -204,6 +208,16 @@ def extra_args_problems(words: list[str]) -> list[Problem]:
             problem = tensor_override_problem(arg.values[0])
             if problem:
                 problems.append(((arg.index + 1,), problem))
+        quantized_v = cache_type_v is not None and cache_type_v not in UNQUANTIZED_CACHE_TYPES
+        if arg.option.name == "--flash-attn" and arg.values == ("off",) and quantized_v:
+            problems.append(
+                (
+                    (arg.index + 1,),
+                    f"'off' with the quantized V cache {cache_type_v!r} of "
+                    f"{ref('flags', 'cache_type_v')}: llama-server b11434 refuses to start "
+                    "(a quantized V cache needs flash attention)",
+                )
+            )
     return problems
 
 
@@ -473,7 +487,8 @@ def _head_image_has_rpc(args: Mapping[str, Any]) -> list[Problem]:
 @cross_field_rule(LlamaCppVulkanServerArgs)
 def _extra_args_are_llama_server_options(args: Mapping[str, Any]) -> list[Problem]:
     """Extra words: options llama-server b11434 knows, none the program renders, with values."""
-    words = args.get("extra_args")
+    words, flags = args.get("extra_args"), args.get("flags")
     if not isinstance(words, list):
         return []
-    return located(extra_args_problems(words), "extra_args")
+    cache_v = flags.get("cache_type_v") if isinstance(flags, Mapping) else None
+    return located(extra_args_problems(words, cache_v), "extra_args")

@@ -154,3 +154,23 @@ def test_compose_and_vllms_parser_read_each_rendered_extra_word_as_given(tmp_pat
     assert namespace["response_role"] == HOSTILE
     assert namespace["max_log_len"] == 200 and namespace["enforce_eager"] is True
     assert namespace["max_model_len"] == values["server"]["maxModelLen"]
+
+
+@pytest.mark.parametrize(("cache", "starts"), [("q8_0", False), ("f16", True)])
+def test_llama_server_starts_with_flash_attention_off_only_on_an_unquantized_v_cache(
+    cache: str, starts: bool, tmp_path: Path
+) -> None:
+    """The ground of the rule that refuses `-fa off` beside a quantized server.cacheTypeV."""
+    from tests.support.llama_server import LlamaServerStartError, tiny_server_argv
+
+    (shard,) = write_tiny_split_model(tmp_path / "models", "tiny", shards=1)
+    argv = tiny_server_argv(shard, "-fa", "off", "-ctk", cache, "-ctv", cache, parallel=1)
+    log = tmp_path / "llama-server.log"
+    try:
+        with run_llama_server(argv, timeout=60.0, log_path=log):
+            started = True
+    except LlamaServerStartError:
+        started = False
+    assert started is starts, log.read_text()[-2000:]
+    if not starts:
+        assert "quantized V cache requires flash_attn to be enabled" in log.read_text()

@@ -427,3 +427,19 @@ def test_a_tensor_override_pattern_both_regex_readers_cannot_share_is_refused(
     ((where, problem),) = llama_inputs.extra_args_problems(["-ot", f"{pattern}=CPU"])
     assert where == (1,) and problem.startswith(f"{pattern!r} ") and message in problem
     assert llama_inputs.extra_args_problems(["-ot", r"(?:blk)\.(?!0\.)\d+\.ffn=CPU"]) == []
+
+
+def test_flash_attention_off_with_a_quantized_v_cache_is_refused_naming_the_cache_key() -> None:
+    values = copy.deepcopy(stack_values("strix-halo"))
+    values["server"]["extraArgs"] = ["--flash-attn", "off"]
+    with pytest.raises(ConfigError) as caught:
+        parse_stack(values)
+    assert caught.value.problems == [
+        "server.extraArgs[1]: 'off' with the quantized V cache 'q8_0' of server.cacheTypeV: "
+        "llama-server b11434 refuses to start (a quantized V cache needs flash attention)"
+    ]
+    values["server"].update(cacheTypeK="f16", cacheTypeV="f16")
+    assert parse_stack(values).server.extra_args == ["--flash-attn", "off"]  # type: ignore[union-attr]
+    args = llama_args_with(["-fa", "off"])  # the sample's q8_0 cache
+    ((where, message),) = input_problems(args, llama_inputs.LlamaCppVulkanServerArgs)
+    assert where == ("extra_args", 1) and "of flags.cache_type_v" in named(message, snake_path)
