@@ -328,3 +328,14 @@ def test_a_vllm_stack_plan_refuses_what_it_cannot_count() -> None:
     ]
     assert "changes the weights' size or place" in refused[0]
     assert "more GPUs or processes" in refused[1]
+
+
+def test_the_plan_report_leads_with_a_refusal_no_device_is_over_for() -> None:
+    values = copy.deepcopy(stack_values("strix-halo"))
+    values["server"]["extraArgs"] = ["--no-kv-offload"]
+    stack = strix(values)
+    plan = stack_plan(stack, unlocked_source(stack))
+    assert not plan.fits
+    lines = plan.report().splitlines()
+    assert lines[0] == "verdict: DOES NOT FIT"
+    assert lines[1].startswith("plan: server.extraArgs[0]: --no-kv-offload changes memory")
