@@ -197,7 +197,9 @@ and each part at its first `=`; a part without one stops llama-server at start).
 UNQUANTIZED_CACHE_TYPES = ("f32", "f16", "bf16")
 
 
-def extra_args_problems(words: list[str], cache_type_v: str | None = None) -> list[Problem]:
+def extra_args_problems(
+    words: list[str], cache_type_v: str | None = None, gpu_gate: bool = False
+) -> list[Problem]:
     """The problems of llama-server extra words (locations relative to the words; a message
     names another input with `ref`, relative to the server's args)."""
     table = llama_server_options()
@@ -208,6 +210,14 @@ def extra_args_problems(words: list[str], cache_type_v: str | None = None) -> li
             problem = tensor_override_problem(arg.values[0])
             if problem:
                 problems.append(((arg.index + 1,), problem))
+        if gpu_gate and arg.option.name == "--log-disable":
+            problems.append(
+                (
+                    (arg.index,),
+                    f"silences the load log that {ref('gpu_gate')} reads: the startup probe "
+                    "would never pass (drop one of them)",
+                )
+            )
         quantized_v = cache_type_v is not None and cache_type_v not in UNQUANTIZED_CACHE_TYPES
         if arg.option.name == "--flash-attn" and arg.values == ("off",) and quantized_v:
             problems.append(
@@ -491,4 +501,5 @@ def _extra_args_are_llama_server_options(args: Mapping[str, Any]) -> list[Proble
     if not isinstance(words, list):
         return []
     cache_v = flags.get("cache_type_v") if isinstance(flags, Mapping) else None
-    return located(extra_args_problems(words, cache_v), "extra_args")
+    gate = args.get("gpu_gate") is True
+    return located(extra_args_problems(words, cache_v, gate), "extra_args")

@@ -378,7 +378,10 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
     # The server component's own rule, before the plan reads the words.
     problems = component_problems(
         "LlamaCppVulkanServer",
-        located(extra_args_problems(server.extra_args, server.cache_type_v), "extra_args"),
+        located(
+            extra_args_problems(server.extra_args, server.cache_type_v, server.gpu_gate),
+            "extra_args",
+        ),
     )
     if not any(is_pattern(path) for path in model.files):
         problems += shard_set_problems(model.file_names, key="model.files")

@@ -443,3 +443,16 @@ def test_flash_attention_off_with_a_quantized_v_cache_is_refused_naming_the_cach
     args = llama_args_with(["-fa", "off"])  # the sample's q8_0 cache
     ((where, message),) = input_problems(args, llama_inputs.LlamaCppVulkanServerArgs)
     assert where == ("extra_args", 1) and "of flags.cache_type_v" in named(message, snake_path)
+
+
+def test_log_disable_beside_the_gpu_gate_is_refused_naming_the_gate() -> None:
+    values = copy.deepcopy(stack_values("strix-halo"))  # gpuGate: true
+    values["server"]["extraArgs"] = ["--log-disable"]
+    with pytest.raises(ConfigError) as caught:
+        parse_stack(values)
+    assert caught.value.problems == [
+        "server.extraArgs[0]: silences the load log that server.gpuGate reads: the startup "
+        "probe would never pass (drop one of them)"
+    ]
+    values["server"]["gpuGate"] = False
+    assert parse_stack(values).server.extra_args == ["--log-disable"]  # type: ignore[union-attr]
