@@ -242,8 +242,8 @@ def parse_extra_args(
             continue
         where = owned.get(option)
         if where is not None:
-            written = shown(word if equals else spelling)
-            what = written if spelling == option.name else f"{written} ({option.name})"
+            written = word if equals or dotted else spelling
+            what = shown(written) + ("" if written == option.name else f" ({option.name})")
             problems.append((here, f"{what} is rendered from {ref(*where)}: set that instead"))
             index += _values_after(option, words, index, bool(equals))
             continue
