@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from infra.cli.common import (
     Subparsers,
@@ -12,7 +14,8 @@ from infra.cli.common import (
     print_json,
     report_config_error,
 )
-from infra.config import ConfigError, StrixHaloStack, read_stack_file
+from infra.config import ConfigError, StrixHaloStack, parse_stack, read_stack_file
+from infra.config.kubernetes import ServerSettings
 from infra.plan.llamacpp import Suggestion
 
 
@@ -49,11 +52,11 @@ def run(args: argparse.Namespace) -> int:
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs, stack_plan
 
+    header = None
     try:
         stack_file = read_stack_file(args.stack)
         stack = stack_file.stack()
         sources = stack_model_sources(stack, stack_file.lock_path, preview=True)
-        header = None
         if args.gguf:
             headers = []
             for shard in args.gguf:
@@ -78,7 +81,13 @@ def run(args: argparse.Namespace) -> int:
             inputs = llamacpp_inputs(stack, sources[0], header)
             best = suggest(inputs, headroom_gib=args.headroom)
     except ConfigError as exc:
-        return report_config_error(exc, f"invalid configuration in {args.stack}")
+        status = report_config_error(exc, f"invalid configuration in {args.stack}")
+        if args.suggest:
+            # What fails may be the very sizes --suggest picks: suggest for the same stack.
+            best = suggest_despite(args.stack, header if args.gguf else None, args.headroom)
+            if best is not None:
+                print(suggestion_text(best, args.headroom))
+        return status
     if args.output == "json":
         document = plan.to_json()
         if best is not None:
@@ -114,3 +123,39 @@ def suggestion_text(best: Suggestion, headroom: float) -> str:
         return f"suggest: nothing fits: {best.reason}"
     keys = ", ".join(f"{key}: {value}" for key, value in changes.items())
     return f"suggest (keeping {headroom:g} GiB VRAM free): {keys}"
+
+
+def suggest_despite(
+    stack: str, header: dict[str, Any] | None, headroom: float
+) -> Suggestion | None:
+    """A suggestion for a single-server stack whose context settings are what its checks
+    refuse: planned at the smallest context they allow (server.minSlotContext per slot, and
+    no more than a slot serves), so the suggestion replaces them. None when something else
+    is wrong as well."""
+    from infra.lock import stack_model_sources
+    from infra.plan.llamacpp import suggest
+    from infra.plan.stack import llamacpp_inputs
+
+    try:
+        stack_file = read_stack_file(stack)
+        values = stack_file.values()
+        server = values.get("server")
+        if not isinstance(server, dict):
+            return None
+        floor = server.get(
+            "minSlotContext", ServerSettings.model_fields["min_slot_context"].default
+        )
+        slots = server.get("parallel", 1)
+        if not isinstance(floor, int) or not isinstance(slots, int) or slots < 1:
+            return None
+        server.update(contextSize=slots, minSlotContext=1)
+        parsed = parse_stack(values)
+        if not isinstance(parsed, StrixHaloStack):
+            return None
+        sources = stack_model_sources(parsed, stack_file.lock_path, preview=True)
+        inputs = llamacpp_inputs(parsed, sources[0], header)
+    except ConfigError:
+        return None
+    return suggest(
+        replace(inputs, min_slot_context=floor, ctx_size=floor * slots), headroom_gib=headroom
+    )

@@ -709,7 +709,8 @@ def suggest(inputs: LlamaCppPlanInputs, headroom_gib: float = 4.0, step: int = 1
         ctx = max_context(replace(at, gpu_layers=ngl), headroom, step, gpus_only=True)
         if ctx is None or ctx < smallest:
             continue
-        fix = checked_fix(inputs, "suggest", gpu_layers=ngl, ctx_size=ctx, parallel=parallel)
+        slots = {"parallel": parallel} if parallel != inputs.parallel else {}
+        fix = checked_fix(inputs, "suggest", gpu_layers=ngl, ctx_size=ctx, **slots)
         if fix is None:
             continue
         limit = fix.changes.get("server.resources.limits.memory")

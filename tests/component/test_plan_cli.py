@@ -159,3 +159,42 @@ def test_seed_probes_outlast_the_estimated_load_with_margin() -> None:
     assert 340 < load_seconds(stack, inputs) < 370
     assert stack.server.probes.startup.window_seconds >= LOAD_MARGIN * load_seconds(stack, inputs)
     assert probe_problems(stack, inputs) == []
+
+
+def test_suggest_answers_for_a_stack_whose_context_settings_fail_its_checks(
+    tmp_path: Path,
+) -> None:
+    # Four slots in a context that leaves each below server.minSlotContext: the check refuses
+    # it, and --suggest still names sizes that pass it and fit.
+    document = yaml.safe_load(STACK_FILE.read_text())
+    document["config"]["llm-infra:server"].update(parallel=4, contextSize=197632)
+    path = tmp_path / "Pulumi.slots.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = plan(str(path), "--suggest")
+    assert result.returncode == 2
+    assert "server.parallel: 4 slots leave 49408 tokens per slot" in result.stderr
+    line = result.stdout.strip().splitlines()[-1]
+    assert line.startswith("suggest (keeping 4 GiB VRAM free): server.gpuLayers: ")
+    context = int(line.split("server.contextSize: ")[1].split(",")[0])
+    assert context >= 4 * 65536
+    document["config"]["llm-infra:server"].update(contextSize=context)
+    path.write_text(yaml.safe_dump(document))
+    assert plan(str(path)).returncode == 0
+
+
+def test_suggest_names_min_slot_context_when_the_model_serves_less(tmp_path: Path) -> None:
+    document = yaml.safe_load(STACK_FILE.read_text())
+    model = document["config"]["llm-infra:model"]
+    model["metadata"]["deepseek4.context_length"] = 32768
+    path = tmp_path / "Pulumi.short.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = plan(str(path), "--suggest")
+    assert result.returncode == 2
+    assert "more than the model's trained context 32768 (deepseek4.context_length)" in (
+        result.stderr
+    )
+    assert result.stdout.strip() == (
+        "suggest: nothing fits: server.minSlotContext 65536 is more than the 32768 tokens a "
+        "slot can serve (the model's trained context): lower server.minSlotContext, or extend "
+        "the context with YaRN in server.extraArgs"
+    )

@@ -44,3 +44,43 @@ def test_the_cpu_compute_buffer_is_the_mask_plus_activations(tmp_path: Path) -> 
     assert wide["floats_per_token"] > narrow["floats_per_token"]
     # The logs a run kept read back to the same table (how a GPU machine's logs are read).
     assert sorted(bench.from_logs(tmp_path)) == sorted(rows.items())
+
+
+def test_with_several_slots_the_compute_buffer_follows_the_per_slot_context(
+    tmp_path: Path,
+) -> None:
+    # -c 16384 -np 2: each slot's graph attends over 8192 cells, so the buffer is the one of
+    # -c 8192 -np 1, and the planner (which places and sizes by the per-slot cells) agrees.
+    from dataclasses import replace
+
+    from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, plan_llamacpp
+    from tests.support.llama_server import free_port, run_llama_server
+
+    model = bench.write_model(tmp_path / "e1024-ff1024", 1024, 1024)
+
+    def cpu_buffer(ctx: int, parallel: int) -> float:
+        log = tmp_path / f"c{ctx}-np{parallel}.load.log"
+        argv = [
+            "-m", str(model), "--port", str(free_port()), "--threads", "2", "-c", str(ctx),
+            "-ub", "512", "-b", "2048", "-np", str(parallel), "-ngl", "0", "-fa", "on",
+            "-lv", "4", "--log-file", str(log),
+        ]  # fmt: skip
+        with run_llama_server(argv, log_path=log.with_suffix(".console")):
+            pass
+        buffers = bench.read_log(log)
+        assert list(buffers) == ["CPU"]
+        return buffers["CPU"]
+
+    two_slots, one_slot = cpu_buffer(16384, 2), cpu_buffer(8192, 1)
+    assert two_slots == pytest.approx(one_slot, abs=0.011)
+    inputs = LlamaCppPlanInputs(
+        weights=ModelWeights.from_file_sizes(model.stat().st_size, 2),
+        attention=bench.shape_of(1024, 1024),
+        gpu_layers=0,
+        ctx_size=16384,
+        parallel=2,
+    )
+    planned = plan_llamacpp(inputs).devices["ram"].items["compute"] / bench.MIB
+    alone = plan_llamacpp(replace(inputs, ctx_size=8192, parallel=1)).devices["ram"]
+    assert planned == pytest.approx(alone.items["compute"] / bench.MIB)
+    assert two_slots <= planned
