@@ -69,7 +69,7 @@ def test_with_several_slots_the_compute_buffer_follows_the_per_slot_context(
             pass
         buffers = bench.read_log(log)
         assert list(buffers) == ["CPU"]
-        return buffers["CPU"]
+        return float(buffers["CPU"])
 
     two_slots, one_slot = cpu_buffer(16384, 2), cpu_buffer(8192, 1)
     assert two_slots == pytest.approx(one_slot, abs=0.011)
