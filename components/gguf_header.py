@@ -42,6 +42,7 @@ alignment padding between tensors in the file.
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 from collections.abc import Mapping, Sequence
@@ -327,7 +328,9 @@ def _planning_key(key: str, arch: str) -> bool:
 
 
 def _jsonable(value: MetadataValue) -> Any:
-    if isinstance(value, float) and value != value:  # NaN is not JSON
+    if isinstance(value, float) and not math.isfinite(value):
+        # NaN and the infinities are not JSON (a lock file would hold null, and a summary read
+        # back would never equal the one resolved).
         return None
     if isinstance(value, list):
         return [_jsonable(v) for v in value]

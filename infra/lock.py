@@ -464,12 +464,15 @@ class RangeReader:
         self.url = url
         self.token = token
         self.offset = 0
-        self.buffer = b""
+        self.buffer = bytearray()
+        self.position = 0
+        """Where the unread bytes start in `buffer` (a slice per read would copy the rest of a
+        16 MiB block for each of a tokenizer's 150,000 strings)."""
         self.block = first_block
         self.fetched = 0
 
     def _fetch(self) -> None:
-        start = self.offset + len(self.buffer)
+        start = self.offset + len(self.buffer) - self.position
         # A server that ignores Range would send the whole shard: read no more than asked.
         with http_policy.request(
             self.url,
@@ -482,15 +485,19 @@ class RangeReader:
         if not data:
             raise EOFError(f"{self.url}: ended at byte {start}")
         self.fetched += len(data)
+        del self.buffer[: self.position]
+        self.position = 0
         self.buffer += data
         # Tokenizer arrays can be megabytes: grow the requests instead of making thousands.
         self.block = min(self.block * 2, 16 * 1024 * 1024)
 
     def read(self, n: int = -1, /) -> bytes:
         """The next n bytes."""
-        while len(self.buffer) < n:
+        while len(self.buffer) - self.position < n:
             self._fetch()
-        data, self.buffer = self.buffer[:n], self.buffer[n:]
+        end = len(self.buffer) if n < 0 else self.position + n
+        data = bytes(self.buffer[self.position : end])
+        self.position = end
         self.offset += len(data)
         return data
 

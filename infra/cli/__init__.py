@@ -61,6 +61,30 @@ COMMANDS: dict[str, Command] = {
         ),
         ((0, "the stack fits"), (1, "the stack does not fit"), _CONFIG),
     ),
+    "init": Command(
+        "init",
+        "a new stack and its lock for a model, from its repo and GGUF header",
+        "Resolve the model (--endpoint, else HF_ENDPOINT; HF_TOKEN) as `lock` does, read its "
+        "GGUF header with Range requests (a safetensors model's config.json for docker-host), "
+        "and write stacks/Pulumi.NAME.yaml and its lock: the keys a person decides are filled "
+        "with values the memory plan fits, each with a comment on how to choose it; the rest "
+        "is left to the defaults. `plan` and `render` then work offline.",
+        (
+            "llm-infra init qwen3 --repo Qwen/Qwen3-30B-A3B-GGUF --file '*Q4_K_M.gguf'",
+            "llm-infra init big --repo unsloth/DeepSeek-V4-Flash-0731-GGUF --file 'UD-IQ1_M/*' "
+            "--gpu-memory-gib 90 --parallel 2",
+            "llm-infra init v4 --target docker-host --repo deepseek-ai/DeepSeek-V4-Flash-0731 "
+            "--file '*.safetensors' --file '*.json'",
+        ),
+        (
+            (0, "the stack file and its lock written"),
+            (2, "bad usage, the file exists (--force), or the model does not fit or resolve"),
+            (
+                3,
+                "the hub was not reached or failed on its side (try again, or another endpoint)",
+            ),
+        ),
+    ),
     "lock": Command(
         "lock",
         "pin the stack's model to a commit, file sizes and sha256",
@@ -75,6 +99,25 @@ COMMANDS: dict[str, Command] = {
                 3,
                 "the hub was not reached or failed on its side (try again, or another endpoint)",
             ),
+        ),
+    ),
+    "hub": Command(
+        "hub",
+        "a stand-in Hugging Face hub on loopback, and header-only GGUF files for it",
+        "Try a model with no network: `hub serve DIR` serves DIR/OWNER/NAME/... over the hub "
+        "protocol on 127.0.0.1 (what lock, init and fetch speak); `hub sample DIR` writes a "
+        "header-only GGUF of Qwen3-30B-A3B's shape there; `hub stub SOURCE... --out DIR` makes "
+        "header-only copies of GGUF files at hand or on a hub (the real header, the data region "
+        "a hole). Run `llm-infra hub ACTION --help` for each action's options.",
+        (
+            "llm-infra hub sample demo-hub",
+            'eval "$(llm-infra hub serve demo-hub --detach)"',
+            "llm-infra hub stub ~/models/Qwen3-8B-Q4_K_M.gguf --out demo-hub/Qwen/Qwen3-8B-GGUF",
+        ),
+        (
+            (0, "served until stopped, or written"),
+            (2, "bad usage: no such directory, no repos in it, a port in use, not a GGUF file"),
+            (3, "stub of a URL: the hub was not reached or failed on its side"),
         ),
     ),
     "verify": Command(

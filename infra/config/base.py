@@ -69,6 +69,10 @@ SECRET_KEYS = ("hfToken", "apiKey", "sshPrivateKey")
 LOCATION_KEYS = ("lockFile",)
 SECRET_PLACEHOLDER = "[secret]"
 
+PLACEHOLDER_PREFIX = "<set: "
+"""A value `llm-infra init` leaves for a person to fill: `<set: HOW>`; every command refuses it."""
+_PLACEHOLDER = re.compile(r"^<set: ([ -=?-~]{1,200})>$")
+
 SHARD_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
@@ -145,6 +149,28 @@ def shard_set_problems(names: list[str], key: str) -> list[str]:
     if len(set(names)) != len(names):
         problems.append(f"{key}: two files have the same name")
     return problems
+
+
+def placeholder_problems(values: Any, key: str = "") -> list[str]:
+    """One line per `<set: HOW>` placeholder left in a stack's values, naming its key and how
+    to fill it."""
+    if isinstance(values, Mapping):
+        return [
+            problem
+            for name, value in values.items()
+            for problem in placeholder_problems(value, f"{key}.{name}" if key else str(name))
+        ]
+    if isinstance(values, list):
+        return [
+            problem
+            for index, value in enumerate(values)
+            for problem in placeholder_problems(value, f"{key}[{index}]")
+        ]
+    if isinstance(values, str) and values.startswith(PLACEHOLDER_PREFIX):
+        match = _PLACEHOLDER.match(values)
+        how = match[1] if match else "see the comment above it"
+        return [f"{key}: not set yet: {how} (replace the placeholder `llm-infra init` wrote)"]
+    return []
 
 
 def _key(loc: tuple[int | str, ...]) -> str:

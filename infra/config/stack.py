@@ -26,6 +26,7 @@ from infra.config.base import (
     SECRET_KEYS,
     SECRET_PLACEHOLDER,
     ConfigError,
+    placeholder_problems,
     validation_problems,
 )
 from infra.config.docker_host import Mi300xStack, docker_host_checks
@@ -44,6 +45,10 @@ TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
 
 def parse_stack(values: Mapping[str, Any]) -> StackConfig:
     """Validate the `llm-infra` config values (keys without namespace) into a StackConfig."""
+    placeholders = placeholder_problems(values)
+    if placeholders:
+        # What the keys' own rules would say of `<set: ...>` adds nothing: fill these first.
+        raise ConfigError(placeholders)
     target = values.get("target")
     if not isinstance(target, str) or target not in TARGETS:
         allowed = ", ".join(TARGETS)

@@ -689,6 +689,8 @@ def suggest(inputs: LlamaCppPlanInputs, headroom_gib: float = 4.0, step: int = 1
     context; fewer slots when the stack's do not fit; the container limit raised when the host
     side needs it."""
     headroom = int(headroom_gib * GIB)
+    # A model trained on fewer tokens than a step is sized in slots of what it serves.
+    step = max(min(step, inputs.min_slot_context or step, inputs.context_limit or step), 1)
     floor = inputs.min_slot_context or step
     if inputs.context_limit is not None and floor > inputs.context_limit:
         return Suggestion(None, None, headroom, reason=(

@@ -58,6 +58,9 @@ def closed_port() -> int:
         ("docs", ["--output-file", "--check"]),
         ("fetch", ["--lock", "--dest", "--parallel", "--retire", "--retries"]),
         ("check-model", ["--lock", "--dest"]),
+        ("init", ["--repo", "--file", "--target", "--revision", "--endpoint", "--alias",
+                  "--gpu-memory-gib", "--context-size", "--parallel", "--force"]),
+        ("hub", ["serve", "sample", "stub"]),
     ],
 )  # fmt: skip
 def test_each_command_help_shows_all_its_options_under_its_own_name(

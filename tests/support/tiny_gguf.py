@@ -166,7 +166,10 @@ def _add_model_metadata(
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
     writer.add_layer_norm_rms_eps(RMS_EPS)
     writer.add_vocab_size(len(vocab.tokens))
+    _add_tokenizer(writer, vocab)
 
+
+def _add_tokenizer(writer: gguf.GGUFWriter, vocab: _Vocab) -> None:
     writer.add_tokenizer_model("llama")
     writer.add_token_list(vocab.tokens)
     writer.add_token_scores(vocab.scores)
@@ -248,3 +251,92 @@ def write_tiny_model_seeded(
         finally:
             writer.close()
     return paths
+
+
+@dataclass(frozen=True)
+class TinyQwen3MoeSpec:
+    """A tiny qwen3moe model: grouped-query attention (fewer KV heads than query heads) and a
+    mixture of experts, as Qwen3-30B-A3B has them at a fraction of the size."""
+
+    n_layer: int = 3
+    n_embd: int = 256
+    n_head: int = 8
+    n_head_kv: int = 2
+    head_dim: int = 32
+    """Quantized KV caches need head sizes divisible by 32."""
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ff_expert: int = 128
+    context_length: int = 8192
+    """Its trained context (`qwen3moe.context_length`): what a slot may hold."""
+
+
+def write_tiny_qwen3moe(
+    directory: pathlib.Path,
+    name: str,
+    spec: TinyQwen3MoeSpec = TinyQwen3MoeSpec(),
+    seed: int = SEED,
+) -> pathlib.Path:
+    """Write ``{name}.gguf``: a loadable qwen3moe model (F16 matrices, F32 norms and router)
+    with the SentencePiece test vocabulary, tensors as llama.cpp's qwen3moe loader reads them."""
+    rng = np.random.default_rng(seed)
+    vocab = _spm_vocab()
+    s, n_vocab = spec, len(vocab.tokens)
+    q, kv = s.n_head * s.head_dim, s.n_head_kv * s.head_dim
+
+    def dense(*shape: int) -> npt.NDArray[np.float32]:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    def ones(n: int) -> npt.NDArray[np.float32]:
+        return np.ones(n, dtype=np.float32)
+
+    # numpy shapes are GGUF `ne` reversed: ne [n_embd, n_ff, n_expert] is (n_expert, n_ff, n_embd).
+    tensors: list[tuple[str, npt.NDArray[np.float32]]] = [
+        ("token_embd.weight", dense(n_vocab, s.n_embd))
+    ]
+    for i in range(s.n_layer):
+        tensors += [
+            (f"blk.{i}.attn_norm.weight", ones(s.n_embd)),
+            (f"blk.{i}.attn_q.weight", dense(q, s.n_embd)),
+            (f"blk.{i}.attn_k.weight", dense(kv, s.n_embd)),
+            (f"blk.{i}.attn_v.weight", dense(kv, s.n_embd)),
+            (f"blk.{i}.attn_output.weight", dense(s.n_embd, q)),
+            (f"blk.{i}.attn_q_norm.weight", ones(s.head_dim)),
+            (f"blk.{i}.attn_k_norm.weight", ones(s.head_dim)),
+            (f"blk.{i}.ffn_norm.weight", ones(s.n_embd)),
+            (f"blk.{i}.ffn_gate_inp.weight", dense(s.n_expert, s.n_embd)),
+            (f"blk.{i}.ffn_gate_exps.weight", dense(s.n_expert, s.n_ff_expert, s.n_embd)),
+            (f"blk.{i}.ffn_up_exps.weight", dense(s.n_expert, s.n_ff_expert, s.n_embd)),
+            (f"blk.{i}.ffn_down_exps.weight", dense(s.n_expert, s.n_embd, s.n_ff_expert)),
+        ]
+    tensors += [("output_norm.weight", ones(s.n_embd)), ("output.weight", dense(n_vocab, s.n_embd))]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.gguf"
+    writer = gguf.GGUFWriter(path, "qwen3moe")
+    try:
+        writer.add_name("tiny-qwen3moe-contract-test")
+        writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
+        writer.add_context_length(s.context_length)
+        writer.add_embedding_length(s.n_embd)
+        writer.add_block_count(s.n_layer)
+        writer.add_feed_forward_length(s.n_ff_expert * s.n_expert_used)
+        writer.add_head_count(s.n_head)
+        writer.add_head_count_kv(s.n_head_kv)
+        writer.add_key_length(s.head_dim)
+        writer.add_value_length(s.head_dim)
+        writer.add_rope_freq_base(ROPE_FREQ_BASE)
+        writer.add_layer_norm_rms_eps(RMS_EPS)
+        writer.add_expert_count(s.n_expert)
+        writer.add_expert_used_count(s.n_expert_used)
+        writer.add_expert_feed_forward_length(s.n_ff_expert)
+        _add_tokenizer(writer, vocab)
+        for name_, data in tensors:
+            # The router stays F32, as in the converted models; matrices are F16.
+            typed = data if data.ndim < 2 or "ffn_gate_inp" in name_ else data.astype(np.float16)
+            writer.add_tensor(name_, typed)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    return path

@@ -228,3 +228,22 @@ def test_summary_keeps_every_deepseek4_key(tmp_path: Path) -> None:
     assert summary["metadata"]["deepseek4.hash_layer_count"] == 3
     assert "general.name" not in summary["metadata"]
     assert summary["layer_bytes"] == [0, 0, 0, 8 * 32 * 4]
+
+
+def test_a_summary_holds_json_where_the_header_has_infinities(tmp_path: Path) -> None:
+    # llama.cpp's own tiny deepseek4 has `kda.gate_lower_bound = -inf`: a lock file can only
+    # hold null there, and the summary must be what the lock file holds.
+    writer = gguf.GGUFWriter(tmp_path / "ds4.gguf", "deepseek4")
+    writer.add_block_count(1)
+    writer.add_float32("deepseek4.kda.gate_lower_bound", -math.inf)
+    writer.add_float32("deepseek4.attention.scale", math.nan)
+    writer.add_float32("deepseek4.rope.freq_base", 10000.0)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    summary = summarize([read_path(tmp_path / "ds4.gguf")])
+    metadata = summary["metadata"]
+    assert metadata["deepseek4.kda.gate_lower_bound"] is None
+    assert metadata["deepseek4.attention.scale"] is None
+    assert metadata["deepseek4.rope.freq_base"] == 10000.0
+    assert json.loads(json.dumps(summary, allow_nan=False)) == summary

@@ -160,3 +160,13 @@ def test_suggest_names_min_slot_context_when_it_decides() -> None:
     best = suggest(llamacpp_inputs(stack, unlocked_source(stack)), headroom_gib=4)
     assert best.gpu_layers is None
     assert best.reason is not None and "server.minSlotContext 32768" in best.reason
+
+
+def test_suggest_sizes_a_model_trained_on_fewer_tokens_than_a_step() -> None:
+    values = base("qwen3moe")
+    values["model"]["metadata"]["qwen3moe.context_length"] = 256
+    values["server"].update(minSlotContext=256, contextSize=512, parallel=2)
+    stack = strix(values)
+    best = suggest(llamacpp_inputs(stack, unlocked_source(stack)), headroom_gib=4)
+    assert best.reason is None and best.ctx_size == 512
+    assert plan_of(applied(values, suggest_changes(best))).fits
