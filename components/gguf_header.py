@@ -7,10 +7,10 @@ begins. Metadata arrays of 64 or more elements (the tokenizer's vocab, merges, s
 past and not stored; only their element count is kept.
 
 `summarize(headers)` turns the headers of one (split) model into the summary that model lock
-files store and the memory planner reads. Schema (version 1), every value JSON-native:
+files store and the memory planner reads. Schema (version 3), every value JSON-native:
 
     {
-      "schema": 1,
+      "schema": 3,
       "architecture": "deepseek4",        # general.architecture
       "metadata": {                       # planning subset, GGUF key -> value
         "deepseek4.block_count": 43,      # {arch}.block_count, context_length,
@@ -26,11 +26,15 @@ files store and the memory planner reads. Schema (version 1), every value JSON-n
       "matmul_weights": {                 # (schema 2) the 2-D and 3-D weights of a layer
         "0": {"Q4_K 4096x1024": 2, ...},  # ("output": the non-layer ones but token_embd),
         "output": {"Q6_K 4096x129280": 1} # "TYPE ne0xne1[xne2]" -> how many: what the CPU
-      }                                   # repack rules read (infra/plan/repack.py)
-    }
+      },                                  # repack rules read (infra/plan/repack.py)
+      "tensors": {                        # (schema 3) every tensor by name: "TYPE ne0xne1..",
+        "blk.0.ffn_up_exps.weight": "Q4_K 4096x1024x256", ...   # what tensor overrides
+      }                                   # (`-ot`, `--n-cpu-moe`) move, by llama.cpp's regex
+    }                                     # search on the names (infra/plan/overrides.py)
 
 A schema 1 summary (no `matmul_weights`) still reads; the plan then says it cannot tell which
-weights llama.cpp repacks and budgets the upper bound.
+weights llama.cpp repacks and budgets the upper bound. A schema 1 or 2 summary (no `tensors`)
+still reads; a stack that moves tensors by name then needs a new lock.
 
 Tensor bytes are the tensors' own sizes (elements / block size x type size), without the
 alignment padding between tensors in the file.
@@ -49,7 +53,7 @@ GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 # Arrays this long or longer are per-token tables (vocab, merges, scores), never planning inputs.
 MAX_STORED_ARRAY = 64
-SUMMARY_SCHEMA = 2
+SUMMARY_SCHEMA = 3
 
 # ggml type id -> (name, block size in elements, bytes per block), as gguf 0.19's
 # `gguf.constants.GGML_QUANT_SIZES` (a unit test keeps the two equal).
@@ -346,10 +350,12 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
     layer_bytes: dict[int, int] = {}
     other: dict[str, int] = {}
     matmul: dict[str, dict[str, int]] = {}
+    tensors: dict[str, str] = {}
     tensor_count = 0
     for header in headers:
         tensor_count += len(header.tensors)
         for tensor in header.tensors:
+            tensors[tensor.name] = tensor_key(tensor.type_name, tensor.dims)
             match = _LAYER.match(tensor.name)
             if match:
                 index = int(match[1])
@@ -359,7 +365,7 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
             # Matrix weights (2-D, or 3-D experts); the input layer's lookup table is none.
             if len(tensor.dims) in (2, 3) and not tensor.name.startswith(INPUT_TENSORS):
                 where = matmul.setdefault(match[1] if match else "output", {})
-                key = f"{tensor.type_name} {'x'.join(str(d) for d in tensor.dims)}"
+                key = tensor_key(tensor.type_name, tensor.dims)
                 where[key] = where.get(key, 0) + 1
     block_count = metadata.get(f"{arch}.block_count")
     n_layers = max([*layer_bytes, -1]) + 1
@@ -381,4 +387,18 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
             where: dict(sorted(matmul[where].items()))
             for where in sorted(matmul, key=lambda w: (w == "output", int(w) if w.isdigit() else 0))
         },
+        "tensors": dict(sorted(tensors.items())),
     }
+
+
+def tensor_key(type_name: str, dims: Sequence[int]) -> str:
+    """A tensor's type and shape as a summary writes them: `Q4_K 4096x1024`."""
+    return f"{type_name} {'x'.join(str(d) for d in dims)}"
+
+
+def tensor_key_bytes(key: str) -> int:
+    """Bytes of a tensor given as `tensor_key` writes it."""
+    type_name, _, shape = key.partition(" ")
+    if type_name.lower() not in GGML_TYPE_IDS or not re.fullmatch(r"[0-9]+(x[0-9]+)*", shape):
+        raise GgufError(f"{key!r} is not `TYPE ne0xne1...`")
+    return tensor_nbytes(GGML_TYPE_IDS[type_name.lower()], [int(d) for d in shape.split("x")])

@@ -8,6 +8,7 @@ memory verdict for the server's and the store's args on a GPU of a given size.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
@@ -17,6 +18,7 @@ from components.validation import ComponentInputError, input_problems
 from infra.config import ConfigError, quantity_value
 from infra.lock import read_lock
 from infra.plan.deepseek4 import attention_shape
+from infra.plan.extra_args import extra_args_problems, with_extra_args
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,
@@ -82,4 +84,7 @@ def memory_plan(
         model_file_bytes=lock.total_bytes,
         upgrade_keeps_old_model=store.get("upgrade", "keep") == "keep",
     )
-    return plan_llamacpp(inputs)
+    words = server.get("extra_args") or []
+    plan = plan_llamacpp(with_extra_args(inputs, words, summary))
+    extra = extra_args_problems(words, summary, key="extra_args")
+    return replace(plan, problems=[*plan.problems, *extra]) if extra else plan

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from components.gguf_header import GgufError, tensor_key_bytes
 from components.payloads import http_policy
 from components.payloads.fetcher import (
     LOCK_VERSION,
@@ -44,12 +45,12 @@ MetadataScalar = Annotated[str, Field(max_length=4096)] | int | float | bool | N
 
 
 class GgufSummary(BaseModel):
-    """The GGUF header summary a lock stores (`components.gguf_header.summarize`, schema 1 or
-    2), checked field by field: the planner reads every one of them."""
+    """The GGUF header summary a lock stores (`components.gguf_header.summarize`, schema 1, 2
+    or 3), checked field by field: the planner reads every one of them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
-    schema_version: Literal[1, 2] = Field(alias="schema")
+    schema_version: Literal[1, 2, 3] = Field(alias="schema")
     architecture: str = Field(pattern=r"^[a-z0-9_]{1,64}$")
     metadata: dict[
         Annotated[str, Field(max_length=256)],
@@ -74,11 +75,31 @@ class GgufSummary(BaseModel):
     ) = Field(default=None, max_length=4097)
     """(schema 2) per layer index and `output`: `TYPE ne0xne1[xne2]` -> how many (the CPU
     repack rules read them); absent from a schema 1 summary."""
+    tensors: (
+        dict[
+            Annotated[str, Field(max_length=256)],
+            Annotated[str, Field(pattern=r"^[A-Z0-9_]{1,16} [0-9]{1,12}(x[0-9]{1,12}){0,3}$")],
+        ]
+        | None
+    ) = Field(default=None, max_length=65536)
+    """(schema 3) every tensor by name: `TYPE ne0xne1[...]`, what tensor overrides (`-ot`,
+    `--n-cpu-moe`) move by name; absent from a schema 1 or 2 summary."""
 
     @model_validator(mode="after")
     def _total_is_the_sum(self) -> GgufSummary:
         if (self.matmul_weights is None) != (self.schema_version == 1):
-            raise ValueError("matmul_weights is in a schema 2 summary, and only there")
+            raise ValueError("matmul_weights is in a schema 2 or 3 summary, and only there")
+        if (self.tensors is None) != (self.schema_version < 3):
+            raise ValueError("tensors is in a schema 3 summary, and only there")
+        if self.tensors is not None:
+            try:
+                listed = sum(tensor_key_bytes(key) for key in self.tensors.values())
+            except GgufError as exc:
+                raise ValueError(f"tensors: {exc}") from None
+            if listed != self.total_bytes:
+                raise ValueError(
+                    f"tensors add up to {listed} bytes, not total_bytes {self.total_bytes}"
+                )
         parts = sum(self.layer_bytes) + sum(self.other_tensors.values())
         if parts != self.total_bytes:
             raise ValueError(

@@ -15,7 +15,13 @@ from components.k8s.pod_security import (
     scratch_volume,
 )
 from components.llamacpp.gate import probe_command, server_command
-from components.llamacpp.inputs import HttpProbe, LlamaCppVulkanServerArgs, LlamaServerFlags
+from components.llamacpp.inputs import (
+    API_KEY_OPTION,
+    FLAG_OPTIONS,
+    HttpProbe,
+    LlamaCppVulkanServerArgs,
+    LlamaServerFlags,
+)
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import model_check_container, model_volumes
 from components.monitoring.manifests import (
@@ -112,41 +118,58 @@ def _number(value: float) -> str:
 
 
 def llama_server_args(flags: LlamaServerFlags) -> list[str]:
-    """The llama-server argv (flags only: the image's entrypoint is llama-server)."""
+    """The llama-server argv (flags only: the image's entrypoint is llama-server); each option
+    as `FLAG_OPTIONS` names it (what an extra argument may not repeat)."""
+    option = FLAG_OPTIONS
     argv = [
-        "-m", flags["model_path"],
-        "--alias", flags["alias"],
-        "--host", flags["host"],
-        "--port", str(flags["port"]),
+        option["model_path"], flags["model_path"],
+        option["alias"], flags["alias"],
+        option["host"], flags["host"],
+        option["port"], str(flags["port"]),
     ]  # fmt: skip
     if flags["jinja"]:
-        argv.append("--jinja")
-    argv += ["-ngl", str(flags["gpu_layers"]), "-c", str(flags["ctx_size"])]
-    argv += ["-np", str(flags["parallel"])]
-    argv.append("--cont-batching" if flags["cont_batching"] else "--no-cont-batching")
-    argv += ["--cache-type-k", flags["cache_type_k"], "--cache-type-v", flags["cache_type_v"]]
-    argv += ["--temp", _number(flags["temperature"]), "--top-p", _number(flags["top_p"])]
-    argv += ["--threads", str(flags["threads"])]
+        argv.append(option["jinja"])
+    argv += [option["gpu_layers"], str(flags["gpu_layers"])]
+    argv += [option["ctx_size"], str(flags["ctx_size"])]
+    argv += [option["parallel"], str(flags["parallel"])]
+    argv.append(option["cont_batching"] if flags["cont_batching"] else "--no-cont-batching")
+    argv += [option["cache_type_k"], flags["cache_type_k"]]
+    argv += [option["cache_type_v"], flags["cache_type_v"]]
+    argv += [option["temperature"], _number(flags["temperature"])]
+    argv += [option["top_p"], _number(flags["top_p"])]
+    top_k = flags.get("top_k")
+    if top_k is not None:
+        argv += [option["top_k"], str(top_k)]
+    min_p = flags.get("min_p")
+    if min_p is not None:
+        argv += [option["min_p"], _number(min_p)]
+    argv += [option["threads"], str(flags["threads"])]
     rpc = flags.get("rpc")
     if rpc:
-        argv += ["--rpc", ",".join(rpc)]
+        argv += [option["rpc"], ",".join(rpc)]
     split = flags.get("tensor_split")
     if split:
-        argv += ["--tensor-split", ",".join(f"{share:g}" for share in split)]
+        argv += [option["tensor_split"], ",".join(f"{share:g}" for share in split)]
     cache_ram = flags.get("cache_ram_mib")
     if cache_ram is not None:
-        argv += ["--cache-ram", str(cache_ram)]
+        argv += [option["cache_ram_mib"], str(cache_ram)]
     verbosity = flags.get("log_verbosity")
     if verbosity is not None:
-        argv += ["-lv", str(verbosity)]
+        argv += [option["log_verbosity"], str(verbosity)]
     log_file = flags.get("log_file")
     if log_file:
-        argv += ["--log-file", log_file]
+        argv += [option["log_file"], log_file]
     if flags["metrics"]:
-        argv.append("--metrics")
+        argv.append(option["metrics"])
     if not flags["repack"]:
-        argv.append("--no-repack")
+        argv.append(option["repack"])
     return argv
+
+
+def kubernetes_args(argv: list[str]) -> list[str]:
+    """Container args exactly as argv words: the kubelet expands `$(NAME)` in them (HOME is set
+    here), and `$$` is its escape of a plain `$`."""
+    return [word.replace("$", "$$") for word in argv]
 
 
 def http_probe(probe: HttpProbe, port: str | int) -> dict[str, Any]:
@@ -175,17 +198,31 @@ def api_key_mount() -> dict[str, Any]:
     return {"name": "api-key", "mountPath": API_KEY_MOUNT, "readOnly": True}
 
 
-def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
-    """The llama-server container."""
+def server_flags(args: LlamaCppVulkanServerArgs) -> LlamaServerFlags:
+    """The flags the container runs with: the GPU gate's load log and metrics added."""
     flags = args["flags"]
-    probes = args["probes"]
-    access = args["gpu_access"]
-    gate = args["gpu_gate"]
-    if gate:
+    if args["gpu_gate"]:
         flags = {**flags, "log_verbosity": 4, "log_file": GATE_LOG}
     if args.get("metrics") is not None:
         flags = {**flags, "metrics": True}
-    argv = llama_server_args(flags)
+    return flags
+
+
+def server_argv(args: LlamaCppVulkanServerArgs) -> list[str]:
+    """llama-server's argv words: the rendered flags, the API key file, then the extra args."""
+    argv = llama_server_args(server_flags(args))
+    if args.get("api_key") is not None:
+        argv += [API_KEY_OPTION, f"{API_KEY_MOUNT}/{API_KEY_FILE}"]
+    return argv + list(args.get("extra_args") or [])
+
+
+def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
+    """The llama-server container."""
+    flags = server_flags(args)
+    probes = args["probes"]
+    access = args["gpu_access"]
+    gate = args["gpu_gate"]
+    argv = server_argv(args)
     startup = http_probe(probes["startup"], "http")
     if gate:
         # Not Ready (and `pulumi up` fails) unless llama-server put the layers on a GPU: a
@@ -208,7 +245,6 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     if gate:
         mounts.append({"name": "logs", "mountPath": GATE_LOG.rsplit("/", 1)[0]})
     if args.get("api_key") is not None:
-        argv += ["--api-key-file", f"{API_KEY_MOUNT}/{API_KEY_FILE}"]
         mounts.append(api_key_mount())
     resources = {kind: dict(values) for kind, values in args["resources"].items()}
     if access == "device-plugin":
@@ -223,7 +259,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         container["command"] = server_command(GATE_LOG)
     return {
         **container,
-        "args": argv,
+        "args": kubernetes_args(argv),
         # Mesa's shader cache and HOME go to the scratch volume: the root filesystem is read-only.
         "env": [
             {"name": "HOME", "value": SCRATCH_MOUNT},

@@ -9,6 +9,7 @@ import hashlib
 import json
 import posixpath
 import re
+from collections.abc import Sequence
 from typing import Any, Literal, TypedDict
 
 import yaml
@@ -16,7 +17,7 @@ import yaml
 from components.payloads import HTTP_POLICY_FILE
 from components.payloads.fetcher import lock_digest
 from components.vllm.caddyfile import MetricsSite
-from components.vllm.inputs import CaddySite, PatchOverlay, VllmFlags
+from components.vllm.inputs import FLAG_OPTIONS, CaddySite, PatchOverlay, VllmFlags
 
 VLLM_SERVICE = "vllm"
 CADDY_SERVICE = "caddy"
@@ -104,52 +105,63 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
-def vllm_serve_args(flags: VllmFlags) -> list[str]:
-    """The full `vllm serve ...` argv (the API key is never here: it comes from the env file)."""
+def vllm_serve_args(flags: VllmFlags, extra_args: Sequence[str] = ()) -> list[str]:
+    """The full `vllm serve ...` argv (the API key is never here: it comes from the env file),
+    each option as `FLAG_OPTIONS` names it, then the extra args."""
+    option = FLAG_OPTIONS
     argv = [
         "vllm",
         "serve",
         flags["model"],
-        "--served-model-name",
+        option["served_model_name"],
         flags["served_model_name"],
-        "--host",
+        option["host"],
         flags["host"],
-        "--port",
+        option["port"],
         str(flags["port"]),
-        "-tp",
+        option["tensor_parallel_size"],
         str(flags["tensor_parallel_size"]),
-        "--max-model-len",
+        option["max_model_len"],
         str(flags["max_model_len"]),
-        "--max-num-batched-tokens",
+        option["max_num_batched_tokens"],
         str(flags["max_num_batched_tokens"]),
-        "--kv-cache-memory-bytes",
+        option["kv_cache_memory_bytes"],
         str(flags["kv_cache_memory_bytes"]),
-        "--kv-offloading-size",
+        option["kv_offloading_size_gib"],
         _number(flags["kv_offloading_size_gib"]),
-        "--kv-offloading-backend",
+        option["kv_offloading_backend"],
         flags["kv_offloading_backend"],
     ]
     if flags.get("max_num_seqs") is not None:
-        argv += ["--max-num-seqs", str(flags.get("max_num_seqs"))]
+        argv += [option["max_num_seqs"], str(flags.get("max_num_seqs"))]
     if flags.get("kv_cache_dtype"):
-        argv += ["--kv-cache-dtype", str(flags.get("kv_cache_dtype"))]
+        argv += [option["kv_cache_dtype"], str(flags.get("kv_cache_dtype"))]
     speculative = flags.get("speculative_config")
     if speculative:
-        argv += ["--speculative-config", json.dumps(dict(speculative), separators=(",", ":"))]
+        argv += [
+            option["speculative_config"],
+            json.dumps(dict(speculative), separators=(",", ":")),
+        ]
     if flags.get("reasoning_parser"):
-        argv += ["--reasoning-parser", str(flags.get("reasoning_parser"))]
+        argv += [option["reasoning_parser"], str(flags.get("reasoning_parser"))]
     if flags.get("tool_call_parser"):
         argv += [
             "--enable-auto-tool-choice",
-            "--tool-call-parser",
+            option["tool_call_parser"],
             str(flags.get("tool_call_parser")),
         ]
     argv.append(
-        "--enable-prefix-caching"
+        option["enable_prefix_caching"]
         if flags["enable_prefix_caching"]
         else "--no-enable-prefix-caching"
     )
-    return argv
+    return argv + list(extra_args)
+
+
+def compose_words(argv: Sequence[str]) -> list[str]:
+    """argv words as a compose file holds them: compose interpolates `$NAME` and `${NAME}` in
+    every value, and `$$` is its escape of a plain `$`."""
+    return [word.replace("$", "$$") for word in argv]
 
 
 def compose_file(
@@ -165,10 +177,11 @@ def compose_file(
     startup_seconds: int,
     metrics: MetricsSite | None = None,
     gpu_exporter: tuple[str, dict[str, Any]] | None = None,
+    extra_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The compose project: vLLM on the compose network only, Caddy publishing 80/443 (and the
     metrics site's port); optionally the GPU exporter, `(service name, service)`."""
-    argv = vllm_serve_args(flags)
+    argv = compose_words(vllm_serve_args(flags, extra_args))
     volumes: list[dict[str, Any]] = [
         {"type": "bind", "source": model_dir, "target": flags["model"], "read_only": True}
     ]

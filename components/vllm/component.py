@@ -287,6 +287,7 @@ def rendered_files(
         gpu_exporter=(GPU_EXPORTER_SERVICE, gpu_exporter_service(exporter_image))
         if exporter_image
         else None,
+        extra_args=args.get("extra_args") or (),
     )
     files = {
         "compose": (paths["compose"], compose_yaml(compose)),

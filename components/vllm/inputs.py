@@ -10,6 +10,13 @@ import pulumi
 from pydantic import Field
 
 from components.addresses import covers_every_address
+from components.extra_args import (
+    ExtraArgs,
+    located,
+    owned_spellings,
+    parse_extra_args,
+    vllm_serve_options,
+)
 from components.grammars import (
     AbsolutePath,
     Cidr,
@@ -176,6 +183,58 @@ class VllmFlags(TypedDict):
     """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4)."""
 
 
+FLAG_OPTIONS: dict[str, str] = {
+    "model": "--model",
+    "served_model_name": "--served-model-name",
+    "host": "--host",
+    "port": "--port",
+    "tensor_parallel_size": "-tp",
+    "max_model_len": "--max-model-len",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "kv_cache_memory_bytes": "--kv-cache-memory-bytes",
+    "kv_offloading_size_gib": "--kv-offloading-size",
+    "kv_offloading_backend": "--kv-offloading-backend",
+    "max_num_seqs": "--max-num-seqs",
+    "kv_cache_dtype": "--kv-cache-dtype",
+    "speculative_config": "--speculative-config",
+    "reasoning_parser": "--reasoning-parser",
+    "tool_call_parser": "--tool-call-parser",
+    "enable_prefix_caching": "--enable-prefix-caching",
+}
+"""The option each field of VllmFlags renders (`vllm_serve_args` writes exactly these; MODEL is
+positional, the same as `--model`): every spelling of them is the program's."""
+OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
+    **{option: ("flags", field) for field, option in FLAG_OPTIONS.items()},
+    "--enable-auto-tool-choice": ("flags", "tool_call_parser"),
+    # The parts vLLM builds a speculative config from.
+    "--spec-method": ("flags", "speculative_config"),
+    "--spec-model": ("flags", "speculative_config"),
+    "--spec-tokens": ("flags", "speculative_config"),
+    "--api-key": ("api_key",),
+}
+"""Every option the program sets (one spelling each) → the input it comes from."""
+REFUSED_OPTIONS: dict[str, str] = {
+    "--config": "it reads more options from a file on the host that the program does not "
+    "ship: give them here",
+    "--hf-token": "a secret in argv is visible in the compose file and to every process; the "
+    "weights are on the host already (HF_HUB_OFFLINE)",
+    "--help": "vllm serve prints and exits instead of serving",
+    "--headless": "no API server would answer Caddy",
+    "--grpc": "vLLM would serve gRPC, not the HTTP API Caddy forwards",
+    "--uds": "vLLM would listen on a socket file, not the port Caddy forwards to",
+    "--ssl-keyfile": "vLLM would speak HTTPS, and Caddy forwards HTTP to it",
+    "--ssl-certfile": "vLLM would speak HTTPS, and Caddy forwards HTTP to it",
+}
+"""Options vLLM knows that this deployment must not pass, each with the reason."""
+
+
+def extra_args_problems(words: list[str]) -> list[Problem]:
+    """The problems of `vllm serve` extra words (locations relative to the words)."""
+    table = vllm_serve_options()
+    owned = owned_spellings(table, OWNED_OPTIONS)
+    return parse_extra_args(words, table, owned, REFUSED_OPTIONS)[1]
+
+
 @documented
 class PatchOverlay(TypedDict):
     """A patched file bind-mounted read-only over a file of the vLLM image."""
@@ -286,3 +345,18 @@ class VllmRocmServerArgs(TypedDict):
     metrics: NotRequired[HostMonitoring | None]
     """vLLM's /metrics on a second Caddy site, the GPU exporter, and the dashboard, alert rules
     and scrape config as files on the host; None: no metrics site."""
+    extra_args: NotRequired[ExtraArgs | None]
+    """Further `vllm serve` (vLLM 0.33) arguments, appended as argv words after the rendered
+    flags in the compose command (e.g. `["--enforce-eager", "--max-log-len", "200"]`). Each
+    option must be one vLLM's parser knows, written in full, with its value; an option the
+    program renders (`--max-model-len`, `--port`, ... in any spelling) is refused, naming the
+    input that sets it."""
+
+
+@cross_field_rule(VllmRocmServerArgs)
+def _extra_args_are_vllm_options(args: Mapping[str, Any]) -> list[Problem]:
+    """Extra words: options vLLM 0.33 knows, none the program renders, with their values."""
+    words = args.get("extra_args")
+    if not isinstance(words, list):
+        return []
+    return located(extra_args_problems(words), "extra_args")

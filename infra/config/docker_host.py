@@ -8,9 +8,16 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from components.extra_args import ExtraArgs, located
 from components.k8s.images import parse_image
 from components.model_store.inputs import FETCH_IMAGE
-from components.vllm.inputs import BASE_DIR, CADDY_IMAGE, SSH_PORT, STARTUP_TIMEOUT_SECONDS
+from components.vllm.inputs import (
+    BASE_DIR,
+    CADDY_IMAGE,
+    SSH_PORT,
+    STARTUP_TIMEOUT_SECONDS,
+    extra_args_problems,
+)
 from infra.config.base import (
     AbsolutePath,
     Cidr,
@@ -27,6 +34,7 @@ from infra.config.base import (
     image_problems,
     is_ip_address,
 )
+from infra.config.inputs import component_problems
 from infra.config.metrics import HostMetricsSettings
 
 # Directories of the operating system: no model or compose project goes there.
@@ -88,6 +96,14 @@ class VllmSettings(Strict):
     """Run `llm-infra verify` on the host after each `pulumi up` (needs STACK.verify.json)."""
     min_decode_tps: Annotated[float, Field(gt=0)] | None = None
     """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
+    extra_args: ExtraArgs = []
+    """Further `vllm serve` (vLLM 0.33) arguments, as argv words after the rendered flags in
+    the compose command, e.g. `["--enforce-eager"]` (never through a shell; a `$` is written
+    `$$` in the compose file, so it stays a plain character). Each option must be one vLLM's
+    parser knows, written in full, with its value; one the other keys set (`--max-model-len`
+    is `maxModelLen`, ...) is refused in any spelling. The memory plan refuses options that
+    change memory it cannot count (`--cpu-offload-gb`, `--quantization`, `--enable-lora`,
+    `-pp`, ...)."""
 
 
 class CaddySettings(Strict):
@@ -148,7 +164,10 @@ class Mi300xStack(Strict):
 def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
     """Rules of a docker-host stack that involve more than one key, or files."""
     server, caddy = stack.server, stack.caddy
-    problems: list[str] = []
+    # VllmRocmServer's own rule, reported before anything reads the words.
+    problems = component_problems(
+        "VllmRocmServer", located(extra_args_problems(server.extra_args), "extra_args")
+    )
     if parse_image(server.image).digest is None and not server.allow_floating_image:
         problems.append(
             f"server.image: {server.image!r} has no digest (pin it as "

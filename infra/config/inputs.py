@@ -11,7 +11,7 @@ import re
 
 from pydantic.alias_generators import to_camel as camel
 
-from components.validation import ComponentInputError, Location, named, snake_path
+from components.validation import ComponentInputError, Location, Problem, named, snake_path
 
 STACK_KEYS: dict[str, dict[str, str]] = {
     "LlamaCppVulkanServer": {
@@ -26,6 +26,11 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "flags.cache_type_v": "server.cacheTypeV",
         "flags.temperature": "server.temperature",
         "flags.top_p": "server.topP",
+        "flags.top_k": "server.topK",
+        "flags.min_p": "server.minP",
+        "flags.log_verbosity": "server.gpuGate",
+        "flags.log_file": "server.gpuGate",
+        "extra_args": "server.extraArgs",
         "flags.threads": "server.threads",
         "flags.cache_ram_mib": "server.cacheRam",
         "node_selector": "server.nodeSelector",
@@ -120,6 +125,13 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "flags.max_num_batched_tokens": "server.maxNumBatchedTokens",
         "flags.kv_cache_memory_bytes": "server.kvCacheMemoryBytes",
         "flags.kv_offloading_size_gib": "server.kvOffloadingSize",
+        "flags.kv_offloading_backend": "server.kvOffloadingBackend",
+        "flags.max_num_seqs": "server.maxNumSeqs",
+        "flags.kv_cache_dtype": "server.kvCacheDtype",
+        "flags.reasoning_parser": "server.reasoningParser",
+        "flags.tool_call_parser": "server.toolCallParser",
+        # vLLM listens on the compose network at server.port (its address is the program's).
+        "flags.host": "server.port",
         "startup_timeout_seconds": "server.startupTimeoutSeconds",
         "caddy.site": "caddy.site",
         "caddy.tls": "caddy.tls",
@@ -143,6 +155,7 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "metrics.gpu_exporter_image": "metrics.gpuExporter.image",
         "min_decode_tps": "server.minDecodeTps",
         "verify_expectations": "server.verifyAfterUp",
+        "extra_args": "server.extraArgs",
     },
 }
 """Per component, component input path → the stack file's key it is made from."""
@@ -169,8 +182,14 @@ def stack_key(component: str, loc: Location) -> str:
 
 def stack_problems(error: ComponentInputError) -> list[str]:
     """A component's refusal as the stack file's `key: problem` lines."""
+    return component_problems(error.component, error.problems)
+
+
+def component_problems(component: str, problems: list[Problem]) -> list[str]:
+    """A component rule's problems (run by the stack file before the component exists) as
+    the stack file's `key: problem` lines."""
 
     def key(loc: Location) -> str:
-        return stack_key(error.component, loc)
+        return stack_key(component, loc)
 
-    return [f"{key(loc)}: {named(message, key)}" for loc, message in error.problems]
+    return [f"{key(loc)}: {named(message, key)}" for loc, message in problems]

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field
 
 from components.addresses import covers_every_address
+from components.extra_args import ExtraArgs, located
 from components.llamacpp.inputs import (
     CACHE_TYPES,
     DEFAULT_IMAGE,
@@ -16,6 +17,7 @@ from components.llamacpp.inputs import (
     RPC_BINARY,
     RPC_PORT,
     CacheType,
+    extra_args_problems,
 )
 from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
 from components.payloads.fetcher import retire_pattern_problem
@@ -41,6 +43,7 @@ from infra.config.base import (
     shard_set_problems,
     stack_placement_problems,
 )
+from infra.config.inputs import component_problems
 from infra.config.metrics import KubernetesMetricsSettings
 from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
 
@@ -237,6 +240,12 @@ class ServerSettings(Strict):
     cache_type_v: CacheType = "f16"
     temperature: Annotated[float, Field(ge=0)]
     top_p: Annotated[float, Field(gt=0, le=1)]
+    top_k: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    """`--top-k`: sample from the k most likely tokens, for requests that set none (0: every
+    token); unset: llama-server's own (40)."""
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    """`--min-p`: drop tokens less likely than this share of the most likely one, for requests
+    that set none (0: off); unset: llama-server's own (0.05)."""
     threads: Annotated[int, Field(ge=1)]
     node_selector: dict[LabelKey, LabelValue] = {}
     resources: ResourceSettings
@@ -244,6 +253,14 @@ class ServerSettings(Strict):
     min_load_seconds: Annotated[int, Field(ge=0)] = 300
     rpc: RpcSettings | None = None
     """Split the model across other nodes' GPUs (llama.cpp RPC); None: this node only."""
+    extra_args: ExtraArgs = []
+    """Further llama-server b11434 arguments, as argv words after the rendered flags, e.g.
+    `["--n-cpu-moe", "20", "-ub", "1024"]` (never through a shell: quotes and `$` are plain
+    characters). Each option must be one llama-server knows, with its value; one the other keys
+    set (`-c` is `contextSize`, `-ngl` is `gpuLayers`, ...) is refused in any spelling. The
+    memory plan counts `-b`/`-ub`, and `-ot PATTERN=CPU`, `--cpu-moe`, `--n-cpu-moe`,
+    `--n-cpu-ffn` from the lock's per-tensor sizes; it refuses options that change memory in
+    ways it cannot count (`--no-kv-offload`, `--mmproj`, a draft model, ...)."""
 
     @property
     def resource_name(self) -> str:
@@ -358,7 +375,14 @@ def kubernetes_name_problems(stack: StrixHaloStack) -> list[str]:
 def cross_checks(stack: StrixHaloStack) -> list[str]:
     """Rules of a kubernetes stack that involve more than one key."""
     server, model = stack.server, stack.model
-    problems = []
+    # The server component's own rule, before the plan reads the words.
+    problems = component_problems(
+        "LlamaCppVulkanServer",
+        located(
+            extra_args_problems(server.extra_args, server.cache_type_v, server.gpu_gate),
+            "extra_args",
+        ),
+    )
     if not any(is_pattern(path) for path in model.files):
         problems += shard_set_problems(model.file_names, key="model.files")
     # Exact model.files are checked here; names a lock resolves, by the plan (infra.plan.stack).

@@ -35,6 +35,7 @@ from infra.plan.deepseek4 import (
     kv_layout,
     pad,
 )
+from infra.plan.extra_args import CpuTensors
 from infra.plan.repack import CPU_VARIANTS, MAX_GROWTH, MatmulWeight, Repack, repack, worst_repack
 from infra.plan.report import (
     GIB,
@@ -177,6 +178,9 @@ class LlamaCppPlanInputs:
     context_limit: int | None = None
     """Tokens a slot can serve: the model's trained context, or the YaRN-extended one
     (llama-server caps a slot there); advice never goes above it. None: unknown."""
+    cpu_tensors: CpuTensors = field(default_factory=CpuTensors)
+    """Tensors that tensor overrides (`-ot ...=CPU`, `--n-cpu-moe`, ...) keep in host RAM,
+    whatever their layer's device (`infra.plan.extra_args`)."""
 
 
 # -- compute buffers ------------------------------------------------------------------------
@@ -356,6 +360,10 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
         return sum(weights.output_bytes if il == n_layer else weights.layer_bytes[il]
                    for il in layers)  # fmt: skip
 
+    def overridden(layers: tuple[int, ...]) -> int:
+        """Bytes of these layers' tensors that overrides keep in host RAM."""
+        return inputs.cpu_tensors.bytes_of(_wheres(layers, n_layer))
+
     def kv_bytes(layers: tuple[int, ...]) -> int:
         return sum(kv[il] for il in layers if il < len(kv))
 
@@ -366,7 +374,7 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
         devices[f"vram:{rpc.name}"] = Device(
             rpc.vram_bytes,
             {
-                "weights": weight_bytes(layers),
+                "weights": weight_bytes(layers) - overridden(layers),
                 "kv_cache": kv_bytes(layers),
                 "compute": compute if compute is not None else (estimate if layers else 0),
             },
@@ -377,17 +385,26 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
         devices["vram"] = Device(
             inputs.vram_bytes,
             {
-                "weights": weight_bytes(layers),
+                "weights": weight_bytes(layers) - overridden(layers),
                 "kv_cache": kv_bytes(layers),
                 "compute": override.get("vram", estimate if layers else 0),
             },
         )
     cpu = held["ram"]
-    packed = cpu_repack(inputs, tuple(il for il in cpu if il < n_layer), n_layer in cpu)
+    gpu_held = tuple(il for name, ls in held.items() if name != "ram" for il in ls)
+    packed = cpu_repack(
+        inputs,
+        tuple(il for il in cpu if il < n_layer),
+        n_layer in cpu,
+        inputs.cpu_tensors.matmul_of(_wheres(gpu_held, n_layer)),
+    )
     devices["ram"] = Device(
         inputs.memory_limit_bytes,
         {
-            "weights": weight_bytes(cpu) + weights.input_bytes - packed.moved_bytes,
+            "weights": weight_bytes(cpu)
+            + overridden(gpu_held)
+            + weights.input_bytes
+            - packed.moved_bytes,
             "repacked_weights": packed.buffer_bytes,
             "kv_cache": kv_bytes(cpu),
             "compute": override.get("ram", estimate if cpu else 64 * MIB),
@@ -406,7 +423,10 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
 
 
 def cpu_repack(
-    inputs: LlamaCppPlanInputs, cpu_layers: tuple[int, ...], output_on_cpu: bool
+    inputs: LlamaCppPlanInputs,
+    cpu_layers: tuple[int, ...],
+    output_on_cpu: bool,
+    overridden: list[MatmulWeight] | None = None,
 ) -> Repack:
     """The repack buffers of the CPU-resident weights (`infra.plan.repack`).
 
@@ -426,9 +446,16 @@ def cpu_repack(
         return Repack(moved, {"upper bound": math.ceil(moved * MAX_GROWTH)}, moved if amx else 0)
     wheres = [str(il) for il in cpu_layers] + (["output"] if output_on_cpu else [])
     found = [w for where in wheres for w in weights.matmul_weights.get(where, ())]
+    # Weights of GPU layers that overrides keep on the CPU are repacked like any CPU weight.
+    found += overridden or []
     if inputs.cpu_variant is None:
         return worst_repack(found)
     return repack(found, inputs.cpu_variant)
+
+
+def _wheres(layers: tuple[int, ...], n_layer: int) -> list[str]:
+    """A summary's names of these layers (`"0"`, ...; the output layer `"output"`)."""
+    return ["output" if il == n_layer else str(il) for il in layers]
 
 
 def _add_disk(devices: dict[str, Device], inputs: LlamaCppPlanInputs) -> None:
@@ -467,6 +494,11 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
         gpu_weights += weights.output_bytes
     else:
         cpu_weights += weights.output_bytes
+    # Tensors of GPU layers that overrides keep in host RAM.
+    on_gpu = _wheres(place.gpu_layers, n_layer) + (["output"] if place.output_on_gpu else [])
+    overridden = inputs.cpu_tensors.bytes_of(on_gpu)
+    gpu_weights -= overridden
+    cpu_weights += overridden
     devices: dict[str, Device] = {}
     if has_gpu:
         devices["vram"] = Device(
@@ -486,7 +518,9 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
     else:
         # Not measured for other attention: the upper bound while layers stay on the CPU.
         cpu_compute = estimate if place.cpu_layers else 64 * MIB
-    packed = cpu_repack(inputs, place.cpu_layers, not place.output_on_gpu)
+    packed = cpu_repack(
+        inputs, place.cpu_layers, not place.output_on_gpu, inputs.cpu_tensors.matmul_of(on_gpu)
+    )
     devices["ram"] = Device(
         inputs.memory_limit_bytes,
         {
@@ -780,7 +814,10 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
         )
     advice: list[str] = []
     fixes: list[Fix] = []
-    packed = cpu_repack(inputs, place.cpu_layers, not place.output_on_gpu)
+    on_gpu = _wheres(place.gpu_layers, n_layer) + (["output"] if place.output_on_gpu else [])
+    packed = cpu_repack(
+        inputs, place.cpu_layers, not place.output_on_gpu, inputs.cpu_tensors.matmul_of(on_gpu)
+    )
     if packed.amx_quantized_bytes and inputs.cpu_variant is not None:
         fix = checked_fix(inputs, "set server.repack: false", repack=False)
         fixes += [fix] if fix else []

@@ -165,6 +165,9 @@ class Plan:
         if over:
             worst = ", ".join(f"{name} over by {gib(size):.1f} GiB" for name, size in over.items())
             lines = [f"verdict: DOES NOT FIT ({worst})", *self.problems]
+        elif self.problems:
+            # Refused without a device over capacity (an option the plan cannot count, AMX).
+            lines = ["verdict: DOES NOT FIT", *self.problems]
         else:
             lines = ["verdict: fits"]
         lines += [f"advice: {a}" for a in self.advice]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
@@ -15,6 +15,7 @@ from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
 from infra.lock import ModelSource
 from infra.plan.deepseek4 import attention_shape, kv_layout
+from infra.plan.extra_args import extra_args_problems, with_extra_args
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,
@@ -26,6 +27,7 @@ from infra.plan.llamacpp import (
 from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Fix, Plan, TableRow
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
+from infra.plan.vllm_extra_args import vllm_extra_args_problems
 
 # Before a lock records the files' sizes the plan takes the weight size from the config.
 NO_WEIGHT_SIZE = (
@@ -226,7 +228,7 @@ def llamacpp_inputs(
         raise ConfigError(
             [f"model.metadata: {exc} in the attention shape (a head count or length of 0?)"]
         ) from None
-    return LlamaCppPlanInputs(
+    inputs = LlamaCppPlanInputs(
         weights=weights,
         attention=attention,
         gpu_layers=server.gpu_layers,
@@ -246,6 +248,7 @@ def llamacpp_inputs(
         min_slot_context=server.min_slot_context,
         context_limit=served_context(stack, structure),
     )
+    return with_extra_args(inputs, server.extra_args, header_summary or source.gguf)
 
 
 def rpc_devices(stack: StrixHaloStack) -> tuple[RpcDevice, ...]:
@@ -311,14 +314,19 @@ def stack_plan(
         return fleet_plan(stack, sources, header_summary)
     single = source[0] if isinstance(source, list) else source
     if isinstance(stack, Mi300xStack):
-        return plan_vllm(vllm_inputs(stack, single))
+        plan = plan_vllm(vllm_inputs(stack, single))
+        refused = vllm_extra_args_problems(stack.server.extra_args)
+        return replace(plan, problems=[*plan.problems, *refused]) if refused else plan
     inputs = llamacpp_inputs(stack, single, header_summary)
     try:
-        return plan_llamacpp(inputs)
+        plan = plan_llamacpp(inputs)
     except (ValueError, ArithmeticError) as exc:
         # A layer structure llama.cpp would refuse too (an odd compression ratio, a head size
         # that is not a whole number of blocks): the metadata is wrong, not the planner.
         raise ConfigError([f"model.metadata: {exc}"]) from None
+    # What server.extraArgs change that the plan cannot count: refused, never ignored.
+    extra = extra_args_problems(stack.server.extra_args, header_summary or single.gguf)
+    return replace(plan, problems=[*plan.problems, *extra]) if extra else plan
 
 
 def fleet_plan(

@@ -53,7 +53,19 @@ def flag_rows(argv: list[str], meanings: dict[str, str]) -> list[str]:
         ):
             value = argv[index + 1]
             index += 1
-        shown = f"`{value}`" if value else "*(flag)*"
-        rows.append(f"| `{flag}` | {shown} | {meanings.get(flag, '')} |")
+        shown = code(value) if value else "*(flag)*"
+        rows.append(f"| {code(flag)} | {shown} | {meanings.get(flag, '')} |")
         index += 1
     return rows
+
+
+def code(text: str) -> str:
+    """Text as a Markdown table's code span (an extra argument may hold `|` or a backtick)."""
+    text = text.replace("|", "\\|")
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
+def extra_meanings(meanings: dict[str, str], words: list[str], key: str) -> dict[str, str]:
+    """The flag meanings, with each extra argument's option explained as one."""
+    extra = {w: f"Passed as given (`{key}`)." for w in words if w.startswith("-")}
+    return {**extra, **meanings}

@@ -9,7 +9,7 @@ from infra.config import FleetStack, Mi300xStack, StackConfig, StrixHaloStack
 from infra.lock import ModelSource
 from infra.plan.picture import plan_svg
 from infra.plan.stack import llamacpp_inputs, load_seconds, model_structure, stack_plan
-from infra.reference.flags import flag_meanings, flag_rows
+from infra.reference.flags import extra_meanings, flag_meanings, flag_rows
 from infra.reference.monitoring import mi300x_monitoring, strix_halo_monitoring
 
 
@@ -36,7 +36,7 @@ def _picture(picture: str | None, name: str) -> list[str]:
 def _strix_halo(
     stack: StrixHaloStack, source: ModelSource, name: str, picture: str | None = None
 ) -> list[str]:
-    from components.llamacpp.manifests import probe_window_seconds, server_container
+    from components.llamacpp.manifests import probe_window_seconds, server_argv
     from infra.targets.kubernetes import server_args
 
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
@@ -44,7 +44,7 @@ def _strix_halo(
     if stack.server.api_key:
         args["api_key"] = "[secret]"
     # The container the Deployment runs: the reference shows exactly what is deployed.
-    argv: list[str] = server_container(args)["args"]
+    argv: list[str] = server_argv(args)
     server, probes = stack.server, stack.server.probes
     startup = "the GPU gate (load log)" if server.gpu_gate else f"GET {probes.startup.path}"
     readiness = probes.readiness
@@ -59,7 +59,14 @@ def _strix_halo(
         "",
         "## Argument by argument",
         "",
-        *flag_rows(argv, flag_meanings(LlamaServerFlags, LlamaCppVulkanServerArgs)),
+        *flag_rows(
+            argv,
+            extra_meanings(
+                flag_meanings(LlamaServerFlags, LlamaCppVulkanServerArgs),
+                list(server.extra_args),
+                "server.extraArgs",
+            ),
+        ),
         "",
         "## Memory budget",
         "",
@@ -156,7 +163,7 @@ def _mi300x(
 ) -> list[str]:
     from infra.targets.docker_host import vllm_flags
 
-    argv = vllm_serve_args(vllm_flags(stack))
+    argv = vllm_serve_args(vllm_flags(stack), stack.server.extra_args)
     caddy = stack.caddy
     tls = "ACME certificates" if caddy.tls == "auto" else "Caddy internal CA"
     allowed = ", ".join(f"`{c}`" for c in caddy.allowed_cidrs)
@@ -167,7 +174,10 @@ def _mi300x(
         "",
         "## Argument by argument",
         "",
-        *flag_rows(argv[3:], flag_meanings(VllmFlags)),
+        *flag_rows(
+            argv[3:],
+            extra_meanings(flag_meanings(VllmFlags), stack.server.extra_args, "server.extraArgs"),
+        ),
         f"| *(model)* | `{argv[2]}` | The host's modelDir, mounted read-only. |",
         "",
         "## Memory budget",

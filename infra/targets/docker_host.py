@@ -139,6 +139,8 @@ def server_args(
         "startup_timeout_seconds": stack.server.startup_timeout_seconds,
         "metrics": monitoring(stack),
     }
+    if stack.server.extra_args:
+        args["extra_args"] = list(stack.server.extra_args)
     return with_defaults(args, VllmRocmServerArgs)
 
 

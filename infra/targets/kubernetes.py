@@ -343,6 +343,10 @@ def server_args(
         "cache_ram_mib": server.cache_ram,
         "repack": server.repack,
     }
+    if server.top_k is not None:
+        flags["top_k"] = server.top_k
+    if server.min_p is not None:
+        flags["min_p"] = server.min_p
     if server.rpc is not None:
         # A split model: the workers' Services, and each device's share from the memory plan.
         flags["rpc"] = rpc_endpoints(stack)
@@ -374,6 +378,8 @@ def server_args(
         "disk_read_mibps": stack.memory.disk_read_mibps,
         "init_seconds": stack.memory.init_seconds,
     }
+    if server.extra_args:
+        args["extra_args"] = list(server.extra_args)
     return with_defaults(args, LlamaCppVulkanServerArgs)
 
 

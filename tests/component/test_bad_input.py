@@ -82,6 +82,13 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("does not fit VRAM", "strix-halo", [("memory", "vramGib", 60)], "plan"),
     ("startup probe shorter than the load", "strix-halo", [("memory", "diskReadMibps", 20)], "server.probes.startup"),
     ("unknown target", "strix-halo", [("target", "", "nomad")], "target"),
+    ("extra arg the program renders", "strix-halo", [("server", "extraArgs", ["-c", "4096"])], "server.extraArgs[0]"),
+    ("extra arg llama-server lacks", "strix-halo", [("server", "extraArgs", ["--n-cpu-mo", "3"])], "server.extraArgs[0]"),
+    ("extra arg without its value", "strix-halo", [("server", "extraArgs", ["--override-kv"])], "server.extraArgs[0]"),
+    ("extra arg on two lines", "strix-halo", [("server", "extraArgs", ["--tags", "a\nb"])], "server.extraArgs[1]"),
+    ("extra arg the plan cannot count", "strix-halo", [("server", "extraArgs", ["--no-kv-offload"])], "plan: server.extraArgs[0]"),
+    ("vllm extra arg the program renders", "mi300x", [("server", "extraArgs", ["--max_model_len=8192"])], "server.extraArgs[0]"),
+    ("vllm extra arg abbreviated", "mi300x", [("server", "extraArgs", ["--max-model", "8192"])], "server.extraArgs[0]"),
     ("vllm image without digest", "mi300x", [("server", "allowFloatingImage", False)], "server.image"),
     ("empty allowlist", "mi300x", [("caddy", "allowedCidrs", [])], "caddy.allowedCidrs"),
     ("malformed CIDR", "mi300x", [("caddy", "allowedCidrs", ["10.0.0.0/33"])], "caddy.allowedCidrs[0]"),
@@ -208,6 +215,16 @@ RULE_LINES = [
         "server.verifyAfterUp: is set while store.upgrade stops the server before a model "
         "change: the new server is not awaited (it waits for the fetch that follows it), so the "
         "check would run before it is up (drop one of them; `llm-infra verify` checks by hand)",
+    ),
+    (
+        "strix-halo", [("server", "extraArgs", ["--ctx_size", "4096"])],
+        "server.extraArgs[0]: '--ctx_size' (--ctx-size) is rendered from server.contextSize: "
+        "set that instead",
+    ),
+    (
+        "mi300x", [("server", "extraArgs", ["--speculative-config.num_speculative_tokens", "3"])],
+        "server.extraArgs[0]: '--speculative-config.num_speculative_tokens' "
+        "(--speculative-config) is rendered from server.speculative: set that instead",
     ),
 ]  # fmt: skip
 

@@ -30,6 +30,7 @@ from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
 from tests.component.test_provider_protocol import (
+    LLAMA,
     SSH_KEY,
     VLLM,
     Deployment,
@@ -519,3 +520,55 @@ def test_a_python_program_cannot_put_a_worker_on_its_heads_node() -> None:
     problems = refusal(build)
     assert f"invalid inputs of LlamaCppRpcWorker {worker!r}" in problems
     assert f"is already the node of {name}" in problems
+
+
+def test_extra_args_the_program_renders_are_refused_naming_the_python_inputs() -> None:
+    def change(args: dict[str, Any]) -> None:
+        args["extra_args"] = ["--ctx_size", "4096", "--api-key-file=/k", "--n-cpu-mo", "2"]
+
+    problems = refusal(llama(change))
+    assert "extra_args[0]: '--ctx_size' (--ctx-size) is rendered from flags.ctx_size" in problems
+    owned = "extra_args[2]: '--api-key-file=/k' (--api-key-file) is rendered from api_key"
+    assert owned in problems
+    assert (
+        "extra_args[3]: '--n-cpu-mo' is not an option of llama-server b11434 (did you " in problems
+    )
+    vllm_problems = refusal(vllm(extra_args=["--max-model", "4096"]))
+    assert (
+        "extra_args[0]: '--max-model' abbreviates --max-model-len, which flags.max_model_len sets"
+        in vllm_problems
+    )
+
+
+def test_provider_refuses_extra_args_naming_the_camel_case_inputs(
+    preview: Deployment,  # noqa: F811  (the fixture)
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.server(preview.store(), extraArgs=["-ngl", "99", "--top-k", "40", "--tags", "x"])
+    errors = dict(input_errors(caught.value))
+    assert errors == {
+        "extraArgs[0]": "'-ngl' (--gpu-layers) is rendered from flags.gpuLayers: set that instead",
+        "extraArgs[2]": "'--top-k' is rendered from flags.topK: set that instead",
+    }
+    assert [r for r in preview.monitor.registrations if r.type == LLAMA] == []
+    inputs = vllm_inputs()
+    inputs["extraArgs"] = ["--served-model-name", "x"]
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.construct(VLLM, "mi300x", inputs)
+    assert dict(input_errors(caught.value)) == {
+        "extraArgs[0]": "'--served-model-name' is rendered from flags.servedModelName: set that "
+        "instead"
+    }
+
+
+def test_provider_passes_valid_extra_args_after_the_rendered_flags(
+    preview: Deployment,  # noqa: F811  (the fixture)
+) -> None:
+    words = ["--n-cpu-moe", "3", "--tags", "$(HOME) `id`; x"]
+    server = preview.server(preview.store(), extraArgs=words)
+    deployment = preview.children(server.urn)["qwen-deployment"]
+    (container,) = [
+        c for c in deployment.inputs["spec"]["template"]["spec"]["containers"]
+        if c["name"] == "llama-server"
+    ]  # fmt: skip
+    assert container["args"][-4:] == ["--n-cpu-moe", "3", "--tags", "$$(HOME) `id`; x"]

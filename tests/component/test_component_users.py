@@ -193,3 +193,16 @@ def test_python_example_with_a_typo_in_a_node_label_is_refused_naming_it(
     with pytest.raises(ComponentInputError) as caught:
         run_program(lambda: example.main(tmp_path / "absent.lock.json"), {}, [], "dev")
     assert "node_selector.hardware: 'high memory': String should match pattern" in str(caught.value)
+
+
+def test_memory_plan_counts_a_programs_extra_args_and_refuses_what_it_cannot(
+    tiny_lock: Path,
+) -> None:
+    files = store_files_from_lock(tiny_lock)
+    plain = memory_plan(server_args(), store_args(files), tiny_lock, vram_gib=8)
+    args = {**server_args(), "extra_args": ["--n-cpu-ffn", "2", "--no-kv-offload"]}
+    plan = memory_plan(args, store_args(files), tiny_lock, vram_gib=8)  # type: ignore[arg-type]
+    (problem,) = plan.problems
+    assert problem.startswith("plan: extra_args[2]: --no-kv-offload changes memory the plan")
+    # Layer 1 (on the GPU at -ngl 2) keeps its dense FFN in host RAM: fewer weights on the GPU.
+    assert plan.devices["vram"].items["weights"] < plain.devices["vram"].items["weights"]

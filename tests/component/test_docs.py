@@ -193,3 +193,29 @@ def test_a_stale_plan_picture_fails_the_check(tmp_path: Path) -> None:
     result = docs("mi300x", "--check", "--output-file", str(page))
     assert result.returncode == 1
     assert "mi300x.plan.svg is stale" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("stack", "extra"),
+    [
+        ("strix-halo", ["--tags", "a|b `c`", "-ub", "1024"]),
+        ("mi300x", ["--response-role", "a|b `c`", "--enforce-eager"]),
+    ],
+)
+def test_the_reference_lists_each_extra_argument_as_deployed(
+    stack: str, extra: list[str], tmp_path: Path
+) -> None:
+    document = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
+    document["config"]["llm-infra:server"]["extraArgs"] = extra
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "reference.md"
+    result = docs(str(path), "--output-file", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| `")]
+    option, value = extra[0], extra[1].replace("|", "\\|")
+    assert f"| `{option}` | `` {value} `` | Passed as given (`server.extraArgs`). |" in rows
+    last = next(row for row in rows if row.startswith(f"| `{extra[2]}` |"))
+    assert last.endswith("| Passed as given (`server.extraArgs`). |")
+    # A table row per argument: the `|` of a value did not split its row.
+    assert all(row.count(" | ") + 1 == 3 for row in rows if "extraArgs" in row)

@@ -217,3 +217,17 @@ def test_declared_defaults_reach_the_schema(schema: dict[str, Any]) -> None:
     # An input without a default (absent means None) has none in the schema either.
     assert "default" not in properties[f"{LLAMA}.apiKey"]
     assert "Default:" not in properties[f"{LLAMA}.apiKey"]["description"]
+
+
+def test_extra_args_are_a_documented_list_of_strings_of_both_servers(
+    schema: dict[str, Any],
+) -> None:
+    for token in ("LlamaCppVulkanServer", "VllmRocmServer"):
+        resource = schema["resources"][f"{PACKAGE}:index:{token}"]
+        prop = resource["inputProperties"]["extraArgs"]
+        assert prop["type"] == "array" and prop["items"]["type"] == "string"
+        assert "extraArgs" not in resource.get("requiredInputs", [])
+        assert "argv words" in prop["description"]
+    flags = schema["types"][f"{PACKAGE}:index:LlamaServerFlags"]["properties"]
+    assert flags["topK"]["type"] == "integer" and "`--top-k`" in flags["topK"]["description"]
+    assert flags["minP"]["type"] == "number" and "`--min-p`" in flags["minP"]["description"]

@@ -98,6 +98,7 @@ def llama_server() -> dict[str, Any]:
             "reference": {"decode_tps": 9.0, "aggregate_tps": {"8": 40.0}},
             "fetch_job_pattern": "models-fetch-[0-9a-f]{8}",
         },
+        "extra_args": ["--n-cpu-moe", "2", "--tags", "test"],
     }
 
 
@@ -218,6 +219,7 @@ def vllm_server(base_dir: str = "/opt/llm", model_dir: str = "/srv/models/ds") -
             "alerts": {"stall_minutes": 10},
             "reference": {"decode_tps": 30.0},
         },
+        "extra_args": ["--enforce-eager", "--max-log-len", "200"],
     }
 
 

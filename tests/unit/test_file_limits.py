@@ -69,6 +69,18 @@ def test_a_schema_2_summary_with_its_matrix_weights_is_read(tmp_path: Path) -> N
     assert read_lock(path).gguf == summary
 
 
+def test_a_schema_3_summary_with_every_tensor_is_read(tmp_path: Path) -> None:
+    summary = {
+        **lock_document()["gguf"],
+        "schema": 3,
+        "matmul_weights": {"0": {"F32 5x1": 1}},
+        "tensors": {"blk.0.w": "I8 5x2", "blk.1.w": "I8 10", "token_embd.weight": "I8 5"},
+    }
+    path = tmp_path / "x.lock.json"
+    path.write_text(json.dumps(lock_document(gguf=summary)))
+    assert read_lock(path).gguf == summary
+
+
 def with_size(size: object) -> dict[str, Any]:
     return lock_document(
         files=[{"path": "model.gguf", "name": "model.gguf", "size": size, "sha256": SHA}]
@@ -108,8 +120,25 @@ def test_a_lock_version_that_is_a_string_is_refused(tmp_path: Path) -> None:
         ({"total_bytes": 26}, "is not the sum"),
         ({"vocab_size": True}, "vocab_size"),
         ({"architecture": "../x"}, "architecture"),
-        ({"schema": 3}, "schema"),
+        ({"schema": 4}, "schema"),
         ({"schema": 2}, "matmul_weights"),
+        ({"schema": 3, "matmul_weights": {"0": {"F32 5x1": 1}}}, "tensors"),
+        (
+            {"schema": 2, "matmul_weights": {"0": {"F32 5x1": 1}}, "tensors": {"x": "F32 25"}},
+            "tensors",
+        ),
+        (
+            {
+                "schema": 3,
+                "matmul_weights": {"0": {"F32 5x1": 1}},
+                "tensors": {"blk.0.w": "F32 24"},
+            },
+            "not total_bytes",
+        ),
+        (
+            {"schema": 3, "matmul_weights": {"0": {"F32 5x1": 1}}, "tensors": {"x": "F99 25"}},
+            "tensors",
+        ),
         ({"matmul_weights": {"0": {"Q4_K 64x64": 1}}}, "matmul_weights"),
         ({"schema": 2, "matmul_weights": {"../x": {"Q4_K 64x64": 1}}}, "matmul_weights"),
     ],
@@ -121,6 +150,10 @@ def test_a_lock_version_that_is_a_string_is_refused(tmp_path: Path) -> None:
         "bad-arch",
         "schema",
         "schema-2-without-matmul",
+        "schema-3-without-tensors",
+        "tensors-in-schema-2",
+        "tensors-not-the-total",
+        "tensors-bad-type",
         "matmul-in-schema-1",
         "matmul-bad-layer",
     ],

@@ -19,6 +19,7 @@ from components.gguf_header import (
     GgufHeader,
     read_gguf_header,
     summarize,
+    tensor_key_bytes,
 )
 from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -172,7 +173,7 @@ def test_summary_of_a_three_shard_set(tmp_path: Path) -> None:
     tensors = [t for s in shards for t in gguf.GGUFReader(s).tensors]
 
     assert json.loads(json.dumps(summary)) == summary
-    assert summary["schema"] == 2
+    assert summary["schema"] == 3
     assert summary["architecture"] == "llama"
     assert summary["tensor_count"] == len(tensors) == 21
     assert summary["total_bytes"] == sum(int(t.n_bytes) for t in tensors)
@@ -202,6 +203,12 @@ def test_summary_of_a_three_shard_set(tmp_path: Path) -> None:
         expected.setdefault(where, {})[key] = expected.get(where, {}).get(key, 0) + 1
     assert summary["matmul_weights"] == expected
     assert list(summary["matmul_weights"]) == ["0", "1", "output"]
+    # Every tensor by name (schema 3), with the bytes gguf itself gives each.
+    assert set(summary["tensors"]) == {t.name for t in tensors}
+    for t in tensors:
+        key = summary["tensors"][t.name]
+        assert key == f"{t.tensor_type.name} {'x'.join(str(int(d)) for d in t.shape)}"
+        assert tensor_key_bytes(key) == int(t.n_bytes)
 
 
 def test_summary_keeps_every_deepseek4_key(tmp_path: Path) -> None:
