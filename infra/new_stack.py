@@ -128,7 +128,8 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     alias = request.alias or derived_alias(lock.repo)
     values = _kubernetes_values(lock, alias, vram, slots, DEFAULT_SLOT_CONTEXT * slots)
     structure = model_structure(_parsed(values), source)
-    served = served_context(_parsed(values), structure)
+    served_at = served_context(_parsed(values), structure)
+    served = served_at.tokens if served_at else None
     if served is None and request.context_size is None:
         raise ConfigError(
             [

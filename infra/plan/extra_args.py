@@ -204,6 +204,17 @@ def _parsed(words: Sequence[str]) -> list[ExtraArg]:
     return parse_extra_args(words, table, owned_spellings(table, OWNED_OPTIONS), REFUSED_OPTIONS)[0]
 
 
+def rope_options(words: Sequence[str]) -> dict[str, str]:
+    """The rope/YaRN options among llama-server extra words, by the option's name (every
+    spelling llama-server accepts), with the value as given."""
+    names = ("--rope-scaling", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx")
+    return {
+        arg.option.name: arg.values[0]
+        for arg in _parsed(words)
+        if arg.option.name in names and arg.values
+    }
+
+
 def _whole_number(arg: ExtraArg, key: str, minimum: int) -> tuple[int | None, str | None]:
     value = arg.values[0].strip()
     if not re.fullmatch(r"[+-]?[0-9]{1,9}", value) or int(value) < minimum:

@@ -15,7 +15,7 @@ from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
 from infra.lock import ModelSource
 from infra.plan.deepseek4 import attention_shape, kv_layout
-from infra.plan.extra_args import extra_args_problems, with_extra_args
+from infra.plan.extra_args import extra_args_problems, rope_options, with_extra_args
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,
@@ -125,23 +125,18 @@ def model_structure(
     return ModelStructure(architecture, layers, metadata, vocab, weights)
 
 
-ROPE_FLAGS = ("--rope-scaling", "--rope-scale", "--rope-freq-scale", "--yarn-orig-ctx")
+@dataclass(frozen=True)
+class ServedContext:
+    """What a slot can hold: the trained context, or YaRN's extension of its native one."""
+
+    tokens: int
+    native: int
+    """The context the extension scales (`--yarn-orig-ctx`, the header's original context
+    length, else the trained one)."""
+    yarn: bool
 
 
-def _rope_args(server: Any) -> dict[str, str]:
-    """The rope flags among the server's extraArgs (`--flag value` or `--flag=value`)."""
-    words = list(getattr(server, "extra_args", None) or [])
-    found: dict[str, str] = {}
-    for index, word in enumerate(words):
-        flag, equals, value = word.partition("=")
-        if flag in ROPE_FLAGS:
-            if not equals:
-                value = words[index + 1] if index + 1 < len(words) else ""
-            found[flag] = value
-    return found
-
-
-def served_context(stack: StrixHaloStack, structure: ModelStructure) -> int | None:
+def served_context(stack: StrixHaloStack, structure: ModelStructure) -> ServedContext | None:
     """Tokens a slot can serve: `{arch}.context_length`, or with YaRN configured (in the header
     or server.extraArgs, with a scale of its own) `yarn-orig-ctx / rope-freq-scale`, as
     llama.cpp b11434 re-adjusts n_ctx_train (src/llama-context.cpp, "custom YaRN scaling
@@ -150,27 +145,26 @@ def served_context(stack: StrixHaloStack, structure: ModelStructure) -> int | No
     trained = meta.get(f"{arch}.context_length")
     if not isinstance(trained, int) or isinstance(trained, bool) or trained <= 0:
         return None
-    rope = _rope_args(stack.server)
-    scaling = rope.get("--rope-scaling", meta.get(f"{arch}.rope.scaling.type"))
+    rope = rope_options(stack.server.extra_args)
+    header_orig = meta.get(f"{arch}.rope.scaling.original_context_length")
+    native = header_orig if isinstance(header_orig, int) and header_orig > 0 else trained
     try:
+        if rope.get("--yarn-orig-ctx") and int(rope["--yarn-orig-ctx"]) > 0:
+            native = int(rope["--yarn-orig-ctx"])
         if "--rope-freq-scale" in rope:
             freq = float(rope["--rope-freq-scale"])
         elif "--rope-scale" in rope:
             freq = 1.0 / float(rope["--rope-scale"])
         else:
-            return trained
-        factor = meta.get(f"{arch}.rope.scaling.factor")
-        trained_freq = 1.0 / factor if isinstance(factor, int | float) and factor > 0 else 1.0
-        if scaling != "yarn" or freq <= 0 or freq == trained_freq:
-            return trained
-        original = rope.get("--yarn-orig-ctx")
-        orig = int(original) if original else 0
+            return ServedContext(trained, native, False)
     except (ValueError, ZeroDivisionError):
-        return trained
-    if orig <= 0:
-        header_orig = meta.get(f"{arch}.rope.scaling.original_context_length")
-        orig = header_orig if isinstance(header_orig, int) and header_orig > 0 else trained
-    return int(orig / freq)
+        return ServedContext(trained, native, False)
+    scaling = rope.get("--rope-scaling", meta.get(f"{arch}.rope.scaling.type"))
+    factor = meta.get(f"{arch}.rope.scaling.factor")
+    trained_freq = 1.0 / factor if isinstance(factor, int | float) and factor > 0 else 1.0
+    if scaling != "yarn" or freq <= 0 or freq == trained_freq:
+        return ServedContext(trained, native, False)
+    return ServedContext(int(native / freq), native, True)
 
 
 def context_problems(stack: StrixHaloStack, structure: ModelStructure) -> list[str]:
@@ -179,26 +173,31 @@ def context_problems(stack: StrixHaloStack, structure: ModelStructure) -> list[s
     server = stack.server
     served = served_context(stack, structure)
     cells = kv_layout(server.context_size, server.parallel, False).cells
-    if served is None or cells <= served:
+    if served is None or cells <= served.tokens:
         return []
-    arch = structure.architecture
+    tokens, arch = served.tokens, structure.architecture
     slots = f"each of the {server.parallel} slots" if server.parallel > 1 else "its one slot"
-    fixes = [f"lower server.contextSize to {served * server.parallel}"]
-    if served < server.min_slot_context:
+    fixes = [f"lower server.contextSize to {tokens * server.parallel}"]
+    if tokens < server.min_slot_context:
         fixes = [
-            f"lower server.minSlotContext to {served} and server.contextSize to "
-            f"{served * server.parallel} (server.minSlotContext {server.min_slot_context} is "
+            f"lower server.minSlotContext to {tokens} and server.contextSize to "
+            f"{tokens * server.parallel} (server.minSlotContext {server.min_slot_context} is "
             "more than the model serves)"
         ]
-    scale = math.ceil(cells / served)
+    scale = math.ceil(cells / served.native)
     fixes.append(
-        f"extend it with YaRN in server.extraArgs: --rope-scaling yarn --rope-scale {scale} "
-        f"--yarn-orig-ctx {served}"
+        f"{'raise the YaRN scale' if served.yarn else 'extend it with YaRN'} in server.extraArgs: "
+        f"--rope-scaling yarn --rope-scale {scale} --yarn-orig-ctx {served.native}"
+    )
+    what = (
+        f"the {tokens} tokens its YaRN settings serve (server.extraArgs)"
+        if served.yarn
+        else f"the model's trained context {tokens} ({arch}.context_length)"
     )
     return [
         f"server.contextSize: {server.context_size} gives {slots} {cells} tokens, more than "
-        f"the model's trained context {served} ({arch}.context_length): llama-server caps a "
-        f"slot there and the rest of the KV cache is never used; {' or '.join(fixes)}"
+        f"{what}: llama-server caps a slot there and the rest of the KV cache is never used; "
+        f"{' or '.join(fixes)}"
     ]
 
 
@@ -217,6 +216,7 @@ def llamacpp_inputs(
     context = context_problems(stack, structure)
     if context:
         raise ConfigError(context)
+    served = served_context(stack, structure)
     compute = {"vram": int(memory.compute_gib * GIB)} if memory.compute_gib is not None else {}
     try:
         attention = attention_shape(structure.architecture, metadata, structure.vocab_size)
@@ -246,7 +246,7 @@ def llamacpp_inputs(
         cpu_variant=cpu_variant(memory.node_cpu) if memory.node_cpu is not None else None,
         repack=server.repack,
         min_slot_context=server.min_slot_context,
-        context_limit=served_context(stack, structure),
+        context_limit=served.tokens if served else None,
     )
     return with_extra_args(inputs, server.extra_args, header_summary or source.gguf)
 

@@ -5,6 +5,7 @@ constraint decides."""
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -170,3 +171,26 @@ def test_suggest_sizes_a_model_trained_on_fewer_tokens_than_a_step() -> None:
     best = suggest(llamacpp_inputs(stack, unlocked_source(stack)), headroom_gib=4)
     assert best.reason is None and best.ctx_size == 512
     assert plan_of(applied(values, suggest_changes(best))).fits
+
+
+def test_yarn_in_extra_args_extends_the_context_a_slot_serves() -> None:
+    # Qwen's own advice for 128k: YaRN x4 over the 32768 tokens it was trained on natively.
+    values = base("qwen3moe")
+    values["server"].update(contextSize=131072, minSlotContext=65536)
+    with pytest.raises(ConfigError, match="more than the model's trained context 40960"):
+        plan_of(values)
+    values["server"]["extraArgs"] = [
+        "--rope-scaling", "yarn", "--rope_scale", "4", "--yarn-orig-ctx", "32768",
+    ]  # fmt: skip
+    stack = strix(values)
+    assert llamacpp_inputs(stack, unlocked_source(stack)).context_limit == 131072
+    # A scale too small for the context is still refused, with the scale that would do.
+    values["server"]["extraArgs"][3] = "2"
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "raise the YaRN scale in server.extraArgs: --rope-scaling yarn --rope-scale 4 "
+            "--yarn-orig-ctx 32768"
+        ),
+    ):
+        plan_of(values)
