@@ -69,6 +69,8 @@ def split_stack_values(model: Path) -> dict[str, Any]:
     values["store"]["size"] = "1Gi"
     # Every layer and the output layer, as the stack's -ngl 44 does for 43 layers.
     values["server"]["gpuLayers"] = 5
+    # The tiny model serves 256 tokens a slot (its trained context).
+    values["server"].update(contextSize=256, minSlotContext=256)
     values["memory"] = {"diskReadMibps": 300}
     # Uneven workers, so the plan's --tensor-split decides which layers go where.
     values["server"]["rpc"]["workers"] = [
