@@ -80,8 +80,13 @@ class ModelSettings(RepoModelSettings):
         Annotated[str, Field(max_length=256, pattern=r"^[a-z0-9_]+(\.[a-z0-9_]+)*$")],
         int | float | Annotated[str, Field(pattern=r"^[A-Za-z0-9._-]{0,256}$")] | list[int],
     ] = {}
-    """GGUF structure keys (`deepseek4.attention.*`, ...) for the plan before a lock has them;
-    a key the locked header also has must hold the header's value."""
+    """GGUF structure keys for the plan before a lock has them (`llm-infra lock` reads them
+    from the header; a key the locked header also has must hold the header's value). The plan
+    reads `ARCH.block_count`, `.embedding_length`, `.attention.head_count` (required),
+    `.attention.head_count_kv`, `.attention.key_length`, `.attention.value_length`,
+    `.feed_forward_length` or `.expert_feed_forward_length`, `.expert_used_count`,
+    `.context_length`, `.vocab_size` (printed as assumptions where missing); deepseek4 also
+    `.attention.sliding_window`, `.attention.compress_ratios`, `.attention.indexer.key_length`."""
 
 
 class HubSettings(Strict):
