@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,8 +98,46 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.registrations: list[Registration] = []
         self.stack_outputs: dict[str, Any] = {}
+        self._thread_loops: list[asyncio.AbstractEventLoop] = []
+        self._loops_lock = threading.Lock()
+
+    def _thread_loop(self) -> None:
+        """Give the calling executor thread an event loop of its own and keep it to close.
+
+        Pulumi's mock monitor runs in the program's executor threads and makes a loop in each
+        (`_ensure_event_loop`) that nothing closes; left to the interpreter's exit, closing one
+        can print a traceback after the program's own output.
+        """
+        if threading.current_thread() is threading.main_thread():
+            return
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None or loop.is_closed():
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            with self._loops_lock:
+                self._thread_loops.append(loop)
+
+    def close_thread_loops(self) -> None:
+        """Close the loops the executor threads were given (after the threads are done)."""
+        with self._loops_lock:
+            loops, self._thread_loops = self._thread_loops, []
+        for loop in loops:
+            if not loop.is_running():
+                loop.close()
+
+    def Invoke(self, request: Any) -> Any:
+        self._thread_loop()
+        return super().Invoke(request)
+
+    def ReadResource(self, request: Any) -> Any:
+        self._thread_loop()
+        return super().ReadResource(request)
 
     def RegisterResource(self, request: Any) -> Any:
+        self._thread_loop()
         response = super().RegisterResource(request)
         if request.type != STACK_TYPE:
             options: dict[str, Any] = {}
@@ -186,6 +225,10 @@ def run_program(
         asyncio.set_event_loop(loop)
         loop.run_until_complete(run_in_stack(program))
     finally:
+        # The monitor's calls run in the loop's executor threads: wait for them, then close
+        # the loops they were given and this one.
+        loop.run_until_complete(loop.shutdown_default_executor())
+        monitor.close_thread_loops()
         asyncio.set_event_loop(None)
         loop.close()
     rendered = _collect(monitor)
