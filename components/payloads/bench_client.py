@@ -116,13 +116,13 @@ def stream_chat(
                 deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
             ),
         ) as resp:
-            _read_stream(resp, res)
+            read_stream(resp, res)
     except http_policy.HttpError as exc:
         res.error = str(exc)
     return res
 
 
-def _read_stream(resp: http_policy.Response, res: StreamResult) -> None:
+def read_stream(resp: http_policy.Response, res: StreamResult) -> None:
     """Time every token-bearing SSE event of a streamed answer into res."""
     count = 0
     for raw in resp.lines(MAX_SSE_LINE):

@@ -139,6 +139,25 @@ COMMANDS: dict[str, Command] = {
         ("llm-infra bench strix-halo --url http://127.0.0.1:8080 --report bench.json",),
         ((0, "measured"), (1, "the endpoint failed"), _CONFIG),
     ),
+    "tune": Command(
+        "tune",
+        "the runtime bake-off: the fastest runtime that passes, pinned in STACK.tune.json",
+        "Start llama-server with the stack's exact flags once per candidate runtime, gate its "
+        "load, ask for a first decode, verify its answers against the stack's expectations and "
+        "measure decode and prefill at each depth (>= 3 runs: median and spread). A candidate "
+        "replaces the current runtime only when it is faster by more than the spread at every "
+        "depth. The record is reviewed like the lock; `server.runtime: tuned` renders its winner.",
+        (
+            "llm-infra tune strix-halo --local candidates.json",
+            "llm-infra tune strix-halo --local candidates.json --model /models/m.gguf "
+            "--depths 0,4096 --dry-run",
+        ),
+        (
+            (0, "a winner (or the current runtime kept); the record written"),
+            (1, "every candidate was rejected"),
+            _CONFIG,
+        ),
+    ),
     "gpu-gate": Command(
         "gpu_gate",
         "check a llama-server load log: the model really is on the GPU",

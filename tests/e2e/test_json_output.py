@@ -30,7 +30,7 @@ def valid(name: str, stdout: str) -> dict[str, Any]:
 def test_every_schema_is_one_commands_output() -> None:
     assert sorted(p.name for p in SCHEMAS.iterdir()) == sorted(
         f"{name}.schema.json"
-        for name in ("render", "plan", "lock", "check-model", "check-litellm", "diff")
+        for name in ("render", "plan", "lock", "check-model", "check-litellm", "diff", "tune")
     )
 
 

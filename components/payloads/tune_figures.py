@@ -1,0 +1,204 @@
+"""The bake-off's decision and its record: which runtime won, by how much, and why each other one
+did not.
+
+The rule: every candidate that passed (loaded, passed the gate, answered its first decode,
+passed verify, measured at every depth) is set against the current runtime at each depth by its
+median decode tok/s over the runs (the server's own timings; the client's are shown beside). It
+beats the current one only when, at every depth, its median is above the current median by more
+than the larger of the two spreads (max - min of the runs); among those that beat it, the
+highest geometric mean of the per-depth ratios wins. Otherwise the current runtime stays
+(`kept`). When the current runtime itself is rejected, the fastest candidate that passed wins.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.payloads.tune_measure import DepthFigures, Series
+
+RECORD_VERSION = 1
+
+WINNER, KEPT, SLOWER, REJECTED = "winner", "kept", "slower", "rejected"
+
+# Why a candidate is rejected (the first words of its reason).
+CRASHED_LOADING = "crashed during load"
+OUT_OF_MEMORY = "ran out of memory"
+FAILED_GATE = "failed the gate"
+CRASHED_FIRST_DECODE = "crashed at the first decode"
+FAILED_VERIFY = "failed verify"
+FAILED_MEASURING = "could not be measured"
+
+
+@dataclass
+class CandidateResult:
+    """One candidate's run: its runtime, figures and verdict."""
+
+    name: str
+    runtime: dict[str, Any]
+    current: bool = False
+    rejection: str | None = None
+    """Why it cannot serve (a phrase above and what was seen), or None when it passed."""
+    depths: list[DepthFigures] = field(default_factory=list)
+    load_seconds: float | None = None
+    verdict: str = ""
+    reason: str = ""
+
+    def decode(self, depth: int) -> Series | None:
+        """The decode series that decides at a depth: the server's own timings (they hold no
+        HTTP or streaming jitter), else the client's."""
+        for figures in self.depths:
+            if figures.depth == depth:
+                series = figures.decode_server if figures.decode_server.values else figures.decode
+                return series if series.values else None
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "runtime": self.runtime,
+            "current": self.current,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "loadSeconds": None if self.load_seconds is None else round(self.load_seconds, 1),
+            "figures": [d.to_json() for d in self.depths],
+        }
+
+
+def _measured_problem(result: CandidateResult, depths: list[int]) -> str | None:
+    for depth in depths:
+        if result.decode(depth) is None:
+            errors = [e for d in result.depths if d.depth == depth for e in d.errors]
+            seen = f": {errors[0]}" if errors else ""
+            return f"{FAILED_MEASURING} at depth {depth}{seen}"
+    return None
+
+
+def _beats(
+    challenger: CandidateResult, current: CandidateResult, depths: list[int]
+) -> tuple[bool, str, float]:
+    """Whether challenger beats current at every depth; the reason; the geometric-mean ratio."""
+    ratios = []
+    for depth in depths:
+        mine, theirs = challenger.decode(depth), current.decode(depth)
+        assert mine is not None and theirs is not None
+        m, t = mine.median or 0.0, theirs.median or 0.0
+        margin = max(mine.spread or 0.0, theirs.spread or 0.0)
+        ratios.append(m / t if t > 0 else math.inf)
+        if m - t <= margin:
+            return (
+                False,
+                f"decode {m:.2f} tok/s at depth {depth} vs {t:.2f} for {current.name}: not "
+                f"faster by more than the spread {margin:.2f}",
+                0.0,
+            )
+    mean = math.exp(sum(math.log(r) for r in ratios) / len(ratios)) if ratios else 0.0
+    return True, f"decode {mean:.2f}x {current.name}'s over depths {depths}", mean
+
+
+def decide(results: list[CandidateResult], depths: list[int]) -> CandidateResult | None:
+    """Set every result's verdict and reason; return the winner (None when all are rejected)."""
+    for result in results:
+        if result.rejection is None:
+            result.rejection = _measured_problem(result, depths)
+    passed = [r for r in results if r.rejection is None]
+    for result in results:
+        if result.rejection is not None:
+            result.verdict, result.reason = REJECTED, result.rejection
+    current = next((r for r in results if r.current), None)
+    if not passed:
+        return None
+    if current is None or current.rejection is not None:
+
+        def score(r: CandidateResult) -> float:
+            medians = [(r.decode(d) or Series()).median or 0.0 for d in depths]
+            return math.exp(sum(math.log(max(m, 1e-9)) for m in medians) / max(len(medians), 1))
+
+        winner = max(passed, key=score)
+        why = "the current runtime was rejected" if current else "no current runtime was named"
+        for r in passed:
+            if r is winner:
+                r.verdict, r.reason = WINNER, f"{why}; the fastest that passed"
+            else:
+                r.verdict, r.reason = SLOWER, f"slower than {winner.name}"
+        return winner
+    best: tuple[float, CandidateResult] | None = None
+    for r in passed:
+        if r is current:
+            continue
+        beats, reason, ratio = _beats(r, current, depths)
+        r.verdict, r.reason = (WINNER if beats else SLOWER), reason
+        if beats and (best is None or ratio > best[0]):
+            best = (ratio, r)
+    if best is None:
+        current.verdict, current.reason = KEPT, "no candidate beat it by more than the spread"
+        return current
+    winner = best[1]
+    for r in passed:
+        if r is not winner and r.verdict == WINNER:
+            r.verdict, r.reason = SLOWER, f"beat {current.name} but less than {winner.name}"
+    current.verdict, current.reason = SLOWER, f"{winner.name} beat it: {winner.reason}"
+    return winner
+
+
+def tune_record(
+    stack: str,
+    server: str | None,
+    results: list[CandidateResult],
+    winner: CandidateResult | None,
+    *,
+    depths: list[int],
+    runs: int,
+    where: str,
+) -> dict[str, Any]:
+    """The reviewed record, `stacks/STACK.tune.json`."""
+    current = next((r for r in results if r.current), None)
+    return {
+        "version": RECORD_VERSION,
+        "stack": stack,
+        "server": server,
+        "where": where,
+        "depths": depths,
+        "runs": runs,
+        "rule": "median decode tok/s at every depth above the current runtime's by more than "
+        "the larger spread (max - min over the runs)",
+        "current": None if current is None else current.runtime,
+        "winner": None if winner is None else winner.runtime,
+        "candidates": [r.to_json() for r in results],
+    }
+
+
+def _cell(series: Series) -> str:
+    if series.median is None:
+        return "-"
+    return f"{series.median:.2f}±{(series.spread or 0.0) / 2:.2f}"
+
+
+def format_table(results: list[CandidateResult], depths: list[int]) -> str:
+    """One table: a row per candidate, decode and prefill per depth (client, server's own)."""
+    head = ["candidate", "verdict"]
+    for d in depths:
+        head += [f"decode@{d}", "(server)", f"prefill@{d}", "(server)"]
+    head.append("reason")
+    rows = [head]
+    for r in results:
+        row = [r.name + (" *" if r.current else ""), r.verdict]
+        for d in depths:
+            figures = next((f for f in r.depths if f.depth == d), DepthFigures(depth=d))
+            row += [
+                _cell(figures.decode),
+                _cell(figures.decode_server),
+                _cell(figures.prefill),
+                _cell(figures.prefill_server),
+            ]
+        row.append(r.reason)
+        rows.append(row)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
+    lines = [
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1]
+        for row in rows
+    ]
+    lines.append("tok/s: median±half the spread over the runs; * the current runtime")
+    return "\n".join(lines)

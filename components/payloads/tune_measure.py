@@ -1,0 +1,175 @@
+"""Decode and prefill of a running llama-server at a context depth, as llama-bench's
+``pp``/``tg`` ``@ d`` figures are, each beside the server's own timings.
+
+At depth ``d`` a prefix of ``d`` token ids fills slot 0 once; each run then sends that prefix
+plus a suffix of ``prefill_tokens`` new ids that no earlier run sent, streamed, with
+``cache_prompt`` so the server reuses the prefix and processes only the suffix (its
+``timings.cache_n`` and ``prompt_n`` say so and are recorded), and ``ignore_eos`` so that every
+run decodes ``decode_tokens``. Prompts are token ids (llama-server ``/completion`` takes them),
+made from the model's own ``/tokenize`` of varied words, so a depth is exact. Standard library
+only: the back-end of ``llm-infra tune`` locally and inside its Kubernetes Jobs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from components.payloads import http_policy
+from components.payloads.bench import varied_prompt
+from components.payloads.bench_client import StreamResult, read_stream
+from components.payloads.verify import EndpointError, field_of, request_json
+
+FILL_TIMEOUT_S = 3600.0
+"""The longest a depth's one-time prefill may take (64k tokens at ~30 tok/s is ~36 minutes)."""
+RUN_TIMEOUT_S = 900.0
+"""The longest one measured run may take."""
+
+
+@dataclass
+class Series:
+    """One figure over the runs: the median and the spread (max - min) decide, all are kept."""
+
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float | None:
+        return statistics.median(self.values) if self.values else None
+
+    @property
+    def spread(self) -> float | None:
+        return max(self.values) - min(self.values) if self.values else None
+
+    def to_json(self) -> dict[str, Any]:
+        median, spread = self.median, self.spread
+        return {
+            "runs": [round(v, 3) for v in self.values],
+            "median": None if median is None else round(median, 3),
+            "spread": None if spread is None else round(spread, 3),
+        }
+
+
+@dataclass
+class DepthFigures:
+    """Decode and prefill at one depth: the client's figures and the server's own."""
+
+    depth: int
+    decode: Series = field(default_factory=Series)
+    decode_server: Series = field(default_factory=Series)
+    prefill: Series = field(default_factory=Series)
+    prefill_server: Series = field(default_factory=Series)
+    cached_tokens: list[int] = field(default_factory=list)
+    """`timings.cache_n` of each run: the prefix the server reused (should be the depth)."""
+    errors: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "depth": self.depth,
+            "decodeTokS": self.decode.to_json(),
+            "decodeTokSServer": self.decode_server.to_json(),
+            "prefillTokS": self.prefill.to_json(),
+            "prefillTokSServer": self.prefill_server.to_json(),
+            "cachedTokens": self.cached_tokens,
+            "errors": self.errors,
+        }
+
+
+def token_ids(base_url: str, count: int, *, api_key: str | None = None) -> list[int]:
+    """``count`` token ids of varied words, from the server's own tokenizer (cycled)."""
+    if count <= 0:
+        return []
+    words = min(count, 8192)
+    answer = request_json(
+        base_url, "/tokenize", {"content": varied_prompt(0, words), "add_special": False},
+        api_key=api_key, timeout=120.0,
+    )  # fmt: skip
+    ids = [int(t) for t in field_of(answer, "/tokenize", "tokens")]
+    if not ids:
+        raise EndpointError("/tokenize: no tokens for a prompt of words")
+    return [ids[i % len(ids)] for i in range(count)]
+
+
+def _stream_completion(
+    base_url: str, body: dict[str, Any], *, api_key: str | None, timeout: float
+) -> StreamResult:
+    """POST a streamed ``/completion`` and time every token-bearing event."""
+    res = StreamResult()
+    limits = http_policy.Limits(
+        deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
+    )
+    res.t_start = time.monotonic()
+    try:
+        with http_policy.request(
+            base_url.rstrip("/") + "/completion",
+            method="POST",
+            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            token=api_key or None,
+            body=json.dumps({**body, "stream": True, "timings_per_token": True}).encode(),
+            limits=limits,
+        ) as resp:
+            read_stream(resp, res)
+    except http_policy.HttpError as exc:
+        res.error = str(exc)
+    return res
+
+
+def measure_depth(
+    base_url: str,
+    depth: int,
+    *,
+    runs: int = 3,
+    prefill_tokens: int = 512,
+    decode_tokens: int = 64,
+    api_key: str | None = None,
+) -> DepthFigures:
+    """Fill slot 0 to ``depth`` once, then ``runs`` measured requests on top of it."""
+    figures = DepthFigures(depth=depth)
+    # Suffix ids: a window of the same cycle starting elsewhere for each run, so no run's first
+    # new token is the one the slot already holds after the prefix.
+    pool = token_ids(base_url, depth + prefill_tokens * (runs + 1) + runs, api_key=api_key)
+    prefix = pool[:depth]
+    common: dict[str, Any] = {"cache_prompt": True, "id_slot": 0}
+    if depth:
+        try:
+            request_json(
+                base_url, "/completion", {**common, "prompt": prefix, "n_predict": 1},
+                api_key=api_key, timeout=FILL_TIMEOUT_S,
+            )  # fmt: skip
+        except EndpointError as exc:
+            figures.errors.append(f"filling {depth} tokens: {exc}")
+            return figures
+    for run in range(runs):
+        start = depth + run * (prefill_tokens + 1)
+        suffix = pool[start + 1 : start + 1 + prefill_tokens]
+        body = {
+            **common,
+            "prompt": prefix + suffix,
+            "n_predict": decode_tokens,
+            "ignore_eos": True,
+        }
+        res = _stream_completion(base_url, body, api_key=api_key, timeout=RUN_TIMEOUT_S)
+        if not res.ok or res.ttft is None:
+            figures.errors.append(f"run {run + 1}: {res.error or 'no tokens'}")
+            continue
+        timings = res.timings or {}
+        processed = int(timings.get("prompt_n", len(suffix)))
+        figures.cached_tokens.append(int(timings.get("cache_n", 0)))
+        figures.prefill.values.append(processed / res.ttft)
+        if res.decode_tok_s is not None:
+            figures.decode.values.append(res.decode_tok_s)
+        if timings.get("predicted_per_second"):
+            figures.decode_server.values.append(float(timings["predicted_per_second"]))
+        if timings.get("prompt_per_second"):
+            figures.prefill_server.values.append(float(timings["prompt_per_second"]))
+    return figures
+
+
+def depths_for(
+    slot_context: int, wanted: tuple[int, ...], *, prefill: int, decode: int
+) -> list[int]:
+    """The wanted depths that leave room for one run in a slot of ``slot_context`` tokens."""
+    room = slot_context - prefill - decode - 1
+    return [d for d in wanted if 0 <= d <= room]

@@ -1,0 +1,116 @@
+"""The bake-off's rule: a candidate replaces the current runtime only when it is faster by more
+than the spread at every depth; rejections keep their reason; the table shows every figure."""
+
+from __future__ import annotations
+
+from components.payloads.tune_figures import (
+    KEPT,
+    REJECTED,
+    SLOWER,
+    WINNER,
+    CandidateResult,
+    decide,
+    format_table,
+    tune_record,
+)
+from components.payloads.tune_measure import DepthFigures, Series
+
+
+def result(
+    name: str, per_depth: dict[int, list[float]], *, current: bool = False
+) -> CandidateResult:
+    runtime = {"name": name, "image": f"example.org/llama:{name}-b11434", "backend": "cpu",
+               "capabilities": []}  # fmt: skip
+    r = CandidateResult(name, runtime, current=current)
+    for depth, runs in per_depth.items():
+        r.depths.append(DepthFigures(depth=depth, decode_server=Series(list(runs))))
+    return r
+
+
+def test_a_candidate_faster_by_more_than_the_spread_at_every_depth_wins() -> None:
+    current = result("vulkan", {0: [9.0, 9.2, 8.9], 32768: [8.3, 8.4, 8.2]}, current=True)
+    rocm = result("rocm", {0: [16.0, 16.1, 15.8], 32768: [12.7, 12.6, 12.9]})
+    winner = decide([current, rocm], [0, 32768])
+    assert winner is rocm and rocm.verdict == WINNER
+    assert current.verdict == SLOWER and "rocm beat it" in current.reason
+
+
+def test_within_the_spread_the_current_runtime_stays() -> None:
+    current = result("vulkan", {0: [9.0, 9.6, 8.6]}, current=True)
+    close = result("tuned-radv", {0: [9.9, 10.0, 9.8]})  # +0.9 median, spread 1.0
+    winner = decide([current, close], [0])
+    assert winner is current and current.verdict == KEPT
+    assert close.verdict == SLOWER and "not faster by more than the spread 1.00" in close.reason
+
+
+def test_faster_at_one_depth_but_not_another_does_not_win() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0], 65536: [8.3, 8.3, 8.3]}, current=True)
+    mixed = result("rocm", {0: [16.0, 16.0, 16.0], 65536: [8.0, 8.1, 8.0]})
+    assert decide([current, mixed], [0, 65536]) is current
+    assert "at depth 65536" in mixed.reason
+
+
+def test_of_two_that_beat_the_current_the_faster_wins() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.1]}, current=True)
+    rocm = result("rocm", {0: [16.0, 16.0, 16.1]})
+    radv = result("radv", {0: [19.8, 19.7, 19.9]})
+    assert decide([current, rocm, radv], [0]) is radv
+    assert rocm.verdict == SLOWER and "less than radv" in rocm.reason
+
+
+def test_a_rejected_candidate_keeps_its_reason_and_never_wins() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0]}, current=True)
+    broken = result("rocm", {0: [30.0, 30.0, 30.0]})
+    broken.rejection = "failed the gate: the indexer was disabled"
+    assert decide([current, broken], [0]) is current
+    assert (
+        broken.verdict == REJECTED and broken.reason == "failed the gate: the indexer was disabled"
+    )
+
+
+def test_a_candidate_not_measured_at_a_depth_is_rejected_naming_it() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0], 32768: [8.0, 8.0, 8.0]}, current=True)
+    partial = result("rocm", {0: [20.0, 20.0, 20.0]})
+    partial.depths.append(DepthFigures(depth=32768, errors=["run 1: connection reset"]))
+    decide([current, partial], [0, 32768])
+    assert partial.verdict == REJECTED
+    assert partial.reason == "could not be measured at depth 32768: run 1: connection reset"
+
+
+def test_when_the_current_runtime_is_rejected_the_fastest_that_passed_wins() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0]}, current=True)
+    current.rejection = "crashed at the first decode (exit code 134)"
+    slow, fast = result("cpu", {0: [3.0, 3.0, 3.0]}), result("rocm", {0: [12.0, 12.0, 12.0]})
+    assert decide([current, slow, fast], [0]) is fast
+    assert "the current runtime was rejected" in fast.reason
+
+
+def test_no_winner_when_every_candidate_is_rejected() -> None:
+    only = result("vulkan", {}, current=True)
+    only.rejection = "ran out of memory while loading (failed to allocate)"
+    assert decide([only], [0]) is None
+
+
+def test_the_record_names_the_winner_runtime_and_every_reason() -> None:
+    current = result("vulkan", {0: [9.0, 9.1, 9.0]}, current=True)
+    rocm = result("rocm", {0: [16.0, 16.1, 15.9]})
+    broken = result("custom", {})
+    broken.rejection = "failed verify: 2 case(s)"
+    winner = decide([current, rocm, broken], [0])
+    record = tune_record("strix-halo", None, [current, rocm, broken], winner, depths=[0], runs=3,
+                         where="local")  # fmt: skip
+    assert record["winner"]["name"] == "rocm" and record["current"]["name"] == "vulkan"
+    by_name = {c["name"]: c for c in record["candidates"]}
+    assert by_name["custom"]["verdict"] == REJECTED
+    assert by_name["custom"]["reason"] == "failed verify: 2 case(s)"
+    assert by_name["rocm"]["figures"][0]["decodeTokSServer"] == {
+        "runs": [16.0, 16.1, 15.9], "median": 16.0, "spread": 0.2,
+    }  # fmt: skip
+
+
+def test_the_table_shows_each_median_and_the_current_mark() -> None:
+    current = result("vulkan", {0: [9.0, 9.2, 8.8]}, current=True)
+    rocm = result("rocm", {0: [16.0, 16.4, 15.6]})
+    decide([current, rocm], [0])
+    table = format_table([current, rocm], [0])
+    assert "vulkan *" in table and "9.00±0.20" in table and "16.00±0.40" in table
