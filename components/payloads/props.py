@@ -155,3 +155,10 @@ def summary(doc: dict[str, Any]) -> str:
     """The line of a server that matches every property."""
     names = ", ".join(field_name(item["path"]) for item in doc["checks"])
     return f"{doc['endpoint']}: as rendered ({names})"
+
+
+def report(doc: dict[str, Any], answer: Any) -> tuple[bool, list[str]]:
+    """(matches, lines): the mismatches (else the summary), then the document's notes."""
+    problems = props_problems(doc, answer)
+    notes = [f"{doc['endpoint']}: {note}" for note in doc.get("notes", [])]
+    return not problems, (problems or [summary(doc)]) + notes

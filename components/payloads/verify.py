@@ -531,9 +531,7 @@ def props_lines(
         answer = request_json(base_url, doc["endpoint"], api_key=api_key, timeout=30.0)
     except (EndpointError, OSError) as exc:
         return False, [f"{doc['endpoint']}: request failed: {exc}"]
-    problems = props.props_problems(doc, answer)
-    notes = [f"{doc['endpoint']}: {note}" for note in doc.get("notes", [])]
-    return not problems, (problems or [props.summary(doc)]) + notes
+    return props.report(doc, answer)
 
 
 def format_table(results: list[CaseResult]) -> str:

@@ -35,7 +35,7 @@ def answer() -> dict[str, Any]:
 def fixture_server_args(values: dict[str, Any], **flags: Any) -> Any:
     """The strix-halo stack's server args, with the flags the fixture's server ran with."""
     stack = strix(values)
-    args = server_args(stack, unlocked_source(stack), VOLUME)  # type: ignore[arg-type]
+    args: Any = server_args(stack, unlocked_source(stack), VOLUME)  # type: ignore[arg-type]
     args["flags"] = {
         **args["flags"],
         "model_path": "/tmp/llm-infra-props/models/tiny-00001-of-00003.gguf",
@@ -197,7 +197,7 @@ def test_vllm_models_card_is_checked_by_name_path_and_length() -> None:
     }
     doc = expected_models(flags)
     # The shape of vLLM 0.33's ModelCard (vllm/entrypoints/serve/engine/protocol.py).
-    card = {
+    card: dict[str, Any] = {
         "id": "deepseek-v4-flash-0731",
         "object": "model",
         "owned_by": "vllm",
