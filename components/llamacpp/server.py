@@ -182,7 +182,8 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             )
 
         self.verify_config_map: k8s.core.v1.ConfigMap | None = None
-        """The verify script and expectations; None without verify_expectations."""
+        """The verify script, its expectations and the expected /props; None without
+        verify_expectations."""
         self.verify_job: k8s.batch.v1.Job | None = None
         """The post-deploy check; None without verify_expectations."""
         if expectations is not None:
