@@ -12,7 +12,8 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-from components.payloads import HTTP_POLICY_FILE, VERIFY_MOUNT
+from components.payloads import EXPECTED_PROPS_FILE, HTTP_POLICY_FILE, PROPS_FILE, VERIFY_MOUNT
+from components.payloads.props import props_text
 
 
 def floor_args(min_decode_tps: float | None) -> list[str]:
@@ -25,9 +26,16 @@ def verify_pod_labels(name: str) -> dict[str, str]:
     return {"app.kubernetes.io/instance": name, "app.kubernetes.io/component": "verify"}
 
 
-def verify_digest(expectations: str, verify_source: str, deployment: dict[str, Any]) -> str:
-    """A new Job whenever the expectations, the script or the Deployment change."""
-    text = expectations + verify_source + repr(deployment)
+def verify_digest(
+    expectations: str,
+    verify_source: str,
+    deployment: dict[str, Any],
+    expected_props: dict[str, Any] | None = None,
+) -> str:
+    """A new Job whenever the expectations, the script, the expected server properties or the
+    Deployment change."""
+    props = "" if expected_props is None else props_text(expected_props)
+    text = expectations + verify_source + props + repr(deployment)
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
@@ -38,9 +46,12 @@ def verify_config_map(
     expectations: str,
     verify_source: str,
     policy_source: str = "",
+    *,
+    props_source: str = "",
+    expected_props: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The script, the HTTP policy it imports and the recorded expectations, for a stock
-    Python image."""
+    """The script, the modules it imports (HTTP policy, server-properties check), the recorded
+    expectations and the server properties the render expects, for a stock Python image."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -48,7 +59,13 @@ def verify_config_map(
         "data": {
             "verify.py": verify_source,
             **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
+            **({PROPS_FILE: props_source} if props_source else {}),
             "expect.json": expectations,
+            **(
+                {EXPECTED_PROPS_FILE: props_text(expected_props)}
+                if expected_props is not None
+                else {}
+            ),
         },
         "immutable": True,
     }
@@ -65,8 +82,10 @@ def verify_job(
     api_key_secret: tuple[str, str] | None,
     run_as_user: int,
     min_decode_tps: float | None = None,
+    check_props: bool = False,
 ) -> dict[str, Any]:
-    """A Job that fails when the server's answers differ from the recorded reference."""
+    """A Job that fails when the server's answers differ from the recorded reference, or (with
+    `check_props`) when the server reports other properties than the ConfigMap's props.json."""
     env: list[dict[str, Any]] = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": SCRATCH_MOUNT},
@@ -108,6 +127,11 @@ def verify_job(
                                 url,
                                 "--expect",
                                 f"{VERIFY_MOUNT}/expect.json",
+                                *(
+                                    ["--props", f"{VERIFY_MOUNT}/{EXPECTED_PROPS_FILE}"]
+                                    if check_props
+                                    else []
+                                ),
                                 *floor_args(min_decode_tps),
                             ],
                             "env": env,

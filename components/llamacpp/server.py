@@ -13,6 +13,7 @@ from components.k8s.verify_job import (
     verify_job,
     verify_pod_labels,
 )
+from components.llamacpp.expected_props import expected_props
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import (
     MODEL_ANNOTATION,
@@ -37,7 +38,7 @@ from components.monitoring.manifests import (
     proxy_source,
     service_monitor,
 )
-from components.payloads import HTTP_POLICY_SOURCE, VERIFY_SOURCE
+from components.payloads import HTTP_POLICY_SOURCE, PROPS_SOURCE, VERIFY_SOURCE
 from components.validation import checked_inputs
 
 TYPE_TOKEN = "llm-infra:index:LlamaCppVulkanServer"
@@ -181,16 +182,21 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             )
 
         self.verify_config_map: k8s.core.v1.ConfigMap | None = None
-        """The verify script and expectations; None without verify_expectations."""
+        """The verify script, its expectations and the expected /props; None without
+        verify_expectations."""
         self.verify_job: k8s.batch.v1.Job | None = None
         """The post-deploy check; None without verify_expectations."""
         if expectations is not None:
             verify_source = VERIFY_SOURCE.read_text()
             policy_source = HTTP_POLICY_SOURCE.read_text()
+            props_source = PROPS_SOURCE.read_text()
+            # What /props must say: from the args the Deployment's argv is made of.
+            props = expected_props(args)
 
             def check(values: list[Any]) -> dict[str, dict[str, Any]]:
                 ns, volume, built = values
-                digest = verify_digest(expectations, verify_source + policy_source, built)
+                sources = verify_source + policy_source + props_source
+                digest = verify_digest(expectations, sources, built, props)
                 check_name = f"{name}-verify-{digest}"
                 job = verify_job(
                     check_name,
@@ -202,9 +208,17 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     api_key_secret=api_key_secret(name) if api_key is not None else None,
                     run_as_user=args["run_as_user"],
                     min_decode_tps=args.get("min_decode_tps"),
+                    check_props=True,
                 )
                 config_map = verify_config_map(
-                    check_name, ns, labels, expectations, verify_source, policy_source
+                    check_name,
+                    ns,
+                    labels,
+                    expectations,
+                    verify_source,
+                    policy_source,
+                    props_source=props_source,
+                    expected_props=props,
                 )
                 return {"config_map": config_map, "job": job}
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING or "components.payloads" in sys.modules:
     from components.payloads import http_policy as http_policy  # bench's too
+    from components.payloads import props as props
 else:  # a stock image or a plain Python: the policy is shipped beside this file
 
     def _sibling(name: str) -> Any:
@@ -38,6 +39,7 @@ else:  # a stock image or a plain Python: the policy is shipped beside this file
         return module
 
     http_policy = sys.modules.get("http_policy") or _sibling("http_policy")
+    props = sys.modules.get("props") or _sibling("props")
 
 FORMAT = "llm-infra-verify/1"
 API_KEY_ENV = "LLM_INFRA_API_KEY"
@@ -520,6 +522,18 @@ def recorded_speed_problem(
     return None, line
 
 
+def props_lines(
+    base_url: str, doc: dict[str, Any], *, api_key: str | None = None
+) -> tuple[bool, list[str]]:
+    """(matches, report lines): the server's own report (`doc["endpoint"]`) against the
+    rendered properties; a failed request is a mismatch."""
+    try:
+        answer = request_json(base_url, doc["endpoint"], api_key=api_key, timeout=30.0)
+    except (EndpointError, OSError) as exc:
+        return False, [f"{doc['endpoint']}: request failed: {exc}"]
+    return props.report(doc, answer)
+
+
 def format_table(results: list[CaseResult]) -> str:
     """A fixed-width pass/fail table, one row per case, problems indented below."""
     rows = [("case", "text", "top-1 agree", "max |dlogp|", "result")]
@@ -582,6 +596,13 @@ def add_options(parser: argparse.ArgumentParser, *, default_expect: str | None =
         help="fail when the median decode tok/s is below this (default: the stack's floor, "
         "else no floor)",
     )
+    parser.add_argument(
+        "--props",
+        type=Path,
+        help="the server properties the render expects (llm-infra-props/1: llama-server's "
+        "/props, vLLM's /v1/models), checked before the cases (default: "
+        + ("computed from the stack)" if default_expect else "none)"),
+    )
     parser.add_argument("--model", help="model name to send (default: /v1/models data[0].id)")
     parser.add_argument(
         "--api",
@@ -590,8 +611,13 @@ def add_options(parser: argparse.ArgumentParser, *, default_expect: str | None =
     )
 
 
-def run(base_url: str, args: argparse.Namespace) -> int:
-    """Record or check the expectations against the endpoint; 0 all pass, 1 fail, 2 bad input."""
+def run(
+    base_url: str, args: argparse.Namespace, expected_props: dict[str, Any] | None = None
+) -> int:
+    """Record or check the expectations against the endpoint; 0 all pass, 1 fail, 2 bad input.
+
+    `expected_props` (else `--props`): what the server must report of itself; checked when
+    verifying (not when recording)."""
     if args.api_key_env_file:
         try:
             args.api_key = key_from_env_file(args.api_key_env_file)
@@ -605,6 +631,8 @@ def run(base_url: str, args: argparse.Namespace) -> int:
             doc = load_expectations(args.expect) if args.expect.exists() else new_expectations()
         else:
             doc = load_expectations(args.expect)
+        if expected_props is None and args.props is not None:
+            expected_props = props.load_props(args.props)
     except (OSError, ValueError) as exc:
         print(f"llm-infra verify: {exc}", file=sys.stderr)
         return 2
@@ -618,12 +646,16 @@ def run(base_url: str, args: argparse.Namespace) -> int:
             args.expect.write_text(json.dumps(recorded, indent=2, ensure_ascii=False) + "\n")
             print(f"recorded {len(recorded['cases'])} cases to {args.expect}")
             return 0
+        props_ok = True
+        if expected_props is not None:
+            props_ok, lines = props_lines(base_url, expected_props, api_key=args.api_key)
+            print("\n".join(lines))
         results = verify(base_url, doc, api_key=args.api_key)
     except (EndpointError, OSError, KeyError) as exc:
         print(f"llm-infra verify: {exc}", file=sys.stderr)
         return 1
     print(format_table(results))
-    ok = all(r.ok for r in results)
+    ok = props_ok and all(r.ok for r in results)
     fraction = {**DEFAULT_TOLERANCE, **doc.get("tolerance", {})}["min_decode_fraction"]
     problem, line = recorded_speed_problem(results, doc, float(fraction))
     print(problem or line)
@@ -636,7 +668,8 @@ def run(base_url: str, args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI: ``verify.py BASE_URL --expect FILE [--record] [--api-key K]``; 0 all pass, 1 fail."""
+    """CLI: ``verify.py BASE_URL --expect FILE [--props FILE] [--record] [--api-key K]``; 0 all
+    pass, 1 fail."""
     parser = argparse.ArgumentParser(prog="verify.py", description=__doc__.splitlines()[0])
     parser.add_argument("base_url", help="e.g. http://127.0.0.1:8080 (no /v1)")
     add_options(parser)

@@ -9,13 +9,14 @@ import hashlib
 import json
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypedDict
 
 import yaml
 
 from components.payloads import HTTP_POLICY_FILE
 from components.payloads.fetcher import lock_digest
+from components.payloads.props import check, new_props
 from components.vllm.caddyfile import MetricsSite
 from components.vllm.inputs import FLAG_OPTIONS, CaddySite, PatchOverlay, VllmFlags
 
@@ -99,6 +100,22 @@ def patch_remote_path(paths: RemotePaths, patch: PatchOverlay) -> str:
 def vllm_address(flags: VllmFlags) -> str:
     """`host:port` of vLLM on the compose network: where Caddy and the checks reach it."""
     return f"{VLLM_SERVICE}:{flags['port']}"
+
+
+def expected_models(flags: VllmFlags, name: Callable[[str], str] = str) -> dict[str, Any]:
+    """What vLLM 0.33 reports at `GET /v1/models` when it serves these flags, as an
+    llm-infra-props/1 document (vLLM has no /props): one model card whose `id` is the served
+    name, `root` the MODEL path and `max_model_len` the engine's (vllm
+    entrypoints/openai/models/serving.py `show_available_models`, BaseModelPath from
+    entrypoints/launchers/api_server/app_state.py). `name` spells an input path."""
+    card: list[str | int] = ["data", 0]
+    checks = [
+        check([*card, "id"], flags["served_model_name"], name("flags.served_model_name")),
+        check([*card, "root"], flags["model"], name("flags.model")),
+        check([*card, "max_model_len"], flags["max_model_len"], name("flags.max_model_len")),
+    ]
+    note = "vLLM has no /props: its build, slots and chat template are not checked"
+    return new_props("/v1/models", "vllm", checks, [note])
 
 
 def _number(value: float) -> str:

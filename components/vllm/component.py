@@ -17,17 +17,22 @@ with warnings.catch_warnings():
 
 from components.k8s.children import after, inherited_dependencies
 from components.payloads import (
+    EXPECTED_PROPS_FILE,
     FETCHER_SOURCE,
     HTTP_POLICY_FILE,
     HTTP_POLICY_SOURCE,
+    PROPS_FILE,
+    PROPS_SOURCE,
     VERIFY_SOURCE,
 )
 from components.payloads.fetcher import fetch_document
+from components.payloads.props import props_text
 from components.validation import checked_inputs
 from components.vllm.builders import (
     RemotePaths,
     compose_file,
     compose_yaml,
+    expected_models,
     lock_json,
     lock_sha256,
     patch_remote_path,
@@ -198,6 +203,7 @@ class VllmRocmServer(pulumi.ComponentResource):
         """The recorded-answers check after up; None without verify_expectations."""
         if expectations is not None:
             verify_dir = posixpath.join(base_dir, "verify")
+            expected = props_text(expected_models(flags))
             verify_copies = [
                 remote.CopyToRemote(
                     f"{name}-verify-{suffix}",
@@ -213,7 +219,10 @@ class VllmRocmServer(pulumi.ComponentResource):
                         f"{verify_dir}/{HTTP_POLICY_FILE}",
                         HTTP_POLICY_SOURCE.read_text(),
                     ),
+                    ("props-check", f"{verify_dir}/{PROPS_FILE}", PROPS_SOURCE.read_text()),
                     ("expectations", f"{verify_dir}/expect.json", expectations),
+                    # What /v1/models must say: from the flags the vllm serve argv is made of.
+                    ("props", f"{verify_dir}/{EXPECTED_PROPS_FILE}", expected),
                 )
             ]
             verify = remote_command(
@@ -222,7 +231,7 @@ class VllmRocmServer(pulumi.ComponentResource):
                     project,
                     args["fetch_image"],
                     vllm_address(flags),
-                    sha256_text(expectations),
+                    sha256_text(expectations + expected),
                     args.get("min_decode_tps"),
                     up_sha256=sha256_text(up),
                 )

@@ -9,7 +9,7 @@ import shlex
 from pydantic_core import PydanticCustomError
 
 from components.grammars import env_file_value
-from components.payloads import FETCHER_MOUNT, HTTP_POLICY_FILE, VERIFY_MOUNT
+from components.payloads import EXPECTED_PROPS_FILE, FETCHER_MOUNT, HTTP_POLICY_FILE, VERIFY_MOUNT
 from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
@@ -294,7 +294,8 @@ def verify_script(
     up_sha256: str | None = None,
 ) -> str:
     """Runs verify.py on the compose network against vLLM (`vllm_address`, host:port); fails when
-    the answers differ. `up_sha256` as for `check_script`."""
+    the answers differ or /v1/models reports other than props.json (`expectations_sha256`
+    covers both files). `up_sha256` as for `check_script`."""
     verify_dir = posixpath.join(base_dir, "verify")
     env_file = remote_paths(base_dir)["env_file"]
     return _script(
@@ -307,6 +308,7 @@ def verify_script(
             f"  -v {bind(env_file, '/run/llm-infra/vllm.env', read_only=True)} \\",
             f"  {q(image)} python3 {VERIFY_MOUNT}/verify.py {q('http://' + vllm_address)} \\",
             f"  --expect {VERIFY_MOUNT}/expect.json \\",
+            f"  --props {VERIFY_MOUNT}/{EXPECTED_PROPS_FILE} \\",
             "  --api-key-env-file /run/llm-infra/vllm.env"
             + ("" if min_decode_tps is None else f" --min-decode-tps {float(min_decode_tps)!r}"),
         ]

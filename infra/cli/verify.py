@@ -1,4 +1,6 @@
-"""`llm-infra verify STACK`: the deployed endpoint's answers against the stack's expectations."""
+"""`llm-infra verify STACK`: the deployed endpoint's answers against the stack's expectations,
+and what the server reports of itself (llama-server's /props, vLLM's /v1/models) against what
+the stack renders."""
 
 from __future__ import annotations
 
@@ -54,7 +56,7 @@ def one_server(stack: StackConfig, server: str | None) -> StrixHaloStack | Mi300
 def run(args: argparse.Namespace) -> int:
     """Record or check the expectations against the stack's (or one fleet server's) endpoint."""
     from infra.config import ConfigError, read_stack_file
-    from infra.targets import endpoint_url
+    from infra.targets import endpoint_url, server_props
 
     try:
         stack_file = read_stack_file(args.stack)
@@ -78,4 +80,11 @@ def run(args: argparse.Namespace) -> int:
         url = args.url or endpoint_url(stack)
     except ConfigError as exc:
         return report_config_error(exc, f"cannot verify {args.stack}")
-    return verify.run(url, args)
+    expected = None
+    if args.props is None and not args.record:
+        try:
+            expected = server_props(stack_file.stack(), stack_file.lock_path, args.server)
+        except ConfigError as exc:
+            # The answers can still be checked; what the server must report cannot be built.
+            print(f"server properties: not checked ({'; '.join(exc.problems)})")
+    return verify.run(url, args, expected)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from components.gguf_header import row_bytes
+from components.llamacpp.expected_props import slot_cells
 
 KV_PAD = 256
 DEFAULT_UBATCH = 512
@@ -185,10 +186,9 @@ class KvLayout:
 
 def kv_layout(ctx_size: int, parallel: int, kv_unified: bool) -> KvLayout:
     """The cells and streams llama_context derives from `-c`, `-np` and `--kv-unified`."""
-    n_ctx = pad(ctx_size)
+    cells = slot_cells(ctx_size, parallel, kv_unified)
     if kv_unified:
-        return KvLayout(n_ctx=n_ctx, cells=n_ctx, streams=1)
-    cells = pad(n_ctx // parallel)
+        return KvLayout(n_ctx=cells, cells=cells, streams=1)
     return KvLayout(n_ctx=cells * parallel, cells=cells, streams=parallel)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from infra.config import ConfigError, FleetStack, Mi300xStack, StackConfig, StrixHaloStack
@@ -25,6 +26,36 @@ def endpoint_url(stack: StackConfig) -> str:
     if isinstance(stack, Mi300xStack):
         return docker_host.endpoint_url(stack)
     return kubernetes.endpoint_url(stack)
+
+
+def server_props(stack: StackConfig, lock_path: Path, server: str | None = None) -> dict[str, Any]:
+    """What the stack's server (a fleet's: the one named `server`) must report of itself
+    (llama-server's /props, vLLM's /v1/models), from the inputs its render is made of; its
+    inputs named by the stack file's keys. ConfigError when they cannot be built (no lock)."""
+    from components.validation import ComponentInputError
+    from infra.config.fleet import entry_key
+    from infra.config.inputs import stack_problems
+    from infra.lock import stack_model_sources
+
+    sources = stack_model_sources(stack, lock_path, preview=True)
+    if isinstance(stack, Mi300xStack):
+        return docker_host.server_props(stack)
+    servers = stack.server_stacks() if isinstance(stack, FleetStack) else [stack]
+    index = next(
+        (i for i, s in enumerate(servers) if server in (None, s.server.resource_name)), None
+    )
+    if index is None or (server is None and len(servers) > 1):
+        raise ConfigError([ONE_SERVER])
+    try:
+        props = kubernetes.server_props(servers[index], sources[index])
+    except ComponentInputError as exc:
+        raise ConfigError(stack_problems(exc)) from None
+    if isinstance(stack, FleetStack):
+        own = stack.servers[index].memory is not None
+        for item in props["checks"]:
+            item["rendered"] = entry_key(item["rendered"], index, own)
+        props["notes"] = [entry_key(note, index, own) for note in props["notes"]]
+    return props
 
 
 def model_name(stack: StackConfig) -> str:

@@ -9,6 +9,7 @@ import pulumi
 
 from components.payloads.fetcher import ModelFile
 from components.validation import with_defaults
+from components.vllm.builders import expected_models
 from components.vllm.caddyfile import base_url
 from components.vllm.component import VllmRocmServer
 from components.vllm.inputs import (
@@ -21,6 +22,7 @@ from components.vllm.inputs import (
     VllmRocmServerArgs,
 )
 from infra.config import Mi300xStack, StackSecrets, project_root
+from infra.config.inputs import stack_key
 from infra.lock import ModelSource
 from infra.targets.litellm import litellm_entry
 
@@ -65,6 +67,16 @@ def caddy_site(stack: Mi300xStack) -> CaddySite:
 def endpoint_url(stack: Mi300xStack) -> str:
     """The public HTTPS base URL of the stack."""
     return base_url(caddy_site(stack))
+
+
+def server_props(stack: Mi300xStack) -> dict[str, Any]:
+    """What vLLM's `/v1/models` must report (vLLM has no /props): the host's props.json, from
+    the same flags, named by the stack file's keys."""
+
+    def key(path: str) -> str:
+        return stack_key("VllmRocmServer", tuple(path.split(".")))
+
+    return expected_models(vllm_flags(stack), key)
 
 
 def vllm_flags(stack: Mi300xStack) -> VllmFlags:

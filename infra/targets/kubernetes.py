@@ -20,6 +20,7 @@ from components import (
     ModelVolume,
 )
 from components.k8s.network_policies import NetworkClient
+from components.llamacpp.expected_props import expected_props
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.manifests import head_pod_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
@@ -32,7 +33,7 @@ from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import ComponentInputError, input_problems, with_defaults
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
-from infra.config.inputs import stack_problems
+from infra.config.inputs import stack_key, stack_problems
 from infra.lock import ModelSource
 from infra.plan.llamacpp import rpc_tensor_split
 from infra.plan.repack import cpu_variant
@@ -203,6 +204,26 @@ def deploy_server(
             fetch_after=[server],
         )
     return store, server
+
+
+def server_props(stack: StrixHaloStack, source: ModelSource) -> dict[str, Any]:
+    """What the server's `/props` must report: the verify Job's props.json, built from the
+    same inputs, its inputs named by the stack file's keys (`server.parallel`)."""
+    if not source.files:
+        raise ConfigError(
+            [f"model.files: patterns {list(stack.model.files)} name no file until the model is "
+             "locked (run: llm-infra lock STACK)"]
+        )  # fmt: skip
+    volume = store_model_volume(stack.store.name, store_args(stack, source, None))
+    args = server_args(stack, source, volume)
+    problems = input_problems(args, LlamaCppVulkanServerArgs)
+    if problems:
+        raise ComponentInputError("LlamaCppVulkanServer", stack.server.resource_name, problems)
+
+    def key(path: str) -> str:
+        return stack_key("LlamaCppVulkanServer", tuple(path.split(".")))
+
+    return expected_props(args, key)
 
 
 def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:

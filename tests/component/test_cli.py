@@ -95,6 +95,28 @@ def test_verify_checks_against_the_expectations_given_with_expect(tmp_path: Path
     assert "no expectations" in without.stderr
 
 
+def test_verify_asks_each_stack_for_what_its_server_must_report(tmp_path: Path) -> None:
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps(new_expectations()))
+    url = f"http://127.0.0.1:{closed_port()}"
+    llama = llm_infra("verify", "strix-halo", "--url", url, "--expect", str(expect))
+    vllm = llm_infra("verify", "mi300x", "--url", url, "--expect", str(expect))
+    assert llama.stdout.startswith(f"/props: request failed: {url}/props: cannot connect")
+    assert vllm.stdout.startswith(f"/v1/models: request failed: {url}/v1/models: cannot connect")
+    # A model named by a pattern and never locked: no -m to expect; the answers still count.
+    document = yaml.safe_load((STACKS / "Pulumi.strix-halo.yaml").read_text())
+    document["config"]["llm-infra:model"]["files"] = ["UD-IQ1_M/*"]
+    stack = tmp_path / "Pulumi.strix-halo.yaml"
+    stack.write_text(yaml.safe_dump(document))
+    unlocked = llm_infra("verify", str(stack), "--url", url, "--expect", str(expect))
+    assert unlocked.returncode == 1
+    assert unlocked.stdout.splitlines() == [
+        "server properties: not checked (model.files: patterns ['UD-IQ1_M/*'] name no file "
+        "until the model is locked (run: llm-infra lock STACK))"
+    ]
+    assert f"{url}/v1/models: cannot connect" in unlocked.stderr
+
+
 @pytest.mark.parametrize("command", ["render", "plan", "docs"])
 def test_a_stack_without_lock_or_size_is_one_line_naming_the_key(
     command: str, tmp_path: Path

@@ -299,6 +299,30 @@ def test_verify_after_up_runs_a_job_after_the_deployment(tmp_path: Path) -> None
     assert key["valueFrom"]["secretKeyRef"]["name"] == "deepseek-v4-flash-0731-api-key"
     data = resources["deepseek-v4-flash-0731-verify"]["inputs"]["data"]
     assert json.loads(data["expect.json"]) == expect and "def main(" in data["verify.py"]
+    # What /props must report, from the args the Deployment's argv is made of.
+    assert container["command"][5:7] == ["--props", "/opt/llm-infra-verify/props.json"]
+    assert "def props_problems(" in data["props.py"]
+    expected = {
+        (tuple(c["path"]), c["match"], json.dumps(c["expected"]), c["rendered"])
+        for c in json.loads(data["props.json"])["checks"]
+    }
+    assert expected == {
+        (("build_info",), "build", '"b11434"', "image"),
+        (
+            ("model_path",),
+            "equal",
+            '"/models/DeepSeek-V4-Flash-0731-UD-IQ1_M-00001-of-00003.gguf"',
+            "flags.model_path",
+        ),
+        (("total_slots",), "equal", "1", "flags.parallel"),
+        (
+            ("default_generation_settings", "n_ctx"),
+            "equal",
+            "65536",
+            "flags.ctx_size / flags.parallel",
+        ),
+        (("chat_template",), "non-empty", '"a chat template"', "flags.model_path"),
+    }
     peers = resources["deepseek-v4-flash-0731-ingress"]["inputs"]["spec"]["ingress"][0]["from"]
     verify_pod = {
         "app.kubernetes.io/instance": "deepseek-v4-flash-0731",

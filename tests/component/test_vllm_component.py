@@ -202,6 +202,16 @@ def test_recorded_expectations_add_a_verify_command_after_the_check() -> None:
     assert "verify.py http://vllm:8000" in verify["inputs"]["create"]
     assert rendered.files["/opt/llm/verify/expect.json"].decode() == expectations
     assert b"def main(" in rendered.files["/opt/llm/verify/verify.py"]
+    assert b"def props_problems(" in rendered.files["/opt/llm/verify/props.py"]
+    # What /v1/models must report, from the flags the vllm serve argv is made of.
+    assert "--props /opt/llm-infra-verify/props.json" in verify["inputs"]["create"]
+    props = json.loads(rendered.files["/opt/llm/verify/props.json"])
+    assert props["endpoint"] == "/v1/models"
+    assert [(c["path"], c["expected"], c["rendered"]) for c in props["checks"]] == [
+        (["data", 0, "id"], "deepseek-v4-flash-0731", "flags.served_model_name"),
+        (["data", 0, "root"], sample_flags()["model"], "flags.model"),
+        (["data", 0, "max_model_len"], sample_flags()["max_model_len"], "flags.max_model_len"),
+    ]
     assert "mi300x-verify" not in by_name(render(server_args()))
 
 
@@ -257,8 +267,9 @@ def test_every_placed_file_with_comments_starts_with_the_same_generated_header(
     header = generated_header("test").encode()
     patch = next(path for path in first.files if path.startswith("/opt/llm/patches/"))
     commented = [p for p in first.files if p != patch and not p.endswith(".json")]
-    # compose, Caddyfile, the fetcher and its policy, verify.py and its policy, rules, scrape.
-    assert len(commented) == 8, sorted(first.files)
+    # compose, Caddyfile, the fetcher and its policy, verify.py, its policy and its props
+    # check, rules, scrape.
+    assert len(commented) == 9, sorted(first.files)
     for path in commented:
         assert first.files[path].startswith(header), path
     for path in [*(p for p in first.files if p.endswith(".json")), patch]:

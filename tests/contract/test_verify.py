@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.payloads import verify
+from components.payloads import props, verify
 from tests.component.test_cli import llm_infra
 from tests.conftest import STACKS
 from tests.support.llama_server import run_llama_server, tiny_server_argv
@@ -203,8 +203,42 @@ def test_one_server_of_a_fleet_is_recorded_and_checked_by_name(
         doc["tolerance"]["min_decode_fraction"] = SAME_CPU_FRACTION
         path.write_text(json.dumps(doc))
         assert not (tmp_path / "strix-halo-pair.verify.json").exists()
-        checked = llm_infra("verify", str(stack), "--server", name, "--url", url)
+        # The tiny server is not what the stack renders: its /props says so, in the fleet
+        # entry's own keys, while its answers still match the recording.
+        other = llm_infra("verify", str(stack), "--server", name, "--url", url)
+        assert other.returncode == 1, other.stdout + other.stderr
+        assert other.stdout.splitlines()[1:3] == [
+            "/props total_slots: 4, rendered servers[1].parallel: 1",
+            "/props default_generation_settings.n_ctx: 2048, rendered servers[1].contextSize / "
+            "servers[1].parallel: 65536",
+        ]
+        assert other.stdout.splitlines()[0].endswith(
+            'rendered servers[1].model.files: "/models/DeepSeek-V4-Flash-0731-UD-IQ1_M-00001-'
+            'of-00003.gguf"'
+        )
+        # What this server was started with, as a props file: the answers alone decide.
+        same = props.new_props(
+            "/props",
+            "llama-server",
+            [
+                props.check(["model_path"], str(models["a"]), "-m"),
+                props.check(["total_slots"], 4, "-np"),
+                props.check(["default_generation_settings", "n_ctx"], 2048, "-c / -np"),
+            ],
+        )
+        (tmp_path / "props.json").write_text(props.props_text(same))
+        checked = llm_infra(
+            "verify",
+            str(stack),
+            "--server",
+            name,
+            "--url",
+            url,
+            "--props",
+            str(tmp_path / "props.json"),
+        )
         assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"{len(verify.DEFAULT_CASES)}/{len(verify.DEFAULT_CASES)} cases passed" in checked.stdout
+    assert f"{len(verify.DEFAULT_CASES)}/{len(verify.DEFAULT_CASES)} cases passed" in other.stdout
     single = llm_infra("verify", "strix-halo", "--server", name)
     assert single.returncode == 2 and "the stack has one server" in single.stderr
