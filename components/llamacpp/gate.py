@@ -151,59 +151,63 @@ def probe_shell(
     decode = ""
     if health_url and first_decode:
         decode = first_decode_shell(health_url, api_key_file, decode_timeout)
+    head = (
+        f"log={log}; dev={prefix}\n"
+        '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
+        'it with --log-file)"; exit 1; }\n'
+    )
+    offload = (
+        # The last load only: from its 'loading model tensors' line to the end.
+        "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
+        "cut -d: -f1)\n"
+        'last=$(sed -n "${start:-1},\\$p" "$log")\n'
+        "devs=$(sed -n 's/^.*common_param: *- \\([^ ]*\\) *: \\(.*\\) "
+        "(\\([0-9]*\\) MiB, .*/\\1 (\\2)/p'"
+        ' "$log" | tr "\\n" "," | sed "s/,$//")\n'
+        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model "
+        "buffer size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
+        "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
+        "tail -n 1)\n"
+        'seen="seen: devices ${devs:-none listed}; ${off:-no offload line}; model buffers '
+        '${bufs:-none}"\n'
+        'if [ -z "$off" ]; then\n'
+        "  if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
+        f"    echo \"gpu-gate: FAIL: no '{OFFLOADED_LINE}' line: the log is below -lv 4; \""
+        f"{verbosity}; exit 1\n"
+        "  fi\n"
+        '  if grep -q \'llama_server: model loaded\' "$log" || [ -n "$bufs" ]; then\n'
+        f"    echo \"gpu-gate: FAIL: no GPU used: no '{OFFLOADED_LINE}' line after a finished "
+        f'load ($seen); "{no_gpu}; exit 1\n'
+        "  fi\n"
+        f"  echo \"gpu-gate: no '{OFFLOADED_LINE}' line yet: still loading ($seen)\"; exit 1\n"
+        "fi\n"
+        "n=${off#offloaded }; n=${n%%/*}; m=${off#*/}; m=${m%% *}\n"
+        f'want={int(expect_layers)}; [ "$want" -gt "$m" ] && want=$m\n'
+        '[ "$n" -ge "$want" ] || { echo "gpu-gate: FAIL: $n/$m layers on GPU, want $want '
+        f'($seen); "{fewer}; exit 1; }}\n'
+        # RPC devices are named with their endpoint: RPC0[host:port].
+        'printf \'%s\\n\' "$last" | grep -Eq "load_tensors: *${dev}[0-9]+(\\[[^]]*\\])? model '
+        f'buffer size {_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
+        "exit 1; }\n"
+    )
+    workers = "".join(
+        f"ep={shlex.quote(endpoint)}\n"
+        'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
+        f'grep -Eq "{_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers did '
+        'not land there ($seen)"; exit 1; }\n'
+        for endpoint in rpc_endpoints
+    )
     return (
         health
-        + (
-            f"log={log}; dev={prefix}\n"
-            '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
-            'it with --log-file)"; exit 1; }\n'
-            + degradation_shell()
-            # The last load only: from its 'loading model tensors' line to the end.
-            + "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
-            "cut -d: -f1)\n"
-            'last=$(sed -n "${start:-1},\\$p" "$log")\n'
-            "devs=$(sed -n 's/^.*common_param: *- \\([^ ]*\\) *: \\(.*\\) "
-            "(\\([0-9]*\\) MiB, .*/\\1 (\\2)/p'"
-            ' "$log" | tr "\\n" "," | sed "s/,$//")\n'
-            "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
-            "size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
-            "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
-            "tail -n 1)\n"
-            'seen="seen: devices ${devs:-none listed}; ${off:-no offload line}; model buffers '
-            '${bufs:-none}"\n'
-            'if [ -z "$off" ]; then\n'
-            "  if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
-            f"    echo \"gpu-gate: FAIL: no '{OFFLOADED_LINE}' line: the log is below -lv 4; \""
-            f"{verbosity}; exit 1\n"
-            "  fi\n"
-            '  if grep -q \'llama_server: model loaded\' "$log" || [ -n "$bufs" ]; then\n'
-            f"    echo \"gpu-gate: FAIL: no GPU used: no '{OFFLOADED_LINE}' line after a finished "
-            f'load ($seen); "{no_gpu}; exit 1\n'
-            "  fi\n"
-            f"  echo \"gpu-gate: no '{OFFLOADED_LINE}' line yet: still loading ($seen)\"; exit 1\n"
-            "fi\n"
-            "n=${off#offloaded }; n=${n%%/*}; m=${off#*/}; m=${m%% *}\n"
-            f'want={int(expect_layers)}; [ "$want" -gt "$m" ] && want=$m\n'
-            '[ "$n" -ge "$want" ] || { echo "gpu-gate: FAIL: $n/$m layers on GPU, want $want '
-            f'($seen); "{fewer}; exit 1; }}\n'
-            # RPC devices are named with their endpoint: RPC0[host:port].
-            'printf \'%s\\n\' "$last" | grep -Eq "load_tensors: *${dev}[0-9]+(\\[[^]]*\\])? model '
-            "buffer size "
-            f'{_NONZERO_MIB}" || '
-            '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
-            "exit 1; }\n"
-            + "".join(
-                f"ep={shlex.quote(endpoint)}\n"
-                'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
-                f'grep -Eq "{_NONZERO_MIB}" || '
-                '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
-                'did not land there ($seen)"; exit 1; }\n'
-                for endpoint in rpc_endpoints
-            )
-            + '[ "$deg" = 0 ] || exit 1\n'
-            + decode
-            + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
-        )
+        + head
+        + degradation_shell()
+        + offload
+        + workers
+        + '[ "$deg" = 0 ] || exit 1\n'
+        + decode
+        + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
     )
 
 
