@@ -4,11 +4,21 @@ The server image has no Python, so the gate runs there as POSIX sh: ``server_com
 load log (``--log-file`` through a FIFO whose reader keeps the load, up to ``listening on``, and
 drops what follows; the container's stdout, rotated by the kubelet, keeps everything), and
 ``probe_command`` is the startupProbe that reads it. It decides what the Python check
-(``components/payloads/gpu_gate.py``, ``llm-infra gpu-gate``) decides, with its messages.
+(``components/payloads/gpu_gate.py``, ``llm-infra gpu-gate``) decides, with its messages: the
+offload, the degradation lines of ``gate_ops.DEGRADATIONS`` (its patterns are the probe's
+``grep -E`` patterns) and the first decode of ``gate_decode``.
 """
 
 import shlex
 
+from components.payloads.gate_decode import (
+    DECODE_BODY,
+    DECODE_FAILURES,
+    DECODE_PATH,
+    DECODE_TIMEOUT_S,
+    WHAT,
+)
+from components.payloads.gate_ops import ANY_DEGRADATION, DEGRADATIONS, PREFIX_SED
 from components.payloads.gpu_gate import (
     FEWER_LAYERS_CAUSE,
     NO_GPU_CAUSE,
@@ -26,12 +36,91 @@ LOAD_LOG_LIMIT = 16 * 1024 * 1024
 _NONZERO_MIB = r"= *(0*[1-9][0-9]*\.[0-9]+|0*\.[0-9]*[1-9][0-9]*) MiB"
 
 
+def degradation_shell() -> str:
+    """POSIX sh: print one FAIL line per degraded message of "$log" (as ``gate_ops`` words it).
+
+    One ``grep -E`` of every pattern over the log, then each entry's pattern over those hits,
+    in table order, each message once; sets ``deg=1`` when any was found.
+    """
+    lines = [
+        "deg=0",
+        f'hits=$(grep -E {shlex.quote(ANY_DEGRADATION)} "$log" | sed {shlex.quote(PREFIX_SED)})',
+        'if [ -n "$hits" ]; then',
+    ]
+    for entry in DEGRADATIONS:
+        before, after = entry.finding_parts()
+        benign = f" | grep -Ev {shlex.quote(entry.benign)}" if entry.benign else ""
+        lines += [
+            f"  found=$(printf '%s\\n' \"$hits\" | grep -E {shlex.quote(entry.pattern)}{benign}"
+            " | awk '!s[$0]++')",
+            '  [ -z "$found" ] || { deg=1; printf \'%s\\n\' "$found" | while IFS= read -r l; do '
+            f"printf 'gpu-gate: FAIL: %s%s%s\\n' {shlex.quote(before)} \"$l\" "
+            f"{shlex.quote(after)}; done; }}",
+        ]
+    return "\n".join([*lines, "fi", ""])
+
+
+def _decode_fail(kind: str, detail: str = '""') -> str:
+    """A call of the probe's ``fail_decode`` with the pieces of ``gate_decode.decode_failure``."""
+    before, after, cause = DECODE_FAILURES[kind]
+    quoted = " ".join(shlex.quote(piece) for piece in (after, cause))
+    return f"fail_decode {shlex.quote(before)} {detail} {quoted}"
+
+
+def first_decode_shell(
+    base_url: str, api_key_file: str | None = None, timeout: int = DECODE_TIMEOUT_S
+) -> str:
+    """POSIX sh: one ``POST /completion`` of one token with curl; FAIL as ``gate_decode`` words it.
+
+    The API key, when configured, is read from its file (as llama-server reads
+    ``--api-key-file``: the first line neither empty nor a comment) and handed to curl on stdin
+    (``-H @-``), never in an argument.
+    """
+    url = shlex.quote(base_url.rstrip("/") + DECODE_PATH)
+    code = '"$code"'
+    curl = (
+        f"curl -sS -o /dev/null -w '%{{http_code}}' --max-time {int(timeout)} "
+        f"-H 'Content-Type: application/json' --data {shlex.quote(DECODE_BODY)}"
+    )
+    if api_key_file:
+        send = (
+            f"kf={shlex.quote(api_key_file)}\n"
+            '[ -r "$kf" ] || { echo "gpu-gate: FAIL: cannot read the API key file $kf"; '
+            "exit 1; }\n"
+            "key=$(sed -n '/^#/d;/./{p;q;}' \"$kf\")\n"
+            f"code=$(printf 'Authorization: Bearer %s\\n' \"$key\" | {curl} -H @- {url} "
+            "2>/dev/null)\n"
+        )
+    else:
+        send = f"code=$({curl} {url} 2>/dev/null)\n"
+    return (
+        "fail_decode() { printf 'gpu-gate: FAIL: %s%s%s%s; %s\\n' "
+        f'{shlex.quote(WHAT)} "$1" "$2" "$3" "$4"; exit 1; }}\n'
+        f"{send}rc=$?\n"
+        "case $rc in\n"
+        "  0) ;;\n"
+        f"  7) {_decode_fail('refused')};;\n"
+        f"  28) {_decode_fail('timeout', str(int(timeout)))};;\n"
+        f"  *) {_decode_fail('dropped')};;\n"
+        "esac\n"
+        "case $code in\n"
+        "  200) ;;\n"
+        f"  5*) {_decode_fail('server-error', code)};;\n"
+        f"  401|403) {_decode_fail('unauthorized', code)};;\n"
+        f"  *) {_decode_fail('rejected', code)};;\n"
+        "esac\n"
+    )
+
+
 def probe_shell(
     log_path: str,
     expect_layers: int,
     device_prefix: str = "Vulkan",
     health_url: str | None = None,
     rpc_endpoints: tuple[str, ...] | list[str] = (),
+    api_key_file: str | None = None,
+    first_decode: bool = True,
+    decode_timeout: int = DECODE_TIMEOUT_S,
 ) -> str:
     """POSIX sh for an exec startupProbe in the server image (no python there): exit 0 = on GPU.
 
@@ -41,7 +130,11 @@ def probe_shell(
     Every failure prints one line: what was seen and the likely cause (the probe's event).
     With ``health_url`` (e.g. ``http://127.0.0.1:8080``) it first requires ``/health`` 200 via
     curl, which the llama.cpp server images ship for their own healthcheck. With
-    ``rpc_endpoints`` each rpc-server must hold a non-zero model buffer as well.
+    ``rpc_endpoints`` each rpc-server must hold a non-zero model buffer as well. Every
+    degradation line of the log (``gate_ops``) fails it, one line each. Last, with
+    ``health_url`` and ``first_decode``, one one-token ``POST /completion`` must be answered
+    (``api_key_file``: the server's ``--api-key-file``); the probe passes once per start, so
+    this runs once per start.
     """
     log = shlex.quote(log_path)
     prefix = shlex.quote(device_prefix)
@@ -55,10 +148,15 @@ def probe_shell(
     no_gpu = shlex.quote(NO_GPU_CAUSE)
     fewer = shlex.quote(FEWER_LAYERS_CAUSE)
     verbosity = shlex.quote(VERBOSITY_HINT)
-    return health + (
+    decode = ""
+    if health_url and first_decode:
+        decode = first_decode_shell(health_url, api_key_file, decode_timeout)
+    head = (
         f"log={log}; dev={prefix}\n"
         '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
         'it with --log-file)"; exit 1; }\n'
+    )
+    offload = (
         # The last load only: from its 'loading model tensors' line to the end.
         "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
         "cut -d: -f1)\n"
@@ -66,8 +164,8 @@ def probe_shell(
         "devs=$(sed -n 's/^.*common_param: *- \\([^ ]*\\) *: \\(.*\\) "
         "(\\([0-9]*\\) MiB, .*/\\1 (\\2)/p'"
         ' "$log" | tr "\\n" "," | sed "s/,$//")\n'
-        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
-        "size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
+        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model "
+        "buffer size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
         "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
         "tail -n 1)\n"
         'seen="seen: devices ${devs:-none listed}; ${off:-no offload line}; model buffers '
@@ -87,18 +185,28 @@ def probe_shell(
         f'want={int(expect_layers)}; [ "$want" -gt "$m" ] && want=$m\n'
         '[ "$n" -ge "$want" ] || { echo "gpu-gate: FAIL: $n/$m layers on GPU, want $want '
         f'($seen); "{fewer}; exit 1; }}\n'
-        'printf \'%s\\n\' "$last" | grep -Eq "load_tensors: *${dev}[0-9]+ model buffer size '
-        f'{_NONZERO_MIB}" || '
+        # RPC devices are named with their endpoint: RPC0[host:port].
+        'printf \'%s\\n\' "$last" | grep -Eq "load_tensors: *${dev}[0-9]+(\\[[^]]*\\])? model '
+        f'buffer size {_NONZERO_MIB}" || '
         '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
         "exit 1; }\n"
-        + "".join(
-            f"ep={shlex.quote(endpoint)}\n"
-            'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
-            f'grep -Eq "{_NONZERO_MIB}" || '
-            '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
-            'did not land there ($seen)"; exit 1; }\n'
-            for endpoint in rpc_endpoints
-        )
+    )
+    workers = "".join(
+        f"ep={shlex.quote(endpoint)}\n"
+        'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
+        f'grep -Eq "{_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers did '
+        'not land there ($seen)"; exit 1; }\n'
+        for endpoint in rpc_endpoints
+    )
+    return (
+        health
+        + head
+        + degradation_shell()
+        + offload
+        + workers
+        + '[ "$deg" = 0 ] || exit 1\n'
+        + decode
         + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
     )
 
@@ -109,13 +217,13 @@ def probe_command(
     health_url: str | None = None,
     device_prefix: str = "Vulkan",
     rpc_endpoints: tuple[str, ...] | list[str] = (),
+    api_key_file: str | None = None,
 ) -> list[str]:
     """``exec.command`` for a Kubernetes probe running ``probe_shell``."""
-    return [
-        "sh",
-        "-c",
-        probe_shell(log_path, expect_layers, device_prefix, health_url, rpc_endpoints),
-    ]
+    script = probe_shell(
+        log_path, expect_layers, device_prefix, health_url, rpc_endpoints, api_key_file
+    )
+    return ["sh", "-c", script]
 
 
 def load_log_shell(

@@ -32,6 +32,7 @@ from components.monitoring.manifests import (
     proxy_source,
     scrape_annotations,
 )
+from components.payloads.gate_decode import DECODE_TIMEOUT_S
 
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
@@ -228,14 +229,17 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         # Not Ready (and `pulumi up` fails) unless llama-server put the layers on a GPU: a
         # broken Vulkan driver or a missing render group otherwise serves from the CPU.
         del startup["httpGet"]
-        # curl in the script may take its own 5 s; the probe must allow that and the greps.
-        startup["timeoutSeconds"] = max(startup["timeoutSeconds"], 10)
+        # The script's curls take up to 5 s (/health) and DECODE_TIMEOUT_S (the first decode,
+        # which may compile the backend's kernels); the probe must allow both and the greps.
+        startup["timeoutSeconds"] = max(startup["timeoutSeconds"], DECODE_TIMEOUT_S + 15)
+        key_file = f"{API_KEY_MOUNT}/{API_KEY_FILE}" if args.get("api_key") is not None else None
         startup["exec"] = {
             "command": probe_command(
                 GATE_LOG,
                 flags["gpu_layers"],
                 health_url=f"http://127.0.0.1:{flags['port']}",
                 rpc_endpoints=flags.get("rpc") or (),
+                api_key_file=key_file,
             )
         }
     mounts = [

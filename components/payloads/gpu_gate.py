@@ -18,7 +18,11 @@ real runs: the CPU build here, the Vulkan build on an NVIDIA H200, ``tests/fixtu
   verbosity 4 (``-lv 4``); the offload lines exist only when a GPU device exists. At ``-lv 5``
   the memory fit's dry run prints its own load (``Vulkan0 model buffer size = 0.00 MiB``):
   only the last load counts, and a zero-size buffer is never evidence;
-* ``llama_server: model loaded`` and ``listening on ...`` - INFO: the load has finished.
+* ``llama_server: model loaded`` and ``listening on ...`` - INFO: the load has finished;
+* any line of ``gate_ops.DEGRADATIONS``: a backend turned a feature off or an op fell back
+  (the whole log counts: the memory fit's dry run and the device probing come first);
+* and, with a server URL, the answer to one one-token request (``gate_decode``): a build that
+  loads and then aborts at the first decode fails there.
 
 ``ggml_vulkan:`` lines are not printed at ``-lv 4`` or ``-lv 5`` by b11434, so they are not read.
 
@@ -38,6 +42,9 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+
+from components.payloads.gate_decode import DECODE_TIMEOUT_S, first_decode, read_api_key
+from components.payloads.gate_ops import degradation_findings, is_degraded
 
 OFFLOADED_LINE = "load_tensors: offloaded N/M layers to GPU"
 BUFFER_LINE = "load_tensors: <device> model buffer size = X MiB"
@@ -94,6 +101,8 @@ class LoadEvidence:
     compute_buffers_mib: dict[str, float] = field(default_factory=dict)
     """Compute (graph) buffers by buffer type."""
     devices: dict[str, str] = field(default_factory=dict)
+    degraded: list[str] = field(default_factory=list)
+    """Messages (prefix stripped) that are a ``gate_ops`` degradation, in log order."""
     no_gpu_warning: bool = False
     saw_load_tensors: bool = False
     verbosity: int | None = None
@@ -114,9 +123,10 @@ class LoadEvidence:
         state = "load finished" if self.load_finished else "load not finished"
         verbosity = "?" if self.verbosity is None else str(self.verbosity)
         warning = f"; stderr: '{NO_GPU_WARNING}'" if self.no_gpu_warning else ""
+        degraded = f"; {len(self.degraded)} degradation lines" if self.degraded else ""
         return (
             f"seen: devices {devices}; {offload}; model buffers {bufs}; {state}; "
-            f"-lv {verbosity}; {self.lines} lines{warning}"
+            f"-lv {verbosity}; {self.lines} lines{warning}{degraded}"
         )
 
 
@@ -172,6 +182,8 @@ def parse_load_log(text: str) -> LoadEvidence:
         msg = _message(raw)
         if NO_GPU_WARNING in msg:
             ev.no_gpu_warning = True
+        if is_degraded(msg):
+            ev.degraded.append(msg)
         if m := _VERBOSITY.search(msg):
             ev.verbosity = int(m[1])
         if _FINISHED.search(msg):
@@ -233,10 +245,11 @@ def evaluate(
 ) -> GateResult:
     """Decide from parsed evidence; ``expect_layers`` None means all layers (``-ngl all``).
 
-    With ``rpc_endpoints`` (the ``--rpc`` list) each rpc-server must also hold a non-zero
+    Every degradation line (``gate_ops``) is a problem of its own, first, as the probe prints
+    them. With ``rpc_endpoints`` (the ``--rpc`` list) each rpc-server must also hold a non-zero
     model buffer (``RPC<n>[host:port] model buffer size``): its share of the layers landed.
     """
-    problems: list[str] = []
+    problems = degradation_findings(ev.degraded)
     for endpoint in rpc_endpoints:
         held = sum(v for k, v in ev.gpu_buffers_mib.items() if k.endswith(f"[{endpoint}]"))
         if held <= 0 and (ev.gpu_buffers_mib or ev.host_buffers_mib):
@@ -339,10 +352,27 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wait-timeout", type=float, default=3600.0, help="seconds to wait for --wait-url"
     )
+    parser.add_argument(
+        "--first-decode",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --wait-url, after a passing log: one POST /completion of one token must be "
+        "answered (a crash at the first decode fails the gate)",
+    )
+    parser.add_argument(
+        "--api-key-file",
+        help="the server's --api-key-file, for the first decode (default: $LLAMA_API_KEY)",
+    )
+    parser.add_argument(
+        "--decode-timeout",
+        type=float,
+        default=float(DECODE_TIMEOUT_S),
+        help="seconds the first decode may take",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    """Check the log; 0 pass, 1 fail."""
+    """Check the log, then (with a server URL) the first decode; 0 pass, 1 fail."""
     if args.wait_url and not wait_healthy(args.wait_url.rstrip("/"), args.wait_timeout):
         print(f"gpu-gate: FAIL: {args.wait_url}/health not 200 in time", file=sys.stderr)
         return 1
@@ -360,5 +390,15 @@ def run(args: argparse.Namespace) -> int:
         min_gpu_buffer_mib=args.min_gpu_mib,
         rpc_endpoints=[e for e in args.rpc.split(",") if e],
     )
+    if result.ok and args.wait_url and args.first_decode:
+        try:
+            key = read_api_key(args.api_key_file)
+        except OSError as exc:
+            print(f"gpu-gate: FAIL: cannot read {args.api_key_file}: {exc}", file=sys.stderr)
+            return 1
+        failure = first_decode(args.wait_url, key, args.decode_timeout)
+        if failure:
+            result.ok = False
+            result.problems.append(failure)
     print(result.summary(), file=sys.stdout if result.ok else sys.stderr)
     return 0 if result.ok else 1

@@ -46,7 +46,11 @@ def _strix_halo(
     # The container the Deployment runs: the reference shows exactly what is deployed.
     argv: list[str] = server_argv(args)
     server, probes = stack.server, stack.server.probes
-    startup = "the GPU gate (load log)" if server.gpu_gate else f"GET {probes.startup.path}"
+    startup = (
+        "the GPU gate (load log, degradation lines, first decode)"
+        if server.gpu_gate
+        else f"GET {probes.startup.path}"
+    )
     readiness = probes.readiness
     inputs = llamacpp_inputs(stack, source)
     structure = model_structure(stack, source)

