@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from components.payloads import gpu_gate, verify
+from components.payloads.gate_decode import first_decode
+from components.payloads.gate_ops import degradation_findings
 from components.payloads.tune_figures import (
     CRASHED_FIRST_DECODE,
     CRASHED_LOADING,
@@ -135,23 +137,17 @@ def wait_loaded(process: subprocess.Popen[bytes], base_url: str, timeout: float)
 def first_decode_problem(
     process: subprocess.Popen[bytes], base_url: str, api_key: str | None
 ) -> str | None:
-    """One token after the load: a build that aborts in its first decode dies here."""
-    try:
-        verify.request_json(
-            base_url, "/completion", {"prompt": "Hello", "n_predict": 1},
-            api_key=api_key, timeout=300.0,
-        )  # fmt: skip
-    except (verify.EndpointError, OSError) as exc:
-        time.sleep(0.5)
-        if process.poll() is not None:
-            return None  # the caller reports the death with the log
-        return f"{CRASHED_FIRST_DECODE}: {exc}"
+    """The gate's one-token request after the load: a build that aborts in its first decode
+    dies here (then the caller reports the death with the log)."""
+    problem = first_decode(base_url, api_key)
     # An abort in the step after the token, or while the request is torn down, is this crash
     # too: give it a moment to show.
     deadline = time.monotonic() + FIRST_DECODE_SETTLE_S
     while time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.05)
-    return None
+    if problem is None or process.poll() is not None:
+        return None
+    return f"{CRASHED_FIRST_DECODE}: {problem}"
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -244,10 +240,12 @@ def run_candidate(
 
 
 def gate_problems(text: str, backend: str, gpu_layers: str | None) -> list[str]:
-    """The gate's findings on a candidate's load (stdout and log file together)."""
+    """The gate's findings on a candidate's load (stdout and log file together): a backend
+    that disabled an op, whatever the backend; for a GPU backend also layers or buffers that
+    are not on its devices."""
     prefix = DEVICE_PREFIX.get(backend)
     if prefix is None:
-        return []
+        return degradation_findings(gpu_gate.parse_load_log(text).degraded)
     expect = None if gpu_layers in (None, "all", "-1") else int(gpu_layers or 0)
     return gpu_gate.check_log(text, expect, device_prefix=prefix).problems
 
