@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,10 +115,8 @@ def _died(process: subprocess.Popen[bytes], out: Path, log: Path, stage: str) ->
     if code == -signal.SIGKILL or any(marker in text for marker in OOM_MARKERS):
         seen = next((m for m in OOM_MARKERS if m in text), "killed by SIGKILL")
         return f"{OUT_OF_MEMORY} {stage} ({seen}): {_tail(out, log)}"
-    return (
-        f"{CRASHED_LOADING if stage == 'while loading' else CRASHED_FIRST_DECODE} "
-        f"(exit code {code}): {_tail(out, log)}"
-    )
+    crashed = {"while loading": CRASHED_LOADING, "at the first decode": CRASHED_FIRST_DECODE}
+    return f"{crashed.get(stage, 'crashed ' + stage)} (exit code {code}): {_tail(out, log)}"
 
 
 def wait_loaded(process: subprocess.Popen[bytes], base_url: str, timeout: float) -> bool:
@@ -135,19 +133,72 @@ def wait_loaded(process: subprocess.Popen[bytes], base_url: str, timeout: float)
 
 
 def first_decode_problem(
-    process: subprocess.Popen[bytes], base_url: str, api_key: str | None
+    base_url: str, api_key: str | None, died: Callable[[str], str | None]
 ) -> str | None:
     """The gate's one-token request after the load: a build that aborts in its first decode
-    dies here (then the caller reports the death with the log)."""
+    dies here (reported with what `died` finds), or answers with an error."""
     problem = first_decode(base_url, api_key)
     # An abort in the step after the token, or while the request is torn down, is this crash
     # too: give it a moment to show.
     deadline = time.monotonic() + FIRST_DECODE_SETTLE_S
-    while time.monotonic() < deadline and process.poll() is None:
+    while time.monotonic() < deadline:
+        death = died("at the first decode")
+        if death:
+            return death
         time.sleep(0.05)
-    if problem is None or process.poll() is not None:
-        return None
-    return f"{CRASHED_FIRST_DECODE}: {problem}"
+    return None if problem is None else f"{CRASHED_FIRST_DECODE}: {problem}"
+
+
+def judge_loaded(
+    result: CandidateResult,
+    base_url: str,
+    load_log: str,
+    *,
+    backend: str,
+    gpu_layers: str | None,
+    expectations: dict[str, Any],
+    depths: Sequence[int],
+    runs: int,
+    prefill_tokens: int,
+    decode_tokens: int,
+    api_key: str | None,
+    died: Callable[[str], str | None],
+) -> None:
+    """A loaded server's gate, first decode, verify and figures, into `result` (its first
+    rejection stops the rest). `died(stage)` says whether the server has died, and how."""
+    problems = gate_problems(load_log, backend, gpu_layers)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        result.rejection = f"{FAILED_GATE}: {problems[0]}{more}"
+        return
+    result.rejection = first_decode_problem(base_url, api_key, died)
+    if result.rejection:
+        return
+    failed = [r for r in verify.verify(base_url, expectations, api_key=api_key) if not r.ok]
+    if failed:
+        first = failed[0]
+        result.rejection = f"{FAILED_VERIFY}: {len(failed)} case(s), {first.case_id}: " + "; ".join(
+            first.problems
+        )
+        return
+    props = verify.request_json(base_url, "/props", api_key=api_key, timeout=30.0)
+    slot_context = int(props.get("default_generation_settings", {}).get("n_ctx", 0))
+    for depth in depths_for(
+        slot_context, tuple(depths), prefill=prefill_tokens, decode=decode_tokens
+    ):
+        result.depths.append(
+            measure_depth(
+                base_url,
+                depth,
+                runs=runs,
+                prefill_tokens=prefill_tokens,
+                decode_tokens=decode_tokens,
+                api_key=api_key,
+            )
+        )
+        result.rejection = died(f"at depth {depth}")
+        if result.rejection:
+            return
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -196,44 +247,15 @@ def run_candidate(
             return result
         result.load_seconds = time.monotonic() - started
         text = out.read_text(errors="replace") + "\n" + log.read_text(errors="replace")
-        problems = gate_problems(text, candidate.backend, _flag(argv, "-ngl"))
-        if problems:
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            result.rejection = f"{FAILED_GATE}: {problems[0]}{more}"
-            return result
-        problem = first_decode_problem(process, base_url, api_key)
-        if process.poll() is not None:
-            result.rejection = _died(process, out, log, "at the first decode")
-            return result
-        if problem:
-            result.rejection = problem
-            return result
-        failed = [r for r in verify.verify(base_url, expectations, api_key=api_key) if not r.ok]
-        if failed:
-            first = failed[0]
-            result.rejection = (
-                f"{FAILED_VERIFY}: {len(failed)} case(s), {first.case_id}: "
-                + "; ".join(first.problems)
-            )
-            return result
-        props = verify.request_json(base_url, "/props", api_key=api_key, timeout=30.0)
-        slot_context = int(props.get("default_generation_settings", {}).get("n_ctx", 0))
-        for depth in depths_for(
-            slot_context, tuple(depths), prefill=prefill_tokens, decode=decode_tokens
-        ):
-            result.depths.append(
-                measure_depth(
-                    base_url,
-                    depth,
-                    runs=runs,
-                    prefill_tokens=prefill_tokens,
-                    decode_tokens=decode_tokens,
-                    api_key=api_key,
-                )
-            )
-            if process.poll() is not None:
-                result.rejection = _died(process, out, log, f"at depth {depth}")
-                return result
+
+        def died(stage: str) -> str | None:
+            return None if process.poll() is None else _died(process, out, log, stage)
+
+        judge_loaded(
+            result, base_url, text, backend=candidate.backend, gpu_layers=_flag(argv, "-ngl"),
+            expectations=expectations, depths=depths, runs=runs, prefill_tokens=prefill_tokens,
+            decode_tokens=decode_tokens, api_key=api_key, died=died,
+        )  # fmt: skip
         return result
     finally:
         stop(process)
