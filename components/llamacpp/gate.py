@@ -26,10 +26,55 @@ LOAD_LOG_LIMIT = 16 * 1024 * 1024
 _NONZERO_MIB = r"= *(0*[1-9][0-9]*\.[0-9]+|0*\.[0-9]*[1-9][0-9]*) MiB"
 
 
+def _health_shell(health_url: str | None) -> str:
+    if not health_url:
+        return ""
+    url = shlex.quote(health_url.rstrip("/") + "/health")
+    return (
+        f"curl -fsS -o /dev/null --max-time 5 {url} || "
+        '{ echo "gpu-gate: not healthy yet (the model is still loading)"; exit 1; }\n'
+    )
+
+
+def host_probe_shell(log_path: str, health_url: str | None = None) -> str:
+    """POSIX sh for the startupProbe of a runtime without a GPU (the CPU build): exit 0 when
+    the last load offloaded nothing, holds no non-zero GPU model buffer and has a non-zero host
+    one (`gpu_gate.evaluate_host` decides the same)."""
+    log = shlex.quote(log_path)
+    verbosity = shlex.quote(VERBOSITY_HINT)
+    return _health_shell(health_url) + (
+        f"log={log}\n"
+        '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
+        'it with --log-file)"; exit 1; }\n'
+        "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
+        "cut -d: -f1)\n"
+        'last=$(sed -n "${start:-1},\\$p" "$log")\n'
+        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
+        "size = *\\([0-9.]*\\) MiB.*/\\1 \\2/p')\n"
+        "seen=\"seen: model buffers $(printf '%s' \"$bufs\" | tr '\\n' ',')\"\n"
+        "if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
+        f'  echo "gpu-gate: FAIL: the log is below -lv 4; "{verbosity}; exit 1\n'
+        "fi\n"
+        "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
+        "tail -n 1)\n"
+        "n=${off#offloaded }; n=${n%%/*}\n"
+        '[ -z "$off" ] || [ "$n" -eq 0 ] || { echo "gpu-gate: FAIL: $off, but the runtime runs '
+        'every layer on the host ($seen)"; exit 1; }\n'
+        "printf '%s\\n' \"$bufs\" | grep -Ev '^(CPU[^ ]*|[^ ]*_Host) ' | "
+        "grep -Eq ' (0*[1-9][0-9]*\\.[0-9]+|0*\\.[0-9]*[1-9][0-9]*)$' && "
+        '{ echo "gpu-gate: FAIL: a non-zero GPU model buffer, where the runtime expects none '
+        '($seen)"; exit 1; }\n'
+        "printf '%s\\n' \"$bufs\" | grep -E '^(CPU[^ ]*|[^ ]*_Host) ' | "
+        "grep -Eq ' (0*[1-9][0-9]*\\.[0-9]+|0*\\.[0-9]*[1-9][0-9]*)$' || "
+        '{ echo "gpu-gate: no non-zero host model buffer yet ($seen)"; exit 1; }\n'
+        'echo "gpu-gate: PASS every layer on the host ($seen)"\n'
+    )
+
+
 def probe_shell(
     log_path: str,
     expect_layers: int,
-    device_prefix: str = "Vulkan",
+    device_prefix: str | None = "Vulkan",
     health_url: str | None = None,
     rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> str:
@@ -41,17 +86,14 @@ def probe_shell(
     Every failure prints one line: what was seen and the likely cause (the probe's event).
     With ``health_url`` (e.g. ``http://127.0.0.1:8080``) it first requires ``/health`` 200 via
     curl, which the llama.cpp server images ship for their own healthcheck. With
-    ``rpc_endpoints`` each rpc-server must hold a non-zero model buffer as well.
+    ``rpc_endpoints`` each rpc-server must hold a non-zero model buffer as well. Without
+    ``device_prefix`` (a runtime without a GPU) it is ``host_probe_shell``.
     """
+    if not device_prefix:
+        return host_probe_shell(log_path, health_url)
     log = shlex.quote(log_path)
     prefix = shlex.quote(device_prefix)
-    health = ""
-    if health_url:
-        url = shlex.quote(health_url.rstrip("/") + "/health")
-        health = (
-            f"curl -fsS -o /dev/null --max-time 5 {url} || "
-            '{ echo "gpu-gate: not healthy yet (the model is still loading)"; exit 1; }\n'
-        )
+    health = _health_shell(health_url)
     no_gpu = shlex.quote(NO_GPU_CAUSE)
     fewer = shlex.quote(FEWER_LAYERS_CAUSE)
     verbosity = shlex.quote(VERBOSITY_HINT)
@@ -107,7 +149,7 @@ def probe_command(
     log_path: str,
     expect_layers: int,
     health_url: str | None = None,
-    device_prefix: str = "Vulkan",
+    device_prefix: str | None = "Vulkan",
     rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> list[str]:
     """``exec.command`` for a Kubernetes probe running ``probe_shell``."""

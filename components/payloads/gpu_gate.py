@@ -127,6 +127,8 @@ class GateResult:
     ok: bool
     problems: list[str]
     evidence: LoadEvidence
+    host_only: bool = False
+    """Checked for the CPU build: every layer on the host is the success."""
 
     def summary(self) -> str:
         """One human-readable paragraph (first line: PASS/FAIL, then what was seen)."""
@@ -135,6 +137,8 @@ class GateResult:
         layers = (
             f"{ev.offloaded}/{ev.offloadable} layers on GPU"
             if ev.offloaded is not None
+            else "every layer on the host"
+            if self.host_only
             else "offload line missing"
         )
         gpu = ", ".join(f"{k} {v:.2f} MiB" for k, v in ev.gpu_buffers_mib.items()) or "none"
@@ -223,11 +227,38 @@ def _no_offload_problem(ev: LoadEvidence) -> str:
     return f"{missing} yet: the model is still loading"
 
 
+def evaluate_host(ev: LoadEvidence) -> GateResult:
+    """The gate of a runtime without a GPU (the CPU build): the last load offloaded no layer,
+    holds no non-zero GPU model buffer, and its weights are in non-zero host model buffers.
+    The CPU build prints the no-GPU warning for any ``-ngl``: here it is expected."""
+    problems: list[str] = []
+    if ev.verbosity is not None and ev.verbosity < 4:
+        problems.append(f"the log is at verbosity {ev.verbosity}; {VERBOSITY_HINT}")
+    if ev.offloaded:
+        problems.append(
+            f"{ev.offloaded}/{ev.offloadable} layers offloaded to a GPU, but the runtime runs "
+            "every layer on the host (a GPU build in a CPU runtime's image?)"
+        )
+    gpu = {k: v for k, v in ev.gpu_buffers_mib.items() if v > 0}
+    if gpu:
+        found = ", ".join(f"{k} {v:.2f} MiB" for k, v in gpu.items())
+        problems.append(f"non-zero GPU model buffers ({found}), where the runtime expects none")
+    if not any(v > 0 for v in ev.host_buffers_mib.values()):
+        if ev.saw_load_tensors or ev.load_finished:
+            problems.append(
+                f"expected a non-zero host '{BUFFER_LINE}' line (CPU, CPU_Mapped) and found none "
+                f"({VERBOSITY_HINT})"
+            )
+        else:
+            problems.append("no model buffer line yet: the model is still loading")
+    return GateResult(ok=not problems, problems=problems, evidence=ev, host_only=True)
+
+
 def evaluate(
     ev: LoadEvidence,
     expect_layers: int | None,
     *,
-    device_prefix: str = "Vulkan",
+    device_prefix: str | None = "Vulkan",
     min_gpu_buffer_mib: float = 0.0,
     rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> GateResult:
@@ -235,7 +266,10 @@ def evaluate(
 
     With ``rpc_endpoints`` (the ``--rpc`` list) each rpc-server must also hold a non-zero
     model buffer (``RPC<n>[host:port] model buffer size``): its share of the layers landed.
+    Without ``device_prefix`` (None or empty: a runtime without a GPU) `evaluate_host` decides.
     """
+    if not device_prefix:
+        return evaluate_host(ev)
     problems: list[str] = []
     for endpoint in rpc_endpoints:
         held = sum(v for k, v in ev.gpu_buffers_mib.items() if k.endswith(f"[{endpoint}]"))
@@ -284,7 +318,7 @@ def check_log(
     text: str,
     expect_layers: int | None,
     *,
-    device_prefix: str = "Vulkan",
+    device_prefix: str | None = "Vulkan",
     min_gpu_buffer_mib: float = 0.0,
     rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> GateResult:
@@ -322,7 +356,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device-prefix",
         default="Vulkan",
-        help="the GPU devices' name prefix in the log (Vulkan, ROCm)",
+        help="the GPU devices' name prefix in the log (Vulkan, ROCm); empty: a CPU build, "
+        "whose success is every layer on the host",
     )
     parser.add_argument(
         "--min-gpu-mib",

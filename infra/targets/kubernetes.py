@@ -20,7 +20,7 @@ from components import (
     ModelVolume,
 )
 from components.k8s.network_policies import NetworkClient
-from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, runtime_record
 from components.llamacpp.manifests import head_pod_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
@@ -216,6 +216,7 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
         given: LlamaCppRpcWorkerArgs = {
             "namespace": stack.kubernetes.namespace,
             "image": server.rpc_image,
+            "runtime": runtime_record(server.declared_runtime),
             "head": server.resource_name,
             "head_pod_labels": head_labels,
             "node_selector": dict(worker.node_selector),
@@ -307,7 +308,7 @@ def store_args(
         "upgrade": store.upgrade,
         # The server's image and GPU access: the preflight sees the node as the server will.
         "node_preflight": {
-            "image": stack.server.image,
+            "image": stack.server.effective_runtime.pinned_image,
             "gpu_access": stack.server.gpu_access,
             "min_gpu_memory_gib": stack.memory.vram_gib,
             "cpu_variant": None
@@ -353,7 +354,8 @@ def server_args(
         flags["tensor_split"] = list(rpc_tensor_split(llamacpp_inputs(stack, source)))
     args: LlamaCppVulkanServerArgs = {
         "namespace": stack.kubernetes.namespace,
-        "image": server.image,
+        "image": server.server_image,
+        "runtime": runtime_record(server.declared_runtime),
         "flags": flags,
         "model": model,
         "node_selector": dict(server.node_selector),
