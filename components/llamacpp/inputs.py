@@ -40,7 +40,7 @@ from components.llamacpp.runtimes import (
     RPC,
     Runtime,
     missing_capability,
-    with_image,
+    runtime_for,
 )
 from components.model_store.inputs import MODELS_MOUNT, ModelVolume
 from components.monitoring.inputs import KubernetesMonitoring
@@ -283,10 +283,8 @@ class LlamaCppRuntime(TypedDict):
     """The digest the image is pinned to: the pod runs `image@digest`."""
 
 
-def runtime_of(record: Mapping[str, Any] | None) -> Runtime:
-    """The Runtime of a `runtime` input (absent: the built-in `vulkan`)."""
-    if record is None:
-        return DEFAULT_RUNTIME
+def runtime_of(record: Mapping[str, Any]) -> Runtime:
+    """The Runtime of a `runtime` input."""
     return Runtime(
         name=record["name"],
         image=record["image"],
@@ -310,15 +308,13 @@ def runtime_record(runtime: Runtime) -> LlamaCppRuntime:
 
 
 def effective_runtime(args: Mapping[str, Any]) -> tuple[Runtime, bool, str | None]:
-    """What runs a server's or worker's image: its `runtime` with `image` in place of the
-    runtime's own where that is allowed (`runtimes.with_image`); whether the image replaced it;
-    the contradiction, if any."""
-    declared = runtime_of(args.get("runtime"))
+    """What runs a server's or worker's image (`runtimes.runtime_for`): its `runtime` with
+    `image` in place of the runtime's own where that is allowed, or without a `runtime` the
+    built-in the image's official tag names; whether the image decided it; the contradiction."""
+    record = args.get("runtime")
     image = args.get("image")
-    if not isinstance(image, str):
-        return declared, False, None
-    runtime, problem = with_image(declared, image)
-    return runtime, runtime.pinned_image != declared.pinned_image, problem
+    declared = runtime_of(record) if isinstance(record, Mapping) else None
+    return runtime_for(image if isinstance(image, str) else None, declared)
 
 
 def args_runtime(args: Mapping[str, Any]) -> Runtime:
@@ -365,9 +361,10 @@ class LlamaCppVulkanServerArgs(TypedDict):
     for a built-in runtime, another build of its backend (from another repository: a custom
     build, taken to have `rpc`)."""
     runtime: NotRequired[LlamaCppRuntime]
-    """What runs llama-server (absent: the built-in `vulkan`): its backend decides the devices
-    mounted, the environment and the device names the GPU gate expects; its capabilities what
-    the server may use (`rpc` for `flags.rpc`)."""
+    """What runs llama-server: its backend decides the devices mounted, the environment and the
+    device names the GPU gate expects; its capabilities what the server may use (`rpc` for
+    `flags.rpc`). Absent: the built-in runtime of the backend the official image's tag names
+    (`server-rocm-b11434`: rocm), `vulkan` for any other image."""
     flags: LlamaServerFlags
     """llama-server flags."""
     model: ModelVolume
@@ -437,8 +434,8 @@ class LlamaCppRpcWorkerArgs(TypedDict):
     image: ImageReference
     """Image holding rpc-server, the same llama.cpp build as the server's, with -DGGML_RPC=ON."""
     runtime: NotRequired[LlamaCppRuntime]
-    """The runtime of that image (absent: the built-in `vulkan`): it must declare `rpc`; its
-    backend decides the devices mounted."""
+    """The runtime of that image: it must declare `rpc`; its backend decides the devices
+    mounted. Absent: as the server's."""
     head: DnsLabel
     """Name of the server (the head) this worker serves: labels its objects."""
     head_pod_labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]

@@ -185,22 +185,22 @@ class Runtime:
             name=record["name"],
             image=record["image"],
             backend=record["backend"],
-            capabilities=frozenset(record.get("capabilities") or ()),
-            digest=record.get("digest"),
+            capabilities=frozenset(record["capabilities"]),
+            digest=record["digest"],
         )
 
 
 def record_problems(record: object) -> list[tuple[str, str]]:
-    """(field, what is wrong) of a runtime record, strictly: known keys, types, grammars."""
+    """(field, what is wrong) of a runtime record, strictly: exactly its five keys (`digest`
+    may be null), their types and grammars, an image pinned to a build."""
     if not isinstance(record, Mapping):
         return [("", f"{type(record).__name__} is not a mapping of {', '.join(_RECORD_KEYS)}")]
     problems = [(str(k), "unknown key") for k in record if k not in _RECORD_KEYS]
+    problems += [(k, "is required") for k in _RECORD_KEYS if k not in record]
     for key in ("name", "image", "backend"):
-        if key not in record:
-            problems.append((key, "is required"))
-        elif not isinstance(record[key], str):
+        if key in record and not isinstance(record[key], str):
             problems.append((key, f"{record[key]!r} is not a string"))
-    name, image, backend = (record.get(k) for k in ("name", "image", "backend"))
+    name, image, backend, capabilities, digest = (record.get(k) for k in _RECORD_KEYS)
     if isinstance(name, str) and not NAME.match(name):
         problems.append(("name", f"{name!r} is not a name (lowercase letters, digits and -)"))
     if isinstance(image, str):
@@ -209,19 +209,19 @@ def record_problems(record: object) -> list[tuple[str, str]]:
         except ValueError as exc:
             problems.append(("image", f"{image!r} is not an image reference: {exc}"))
         else:
-            if not ref.pinned and not record.get("digest"):
+            if not ref.pinned and not digest:
                 problems.append(
                     ("image", f"{image!r} names no build (a tag such as server-vulkan-b11434, "
                      "or a digest)")
                 )  # fmt: skip
     if isinstance(backend, str) and backend not in BACKENDS:
         problems.append(("backend", f"{backend!r} is not one of {', '.join(BACKENDS)}"))
-    capabilities = record.get("capabilities", [])
-    if not isinstance(capabilities, list) or any(c not in CAPABILITIES for c in capabilities):
+    if "capabilities" in record and (
+        not isinstance(capabilities, list) or any(c not in CAPABILITIES for c in capabilities)
+    ):
         problems.append(
             ("capabilities", f"{capabilities!r} is not a list of {', '.join(CAPABILITIES)}")
         )
-    digest = record.get("digest")
     if digest is not None and (not isinstance(digest, str) or not _DIGEST.match(digest)):
         problems.append(("digest", f"{digest!r} is not sha256:<64 hex digits> (or null)"))
     elif (
@@ -304,6 +304,23 @@ def with_image(runtime: Runtime, image: str) -> tuple[Runtime, str | None]:
         repository = image.partition("@")[0].rsplit(":", 1)[0]
     capabilities = REPOSITORY_CAPABILITIES.get(repository, CUSTOM_IMAGE_CAPABILITIES)
     return dataclasses.replace(runtime, image=image, digest=None, capabilities=capabilities), None
+
+
+def runtime_for(image: str | None, declared: Runtime | None) -> tuple[Runtime, bool, str | None]:
+    """The runtime of a pod: `declared` with `image` in its place (`with_image`); with none
+    declared, the built-in of the backend an official image's tag names (vulkan for any other
+    image), which the image then replaces. Returns it, whether the image decided it (an error
+    names the image then), and the contradiction, if any."""
+    if declared is None:
+        if image is None:
+            return DEFAULT_RUNTIME, False, None
+        base = BUILTIN_RUNTIMES.get(official_backend(image) or "", DEFAULT_RUNTIME)
+        runtime, problem = with_image(base, image)
+        return runtime, True, problem
+    if image is None:
+        return declared, False, None
+    runtime, problem = with_image(declared, image)
+    return runtime, runtime.pinned_image != declared.pinned_image, problem
 
 
 def missing_capability(runtime: Runtime, capability: str, replaced: bool) -> str | None:

@@ -21,12 +21,7 @@ from components.llamacpp.inputs import (
     server_runtime_problems,
     worker_runtime_problems,
 )
-from components.llamacpp.runtimes import (
-    BUILTIN_RUNTIMES,
-    NAME,
-    Runtime,
-    with_image,
-)
+from components.llamacpp.runtimes import BUILTIN_RUNTIMES, NAME, Runtime, runtime_for
 from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
@@ -220,7 +215,7 @@ class RuntimeSettings(Strict):
     do (checks go by what it declares, never by how its image is spelt)."""
 
     name: Annotated[str, Field(pattern=NAME.pattern)]
-    """Its name (in the plan and the reference; the built-ins are vulkan, rocm, cpu)."""
+    """Its name, as the plan and the checks call it."""
     image: ImageReference
     """Its image, pinned by a build tag or a digest (server.allowFloatingImage allows another)."""
     backend: Literal["vulkan", "rocm", "cpu"]
@@ -342,14 +337,21 @@ class ServerSettings(Strict):
         )
 
     @property
+    def named_runtime(self) -> bool:
+        """Whether the stack names server.runtime (else server.image, or the default, decides)."""
+        return "runtime" in self.model_fields_set
+
+    @property
     def server_image(self) -> str:
         """The image the server runs: server.image, else the runtime's (pinned) image."""
         return self.image or self.declared_runtime.pinned_image
 
     @property
     def effective_runtime(self) -> Runtime:
-        """The runtime of the server's pod: the declared one with server.image in its place."""
-        return with_image(self.declared_runtime, self.server_image)[0]
+        """The runtime of the server's pod (`runtimes.runtime_for`): the named one with
+        server.image in its place, or the one server.image (else the default) stands for."""
+        declared = self.declared_runtime if self.named_runtime else None
+        return runtime_for(self.image, declared)[0]
 
     @property
     def rpc_image(self) -> str:
@@ -541,16 +543,16 @@ def runtime_problems(stack: StrixHaloStack, where: str = "") -> list[str]:
                 "record's winner (drop server.image, or name the runtime)"
             ]
         return []
-    record = runtime_record(server.declared_runtime)
+    named = {"runtime": runtime_record(server.declared_runtime)} if server.named_runtime else {}
     head = {
         "image": server.server_image,
-        "runtime": record,
+        **named,
         "gpu_access": server.gpu_access,
         "flags": {"gpu_layers": server.gpu_layers, "rpc": ["rpc"] if server.rpc else None},
     }
     problems = component_problems("LlamaCppVulkanServer", server_runtime_problems(head))
     if server.rpc is not None and server.rpc.image is not None:
-        worker = {"image": server.rpc.image, "runtime": record, "gpu_access": server.gpu_access}
+        worker = {"image": server.rpc.image, **named, "gpu_access": server.gpu_access}
         problems += component_problems("LlamaCppRpcWorker", worker_runtime_problems(worker))
     runtime = server.effective_runtime
     if stack.store.node_preflight and runtime.backend != "vulkan":

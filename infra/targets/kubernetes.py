@@ -20,7 +20,7 @@ from components import (
     ModelVolume,
 )
 from components.k8s.network_policies import NetworkClient
-from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, runtime_record
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppRuntime, runtime_record
 from components.llamacpp.manifests import head_pod_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
@@ -33,6 +33,7 @@ from components.validation import ComponentInputError, input_problems, with_defa
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
 from infra.config.inputs import stack_problems
+from infra.config.kubernetes import ServerSettings
 from infra.lock import ModelSource
 from infra.plan.llamacpp import rpc_tensor_split
 from infra.plan.repack import cpu_variant
@@ -216,7 +217,6 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
         given: LlamaCppRpcWorkerArgs = {
             "namespace": stack.kubernetes.namespace,
             "image": server.rpc_image,
-            "runtime": runtime_record(server.declared_runtime),
             "head": server.resource_name,
             "head_pod_labels": head_labels,
             "node_selector": dict(worker.node_selector),
@@ -232,8 +232,17 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
             "run_as_user": server.run_as_user,
             "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
         }
+        runtime = runtime_input(server)
+        if runtime is not None:
+            given["runtime"] = runtime
         workers[name] = with_defaults(given, LlamaCppRpcWorkerArgs)
     return workers
+
+
+def runtime_input(server: ServerSettings) -> LlamaCppRuntime | None:
+    """The components' `runtime` input where the stack names server.runtime (None: the image
+    decides, as it does for a Python program that passes none)."""
+    return runtime_record(server.declared_runtime) if server.named_runtime else None
 
 
 def rpc_endpoints(stack: StrixHaloStack) -> list[str]:
@@ -355,7 +364,6 @@ def server_args(
     args: LlamaCppVulkanServerArgs = {
         "namespace": stack.kubernetes.namespace,
         "image": server.server_image,
-        "runtime": runtime_record(server.declared_runtime),
         "flags": flags,
         "model": model,
         "node_selector": dict(server.node_selector),
@@ -380,6 +388,9 @@ def server_args(
         "disk_read_mibps": stack.memory.disk_read_mibps,
         "init_seconds": stack.memory.init_seconds,
     }
+    runtime = runtime_input(server)
+    if runtime is not None:
+        args["runtime"] = runtime
     if server.extra_args:
         args["extra_args"] = list(server.extra_args)
     return with_defaults(args, LlamaCppVulkanServerArgs)
