@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Discriminator, Field, Tag
 
 from components.addresses import covers_every_address
 from components.extra_args import ExtraArgs, located
@@ -25,6 +25,7 @@ from components.llamacpp.runtimes import BUILTIN_RUNTIMES, NAME, Runtime, runtim
 from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
+    UNION_TAG,
     AbsolutePath,
     Cidr,
     ConfigError,
@@ -231,6 +232,22 @@ class RuntimeSettings(Strict):
 RuntimeName = Literal["vulkan", "rocm", "cpu", "tuned"]
 
 
+def _runtime_form(value: Any) -> str:
+    return (
+        f"{UNION_TAG}mapping"
+        if isinstance(value, Mapping | RuntimeSettings)
+        else f"{UNION_TAG}name"
+    )
+
+
+RuntimeChoice = Annotated[
+    Annotated[RuntimeName, Tag(f"{UNION_TAG}name")]
+    | Annotated[RuntimeSettings, Tag(f"{UNION_TAG}mapping")],
+    Discriminator(_runtime_form),
+]
+"""A built-in runtime's name (or `tuned`), or a declared runtime: each error names one form."""
+
+
 class ServerSettings(Strict):
     """llama-server and its Deployment."""
 
@@ -255,7 +272,7 @@ class ServerSettings(Strict):
 
     name: DnsLabel | None = None
     alias: ModelName
-    runtime: RuntimeName | RuntimeSettings = "vulkan"
+    runtime: RuntimeChoice = "vulkan"
     """What runs llama-server: a built-in runtime, the official image of the pinned build b11434
     of one backend: `vulkan` (`server-vulkan-b11434`, /dev/dri), `rocm` (`server-rocm-b11434`,
     /dev/kfd and /dev/dri) or `cpu` (`server-b11434`: no GPU, server.gpuLayers 0, the GPU gate
@@ -493,6 +510,7 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             image,
             allowed,
             "a build tag such as server-vulkan-b11434, a full version, or a digest",
+            "server.allowFloatingImage" if key.startswith("server.") else None,
         )
     problems += runtime_problems(stack)
     startup = server.probes.startup
