@@ -36,38 +36,53 @@ def _health_shell(health_url: str | None) -> str:
     )
 
 
-def host_probe_shell(log_path: str, health_url: str | None = None) -> str:
+def _rpc_shell(rpc_endpoints: tuple[str, ...] | list[str]) -> str:
+    """Each rpc-server must hold a non-zero model buffer in the last load (``$last``)."""
+    return "".join(
+        f"ep={shlex.quote(endpoint)}\n"
+        'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
+        f'grep -Eq "{_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
+        'did not land there ($seen)"; exit 1; }\n'
+        for endpoint in rpc_endpoints
+    )
+
+
+_HOST_BUFFER = r"^(CPU[^ ]*|[^ ]*_Host) "
+_RPC_BUFFER = r"^RPC[0-9]+\["
+_NONZERO = r" (0*[1-9][0-9]*\.[0-9]+|0*\.[0-9]*[1-9][0-9]*)$"
+
+
+def host_probe_shell(
+    log_path: str, health_url: str | None = None, rpc_endpoints: tuple[str, ...] | list[str] = ()
+) -> str:
     """POSIX sh for the startupProbe of a runtime without a GPU (the CPU build): exit 0 when
-    the last load offloaded nothing, holds no non-zero GPU model buffer and has a non-zero host
-    one (`gpu_gate.evaluate_host` decides the same)."""
+    the last load holds non-zero host model buffers and none on a GPU (an RPC worker's, listed,
+    must hold one), as ``gpu_gate.evaluate_host`` decides."""
     log = shlex.quote(log_path)
     verbosity = shlex.quote(VERBOSITY_HINT)
-    return _health_shell(health_url) + (
-        f"log={log}\n"
+    return (
+        _health_shell(health_url) + f"log={log}\n"
         '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
         'it with --log-file)"; exit 1; }\n'
+        "if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
+        f'  echo "gpu-gate: FAIL: the log is below -lv 4; "{verbosity}; exit 1\n'
+        "fi\n"
         "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
         "cut -d: -f1)\n"
         'last=$(sed -n "${start:-1},\\$p" "$log")\n'
         "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
         "size = *\\([0-9.]*\\) MiB.*/\\1 \\2/p')\n"
-        "seen=\"seen: model buffers $(printf '%s' \"$bufs\" | tr '\\n' ',')\"\n"
-        "if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
-        f'  echo "gpu-gate: FAIL: the log is below -lv 4; "{verbosity}; exit 1\n'
-        "fi\n"
-        "off=$(printf '%s\\n' \"$last\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
-        "tail -n 1)\n"
-        "n=${off#offloaded }; n=${n%%/*}\n"
-        '[ -z "$off" ] || [ "$n" -eq 0 ] || { echo "gpu-gate: FAIL: $off, but the runtime runs '
-        'every layer on the host ($seen)"; exit 1; }\n'
-        "printf '%s\\n' \"$bufs\" | grep -Ev '^(CPU[^ ]*|[^ ]*_Host) ' | "
-        "grep -Eq ' (0*[1-9][0-9]*\\.[0-9]+|0*\\.[0-9]*[1-9][0-9]*)$' && "
+        "seen=\"seen: model buffers $(printf '%s\\n' \"$bufs\" | sed '/^$/d; s/$/ MiB/' | "
+        "tr '\\n' ',' | sed 's/,$//')\"\n"
+        f"printf '%s\\n' \"$bufs\" | grep -Ev '{_HOST_BUFFER}' | grep -Ev '{_RPC_BUFFER}' | "
+        f"grep -Eq '{_NONZERO}' && "
         '{ echo "gpu-gate: FAIL: a non-zero GPU model buffer, where the runtime expects none '
         '($seen)"; exit 1; }\n'
-        "printf '%s\\n' \"$bufs\" | grep -E '^(CPU[^ ]*|[^ ]*_Host) ' | "
-        "grep -Eq ' (0*[1-9][0-9]*\\.[0-9]+|0*\\.[0-9]*[1-9][0-9]*)$' || "
+        f"printf '%s\\n' \"$bufs\" | grep -E '{_HOST_BUFFER}' | grep -Eq '{_NONZERO}' || "
         '{ echo "gpu-gate: no non-zero host model buffer yet ($seen)"; exit 1; }\n'
-        'echo "gpu-gate: PASS every layer on the host ($seen)"\n'
+        + _rpc_shell(rpc_endpoints)
+        + 'echo "gpu-gate: PASS every layer on the host ($seen)"\n'
     )
 
 
@@ -90,7 +105,7 @@ def probe_shell(
     ``device_prefix`` (a runtime without a GPU) it is ``host_probe_shell``.
     """
     if not device_prefix:
-        return host_probe_shell(log_path, health_url)
+        return host_probe_shell(log_path, health_url, rpc_endpoints)
     log = shlex.quote(log_path)
     prefix = shlex.quote(device_prefix)
     health = _health_shell(health_url)
@@ -133,14 +148,7 @@ def probe_shell(
         f'{_NONZERO_MIB}" || '
         '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
         "exit 1; }\n"
-        + "".join(
-            f"ep={shlex.quote(endpoint)}\n"
-            'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
-            f'grep -Eq "{_NONZERO_MIB}" || '
-            '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
-            'did not land there ($seen)"; exit 1; }\n'
-            for endpoint in rpc_endpoints
-        )
+        + _rpc_shell(rpc_endpoints)
         + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
     )
 

@@ -227,19 +227,16 @@ def _no_offload_problem(ev: LoadEvidence) -> str:
     return f"{missing} yet: the model is still loading"
 
 
-def evaluate_host(ev: LoadEvidence) -> GateResult:
-    """The gate of a runtime without a GPU (the CPU build): the last load offloaded no layer,
-    holds no non-zero GPU model buffer, and its weights are in non-zero host model buffers.
-    The CPU build prints the no-GPU warning for any ``-ngl``: here it is expected."""
-    problems: list[str] = []
+def evaluate_host(ev: LoadEvidence, rpc_endpoints: tuple[str, ...] | list[str] = ()) -> GateResult:
+    """The gate of a runtime without a GPU (the CPU build): the last load holds its weights in
+    non-zero host model buffers and none on a GPU (an RPC worker's, ``RPC<n>[host:port]``, is
+    allowed: listed in ``rpc_endpoints``, it must hold one). The buffers decide, not the offload
+    line: a CPU build with the RPC backend logs ``offloaded N/N layers to GPU`` with every
+    buffer on the CPU, and any CPU build prints the no-GPU warning for ``-ngl`` (expected)."""
+    problems = _rpc_problems(ev, rpc_endpoints)
     if ev.verbosity is not None and ev.verbosity < 4:
         problems.append(f"the log is at verbosity {ev.verbosity}; {VERBOSITY_HINT}")
-    if ev.offloaded:
-        problems.append(
-            f"{ev.offloaded}/{ev.offloadable} layers offloaded to a GPU, but the runtime runs "
-            "every layer on the host (a GPU build in a CPU runtime's image?)"
-        )
-    gpu = {k: v for k, v in ev.gpu_buffers_mib.items() if v > 0}
+    gpu = {k: v for k, v in ev.gpu_buffers_mib.items() if v > 0 and not _RPC_BUFFER.match(k)}
     if gpu:
         found = ", ".join(f"{k} {v:.2f} MiB" for k, v in gpu.items())
         problems.append(f"non-zero GPU model buffers ({found}), where the runtime expects none")
@@ -252,6 +249,22 @@ def evaluate_host(ev: LoadEvidence) -> GateResult:
         else:
             problems.append("no model buffer line yet: the model is still loading")
     return GateResult(ok=not problems, problems=problems, evidence=ev, host_only=True)
+
+
+_RPC_BUFFER = re.compile(r"^RPC\d+\[")
+
+
+def _rpc_problems(ev: LoadEvidence, rpc_endpoints: tuple[str, ...] | list[str]) -> list[str]:
+    """Each rpc-server of ``rpc_endpoints`` without a non-zero model buffer in a finished load."""
+    problems = []
+    for endpoint in rpc_endpoints:
+        held = sum(v for k, v in ev.gpu_buffers_mib.items() if k.endswith(f"[{endpoint}]"))
+        if held <= 0 and (ev.gpu_buffers_mib or ev.host_buffers_mib):
+            problems.append(
+                f"no non-zero model buffer on the RPC device {endpoint}: the layers meant for "
+                "that worker did not land there (is it the same llama.cpp build, reachable?)"
+            )
+    return problems
 
 
 def evaluate(
@@ -269,15 +282,8 @@ def evaluate(
     Without ``device_prefix`` (None or empty: a runtime without a GPU) `evaluate_host` decides.
     """
     if not device_prefix:
-        return evaluate_host(ev)
-    problems: list[str] = []
-    for endpoint in rpc_endpoints:
-        held = sum(v for k, v in ev.gpu_buffers_mib.items() if k.endswith(f"[{endpoint}]"))
-        if held <= 0 and (ev.gpu_buffers_mib or ev.host_buffers_mib):
-            problems.append(
-                f"no non-zero model buffer on the RPC device {endpoint}: the layers meant for "
-                "that worker did not land there (is it the same llama.cpp build, reachable?)"
-            )
+        return evaluate_host(ev, rpc_endpoints)
+    problems = _rpc_problems(ev, rpc_endpoints)
     if ev.no_gpu_warning:
         problems.append(f"llama-server printed 'warning: {NO_GPU_WARNING}'; {NO_GPU_CAUSE}")
     if ev.offloaded is None or ev.offloadable is None:
