@@ -130,7 +130,10 @@ def _gpu_access(stack: StrixHaloStack) -> str:
             f"`privileged: true` with a hostPath mount of {mounts} (no device plugin); the root "
             "filesystem is read-only. `server.gpuAccess: device-plugin` drops every privilege."
         )
-    return f"`{server.gpu_resource}: 1` from the device plugin; non-root, no capabilities."
+    return (
+        f"`{server.gpu_resource}: 1` from the device plugin; non-root, no capabilities. To open "
+        f"the devices the pod needs {runtime.traits.groups} in `server.renderGroupId`."
+    )
 
 
 def _rpc_workers(stack: StrixHaloStack) -> list[str]:
