@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from components.llamacpp.inputs import (
         HttpProbe,
         LlamaCppRpcWorkerArgs,
+        LlamaCppRuntime,
         LlamaCppVulkanServerArgs,
         LlamaServerFlags,
         ServerProbes,
@@ -45,6 +46,7 @@ _HOMES = {
     "KubernetesMonitoring": "components.monitoring.inputs",
     "LlamaCppRpcWorker": "components.llamacpp.rpc_worker",
     "LlamaCppRpcWorkerArgs": "components.llamacpp.inputs",
+    "LlamaCppRuntime": "components.llamacpp.inputs",
     "LlamaCppVulkanServer": "components.llamacpp.server",
     "LlamaCppVulkanServerArgs": "components.llamacpp.inputs",
     "LlamaServerFlags": "components.llamacpp.inputs",
@@ -72,6 +74,7 @@ __all__ = [
     "KubernetesMonitoring",
     "LlamaCppRpcWorker",
     "LlamaCppRpcWorkerArgs",
+    "LlamaCppRuntime",
     "LlamaCppVulkanServer",
     "LlamaCppVulkanServerArgs",
     "LlamaServerFlags",

@@ -20,6 +20,7 @@ from infra.config.inputs import stack_problems
 from infra.lock import stack_model_sources
 from infra.plan.stack import fleet_probe_problems, llamacpp_inputs, probe_problems, stack_plan
 from infra.targets import docker_host, kubernetes
+from infra.tune import with_tuned_runtimes
 
 
 def main() -> None:
@@ -28,6 +29,8 @@ def main() -> None:
     Every check runs before the first resource exists, so a bad stack creates nothing.
     """
     stack, lock_path, secrets = load_stack_config()
+    # `server.runtime: tuned`: the winner pinned beside the lock (STACK.tune.json).
+    stack = with_tuned_runtimes(stack, lock_path)
     sources = stack_model_sources(stack, lock_path, preview=pulumi.runtime.is_dry_run())
     keys = (
         [f"servers[{i}].model" for i in range(len(stack.servers))]

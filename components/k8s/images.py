@@ -45,27 +45,3 @@ def parse_image(reference: str) -> ImageRef:
     if not _NAME.match(repository):
         raise ValueError(f"repository {repository!r} is not a valid image name (lowercase)")
     return ImageRef(repository=repository, tag=tag, digest=digest or None)
-
-
-RPC = "rpc"
-"""Capability: the image's llama.cpp is configured with -DGGML_RPC (llama-server `--rpc`,
-rpc-server)."""
-OFFICIAL_LLAMACPP_REPOSITORY = "ghcr.io/ggml-org/llama.cpp"
-REPOSITORY_CAPABILITIES: dict[str, frozenset[str]] = {
-    # .devops/vulkan.Dockerfile (and the other backends') of b11434 configure without
-    # -DGGML_RPC: llama-server answers `--rpc` with "RPC not supported in this build".
-    OFFICIAL_LLAMACPP_REPOSITORY: frozenset(),
-}
-"""What the images of a known repository can do, at any tag or digest: the one place a
-runtime's declared capabilities live."""
-CUSTOM_IMAGE_CAPABILITIES = frozenset({RPC})
-"""A repository not in the table is a custom build, declared by whoever names it for RPC."""
-
-
-def image_capabilities(reference: str) -> frozenset[str]:
-    """The capabilities of an image by its repository (tag and digest do not change them)."""
-    try:
-        repository = parse_image(reference).repository
-    except ValueError:
-        repository = reference.partition("@")[0].rsplit(":", 1)[0]
-    return REPOSITORY_CAPABILITIES.get(repository, CUSTOM_IMAGE_CAPABILITIES)

@@ -55,6 +55,35 @@ def dri_volume(device_path: str = DEFAULT_DRI_DEVICE) -> dict[str, Any]:
     return {"name": "dev-dri", "hostPath": {"path": device_path, "type": "Directory"}}
 
 
+KFD_DEVICE = "/dev/kfd"
+"""ROCm's compute interface, shared by all GPUs of the node."""
+
+
+def device_mounts(devices: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Mounts of the host devices a runtime opens (privileged GPU access), in its order."""
+    return [
+        dri_mount() if device == DRI_MOUNT else {"name": _volume_name(device), "mountPath": device}
+        for device in devices
+    ]
+
+
+def device_volumes(
+    devices: tuple[str, ...], dri_path: str = DEFAULT_DRI_DEVICE
+) -> list[dict[str, Any]]:
+    """The host devices a runtime opens as hostPath volumes: the DRM folder (at `dri_path` on
+    the host) and character devices such as /dev/kfd."""
+    return [
+        dri_volume(dri_path)
+        if device == DRI_MOUNT
+        else {"name": _volume_name(device), "hostPath": {"path": device, "type": "CharDevice"}}
+        for device in devices
+    ]
+
+
+def _volume_name(device: str) -> str:
+    return device.strip("/").replace("/", "-")
+
+
 def scratch_volume() -> dict[str, Any]:
     """A small emptyDir for what a read-only container still writes."""
     return {"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}
@@ -75,13 +104,19 @@ def image_skips(image: str) -> list[tuple[str, str]]:
     ]
 
 
-PRIVILEGED_SKIPS = [
-    (check, "Vulkan reaches /dev/dri only privileged without a device plugin; "
-     "server.gpuAccess: device-plugin drops this")
-    for check in ("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_23", "CKV_K8S_28", "CKV_K8S_37",
-                  "CKV_K8S_40")
-]  # fmt: skip
-"""checkov findings of `privileged` GPU access (the seed's mode), each explained."""
+def privileged_skips(what: str = "Vulkan reaches /dev/dri") -> list[tuple[str, str]]:
+    """checkov findings of `privileged` GPU access (the seed's mode), each explained by what the
+    runtime reaches (`ROCm reaches /dev/kfd and /dev/dri`)."""
+    return [
+        (check, f"{what} only privileged without a device plugin; "
+         "server.gpuAccess: device-plugin drops this")
+        for check in ("CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_23", "CKV_K8S_28", "CKV_K8S_37",
+                      "CKV_K8S_40")
+    ]  # fmt: skip
+
+
+PRIVILEGED_SKIPS = privileged_skips()
+"""checkov findings of `privileged` GPU access of the Vulkan runtime."""
 
 
 def checkov_skips(skips: list[tuple[str, str]]) -> dict[str, str]:

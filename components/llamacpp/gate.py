@@ -112,10 +112,77 @@ def first_decode_shell(
     )
 
 
+def _health_shell(health_url: str | None) -> str:
+    if not health_url:
+        return ""
+    url = shlex.quote(health_url.rstrip("/") + "/health")
+    return (
+        f"curl -fsS -o /dev/null --max-time 5 {url} || "
+        '{ echo "gpu-gate: not healthy yet (the model is still loading)"; exit 1; }\n'
+    )
+
+
+def _rpc_shell(rpc_endpoints: tuple[str, ...] | list[str]) -> str:
+    """Each rpc-server must hold a non-zero model buffer in the last load (``$last``)."""
+    return "".join(
+        f"ep={shlex.quote(endpoint)}\n"
+        'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
+        f'grep -Eq "{_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers '
+        'did not land there ($seen)"; exit 1; }\n'
+        for endpoint in rpc_endpoints
+    )
+
+
+_HOST_BUFFER = r"^(CPU[^ ]*|[^ ]*_Host) "
+_RPC_BUFFER = r"^RPC[0-9]+\["
+_NONZERO = r" (0*[1-9][0-9]*\.[0-9]+|0*\.[0-9]*[1-9][0-9]*)$"
+
+
+def host_probe_shell(
+    log_path: str,
+    health_url: str | None = None,
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
+    decode: str = "",
+) -> str:
+    """POSIX sh for the startupProbe of a runtime without a GPU (the CPU build): exit 0 when
+    the last load holds non-zero host model buffers and none on a GPU (an RPC worker's, listed,
+    must hold one), as ``gpu_gate.evaluate_host`` decides; a degradation line fails it as it
+    fails a GPU runtime's probe, and ``decode`` (``first_decode_shell``) runs last."""
+    log = shlex.quote(log_path)
+    verbosity = shlex.quote(VERBOSITY_HINT)
+    return (
+        _health_shell(health_url) + f"log={log}\n"
+        '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
+        'it with --log-file)"; exit 1; }\n'
+        + degradation_shell()
+        + '[ "$deg" = 0 ] || exit 1\n'
+        "if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
+        f'  echo "gpu-gate: FAIL: the log is below -lv 4; "{verbosity}; exit 1\n'
+        "fi\n"
+        "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
+        "cut -d: -f1)\n"
+        'last=$(sed -n "${start:-1},\\$p" "$log")\n'
+        "bufs=$(printf '%s\\n' \"$last\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model buffer "
+        "size = *\\([0-9.]*\\) MiB.*/\\1 \\2/p')\n"
+        "seen=\"seen: model buffers $(printf '%s\\n' \"$bufs\" | sed '/^$/d; s/$/ MiB/' | "
+        "tr '\\n' ',' | sed 's/,$//')\"\n"
+        f"printf '%s\\n' \"$bufs\" | grep -Ev '{_HOST_BUFFER}' | grep -Ev '{_RPC_BUFFER}' | "
+        f"grep -Eq '{_NONZERO}' && "
+        '{ echo "gpu-gate: FAIL: a non-zero GPU model buffer, where the runtime expects none '
+        '($seen)"; exit 1; }\n'
+        f"printf '%s\\n' \"$bufs\" | grep -E '{_HOST_BUFFER}' | grep -Eq '{_NONZERO}' || "
+        '{ echo "gpu-gate: no non-zero host model buffer yet ($seen)"; exit 1; }\n'
+        + _rpc_shell(rpc_endpoints)
+        + decode
+        + 'echo "gpu-gate: PASS every layer on the host ($seen)"\n'
+    )
+
+
 def probe_shell(
     log_path: str,
     expect_layers: int,
-    device_prefix: str = "Vulkan",
+    device_prefix: str | None = "Vulkan",
     health_url: str | None = None,
     rpc_endpoints: tuple[str, ...] | list[str] = (),
     api_key_file: str | None = None,
@@ -134,23 +201,20 @@ def probe_shell(
     degradation line of the log (``gate_ops``) fails it, one line each. Last, with
     ``health_url`` and ``first_decode``, one one-token ``POST /completion`` must be answered
     (``api_key_file``: the server's ``--api-key-file``); the probe passes once per start, so
-    this runs once per start.
+    this runs once per start. Without ``device_prefix`` (a runtime without a GPU) the buffers
+    decide as ``host_probe_shell`` says, with the same degradation and first-decode checks.
     """
-    log = shlex.quote(log_path)
-    prefix = shlex.quote(device_prefix)
-    health = ""
-    if health_url:
-        url = shlex.quote(health_url.rstrip("/") + "/health")
-        health = (
-            f"curl -fsS -o /dev/null --max-time 5 {url} || "
-            '{ echo "gpu-gate: not healthy yet (the model is still loading)"; exit 1; }\n'
-        )
-    no_gpu = shlex.quote(NO_GPU_CAUSE)
-    fewer = shlex.quote(FEWER_LAYERS_CAUSE)
-    verbosity = shlex.quote(VERBOSITY_HINT)
     decode = ""
     if health_url and first_decode:
         decode = first_decode_shell(health_url, api_key_file, decode_timeout)
+    if not device_prefix:
+        return host_probe_shell(log_path, health_url, rpc_endpoints, decode)
+    log = shlex.quote(log_path)
+    prefix = shlex.quote(device_prefix)
+    health = _health_shell(health_url)
+    no_gpu = shlex.quote(NO_GPU_CAUSE)
+    fewer = shlex.quote(FEWER_LAYERS_CAUSE)
+    verbosity = shlex.quote(VERBOSITY_HINT)
     head = (
         f"log={log}; dev={prefix}\n"
         '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
@@ -191,20 +255,12 @@ def probe_shell(
         '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
         "exit 1; }\n"
     )
-    workers = "".join(
-        f"ep={shlex.quote(endpoint)}\n"
-        'printf \'%s\\n\' "$last" | grep -F "[$ep] model buffer size" | '
-        f'grep -Eq "{_NONZERO_MIB}" || '
-        '{ echo "gpu-gate: FAIL: no non-zero model buffer on the RPC device $ep: its layers did '
-        'not land there ($seen)"; exit 1; }\n'
-        for endpoint in rpc_endpoints
-    )
     return (
         health
         + head
         + degradation_shell()
         + offload
-        + workers
+        + _rpc_shell(rpc_endpoints)
         + '[ "$deg" = 0 ] || exit 1\n'
         + decode
         + 'echo "gpu-gate: PASS $n/$m layers on GPU ($seen)"\n'
@@ -215,7 +271,7 @@ def probe_command(
     log_path: str,
     expect_layers: int,
     health_url: str | None = None,
-    device_prefix: str = "Vulkan",
+    device_prefix: str | None = "Vulkan",
     rpc_endpoints: tuple[str, ...] | list[str] = (),
     api_key_file: str | None = None,
 ) -> list[str]:

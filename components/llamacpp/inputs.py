@@ -6,7 +6,7 @@ Every rule for these inputs lives here; the builders take them validated.
 import math
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast, get_args
 
 from pydantic import Field
 
@@ -32,14 +32,21 @@ from components.grammars import (
     RpcEndpoint,
     UrlPath,
 )
-from components.k8s.images import RPC, image_capabilities
 from components.k8s.network_policies import NetworkClient
 from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
+from components.llamacpp.runtimes import (
+    DEFAULT_RUNTIME,
+    NAME,
+    RPC,
+    Runtime,
+    missing_capability,
+    runtime_for,
+)
 from components.model_store.inputs import MODELS_MOUNT, ModelVolume
 from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import Default, Input, Problem, cross_field_rule, documented, ref
 
-DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
+DEFAULT_IMAGE = DEFAULT_RUNTIME.image
 GPU_RESOURCE = "amd.com/gpu"
 """The device plugin's extended resource a `device-plugin` pod requests when given none."""
 RPC_PORT = 50052
@@ -258,6 +265,64 @@ def tensor_override_problem(value: str) -> str | None:
 
 
 @documented
+class LlamaCppRuntime(TypedDict):
+    """A llama.cpp runtime: a named image of one build, its backend and what it can do."""
+
+    name: Annotated[str, Field(pattern=NAME.pattern)]
+    """Its name (the built-ins `vulkan`, `rocm` and `cpu` are the official images of b11434)."""
+    image: ImageReference
+    """Its image, pinned by a build tag or a digest."""
+    backend: Literal["vulkan", "rocm", "cpu"]
+    """`vulkan` (opens /dev/dri), `rocm` (/dev/kfd and /dev/dri) or `cpu` (no device: every
+    layer on the host); it decides the devices, the environment and the device names the GPU
+    gate reads."""
+    capabilities: NotRequired[Annotated[list[Literal["rpc"]], Default([])]]
+    """What the build can do beyond serving: `rpc` (configured with -DGGML_RPC: `--rpc`, and
+    rpc-server in the image)."""
+    digest: NotRequired[Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")] | None]
+    """The digest the image is pinned to: the pod runs `image@digest`."""
+
+
+def runtime_of(record: Mapping[str, Any]) -> Runtime:
+    """The Runtime of a `runtime` input."""
+    return Runtime(
+        name=record["name"],
+        image=record["image"],
+        backend=record["backend"],
+        capabilities=frozenset(record.get("capabilities") or ()),
+        digest=record.get("digest"),
+    )
+
+
+def runtime_record(runtime: Runtime) -> LlamaCppRuntime:
+    """A Runtime as the `runtime` input takes it."""
+    record = {
+        "name": runtime.name,
+        "image": runtime.image,
+        "backend": runtime.backend,
+        "capabilities": sorted(runtime.capabilities),
+    }
+    if runtime.digest is not None:
+        record["digest"] = runtime.digest
+    return cast(LlamaCppRuntime, record)
+
+
+def effective_runtime(args: Mapping[str, Any]) -> tuple[Runtime, bool, str | None]:
+    """What runs a server's or worker's image (`runtimes.runtime_for`): its `runtime` with
+    `image` in place of the runtime's own where that is allowed, or without a `runtime` the
+    built-in the image's official tag names; whether the image decided it; the contradiction."""
+    record = args.get("runtime")
+    image = args.get("image")
+    declared = runtime_of(record) if isinstance(record, Mapping) else None
+    return runtime_for(image if isinstance(image, str) else None, declared)
+
+
+def args_runtime(args: Mapping[str, Any]) -> Runtime:
+    """The runtime a validated server's or worker's pod runs (what the builders read)."""
+    return effective_runtime(args)[0]
+
+
+@documented
 class HttpProbe(TypedDict):
     """An HTTP GET probe."""
 
@@ -292,7 +357,14 @@ class LlamaCppVulkanServerArgs(TypedDict):
     namespace: Input[DnsLabel]
     """Namespace of the Deployment and Service (may be a Namespace's output)."""
     image: ImageReference
-    """Server image, pinned to a build (`server-vulkan-b11434`)."""
+    """Server image, pinned to a build (`server-vulkan-b11434`): the runtime's own image, or,
+    for a built-in runtime, another build of its backend (from another repository: a custom
+    build, taken to have `rpc`)."""
+    runtime: NotRequired[LlamaCppRuntime]
+    """What runs llama-server: its backend decides the devices mounted, the environment and the
+    device names the GPU gate expects; its capabilities what the server may use (`rpc` for
+    `flags.rpc`). Absent: the built-in runtime of the backend the official image's tag names
+    (`server-rocm-b11434`: rocm), `vulkan` for any other image."""
     flags: LlamaServerFlags
     """llama-server flags."""
     model: ModelVolume
@@ -310,7 +382,8 @@ class LlamaCppVulkanServerArgs(TypedDict):
     gpu_access: NotRequired[
         Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
     ]
-    """`privileged` + hostPath /dev/dri, or `device-plugin` (no privileges at all)."""
+    """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
+    `device-plugin` (no privileges at all); a `cpu` runtime mounts nothing and runs unprivileged."""
     gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
     """Extended resource requested in `device-plugin` mode."""
     run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
@@ -324,7 +397,8 @@ class LlamaCppVulkanServerArgs(TypedDict):
     allowed_clients: NotRequired[list[NetworkClient] | None]
     """Who may reach the server (a NetworkPolicy); None creates no policy."""
     gpu_gate: NotRequired[Annotated[bool, Default(False)]]
-    """Startup probe that passes only when the load log shows the layers on a Vulkan device."""
+    """Startup probe that passes only when the load log shows the layers on the runtime's
+    device (`Vulkan0`, `ROCm0`; a `cpu` runtime: every layer on the host)."""
     verify_expectations: NotRequired[str | None]
     """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
     verify_image: NotRequired[ImageReference]
@@ -359,6 +433,9 @@ class LlamaCppRpcWorkerArgs(TypedDict):
     """Namespace of the worker's objects (the server's: its policy admits pods of it)."""
     image: ImageReference
     """Image holding rpc-server, the same llama.cpp build as the server's, with -DGGML_RPC=ON."""
+    runtime: NotRequired[LlamaCppRuntime]
+    """The runtime of that image: it must declare `rpc`; its backend decides the devices
+    mounted. Absent: as the server's."""
     head: DnsLabel
     """Name of the server (the head) this worker serves: labels its objects."""
     head_pod_labels: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
@@ -379,7 +456,8 @@ class LlamaCppRpcWorkerArgs(TypedDict):
     gpu_access: NotRequired[
         Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
     ]
-    """`privileged` + hostPath /dev/dri, or `device-plugin` (no privileges at all)."""
+    """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
+    `device-plugin` (no privileges at all); a `cpu` runtime mounts nothing and runs unprivileged."""
     gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
     """Extended resource requested in `device-plugin` mode."""
     run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
@@ -466,32 +544,54 @@ def _metrics_port_of_its_own(args: Mapping[str, Any]) -> list[Problem]:
     return []
 
 
-def _rpc_build_problem(image: object) -> str | None:
-    if not isinstance(image, str) or RPC in image_capabilities(image):
-        return None
-    return (
-        f"{image!r} is built without -DGGML_RPC (llama.cpp's images answer --rpc with 'RPC not "
-        "supported in this build'): use an image of the same llama.cpp build configured with "
-        "-DGGML_VULKAN=ON -DGGML_RPC=ON"
-    )
+def runtime_problems(args: Mapping[str, Any], rpc_role: str | None) -> list[Problem]:
+    """A server's or worker's image and runtime: the image is one the runtime may run, `rpc`
+    declared where the pod needs it (`rpc_role`: why it does; None: it does not), no GPU asked
+    of a runtime without one."""
+    runtime, replaced, contradiction = effective_runtime(args)
+    if contradiction is not None:
+        return [(("image",), contradiction)]
+    problems: list[Problem] = []
+    missing = None if rpc_role is None else missing_capability(runtime, RPC, replaced)
+    if missing is not None:
+        problems.append((("image",) if replaced else ("runtime",), f"{missing}{rpc_role}"))
+    if not runtime.uses_gpu and args.get("gpu_access") == "device-plugin":
+        problems.append(
+            (
+                ("gpu_access",),
+                f"'device-plugin' asks the node for a GPU, but {ref('runtime')} "
+                f"{runtime.name!r} runs on the CPU only (drop it: the pod mounts no device)",
+            )
+        )
+    return problems
 
 
 @cross_field_rule(LlamaCppRpcWorkerArgs)
-def _worker_image_has_rpc(args: Mapping[str, Any]) -> list[Problem]:
-    """rpc-server exists only in a build with the RPC backend (by the image's declared
-    capabilities, components/k8s/images.py, never by how its tag is spelt)."""
-    problem = _rpc_build_problem(args.get("image"))
-    return [] if problem is None else [(("image",), problem)]
+def worker_runtime_problems(args: Mapping[str, Any]) -> list[Problem]:
+    """rpc-server exists only in a build with the RPC backend: by the runtime's declared
+    capabilities (components/llamacpp/runtimes.py), never by how the image name is spelt."""
+    return runtime_problems(args, rpc_role="")
 
 
 @cross_field_rule(LlamaCppVulkanServerArgs)
-def _head_image_has_rpc(args: Mapping[str, Any]) -> list[Problem]:
-    """A head with `--rpc` needs the RPC backend in its own build too."""
+def server_runtime_problems(args: Mapping[str, Any]) -> list[Problem]:
+    """A head with `--rpc` needs the RPC backend in its own build too; a runtime without a GPU
+    offloads no layer (llama-server ignores -ngl there, and the gate expects none on a GPU)."""
     flags = args.get("flags")
-    if not isinstance(flags, Mapping) or not flags.get("rpc"):
-        return []
-    problem = _rpc_build_problem(args.get("image"))
-    return [] if problem is None else [(("image",), f"{problem} (the head of a split model)")]
+    flags = flags if isinstance(flags, Mapping) else {}
+    head = f" (the head of a split model: {ref('flags', 'rpc')})"
+    problems = runtime_problems(args, rpc_role=head if flags.get("rpc") else None)
+    runtime, _, contradiction = effective_runtime(args)
+    layers = flags.get("gpu_layers")
+    if contradiction is None and not runtime.uses_gpu and isinstance(layers, int) and layers:
+        problems.append(
+            (
+                ("flags", "gpu_layers"),
+                f"{layers} layers for a GPU, but {ref('runtime')} {runtime.name!r} runs on the "
+                "CPU only (llama-server ignores -ngl without a GPU backend): set 0",
+            )
+        )
+    return problems
 
 
 @cross_field_rule(LlamaCppVulkanServerArgs)

@@ -1,15 +1,17 @@
 """Pure builders of LlamaCppVulkanServer: llama-server argv, probes, the Deployment and Service."""
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from components.k8s.pod_security import (
-    PRIVILEGED_SKIPS,
     SCRATCH_MOUNT,
     checkov_skips,
-    dri_mount,
-    dri_volume,
+    device_mounts,
+    device_volumes,
     gpu_container,
     image_skips,
+    privileged_skips,
+    restricted_container,
     restricted_pod,
     scratch_mount,
     scratch_volume,
@@ -21,6 +23,7 @@ from components.llamacpp.inputs import (
     HttpProbe,
     LlamaCppVulkanServerArgs,
     LlamaServerFlags,
+    args_runtime,
 )
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import model_check_container, model_volumes
@@ -103,6 +106,67 @@ def stop_before_model_change(deployment: dict[str, Any], model: Any) -> dict[str
         "pulumi.com/skipAwait": "true",
     }
     return {**deployment, "metadata": {**metadata, "annotations": annotations}}
+
+
+GpuMode = Literal["privileged", "device-plugin", "none"]
+BACKEND_NAMES = {"vulkan": "Vulkan", "rocm": "ROCm", "cpu": "the CPU build"}
+
+
+def gpu_mode(args: Mapping[str, Any]) -> GpuMode:
+    """How a server's or worker's pod reaches its GPU: `privileged` (hostPath devices),
+    `device-plugin` (the plugin's resource), or `none` (a runtime without a GPU)."""
+    if not args_runtime(args).devices:
+        return "none"
+    mode: GpuMode = args["gpu_access"]
+    return mode
+
+
+def gpu_env(args: Mapping[str, Any]) -> list[dict[str, str]]:
+    """HOME on the scratch volume (the root filesystem is read-only), then the runtime's own."""
+    return [
+        {"name": "HOME", "value": SCRATCH_MOUNT},
+        *({"name": key, "value": value} for key, value in args_runtime(args).env),
+    ]
+
+
+def gpu_security(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The container's security context for its GPU mode (no GPU: no privileges at all)."""
+    mode = gpu_mode(args)
+    if mode == "none":
+        return restricted_container(args["run_as_user"])
+    return gpu_container(mode, args["run_as_user"])
+
+
+def gpu_resources(args: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """Container requests and limits, with the plugin's GPU in `device-plugin` mode."""
+    resources = {kind: dict(values) for kind, values in args["resources"].items()}
+    if gpu_mode(args) == "device-plugin":
+        gpu = args["gpu_resource"]
+        resources.setdefault("limits", {})[gpu] = "1"
+        resources.setdefault("requests", {})[gpu] = "1"
+    return resources
+
+
+def gpu_mounts(args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Mounts of the runtime's host devices (privileged mode only)."""
+    return device_mounts(args_runtime(args).devices) if gpu_mode(args) == "privileged" else []
+
+
+def gpu_volumes(args: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The runtime's host devices as hostPath volumes (privileged mode only)."""
+    if gpu_mode(args) != "privileged":
+        return []
+    return device_volumes(args_runtime(args).devices, args["gpu_device_path"])
+
+
+def gpu_skips(args: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The checkov findings privileged GPU access accepts, explained by what it reaches."""
+    if gpu_mode(args) != "privileged":
+        return []
+    runtime = args_runtime(args)
+    return privileged_skips(
+        f"{BACKEND_NAMES[runtime.backend]} reaches {' and '.join(runtime.devices)}"
+    )
 
 
 def server_labels(name: str) -> dict[str, str]:
@@ -221,8 +285,8 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The llama-server container."""
     flags = server_flags(args)
     probes = args["probes"]
-    access = args["gpu_access"]
     gate = args["gpu_gate"]
+    runtime = args_runtime(args)
     argv = server_argv(args)
     startup = http_probe(probes["startup"], "http")
     if gate:
@@ -238,6 +302,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
                 GATE_LOG,
                 flags["gpu_layers"],
                 health_url=f"http://127.0.0.1:{flags['port']}",
+                device_prefix=runtime.device_prefix,
                 rpc_endpoints=flags.get("rpc") or (),
                 api_key_file=key_file,
             )
@@ -250,31 +315,21 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         mounts.append({"name": "logs", "mountPath": GATE_LOG.rsplit("/", 1)[0]})
     if args.get("api_key") is not None:
         mounts.append(api_key_mount())
-    resources = {kind: dict(values) for kind, values in args["resources"].items()}
-    if access == "device-plugin":
-        gpu = args["gpu_resource"]
-        resources.setdefault("limits", {})[gpu] = "1"
-        resources.setdefault("requests", {})[gpu] = "1"
-    else:
-        mounts.append(dri_mount())
-    container: dict[str, Any] = {"name": "llama-server", "image": args["image"]}
+    mounts += gpu_mounts(args)
+    container: dict[str, Any] = {"name": "llama-server", "image": runtime.pinned_image}
     if gate:
         # --log-file through a FIFO: the file keeps the load (the probe's evidence), never traffic.
         container["command"] = server_command(GATE_LOG)
     return {
         **container,
         "args": kubernetes_args(argv),
-        # Mesa's shader cache and HOME go to the scratch volume: the root filesystem is read-only.
-        "env": [
-            {"name": "HOME", "value": SCRATCH_MOUNT},
-            {"name": "MESA_SHADER_CACHE_DIR", "value": f"{SCRATCH_MOUNT}/mesa-shader-cache"},
-        ],
+        "env": gpu_env(args),
         "ports": [{"name": "http", "containerPort": flags["port"], "protocol": "TCP"}],
-        "resources": resources,
+        "resources": gpu_resources(args),
         "startupProbe": startup,
         "readinessProbe": http_probe(probes["readiness"], "http"),
         "livenessProbe": http_probe(probes["liveness"], "http"),
-        "securityContext": gpu_container(access, args["run_as_user"]),
+        "securityContext": gpu_security(args),
         "volumeMounts": mounts,
     }
 
@@ -294,9 +349,8 @@ def server_deployment(
     volumes = [
         *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
         scratch_volume(),
+        *gpu_volumes(args),
     ]
-    if args["gpu_access"] == "privileged":
-        volumes.append(dri_volume(args["gpu_device_path"]))
     if args["gpu_gate"]:
         # Holds only the load log (at most gate.LOAD_LOG_LIMIT): -lv 4 traffic never lands here.
         volumes.append({"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}})
@@ -350,8 +404,8 @@ def api_key_secret(name: str) -> tuple[str, str]:
 
 
 def _non_root_key_reader(args: LlamaCppVulkanServerArgs) -> bool:
-    """A server that runs as a non-root user (device-plugin mode) and reads the API key file."""
-    return args["gpu_access"] == "device-plugin" and args.get("api_key") is not None
+    """A server that runs as a non-root user (not privileged) and reads the API key file."""
+    return gpu_mode(args) != "privileged" and args.get("api_key") is not None
 
 
 def _key_mode(args: LlamaCppVulkanServerArgs) -> int:
@@ -397,10 +451,8 @@ def _pod_metadata(labels: dict[str, str], args: LlamaCppVulkanServerArgs) -> dic
 
 def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
     """The checkov findings this Deployment accepts, each with its reason."""
-    skips = image_skips(args["image"]) + image_skips(args["model"]["check_image"])
-    if args["gpu_access"] == "privileged":
-        skips += PRIVILEGED_SKIPS
-    return skips
+    skips = image_skips(args_runtime(args).pinned_image)
+    return skips + image_skips(args["model"]["check_image"]) + gpu_skips(args)
 
 
 def server_service(

@@ -8,23 +8,24 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 from typing import Any
 
 from components.k8s.pod_security import (
-    PRIVILEGED_SKIPS,
-    SCRATCH_MOUNT,
     checkov_skips,
-    dri_mount,
-    dri_volume,
-    gpu_container,
     image_skips,
     restricted_pod,
     scratch_mount,
     scratch_volume,
 )
-from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, args_runtime
 from components.llamacpp.manifests import (
     ROLE_LABEL,
     WORKER_ROLE,
     cluster_ip_service,
+    gpu_env,
+    gpu_mounts,
     gpu_pod_anti_affinity,
+    gpu_resources,
+    gpu_security,
+    gpu_skips,
+    gpu_volumes,
 )
 
 
@@ -70,27 +71,15 @@ NO_PROBE_SKIPS = [
 
 def worker_container(args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
     """The rpc-server container, with the same GPU access as the server's."""
-    access = args["gpu_access"]
-    resources = {kind: dict(values) for kind, values in args["resources"].items()}
-    mounts = [scratch_mount()]
-    if access == "device-plugin":
-        gpu = args["gpu_resource"]
-        resources.setdefault("limits", {})[gpu] = "1"
-        resources.setdefault("requests", {})[gpu] = "1"
-    else:
-        mounts.append(dri_mount())
     return {
         "name": "rpc-server",
-        "image": args["image"],
+        "image": args_runtime(args).pinned_image,
         "command": rpc_server_argv(args),
-        "env": [
-            {"name": "HOME", "value": SCRATCH_MOUNT},
-            {"name": "MESA_SHADER_CACHE_DIR", "value": f"{SCRATCH_MOUNT}/mesa-shader-cache"},
-        ],
+        "env": gpu_env(args),
         "ports": [{"name": "rpc", "containerPort": args["port"], "protocol": "TCP"}],
-        "resources": resources,
-        "securityContext": gpu_container(access, args["run_as_user"]),
-        "volumeMounts": mounts,
+        "resources": gpu_resources(args),
+        "securityContext": gpu_security(args),
+        "volumeMounts": [scratch_mount(), *gpu_mounts(args)],
     }
 
 
@@ -98,13 +87,8 @@ def worker_deployment(
     name: str, namespace: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs
 ) -> dict[str, Any]:
     """One replica pinned to its node, Recreate (one GPU: a second pod could never start)."""
-    access = args["gpu_access"]
-    volumes = [scratch_volume()]
-    if access == "privileged":
-        volumes.append(dri_volume(args["gpu_device_path"]))
-    skips = image_skips(args["image"]) + NO_PROBE_SKIPS
-    if access == "privileged":
-        skips += PRIVILEGED_SKIPS
+    volumes = [scratch_volume(), *gpu_volumes(args)]
+    skips = image_skips(args_runtime(args).pinned_image) + NO_PROBE_SKIPS + gpu_skips(args)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",

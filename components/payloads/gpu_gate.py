@@ -137,6 +137,8 @@ class GateResult:
     ok: bool
     problems: list[str]
     evidence: LoadEvidence
+    host_only: bool = False
+    """Checked for the CPU build: every layer on the host is the success."""
 
     def summary(self) -> str:
         """One human-readable paragraph (first line: PASS/FAIL, then what was seen)."""
@@ -145,6 +147,8 @@ class GateResult:
         layers = (
             f"{ev.offloaded}/{ev.offloadable} layers on GPU"
             if ev.offloaded is not None
+            else "every layer on the host"
+            if self.host_only
             else "offload line missing"
         )
         gpu = ", ".join(f"{k} {v:.2f} MiB" for k, v in ev.gpu_buffers_mib.items()) or "none"
@@ -235,21 +239,36 @@ def _no_offload_problem(ev: LoadEvidence) -> str:
     return f"{missing} yet: the model is still loading"
 
 
-def evaluate(
-    ev: LoadEvidence,
-    expect_layers: int | None,
-    *,
-    device_prefix: str = "Vulkan",
-    min_gpu_buffer_mib: float = 0.0,
-    rpc_endpoints: tuple[str, ...] | list[str] = (),
-) -> GateResult:
-    """Decide from parsed evidence; ``expect_layers`` None means all layers (``-ngl all``).
+def evaluate_host(ev: LoadEvidence, rpc_endpoints: tuple[str, ...] | list[str] = ()) -> GateResult:
+    """The gate of a runtime without a GPU (the CPU build): the last load holds its weights in
+    non-zero host model buffers and none on a GPU (an RPC worker's, ``RPC<n>[host:port]``, is
+    allowed: listed in ``rpc_endpoints``, it must hold one). The buffers decide, not the offload
+    line: a CPU build with the RPC backend logs ``offloaded N/N layers to GPU`` with every
+    buffer on the CPU, and any CPU build prints the no-GPU warning for ``-ngl`` (expected)."""
+    problems = degradation_findings(ev.degraded) + _rpc_problems(ev, rpc_endpoints)
+    if ev.verbosity is not None and ev.verbosity < 4:
+        problems.append(f"the log is at verbosity {ev.verbosity}; {VERBOSITY_HINT}")
+    gpu = {k: v for k, v in ev.gpu_buffers_mib.items() if v > 0 and not _RPC_BUFFER.match(k)}
+    if gpu:
+        found = ", ".join(f"{k} {v:.2f} MiB" for k, v in gpu.items())
+        problems.append(f"non-zero GPU model buffers ({found}), where the runtime expects none")
+    if not any(v > 0 for v in ev.host_buffers_mib.values()):
+        if ev.saw_load_tensors or ev.load_finished:
+            problems.append(
+                f"expected a non-zero host '{BUFFER_LINE}' line (CPU, CPU_Mapped) and found none "
+                f"({VERBOSITY_HINT})"
+            )
+        else:
+            problems.append("no model buffer line yet: the model is still loading")
+    return GateResult(ok=not problems, problems=problems, evidence=ev, host_only=True)
 
-    Every degradation line (``gate_ops``) is a problem of its own, first, as the probe prints
-    them. With ``rpc_endpoints`` (the ``--rpc`` list) each rpc-server must also hold a non-zero
-    model buffer (``RPC<n>[host:port] model buffer size``): its share of the layers landed.
-    """
-    problems = degradation_findings(ev.degraded)
+
+_RPC_BUFFER = re.compile(r"^RPC\d+\[")
+
+
+def _rpc_problems(ev: LoadEvidence, rpc_endpoints: tuple[str, ...] | list[str]) -> list[str]:
+    """Each rpc-server of ``rpc_endpoints`` without a non-zero model buffer in a finished load."""
+    problems = []
     for endpoint in rpc_endpoints:
         held = sum(v for k, v in ev.gpu_buffers_mib.items() if k.endswith(f"[{endpoint}]"))
         if held <= 0 and (ev.gpu_buffers_mib or ev.host_buffers_mib):
@@ -257,6 +276,28 @@ def evaluate(
                 f"no non-zero model buffer on the RPC device {endpoint}: the layers meant for "
                 "that worker did not land there (is it the same llama.cpp build, reachable?)"
             )
+    return problems
+
+
+def evaluate(
+    ev: LoadEvidence,
+    expect_layers: int | None,
+    *,
+    device_prefix: str | None = "Vulkan",
+    min_gpu_buffer_mib: float = 0.0,
+    rpc_endpoints: tuple[str, ...] | list[str] = (),
+) -> GateResult:
+    """Decide from parsed evidence; ``expect_layers`` None means all layers (``-ngl all``).
+
+    With ``rpc_endpoints`` (the ``--rpc`` list) each rpc-server must also hold a non-zero
+    model buffer (``RPC<n>[host:port] model buffer size``): its share of the layers landed.
+    Without ``device_prefix`` (None or empty: a runtime without a GPU) `evaluate_host` decides.
+    Every degradation line (``gate_ops``) is a problem of its own, first, as the probe prints
+    them, whatever the runtime.
+    """
+    if not device_prefix:
+        return evaluate_host(ev, rpc_endpoints)
+    problems = degradation_findings(ev.degraded) + _rpc_problems(ev, rpc_endpoints)
     if ev.no_gpu_warning:
         problems.append(f"llama-server printed 'warning: {NO_GPU_WARNING}'; {NO_GPU_CAUSE}")
     if ev.offloaded is None or ev.offloadable is None:
@@ -297,7 +338,7 @@ def check_log(
     text: str,
     expect_layers: int | None,
     *,
-    device_prefix: str = "Vulkan",
+    device_prefix: str | None = "Vulkan",
     min_gpu_buffer_mib: float = 0.0,
     rpc_endpoints: tuple[str, ...] | list[str] = (),
 ) -> GateResult:
@@ -335,7 +376,8 @@ def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--device-prefix",
         default="Vulkan",
-        help="the GPU devices' name prefix in the log (Vulkan, ROCm)",
+        help="the GPU devices' name prefix in the log (Vulkan, ROCm); empty: a CPU build, "
+        "whose success is every layer on the host",
     )
     parser.add_argument(
         "--min-gpu-mib",

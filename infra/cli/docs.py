@@ -12,6 +12,7 @@ from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import ConfigError, project_root, read_stack_file
 from infra.lock import stack_model_sources
 from infra.reference.page import picture_path, render_docs, render_plan_picture
+from infra.tune import with_tuned_runtimes
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     """Write (or check) the stack's reference document and its plan picture."""
     try:
         stack_file = read_stack_file(args.stack)
-        stack = stack_file.stack()
+        stack = with_tuned_runtimes(stack_file.stack(), stack_file.lock_path)
         sources = stack_model_sources(stack, stack_file.lock_path, preview=True)
         name = stack_file.name
         out = args.output_file or project_root() / "docs" / f"{name}.md"

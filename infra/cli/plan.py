@@ -51,11 +51,12 @@ def run(args: argparse.Namespace) -> int:
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs, stack_plan
+    from infra.tune import with_tuned_runtimes
 
     header = None
     try:
         stack_file = read_stack_file(args.stack)
-        stack = stack_file.stack()
+        stack = with_tuned_runtimes(stack_file.stack(), stack_file.lock_path)
         sources = stack_model_sources(stack, stack_file.lock_path, preview=True)
         if args.gguf:
             headers = []
@@ -135,6 +136,7 @@ def suggest_despite(
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs
+    from infra.tune import with_tuned_runtimes
 
     try:
         stack_file = read_stack_file(stack)
@@ -149,7 +151,7 @@ def suggest_despite(
         if not isinstance(floor, int) or not isinstance(slots, int) or slots < 1:
             return None
         server.update(contextSize=slots, minSlotContext=1)
-        parsed = parse_stack(values)
+        parsed = with_tuned_runtimes(parse_stack(values), stack_file.lock_path)
         if not isinstance(parsed, StrixHaloStack):
             return None
         sources = stack_model_sources(parsed, stack_file.lock_path, preview=True)

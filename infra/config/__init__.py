@@ -30,6 +30,7 @@ from infra.config.stack import (
     project_root,
     read_stack_file,
     resolve_stack,
+    tune_path_for,
 )
 
 __all__ = [
@@ -57,4 +58,5 @@ __all__ = [
     "quantity_value",
     "read_stack_file",
     "resolve_stack",
+    "tune_path_for",
 ]

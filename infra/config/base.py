@@ -173,9 +173,16 @@ def placeholder_problems(values: Any, key: str = "") -> list[str]:
     return []
 
 
+UNION_TAG = "union:"
+"""Prefix of the tags of a union whose member a discriminator picks (`server.runtime`: a name
+or a mapping): pydantic puts the tag in an error's location, the stack file has no such key."""
+
+
 def _key(loc: tuple[int | str, ...]) -> str:
     key = ""
     for part in loc:
+        if isinstance(part, str) and part.startswith(UNION_TAG):
+            continue
         key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
     return key
 
@@ -246,11 +253,14 @@ def validation_problems(error: ValidationError, model: type[BaseModel] | None = 
     return problems
 
 
-def image_problems(key: str, image: str, allowed: bool, example: str) -> list[str]:
-    """A floating image tag, unless the stack explicitly allows one."""
+def image_problems(
+    key: str, image: str, allowed: bool, example: str, flag: str | None = None
+) -> list[str]:
+    """A floating image tag, unless the stack explicitly allows one (`flag`: the key that
+    does; default: `allowFloatingImage` beside `key`)."""
     if allowed or parse_image(image).pinned:
         return []
-    flag = key.rsplit(".", 1)[0] + ".allowFloatingImage"
+    flag = flag or key.rsplit(".", 1)[0] + ".allowFloatingImage"
     return [f"{key}: {image!r} is a floating tag (pin {example}; or set {flag}: true)"]
 
 

@@ -17,6 +17,7 @@ STACK_KEYS: dict[str, dict[str, str]] = {
     "LlamaCppVulkanServer": {
         "namespace": "kubernetes.namespace",
         "image": "server.image",
+        "runtime": "server.runtime",
         "flags.alias": "server.alias",
         "flags.port": "server.port",
         "flags.gpu_layers": "server.gpuLayers",
@@ -72,6 +73,7 @@ STACK_KEYS: dict[str, dict[str, str]] = {
     "LlamaCppRpcWorker": {
         "namespace": "kubernetes.namespace",
         "image": "server.rpc.image",
+        "runtime": "server.runtime",
         "head": "server.name",
         "node_selector": "server.rpc.workers",
         "resources": "server.rpc.workers",

@@ -6,24 +6,29 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Discriminator, Field, Tag
 
 from components.addresses import covers_every_address
 from components.extra_args import ExtraArgs, located
 from components.llamacpp.inputs import (
     CACHE_TYPES,
-    DEFAULT_IMAGE,
     GPU_RESOURCE,
     RPC_BINARY,
     RPC_PORT,
     CacheType,
     extra_args_problems,
+    runtime_record,
+    server_runtime_problems,
+    worker_runtime_problems,
 )
+from components.llamacpp.runtimes import BUILTIN_RUNTIMES, NAME, Runtime, runtime_for
 from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
+    UNION_TAG,
     AbsolutePath,
     Cidr,
+    ConfigError,
     DnsLabel,
     HttpUrl,
     Identifier,
@@ -206,6 +211,43 @@ class RpcSettings(Strict):
     worker its weights, which the startup probe must allow for."""
 
 
+class RuntimeSettings(Strict):
+    """A runtime declared in the stack file: a llama.cpp build of one backend, and what it can
+    do (checks go by what it declares, never by how its image is spelt)."""
+
+    name: Annotated[str, Field(pattern=NAME.pattern)]
+    """Its name, as the plan and the checks call it."""
+    image: ImageReference
+    """Its image, pinned by a build tag or a digest (server.allowFloatingImage allows another)."""
+    backend: Literal["vulkan", "rocm", "cpu"]
+    """`vulkan` (the pod opens /dev/dri), `rocm` (/dev/kfd and /dev/dri) or `cpu` (no device:
+    every layer on the host, server.gpuLayers 0)."""
+    capabilities: list[Literal["rpc"]] = []
+    """What the build has beyond serving: `rpc` (configured with -DGGML_RPC=ON), which
+    server.rpc needs (on the workers too)."""
+    digest: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
+    """The digest the image is pinned to: the pod runs `image@digest`."""
+
+
+RuntimeName = Literal["vulkan", "rocm", "cpu", "tuned"]
+
+
+def _runtime_form(value: Any) -> str:
+    return (
+        f"{UNION_TAG}mapping"
+        if isinstance(value, Mapping | RuntimeSettings)
+        else f"{UNION_TAG}name"
+    )
+
+
+RuntimeChoice = Annotated[
+    Annotated[RuntimeName, Tag(f"{UNION_TAG}name")]
+    | Annotated[RuntimeSettings, Tag(f"{UNION_TAG}mapping")],
+    Discriminator(_runtime_form),
+]
+"""A built-in runtime's name (or `tuned`), or a declared runtime: each error names one form."""
+
+
 class ServerSettings(Strict):
     """llama-server and its Deployment."""
 
@@ -230,7 +272,19 @@ class ServerSettings(Strict):
 
     name: DnsLabel | None = None
     alias: ModelName
-    image: ImageReference = DEFAULT_IMAGE
+    runtime: RuntimeChoice = "vulkan"
+    """What runs llama-server: a built-in runtime, the official image of the pinned build b11434
+    of one backend: `vulkan` (`server-vulkan-b11434`, /dev/dri), `rocm` (`server-rocm-b11434`,
+    /dev/kfd and /dev/dri) or `cpu` (`server-b11434`: no GPU, server.gpuLayers 0, the GPU gate
+    then wants every layer on the host); a mapping `{name, image, backend, capabilities,
+    digest}` for a custom build; or `tuned`: the winner `llm-infra tune` recorded in
+    stacks/STACK.tune.json (a fleet's server: STACK.SERVER.tune.json). The runtime decides the
+    devices mounted, the environment, the device names the GPU gate and the plan expect, and
+    the plan's compute-buffer estimate; server.rpc needs one that declares `rpc`."""
+    image: ImageReference | None = None
+    """The server image; unset: the runtime's. For a built-in runtime, another build of the
+    same backend (an official tag of another backend is refused; an image of another repository
+    is a custom build, taken to have `rpc`); a declared or tuned runtime names its own."""
     allow_floating_image: bool = False
     host: IpAddress = "0.0.0.0"
     port: Port = 8080
@@ -283,9 +337,43 @@ class ServerSettings(Strict):
         ]
 
     @property
+    def declared_runtime(self) -> Runtime:
+        """The runtime server.runtime names (the tune record's winner once it is read)."""
+        if self.runtime == "tuned":
+            raise ConfigError(
+                ["server.runtime: tuned, but the tune record was not read (infra.tune reads it)"]
+            )
+        if isinstance(self.runtime, str):
+            return BUILTIN_RUNTIMES[self.runtime]
+        return Runtime(
+            name=self.runtime.name,
+            image=self.runtime.image,
+            backend=self.runtime.backend,
+            capabilities=frozenset(self.runtime.capabilities),
+            digest=self.runtime.digest,
+        )
+
+    @property
+    def named_runtime(self) -> bool:
+        """Whether the stack names server.runtime (else server.image, or the default, decides)."""
+        return "runtime" in self.model_fields_set
+
+    @property
+    def server_image(self) -> str:
+        """The image the server runs: server.image, else the runtime's (pinned) image."""
+        return self.image or self.declared_runtime.pinned_image
+
+    @property
+    def effective_runtime(self) -> Runtime:
+        """The runtime of the server's pod (`runtimes.runtime_for`): the named one with
+        server.image in its place, or the one server.image (else the default) stands for."""
+        declared = self.declared_runtime if self.named_runtime else None
+        return runtime_for(self.image, declared)[0]
+
+    @property
     def rpc_image(self) -> str:
         """The workers' image: the server's own build unless rpc.image says otherwise."""
-        return (self.rpc.image if self.rpc else None) or self.image
+        return (self.rpc.image if self.rpc else None) or self.server_image
 
 
 class MemorySettings(Strict):
@@ -410,16 +498,21 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             f"server.contextSize to {server.min_slot_context * server.parallel}, lower "
             "server.parallel, or lower server.minSlotContext)"
         )
-    for key, image, allowed in (
-        ("server.image", server.image, server.allow_floating_image),
-        ("store.fetchImage", stack.store.fetch_image, stack.store.allow_floating_image),
-    ):
+    images = [("store.fetchImage", stack.store.fetch_image, stack.store.allow_floating_image)]
+    if server.image is not None:
+        images.insert(0, ("server.image", server.image, server.allow_floating_image))
+    elif isinstance(server.runtime, RuntimeSettings) and server.runtime.digest is None:
+        runtime_image = server.runtime.image
+        images.insert(0, ("server.runtime.image", runtime_image, server.allow_floating_image))
+    for key, image, allowed in images:
         problems += image_problems(
             key,
             image,
             allowed,
             "a build tag such as server-vulkan-b11434, a full version, or a digest",
+            "server.allowFloatingImage" if key.startswith("server.") else None,
         )
+    problems += runtime_problems(stack)
     startup = server.probes.startup
     if startup.window_seconds < server.min_load_seconds:
         problems.append(
@@ -453,6 +546,45 @@ def cross_checks(stack: StrixHaloStack) -> list[str]:
             problems.append(
                 f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
             )
+    return problems
+
+
+def runtime_problems(stack: StrixHaloStack, where: str = "") -> list[str]:
+    """The server's runtime against its image and keys: the components' own rules
+    (components/llamacpp/inputs.py) in the stack file's words, and the node preflight, which
+    checks a Vulkan device. `where`: whence a tuned runtime came (`tuned (the winner ...)`)."""
+    server = stack.server
+    if server.runtime == "tuned":
+        if server.image is not None:
+            return [
+                "server.image: set while server.runtime: tuned takes the image from the tune "
+                "record's winner (drop server.image, or name the runtime)"
+            ]
+        return []
+    named = {"runtime": runtime_record(server.declared_runtime)} if server.named_runtime else {}
+    head = {
+        "image": server.server_image,
+        **named,
+        "gpu_access": server.gpu_access,
+        "flags": {"gpu_layers": server.gpu_layers, "rpc": ["rpc"] if server.rpc else None},
+    }
+    problems = component_problems("LlamaCppVulkanServer", server_runtime_problems(head))
+    if server.rpc is not None and server.rpc.image is not None:
+        worker = {"image": server.rpc.image, **named, "gpu_access": server.gpu_access}
+        problems += component_problems("LlamaCppRpcWorker", worker_runtime_problems(worker))
+    runtime = server.effective_runtime
+    if stack.store.node_preflight and runtime.backend != "vulkan":
+        problems.append(
+            "store.nodePreflight: checks a Vulkan device in the server image (llama-server "
+            f"--list-devices); the runtime {runtime.name!r} ({runtime.backend}) is not checked "
+            "by it (set store.nodePreflight: false)"
+        )
+    if where:
+        key = "server.runtime: "
+        problems = [
+            f"{key}{where}: {p.removeprefix(key)}" if p.startswith(key) else f"{p} ({key}{where})"
+            for p in problems
+        ]
     return problems
 
 

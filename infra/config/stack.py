@@ -134,6 +134,10 @@ class StackFile:
         """The stack's recorded verify expectations, or one fleet server's (may not exist yet)."""
         return expectations_path_for(self.lock_path, server)
 
+    def tune_path(self, server: str | None = None) -> Path:
+        """The stack's tune record, or one fleet server's (may not exist yet)."""
+        return tune_path_for(self.lock_path, server)
+
     def values(self) -> dict[str, Any]:
         """The stack's keys, namespace stripped (what `parse_stack` validates)."""
         return namespace_values(self.config)
@@ -256,11 +260,23 @@ def lock_path_for(stack_file: Path) -> Path:
     return stack_file.with_name(f"{name}.lock.json")
 
 
+def beside_lock(lock_path: Path, kind: str, server: str | None = None) -> Path:
+    """A stack's reviewed record of one kind beside its lock: `STACK.KIND.json`; that of one
+    server of a fleet (by its name, a DNS label) `STACK.SERVER.KIND.json`."""
+    stem = lock_path.name.removesuffix(".lock.json")
+    return lock_path.with_name(f"{stem}.{server}.{kind}.json" if server else f"{stem}.{kind}.json")
+
+
 def expectations_path_for(lock_path: Path, server: str | None = None) -> Path:
     """Where a stack's verify expectations live: beside its lock, `STACK.verify.json`; those of
     one server of a fleet (by its name, a DNS label) `STACK.SERVER.verify.json`."""
-    stem = lock_path.name.removesuffix(".lock.json")
-    return lock_path.with_name(f"{stem}.{server}.verify.json" if server else f"{stem}.verify.json")
+    return beside_lock(lock_path, "verify", server)
+
+
+def tune_path_for(lock_path: Path, server: str | None = None) -> Path:
+    """Where `llm-infra tune` pins a stack's runtime: beside its lock, `STACK.tune.json`; one
+    fleet server's `STACK.SERVER.tune.json`."""
+    return beside_lock(lock_path, "tune", server)
 
 
 class StackSecrets(BaseModel):

@@ -13,7 +13,8 @@ buffers the way llama-server b11434 does:
 
 Compute buffers are estimates, overridable per device: `vulkan_compute_bytes` for llama-style
 attention (measured on a Vulkan GPU: the host's buffer whenever layers are offloaded, the GPU's
-over an F16 KV cache), else the upper bound `compute_buffer_bytes`.
+over an F16 KV cache), else the upper bound `compute_buffer_bytes`. A runtime of another GPU
+backend (ROCm) was not measured: it takes the upper bound, and the plan says so as an assumption.
 """
 
 from __future__ import annotations
@@ -181,6 +182,14 @@ class LlamaCppPlanInputs:
     cpu_tensors: CpuTensors = field(default_factory=CpuTensors)
     """Tensors that tensor overrides (`-ot ...=CPU`, `--n-cpu-moe`, ...) keep in host RAM,
     whatever their layer's device (`infra.plan.extra_args`)."""
+    runtime: str = "vulkan"
+    """The runtime's name (`server.runtime`), as the plan's lines name it."""
+    gpu_device: str = "Vulkan0"
+    """The local GPU as llama-server's load log names it (`Vulkan0`, `ROCm0`): its buffers
+    (`load_tensors: ROCm0 model buffer size`) are the plan's `vram`."""
+    compute_estimate: Literal["vulkan", "upper-bound"] = "vulkan"
+    """The runtime's compute-buffer estimate (`components.llamacpp.runtimes`): `vulkan` where
+    measured, else the upper bound, which the plan states as an assumption."""
 
 
 # -- compute buffers ------------------------------------------------------------------------
@@ -247,7 +256,8 @@ MEASURED_CACHE_TYPES = ("f16", "q8_0")
 def _measured_gpu_graph(inputs: LlamaCppPlanInputs) -> bool:
     """Whether `vulkan_compute_bytes` was measured for this GPU graph (else the upper bound)."""
     return (
-        inputs.attention.kind == "standard"
+        inputs.compute_estimate == "vulkan"
+        and inputs.attention.kind == "standard"
         and inputs.flash_attn
         and inputs.cache_type_k in MEASURED_CACHE_TYPES
         and inputs.cache_type_v in MEASURED_CACHE_TYPES
@@ -511,7 +521,7 @@ def _llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pl
         )
     if not place.output_on_gpu:
         cpu_compute = estimate  # the CPU runs the whole graph
-    elif inputs.attention.kind == "standard":
+    elif inputs.attention.kind == "standard" and inputs.compute_estimate == "vulkan":
         # The mask and the embeddings: the CPU layers' ubatch runs on the GPU too (llama.cpp
         # offloads their large-batch ops), as measured for `-ngl 40` of 44.
         cpu_compute = vulkan_compute_bytes(inputs.attention, graph_context(inputs), ubatch, "host")
@@ -909,6 +919,18 @@ def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list
             "server.contextSize is not checked against the context the model serves (lock the "
             "model)"
         )
+    gpu_compute = memory["vram"].items["compute"] if "vram" in memory else 0
+    if (
+        inputs.compute_estimate != "vulkan"
+        and gpu_compute
+        and "vram" not in (inputs.compute_override_bytes)
+    ):
+        lines.append(
+            f"compute buffers: no measured estimate for the runtime {inputs.runtime!r} (measured "
+            f"through Vulkan only), so its GPU's {fmt_size(gpu_compute)} is the upper bound (one "
+            "ubatch's whole graph), not a measured figure (set memory.computeGib from a real "
+            f"load's `sched_reserve: {inputs.gpu_device} compute buffer size` line)"
+        )
     if inputs.weights.source == "file sizes + layer structure":
         n_layer = len(inputs.weights.layer_bytes)
         lines.append(
@@ -998,6 +1020,11 @@ def _notes(inputs: LlamaCppPlanInputs) -> list[str]:
             "V2/V3 that seed 000 assumed (~1.6 GiB at 64k q8_0, 1 slot)"
         )
     n_layer = len(inputs.weights.layer_bytes)
+    if inputs.runtime != "vulkan" and inputs.vram_bytes is not None:
+        notes.append(
+            f"runtime {inputs.runtime}: llama-server's GPU is {inputs.gpu_device} (its "
+            "`load_tensors` and `sched_reserve` buffers are the plan's vram)"
+        )
     if 0 < inputs.gpu_layers <= n_layer:
         notes.append(
             f"-ngl {inputs.gpu_layers} puts the output layer and {inputs.gpu_layers - 1} "

@@ -217,6 +217,9 @@ def llamacpp_inputs(
     if context:
         raise ConfigError(context)
     served = served_context(stack, structure)
+    runtime = server.effective_runtime
+    # A runtime without a GPU (cpu) plans every layer on the host, whatever memory.vramGib says.
+    gpu = runtime.uses_gpu and memory.vram_gib is not None
     compute = {"vram": int(memory.compute_gib * GIB)} if memory.compute_gib is not None else {}
     try:
         attention = attention_shape(structure.architecture, metadata, structure.vocab_size)
@@ -236,7 +239,7 @@ def llamacpp_inputs(
         parallel=server.parallel,
         cache_type_k=server.cache_type_k,
         cache_type_v=server.cache_type_v,
-        vram_bytes=int(memory.vram_gib * GIB) if memory.vram_gib is not None else None,
+        vram_bytes=int(memory.vram_gib * GIB) if gpu and memory.vram_gib is not None else None,
         memory_limit_bytes=int(quantity_value(server.resources.limits.memory)),
         cache_ram_mib=server.cache_ram if server.cache_ram is not None else DEFAULT_CACHE_RAM_MIB,
         compute_override_bytes=compute,
@@ -247,6 +250,9 @@ def llamacpp_inputs(
         repack=server.repack,
         min_slot_context=server.min_slot_context,
         context_limit=served.tokens if served else None,
+        runtime=runtime.name,
+        gpu_device=f"{runtime.device_prefix or 'CPU'}0",
+        compute_estimate=runtime.compute_estimate,
     )
     return with_extra_args(inputs, server.extra_args, header_summary or source.gguf)
 

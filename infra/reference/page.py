@@ -59,7 +59,7 @@ def _strix_halo(
         *_header(name, stack.model.repo, source),
         f"- **Architecture:** `{structure.architecture}`, {structure.layers} layers",
         "- **Files:** " + ", ".join(f"`{f['name']}`" for f in source.files),
-        f"- **Image:** `{server.image}`",
+        f"- **Image:** `{server.effective_runtime.pinned_image}`",
         "",
         "## Argument by argument",
         "",
@@ -104,12 +104,7 @@ def _strix_halo(
         "",
         "## GPU access",
         "",
-        (
-            "`privileged: true` with a hostPath mount of `/dev/dri` (no device plugin); the root "
-            "filesystem is read-only. `server.gpuAccess: device-plugin` drops every privilege."
-            if server.gpu_access == "privileged"
-            else f"`{server.gpu_resource}: 1` from the device plugin; non-root, no capabilities."
-        ),
+        _gpu_access(stack),
         "",
         *_rpc_workers(stack),
         "## How to tune",
@@ -125,6 +120,24 @@ def _strix_halo(
         *strix_halo_monitoring(stack, {**args, "min_decode_tps": server.min_decode_tps}),
     ]
     return lines
+
+
+def _gpu_access(stack: StrixHaloStack) -> str:
+    """How the server's pod reaches the devices its runtime opens."""
+    server = stack.server
+    runtime = server.effective_runtime
+    if not runtime.devices:
+        return f"None: the runtime `{runtime.name}` runs every layer on the CPU; non-root."
+    if server.gpu_access == "privileged":
+        mounts = " and ".join(f"`{device}`" for device in runtime.devices)
+        return (
+            f"`privileged: true` with a hostPath mount of {mounts} (no device plugin); the root "
+            "filesystem is read-only. `server.gpuAccess: device-plugin` drops every privilege."
+        )
+    return (
+        f"`{server.gpu_resource}: 1` from the device plugin; non-root, no capabilities. To open "
+        f"the devices the pod needs {runtime.traits.groups} in `server.renderGroupId`."
+    )
 
 
 def _rpc_workers(stack: StrixHaloStack) -> list[str]:

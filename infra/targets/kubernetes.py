@@ -21,7 +21,7 @@ from components import (
 )
 from components.k8s.network_policies import NetworkClient
 from components.llamacpp.expected_props import expected_props
-from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppRuntime, runtime_record
 from components.llamacpp.manifests import head_pod_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
@@ -34,6 +34,7 @@ from components.validation import ComponentInputError, input_problems, with_defa
 from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
 from infra.config.fleet import entry_key
 from infra.config.inputs import stack_key, stack_problems
+from infra.config.kubernetes import ServerSettings
 from infra.lock import ModelSource
 from infra.plan.llamacpp import rpc_tensor_split
 from infra.plan.repack import cpu_variant
@@ -252,8 +253,17 @@ def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
             "run_as_user": server.run_as_user,
             "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
         }
+        runtime = runtime_input(server)
+        if runtime is not None:
+            given["runtime"] = runtime
         workers[name] = with_defaults(given, LlamaCppRpcWorkerArgs)
     return workers
+
+
+def runtime_input(server: ServerSettings) -> LlamaCppRuntime | None:
+    """The components' `runtime` input where the stack names server.runtime (None: the image
+    decides, as it does for a Python program that passes none)."""
+    return runtime_record(server.declared_runtime) if server.named_runtime else None
 
 
 def rpc_endpoints(stack: StrixHaloStack) -> list[str]:
@@ -328,7 +338,7 @@ def store_args(
         "upgrade": store.upgrade,
         # The server's image and GPU access: the preflight sees the node as the server will.
         "node_preflight": {
-            "image": stack.server.image,
+            "image": stack.server.effective_runtime.pinned_image,
             "gpu_access": stack.server.gpu_access,
             "min_gpu_memory_gib": stack.memory.vram_gib,
             "cpu_variant": None
@@ -374,7 +384,7 @@ def server_args(
         flags["tensor_split"] = list(rpc_tensor_split(llamacpp_inputs(stack, source)))
     args: LlamaCppVulkanServerArgs = {
         "namespace": stack.kubernetes.namespace,
-        "image": server.image,
+        "image": server.server_image,
         "flags": flags,
         "model": model,
         "node_selector": dict(server.node_selector),
@@ -399,6 +409,9 @@ def server_args(
         "disk_read_mibps": stack.memory.disk_read_mibps,
         "init_seconds": stack.memory.init_seconds,
     }
+    runtime = runtime_input(server)
+    if runtime is not None:
+        args["runtime"] = runtime
     if server.extra_args:
         args["extra_args"] = list(server.extra_args)
     return with_defaults(args, LlamaCppVulkanServerArgs)

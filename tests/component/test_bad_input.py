@@ -150,6 +150,11 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("metrics allowlist with a Caddyfile block", "mi300x", [("metrics", "allowedCidrs", ["10.0.0.0/8 }\nhandle {"])], "metrics.allowedCidrs[0]"),
     ("floating GPU exporter", "mi300x", [("metrics", "gpuExporter", {"image": "rocm/device-metrics-exporter:latest"})], "metrics.gpuExporter.image"),
     ("reference figure of zero", "mi300x", [("metrics", "reference.decodeTps", 0)], "metrics.reference.decodeTps"),
+    ("unknown runtime", "strix-halo", [("server", "runtime", "metal")], "server.runtime"),
+    ("CPU runtime with GPU layers", "strix-halo", [("server", "runtime", "cpu")], "server.gpuLayers"),
+    ("image of another backend than the runtime", "strix-halo", [("server", "runtime", "rocm"), ("server", "image", "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434")], "server.image"),
+    ("tuned without a tune record", "strix-halo", [("server", "runtime", "tuned")], "server.runtime"),
+    ("declared runtime without rpc for a split", "strix-halo-pair-split", [("server", "image", DELETE), ("server", "runtime", {"name": "mine", "image": "registry.lan/llama.cpp:vk-b11434", "backend": "vulkan"})], "server.runtime"),
 ]  # fmt: skip
 
 

@@ -151,6 +151,13 @@ def parents() -> dict[Path_, Any]:
         ("metrics", "scrapers"): [{"namespace": "monitoring"}],
         ("metrics", "gpuExporter"): {},
         ("server", "probes"): ProbesSettings().model_dump(by_alias=True),
+        # A declared runtime (a custom build of the pinned version, with rpc).
+        ("server", "runtime"): {
+            "name": "my-build",
+            "image": "registry.lan/llama.cpp:vulkan-rpc-b11434",
+            "backend": "vulkan",
+            "capabilities": ["rpc"],
+        },
         # A split model: one worker on another node (the server then needs an RPC build).
         ("server", "rpc"): {
             "workers": [{"nodeSelector": {"kubernetes.io/hostname": "nucbox-2"}, "vramGib": 90}]

@@ -71,6 +71,28 @@ def test_device_plugin_mode_needs_no_privilege_skips(tmp_path: Path) -> None:
     assert {check for check, _ in findings(report, "skipped_checks")} == PINNED_TAG_SKIPS
 
 
+def test_a_rocm_runtime_has_the_privileged_skips_and_a_cpu_runtime_none(tmp_path: Path) -> None:
+    (tmp_path / "rocm").mkdir()
+    server = "  llm-infra:server:\n"
+    rocm = checkov(rendered(tmp_path / "rocm", server, f"{server}    runtime: rocm\n"))
+    assert findings(rocm, "failed_checks") == set()
+    assert {check for check, _ in findings(rocm, "skipped_checks")} == (
+        PINNED_TAG_SKIPS | PRIVILEGED_SKIPS
+    )
+    reasons = [c["check_result"]["suppress_comment"] for c in rocm["results"]["skipped_checks"]]
+    assert any(r.startswith("ROCm reaches /dev/kfd and /dev/dri only privileged") for r in reasons)
+    stack = STACK_FILE.read_text().replace("gpuLayers: 40", "gpuLayers: 0\n    runtime: cpu")
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "Pulumi.variant.yaml").write_text(
+        stack.replace("memory: 20Gi", "memory: 110Gi")
+    )
+    result = render(str(tmp_path / "cpu" / "Pulumi.variant.yaml"), tmp_path / "cpu" / "out")
+    assert result.returncode == 0, result.stderr
+    cpu = checkov(tmp_path / "cpu" / "out" / "manifests.yaml")
+    assert findings(cpu, "failed_checks") == set()
+    assert {check for check, _ in findings(cpu, "skipped_checks")} == PINNED_TAG_SKIPS
+
+
 def test_an_unexplained_finding_fails(tmp_path: Path) -> None:
     manifests = rendered(tmp_path)
     documents = list(yaml.safe_load_all(manifests.read_text()))

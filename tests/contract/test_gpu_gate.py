@@ -268,3 +268,48 @@ def test_every_table_format_is_in_the_pinned_sources() -> None:
         printed = _SPEC.sub(lambda m: "7" if m[0][-1] in "du" else "X0", entry.format)
         if entry.key not in {"fused-op-disabled", "cuda-init-failed"}:
             assert entry.regex.search(printed), (entry.key, printed)
+
+
+def test_the_cpu_runtimes_gate_passes_the_real_cpu_build_under_the_pods_wrapper(
+    model: Path, tmp_path: Path
+) -> None:
+    """`server.runtime: cpu` (the official `server-b11434`, the stock CPU build): `-ngl 0`, and
+    success is every layer on the host, decided by the buffers in the probe and the Python check."""
+    log, console = tmp_path / "llama-server.log", tmp_path / "console.log"
+    argv = tiny_server_argv(model, "-ngl", "0", "-lv", "4", "--log-file", str(log), parallel=1)
+    with run_gated_llama_server(argv, console) as url:
+        probe = subprocess.run(
+            gate.probe_command(str(log), 0, health_url=url, device_prefix=None),
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        vulkan = subprocess.run(
+            gate.probe_command(str(log), 0, health_url=url),
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+    assert probe.returncode == 0, probe.stdout + probe.stderr
+    assert probe.stdout.startswith("gpu-gate: PASS every layer on the host (seen: model buffers ")
+    assert "CPU_Mapped" in probe.stdout
+    result = gpu_gate.check_log(log.read_text(), 0, device_prefix=None)
+    assert result.ok, result.summary()
+    assert result.summary().startswith("gpu-gate: PASS: every layer on the host")
+    # The same load fails a GPU runtime's gate: the runtime decides what success is.
+    assert vulkan.returncode == 1 and vulkan.stdout.startswith("gpu-gate: FAIL: no GPU used")
+
+
+def test_a_cpu_build_with_the_rpc_backend_passes_the_cpu_gate_on_its_buffers(
+    model: Path, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.log"
+    with run_llama_server(tiny_server_argv(model, "-ngl", "0", "-lv", "4"), log_path=log):
+        pass
+    text = log.read_text()
+    # It logs the offload lines (an RPC backend counts as a way to offload): 0 layers, every
+    # buffer on the CPU; the stock CPU build logs none. The buffers decide, for both.
+    assert re.search(r"load_tensors: offloaded 0/\d+ layers to GPU", text)
+    assert gpu_gate.check_log(text, 0, device_prefix=None).ok
+    (tmp_path / "load.log").write_text(text)
+    probe = subprocess.run(
+        gate.probe_command(str(tmp_path / "load.log"), 0, device_prefix=None),
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert probe.returncode == 0, probe.stdout

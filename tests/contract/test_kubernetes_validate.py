@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -72,3 +73,28 @@ def test_verify_job_and_api_key_secret_pass_strict_validation(tmp_path: Path) ->
     assert kinds.count("Job") == 2
     validated = kubernetes_validate(out / "manifests.yaml")
     assert validated.returncode == 0, validated.stdout + validated.stderr
+
+
+@pytest.mark.parametrize("access", ["privileged", "device-plugin"])
+def test_a_rocm_runtime_render_passes_strict_validation(tmp_path: Path, access: str) -> None:
+    """ROCm cannot run here (no AMD GPU): its manifests are held to the API server's schema."""
+    text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
+    server = f"  llm-infra:server:\n    runtime: rocm\n    gpuAccess: {access}\n"
+    if access == "device-plugin":
+        server += "    renderGroupId: 992\n"
+    (tmp_path / "Pulumi.strix-halo.yaml").write_text(text.replace("  llm-infra:server:\n", server))
+    out = tmp_path / "out"
+    result = render(str(tmp_path / "Pulumi.strix-halo.yaml"), out, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
+    (server_deployment,) = [
+        d for d in documents if d["kind"] == "Deployment" and "llama-server" in json.dumps(d)
+    ]
+    pod = server_deployment["spec"]["template"]["spec"]
+    (container,) = [c for c in pod["containers"] if c["name"] == "llama-server"]
+    assert container["image"] == "ghcr.io/ggml-org/llama.cpp:server-rocm-b11434"
+    paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
+    assert paths == ({"/dev/kfd", "/dev/dri"} if access == "privileged" else set())
+    validated = kubernetes_validate(out / "manifests.yaml")
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    assert "dev=ROCm" in json.dumps(container["startupProbe"])

@@ -382,7 +382,7 @@ def test_store_args_carry_the_upgrade_mode_and_the_preflight_from_the_server(
     stack = strix(strix_halo_values)
     args = store_args(stack, unlocked_source(stack), None)
     assert args.get("node_preflight") == {
-        "image": stack.server.image,
+        "image": stack.server.server_image,
         "gpu_access": "privileged",
         "min_gpu_memory_gib": 90,
         "cpu_variant": "zen4",  # memory.nodeCpu: zen5

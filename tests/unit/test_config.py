@@ -42,7 +42,7 @@ def test_seed_stack_holds_every_seed_value(strix_halo_values: dict[str, Any]) ->
         5,
     )
     assert server.probes.startup.window_seconds >= 300
-    assert server.image == "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
+    assert server.server_image == "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434"
     assert stack.store.retired_patterns == ["Qwen3.6*.gguf"]
 
 
@@ -134,7 +134,7 @@ def test_floating_image_tag_is_rejected_unless_allowed(strix_halo_values: dict[s
     )
     assert "server.allowFloatingImage: true" in problem
     strix_halo_values["server"]["allowFloatingImage"] = True
-    assert strix(strix_halo_values).server.image.endswith(":server-vulkan")
+    assert strix(strix_halo_values).server.server_image.endswith(":server-vulkan")
 
 
 def test_floating_fetch_image_is_rejected(strix_halo_values: dict[str, Any]) -> None:
