@@ -6,12 +6,15 @@ server's in `STACK.SERVER.tune.json`, beside the lock, reviewed like it). A serv
 a runtime named in the stack file is. The record is read strictly: every problem names the file
 and the field; a missing record says to run `llm-infra tune STACK`.
 
-    {"version": 1, "stack": "strix-halo", "server": null,
+    {"version": 1, "stack": "strix-halo", "server": null, "where": "local",
+     "depths": [0, 32768], "runs": 3, "rule": "...",
      "current": {RUNTIME}, "winner": {RUNTIME},
-     "candidates": [{"runtime": {RUNTIME}, "verdict": "winner|kept|slower|rejected",
-                     "reason": "...", "figures": {...}}]}
+     "candidates": [{"name": "...", "runtime": {RUNTIME}, "current": false,
+                     "verdict": "winner|kept|slower|rejected", "reason": "...",
+                     "loadSeconds": 41.2, "figures": [{"depth": 0, ...}]}]}
 
-where RUNTIME is `Runtime.to_record()`'s `{name, image, backend, capabilities, digest}`.
+where RUNTIME is `Runtime.to_record()`'s `{name, image, backend, capabilities, digest}`; the
+whole shape is docs/json/tune.schema.json (`components/payloads/tune_figures.py` writes it).
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ TUNE_VERSION = 1
 VERDICTS = ("winner", "kept", "slower", "rejected")
 MAX_TUNE_FILE_BYTES = 1024 * 1024
 """A tune record: a few runtimes and their figures, a few KiB."""
-_KEYS = ("version", "stack", "server", "current", "winner", "candidates")
-_CANDIDATE_KEYS = ("runtime", "verdict", "reason", "figures")
+_KEYS = (
+    "version", "stack", "server", "where", "depths", "runs", "rule", "current", "winner",
+    "candidates",
+)  # fmt: skip
+_CANDIDATE_KEYS = ("name", "runtime", "current", "verdict", "reason", "loadSeconds", "figures")
 
 
 def tune_record_problems(
@@ -99,8 +105,8 @@ def _candidate_problems(key: str, candidate: object) -> list[str]:
         problems.append(f"{key}.verdict: {verdict!r} is not one of {', '.join(VERDICTS)}")
     if "reason" in candidate and not isinstance(candidate["reason"], str):
         problems.append(f"{key}.reason: {candidate['reason']!r} is not a string")
-    if "figures" in candidate and not isinstance(candidate["figures"], dict):
-        problems.append(f"{key}.figures: {candidate['figures']!r} is not an object")
+    if "figures" in candidate and not isinstance(candidate["figures"], list):
+        problems.append(f"{key}.figures: {candidate['figures']!r} is not a list (one per depth)")
     return problems
 
 

@@ -154,9 +154,7 @@ def host_probe_shell(
     return (
         _health_shell(health_url) + f"log={log}\n"
         '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
-        'it with --log-file)"; exit 1; }\n'
-        + degradation_shell()
-        + '[ "$deg" = 0 ] || exit 1\n'
+        'it with --log-file)"; exit 1; }\n' + degradation_shell() + '[ "$deg" = 0 ] || exit 1\n'
         "if grep -q 'common_params_print_info: verbosity = [0-3] ' \"$log\"; then\n"
         f'  echo "gpu-gate: FAIL: the log is below -lv 4; "{verbosity}; exit 1\n'
         "fi\n"

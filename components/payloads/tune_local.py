@@ -308,6 +308,9 @@ def load_candidates(path: Path) -> list[LocalCandidate]:
             for k, v in set_args.items()
         ):
             raise ValueError(f"{where} ({name}): setArgs must map flags to strings or null")
+        # A runtime as the record holds it (`Runtime.to_record`): no capability, no digest
+        # unless the candidate names them.
+        runtime = {"capabilities": [], "digest": None, **runtime}
         found.append(
             LocalCandidate(
                 name,

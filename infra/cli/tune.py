@@ -103,13 +103,6 @@ def add_parser(sub: Subparsers) -> None:
     p.set_defaults(run=run)
 
 
-def tune_path(stack_file: StackFile, server: str | None) -> Path:
-    """`STACK.tune.json` (a fleet server's `STACK.SERVER.tune.json`) beside the stack's lock."""
-    stem = stack_file.lock_path.name.removesuffix(".lock.json")
-    name = f"{stem}.{server}.tune.json" if server else f"{stem}.tune.json"
-    return stack_file.lock_path.with_name(name)
-
-
 def server_argv(stack_file: StackFile, server: str | None) -> list[str]:
     """The llama-server argv (without the executable) the stack renders for the server."""
     from infra import program, render
@@ -137,8 +130,11 @@ def server_argv(stack_file: StackFile, server: str | None) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Run every candidate, decide, print the table and write the record."""
+    from components.llamacpp.runtimes import record_problems
     from components.payloads import tune_figures, tune_local, verify
     from infra.config import ConfigError, read_stack_file
+    from infra.config.stack import tune_path_for
+    from infra.tune import tune_record_problems
 
     try:
         stack_file = read_stack_file(args.stack)
@@ -151,6 +147,11 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         problems.append(f"--local: {exc}")
         candidates = []
+    for candidate in candidates:
+        problems += [
+            f"--local: candidate {candidate.name!r}: runtime{'.' + key if key else ''}: {problem}"
+            for key, problem in record_problems(candidate.runtime)
+        ]
     model = args.model or Path(stack_args[stack_args.index("-m") + 1])
     if not model.is_file():
         problems.append(f"--model: {shown_path(model)} is not a file here (give the model's path)")
@@ -183,7 +184,10 @@ def run(args: argparse.Namespace) -> int:
         stack_file.name, args.server, results, winner, depths=depths, runs=args.runs,
         where="local",
     )  # fmt: skip
-    out = args.output_file or tune_path(stack_file, args.server)
+    wrong = tune_record_problems(record, stack_file.name, args.server)
+    if wrong:  # the writer and the reader (`server.runtime: tuned`) disagree: a bug of ours
+        raise RuntimeError(f"the tune record would not be read back: {wrong}")
+    out = args.output_file or tune_path_for(stack_file.lock_path, args.server)
     if not args.dry_run:
         out.write_text(json.dumps(record, indent=2) + "\n")
     if args.output == "json":

@@ -27,6 +27,7 @@ from infra.config import ConfigError
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args
 from tests.conftest import ROOT, STACKS, stack_values, strix, unlocked_source
+from tests.support.tune_records import written_record
 
 SPLIT = "strix-halo-pair-split"
 DIGEST = "sha256:" + "ab" * 32
@@ -137,18 +138,12 @@ def test_a_declared_runtime_renders_its_own_image_and_backend() -> None:
 
 
 def tune_record(winner: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    current = {**BUILTIN_RUNTIMES["vulkan"].to_record()}
-    record = {
-        "version": 1,
-        "stack": "strix-halo",
-        "server": None,
-        "current": current,
-        "winner": winner,
-        "candidates": [
-            {"runtime": winner, "verdict": "winner", "reason": "fastest", "figures": {}},
-            {"runtime": current, "verdict": "slower", "reason": "9.0 tok/s", "figures": {}},
-        ],
-    }
+    """The record `llm-infra tune` writes when `winner` beats the official Vulkan runtime."""
+    server = changes.pop("server", None)
+    stack = changes.pop("stack", "strix-halo")
+    record = written_record(
+        winner, BUILTIN_RUNTIMES["vulkan"].to_record(), stack=stack, server=server
+    )
     record.update(changes)
     return record
 

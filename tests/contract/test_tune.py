@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import gguf
@@ -23,6 +24,7 @@ import pytest
 from components.payloads import tune_local, verify
 from infra.cli.tune import server_argv
 from infra.config import read_stack_file
+from infra.tune import load_tune_record
 from tests.conftest import ROOT
 from tests.support import llama_build
 from tests.support.llama_server import free_port
@@ -133,6 +135,17 @@ def test_the_winner_follows_the_rule_on_the_recorded_figures(
     else:
         assert record["winner"]["name"] == "threads-1" and current["verdict"] == "kept"
         assert "not faster by more than the spread" in challenger["reason"]
+
+
+def test_the_record_reads_back_as_the_runtime_server_runtime_tuned_renders(
+    bake_off: tuple[dict[str, Any], str], tmp_path: Path
+) -> None:
+    record, _ = bake_off
+    path = tmp_path / "strix-halo.tune.json"
+    path.write_text(json.dumps(record))
+    winner = load_tune_record(path, "strix-halo", None)
+    assert winner.to_record() == record["winner"]
+    assert winner.name in {"threads-1", "threads-2"} and winner.backend == "cpu"
 
 
 def test_each_broken_candidate_is_rejected_with_its_reason(

@@ -13,6 +13,7 @@ from components.llamacpp.runtimes import BUILTIN_RUNTIMES, Runtime
 from infra.config import ConfigError, FleetStack, parse_stack, tune_path_for
 from infra.tune import load_tune_record, tune_record_problems, with_tuned_runtimes
 from tests.conftest import STACKS, stack_values
+from tests.support.tune_records import written_record
 
 DIGEST = "sha256:" + "ef" * 32
 VULKAN = BUILTIN_RUNTIMES["vulkan"].to_record()
@@ -20,20 +21,8 @@ ROCM = BUILTIN_RUNTIMES["rocm"].to_record()
 
 
 def record(**changes: Any) -> dict[str, Any]:
-    """The record `llm-infra tune strix-halo` writes when ROCm wins (the format of its brief)."""
-    document: dict[str, Any] = {
-        "version": 1,
-        "stack": "strix-halo",
-        "server": None,
-        "current": VULKAN,
-        "winner": {**ROCM, "digest": DIGEST},
-        "candidates": [
-            {"runtime": {**ROCM, "digest": DIGEST}, "verdict": "winner",
-             "reason": "16.0 tok/s decode", "figures": {"decode_tps": 16.0}},
-            {"runtime": VULKAN, "verdict": "slower", "reason": "9.0 tok/s decode",
-             "figures": {"decode_tps": 9.0}},
-        ],
-    }  # fmt: skip
+    """The record `llm-infra tune strix-halo` writes when ROCm wins."""
+    document = written_record({**ROCM, "digest": DIGEST}, VULKAN)
     document.update(changes)
     return document
 
@@ -64,9 +53,9 @@ def test_the_winner_is_read_pinned_to_its_digest(tmp_path: Path) -> None:
         ({"winner": {**ROCM, "image": "r.lan/x:latest"}}, "winner.image: 'r.lan/x:latest'"),
         ({"current": "vulkan"}, "current: str is not a mapping"),
         ({"candidates": {}}, "candidates: dict is not a list"),
-        ({"candidates": [{"runtime": VULKAN, "verdict": "best", "reason": "", "figures": {}}]},
+        ({"candidates": [{"runtime": VULKAN, "verdict": "best", "reason": "", "figures": []}]},
          "candidates[0].verdict: 'best' is not one of winner, kept, slower, rejected"),
-        ({"candidates": [{"runtime": VULKAN, "verdict": "winner", "reason": "", "figures": {}}]},
+        ({"candidates": [{"runtime": VULKAN, "verdict": "winner", "reason": "", "figures": []}]},
          "winner: is not the runtime of the candidate whose verdict is 'winner'"),
         ({"candidates": [{"runtime": VULKAN, "verdict": "kept"}]},
          "candidates[0].reason: is required"),
