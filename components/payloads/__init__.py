@@ -31,3 +31,36 @@ FETCHER_MOUNT = "/opt/llm-infra"
 """Where a container finds the fetcher and its lock."""
 VERIFY_MOUNT = "/opt/llm-infra-verify"
 """Where a container finds verify.py and its expectations."""
+
+
+def shipped_modules(name: str) -> dict[str, str]:
+    """A payload module and every payload module it imports, transitively, by their path in a
+    checkout (`components/payloads/NAME.py`) → source: what a stock Python needs beside it to
+    import ``components.payloads.NAME``. The package's ``components/__init__.py`` is shipped
+    empty (the real one imports the Pulumi components); this package's own is shipped as is."""
+    import ast
+
+    sources = {"components/__init__.py": "", "components/payloads/__init__.py": ""}
+    sources["components/payloads/__init__.py"] = (_HERE / "__init__.py").read_text()
+    todo = [name]
+    while todo:
+        module = todo.pop()
+        path = f"components/payloads/{module}.py"
+        if path in sources:
+            continue
+        text = (_HERE / f"{module}.py").read_text()
+        sources[path] = text
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module == "components.payloads":
+                todo += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                "components.payloads."
+            ):
+                todo.append(str(node.module).rsplit(".", 1)[1])
+            elif isinstance(node, ast.Import):
+                todo += [
+                    a.name.rsplit(".", 1)[1]
+                    for a in node.names
+                    if a.name.startswith("components.payloads.")
+                ]
+    return sources

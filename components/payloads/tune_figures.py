@@ -55,6 +55,19 @@ class CandidateResult:
                 return series if series.values else None
         return None
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> CandidateResult:
+        """A result as a Job printed it (`to_json` and its `rejection`), before the verdict."""
+        load = doc.get("loadSeconds")
+        return cls(
+            name=str(doc["name"]),
+            runtime=dict(doc["runtime"]),
+            current=bool(doc["current"]),
+            rejection=doc.get("rejection"),
+            depths=[DepthFigures.from_json(d) for d in doc["figures"]],
+            load_seconds=None if load is None else float(load),
+        )
+
     def to_json(self) -> dict[str, Any]:
         return {
             "name": self.name,

@@ -43,6 +43,10 @@ class Series:
     def spread(self) -> float | None:
         return max(self.values) - min(self.values) if self.values else None
 
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Series:
+        return cls([float(v) for v in doc["runs"]])
+
     def to_json(self) -> dict[str, Any]:
         median, spread = self.median, self.spread
         return {
@@ -64,6 +68,18 @@ class DepthFigures:
     cached_tokens: list[int] = field(default_factory=list)
     """`timings.cache_n` of each run: the prefix the server reused (should be the depth)."""
     errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> DepthFigures:
+        return cls(
+            depth=int(doc["depth"]),
+            decode=Series.from_json(doc["decodeTokS"]),
+            decode_server=Series.from_json(doc["decodeTokSServer"]),
+            prefill=Series.from_json(doc["prefillTokS"]),
+            prefill_server=Series.from_json(doc["prefillTokSServer"]),
+            cached_tokens=[int(n) for n in doc["cachedTokens"]],
+            errors=[str(e) for e in doc["errors"]],
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {

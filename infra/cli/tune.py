@@ -23,6 +23,7 @@ from infra.cli.common import (
 )
 
 if TYPE_CHECKING:
+    from components.payloads.tune_figures import CandidateResult
     from infra.cli.common import Subparsers
     from infra.config import StackFile
 
@@ -70,10 +71,31 @@ def add_parser(sub: Subparsers) -> None:
         "--server",
         help="a stack with servers: the server to tune, by name (default: the stack's one server)",
     )
-    p.add_argument(
-        "--local", type=Path, metavar="CANDIDATES", required=True,
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument(
+        "--local", type=Path, metavar="CANDIDATES",
         help="run the candidates on this machine: a JSON list of {name, runtime, command, env, "
         "setArgs, current} (docs/tune.md)",
+    )  # fmt: skip
+    mode.add_argument(
+        "--kubernetes", metavar="DIR", type=Path,
+        help="write one Job per candidate runtime for the server's node into DIR, and the "
+        "kubectl steps that run them (needs --stop-server)",
+    )  # fmt: skip
+    mode.add_argument(
+        "--collect", type=Path, nargs="+", metavar="LOG",
+        help="decide from the logs of the Jobs --kubernetes wrote (kubectl logs job/NAME)",
+    )  # fmt: skip
+    p.add_argument(
+        "--runtime", action="append", default=[], metavar="RUNTIME",
+        help="--kubernetes: a candidate besides the server's own runtime, by name (vulkan, "
+        "rocm, cpu) or as a JSON runtime record {name, image, backend, capabilities, digest}; "
+        "repeat for more (default: none but the server's own)",
+    )  # fmt: skip
+    p.add_argument(
+        "--stop-server", action="store_true",
+        help="--kubernetes: the steps scale the server to 0 for the bake-off and back to 1 "
+        "after it (the node's GPU and memory hold its model; without it tune refuses)",
     )  # fmt: skip
     p.add_argument(
         "--model", type=Path,
@@ -129,18 +151,45 @@ def server_argv(stack_file: StackFile, server: str | None) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run every candidate, decide, print the table and write the record."""
-    from components.llamacpp.runtimes import record_problems
-    from components.payloads import tune_figures, tune_local, verify
+    """Run the candidates here, write the Kubernetes Jobs, or decide from their logs."""
     from infra.config import ConfigError, read_stack_file
-    from infra.config.stack import tune_path_for
-    from infra.tune import tune_record_problems
 
     try:
         stack_file = read_stack_file(args.stack)
-        stack_args = server_argv(stack_file, args.server)
+        if args.collect:
+            results = _collected(args.collect)
+            return _finish(args, stack_file, results, "kubernetes")
+        if args.kubernetes:
+            return _kubernetes(args, stack_file)
+        results = _local(args, stack_file)
     except ConfigError as exc:
         return report_config_error(exc, f"cannot tune {args.stack}")
+    return _finish(args, stack_file, results, "local")
+
+
+def _expectations(args: argparse.Namespace, stack_file: StackFile) -> dict[str, Any]:
+    from components.payloads import verify
+    from infra.config import ConfigError
+
+    expect = args.expect or stack_file.expectations_path(args.server)
+    try:
+        return verify.load_expectations(expect)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(
+            [
+                f"--expect: {exc}: every candidate must pass verify (record expectations once "
+                "with `llm-infra verify STACK --url URL --record` against a server you trust)"
+            ]
+        ) from None
+
+
+def _local(args: argparse.Namespace, stack_file: StackFile) -> list[CandidateResult]:
+    """Every candidate of --local run on this machine."""
+    from components.llamacpp.runtimes import record_problems
+    from components.payloads import tune_local, verify
+    from infra.config import ConfigError
+
+    stack_args = server_argv(stack_file, args.server)
     problems = []
     try:
         candidates = tune_local.load_candidates(args.local)
@@ -155,17 +204,13 @@ def run(args: argparse.Namespace) -> int:
     model = args.model or Path(stack_args[stack_args.index("-m") + 1])
     if not model.is_file():
         problems.append(f"--model: {shown_path(model)} is not a file here (give the model's path)")
-    expect = args.expect or stack_file.expectations_path(args.server)
     expectations: dict[str, Any] = {}
     try:
-        expectations = verify.load_expectations(expect)
-    except (OSError, ValueError) as exc:
-        problems.append(
-            f"--expect: {exc}: every candidate must pass verify (record expectations once "
-            "with `llm-infra verify STACK --url URL --record` against a server you trust)"
-        )
+        expectations = _expectations(args, stack_file)
+    except ConfigError as exc:
+        problems += exc.problems
     if problems:
-        return report_config_error(ConfigError(problems), f"cannot tune {args.stack}")
+        raise ConfigError(problems)
     results = []
     with tempfile.TemporaryDirectory(prefix="llm-infra-tune-") as work:
         for candidate in candidates:
@@ -178,11 +223,98 @@ def run(args: argparse.Namespace) -> int:
             )  # fmt: skip
             print(f"tune: {candidate.name}: {result.rejection or 'measured'}", file=sys.stderr)
             results.append(result)
+    return results
+
+
+def _kubernetes(args: argparse.Namespace, stack_file: StackFile) -> int:
+    """Write the Jobs and print the steps that run them."""
+    from infra.cli.verify import one_server
+    from infra.config import ConfigError, StrixHaloStack
+    from infra.render import manifests_yaml
+    from infra.tune import with_tuned_runtimes
+    from infra.tune_kubernetes import CONFIG_FILE, candidate_runtimes, job_file, steps, tune_jobs
+
+    stack = with_tuned_runtimes(stack_file.stack(), stack_file.lock_path)
+    chosen = one_server(stack, args.server)
+    if not isinstance(chosen, StrixHaloStack):
+        raise ConfigError(
+            ["server.runtime: tune picks among llama.cpp runtimes; this stack runs vLLM"]
+        )
+    if not args.stop_server:
+        raise ConfigError(
+            [
+                f"--stop-server: the bake-off runs on {chosen.server.resource_name}'s node, whose "
+                "GPU and memory hold the server's model: the server must be stopped while the "
+                "candidates run (the steps scale it to 0, and back to 1 as `pulumi up` last "
+                "deployed it); pass --stop-server to write them"
+            ]
+        )
+    runtimes = candidate_runtimes(chosen.server.effective_runtime, args.runtime)
+    settings = {
+        "depths": list(args.depths), "runs": args.runs, "prefillTokens": args.prefill_tokens,
+        "decodeTokens": args.decode_tokens, "loadTimeout": args.load_timeout,
+    }  # fmt: skip
+    expectations = json.dumps(_expectations(args, stack_file), indent=1) + "\n"
+    jobs = tune_jobs(
+        stack_file, args.server, chosen, runtimes, expectations=expectations, settings=settings
+    )
+    out: Path = args.kubernetes
+    out.mkdir(parents=True, exist_ok=True)
+    (out / CONFIG_FILE).write_text(manifests_yaml(jobs.manifests[:2]))
+    for index, (job, manifest) in enumerate(zip(jobs.jobs, jobs.manifests[2:], strict=True), 1):
+        (out / job_file(index, job)).write_text(manifests_yaml([manifest]))
+    lines = steps(jobs, shown_path(out), stack_file.name)
+    if args.output == "json":
+        print_json({"stack": stack_file.name, "out": str(out), "jobs": jobs.jobs, "steps": lines})
+        return 0
+    print(
+        f"wrote {len(jobs.jobs)} Jobs ({', '.join(r.name for r in runtimes)}) to {shown_path(out)}/"
+    )
+    print("run them one at a time, with the server stopped:")
+    for line in lines:
+        print(f"  {line}")
+    return 0
+
+
+def _collected(logs: list[Path]) -> list[CandidateResult]:
+    from components.payloads.tune_job import results_in_log
+    from infra.config import ConfigError
+
+    results, problems = [], []
+    for log in logs:
+        try:
+            found = results_in_log(log.read_text(errors="replace"))
+        except OSError as exc:
+            problems.append(f"--collect: {log}: {exc.strerror or exc}")
+            continue
+        except (ValueError, KeyError, TypeError) as exc:
+            problems.append(f"--collect: {log}: a malformed result line ({exc})")
+            continue
+        if not found:
+            problems.append(
+                f"--collect: {log}: no result line (did the Job finish? kubectl logs job/NAME "
+                "-c tune)"
+            )
+        results += found
+    if problems:
+        raise ConfigError(problems)
+    return results
+
+
+def _finish(
+    args: argparse.Namespace, stack_file: StackFile, results: list[CandidateResult], where: str
+) -> int:
+    """Decide, print the table, write the record."""
+    from components.payloads import tune_figures
+    from infra.config.stack import tune_path_for
+    from infra.tune import tune_record_problems
+
     depths = sorted({d.depth for r in results for d in r.depths})
+    runs = max((len(d.decode_server.values) for r in results for d in r.depths), default=args.runs)
     winner = tune_figures.decide(results, depths)
     record = tune_figures.tune_record(
-        stack_file.name, args.server, results, winner, depths=depths, runs=args.runs,
-        where="local",
+        stack_file.name, args.server, results, winner, depths=depths, runs=max(runs, MIN_RUNS),
+        where=where,
     )  # fmt: skip
     wrong = tune_record_problems(record, stack_file.name, args.server)
     if wrong:  # the writer and the reader (`server.runtime: tuned`) disagree: a bug of ours

@@ -55,3 +55,56 @@ def test_fewer_than_three_runs_is_refused() -> None:
     result = tune("--local", "c.json", "--runs", "2")
     assert result.returncode == 2
     assert "at least 3 runs, so that a median and a spread exist" in result.stderr
+
+
+def expectations(tmp_path: Path) -> Path:
+    from components.payloads.verify import new_expectations
+
+    path = tmp_path / "expect.json"
+    path.write_text(json.dumps(new_expectations()))
+    return path
+
+
+def test_the_kubernetes_bake_off_refuses_without_stopping_the_server(tmp_path: Path) -> None:
+    result = tune("--kubernetes", str(tmp_path / "jobs"), "--expect", str(expectations(tmp_path)))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[1].startswith(
+        "--stop-server: the bake-off runs on deepseek-v4-flash-0731's node, whose GPU and memory "
+        "hold the server's model"
+    )
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_a_candidate_the_stack_cannot_run_is_named_with_the_stack_files_reason(
+    tmp_path: Path,
+) -> None:
+    result = tune("--kubernetes", str(tmp_path / "jobs"), "--expect", str(expectations(tmp_path)),
+                  "--stop-server", "--runtime", "cpu", "--runtime", "fastest")  # fmt: skip
+    assert result.returncode == 2
+    assert "--runtime: 'fastest' is neither a runtime name (vulkan, rocm, cpu)" in result.stderr
+    result = tune("--kubernetes", str(tmp_path / "jobs"), "--expect", str(expectations(tmp_path)),
+                  "--stop-server", "--runtime", "cpu")  # fmt: skip
+    assert result.returncode == 2
+    assert "--runtime cpu: server.gpuLayers: 40 layers for a GPU, but server.runtime 'cpu'" in (
+        result.stderr
+    )
+
+
+def test_the_steps_stop_the_server_run_one_job_at_a_time_and_bring_it_back(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "jobs"
+    result = tune("--kubernetes", str(out), "--expect", str(expectations(tmp_path)),
+                  "--stop-server", "--runtime", "rocm", "-o", "json")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    steps = json.loads(result.stdout)["steps"]
+    assert steps[0] == "kubectl -n llm scale deployment/deepseek-v4-flash-0731 --replicas=0"
+    applied = [s for s in steps if " apply -f " in s and "tune-config" not in s]
+    assert [s.rsplit("/", 1)[1] for s in applied] == [
+        "01-deepseek-v4-flash-0731-tune-vulkan.yaml", "02-deepseek-v4-flash-0731-tune-rocm.yaml",
+    ]  # fmt: skip
+    # The second Job starts only after the first is done and deleted.
+    first_deleted = steps.index("kubectl -n llm delete job/deepseek-v4-flash-0731-tune-vulkan")
+    assert first_deleted < steps.index(applied[1])
+    assert steps[-2] == "kubectl -n llm scale deployment/deepseek-v4-flash-0731 --replicas=1"
+    assert steps[-1].startswith("llm-infra tune strix-halo --collect ")
