@@ -142,13 +142,16 @@ COMMANDS: dict[str, Command] = {
     "tune": Command(
         "tune",
         "the runtime bake-off: the fastest runtime that passes, pinned in STACK.tune.json",
-        "Start llama-server with the stack's exact flags once per candidate runtime, gate its "
-        "load, ask for a first decode, verify its answers against the stack's expectations and "
-        "measure decode and prefill at each depth (>= 3 runs: median and spread). A candidate "
+        "On the server's node (--kubernetes: one Job per candidate runtime, run with the server "
+        "stopped; --collect: their logs) or on this machine (--local): start llama-server with "
+        "the stack's exact flags once per candidate runtime, gate its load, ask for a first "
+        "decode, verify its answers against the stack's expectations and measure decode and "
+        "prefill at each depth (>= 3 runs: median and spread). A candidate "
         "replaces the current runtime only when it is faster by more than the spread at every "
         "depth. The record is reviewed like the lock; `server.runtime: tuned` renders its winner.",
         (
-            "llm-infra tune strix-halo --local candidates.json",
+            "llm-infra tune strix-halo --kubernetes tune/ --runtime rocm --stop-server",
+            "llm-infra tune strix-halo --collect tune/*.log",
             "llm-infra tune strix-halo --local candidates.json --model /models/m.gguf "
             "--depths 0,4096 --dry-run",
         ),

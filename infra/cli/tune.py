@@ -75,16 +75,17 @@ def add_parser(sub: Subparsers) -> None:
     mode.add_argument(
         "--local", type=Path, metavar="CANDIDATES",
         help="run the candidates on this machine: a JSON list of {name, runtime, command, env, "
-        "setArgs, current} (docs/tune.md)",
+        "setArgs, current} (docs/tune.md; no default: one of --local, --kubernetes, --collect)",
     )  # fmt: skip
     mode.add_argument(
         "--kubernetes", metavar="DIR", type=Path,
         help="write one Job per candidate runtime for the server's node into DIR, and the "
-        "kubectl steps that run them (needs --stop-server)",
+        "kubectl steps that run them (needs --stop-server; no default: one of the three modes)",
     )  # fmt: skip
     mode.add_argument(
         "--collect", type=Path, nargs="+", metavar="LOG",
-        help="decide from the logs of the Jobs --kubernetes wrote (kubectl logs job/NAME)",
+        help="decide from the logs of the Jobs --kubernetes wrote (kubectl logs job/NAME; no "
+        "default: one of the three modes)",
     )  # fmt: skip
     p.add_argument(
         "--runtime", action="append", default=[], metavar="RUNTIME",

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
+
 from tests.conftest import ROOT
 
 
@@ -97,7 +99,10 @@ def test_the_steps_stop_the_server_run_one_job_at_a_time_and_bring_it_back(
     result = tune("--kubernetes", str(out), "--expect", str(expectations(tmp_path)),
                   "--stop-server", "--runtime", "rocm", "-o", "json")  # fmt: skip
     assert result.returncode == 0, result.stderr
-    steps = json.loads(result.stdout)["steps"]
+    document = json.loads(result.stdout)
+    schema = json.loads((ROOT / "docs" / "json" / "tune.schema.json").read_text())
+    jsonschema.Draft202012Validator(schema).validate(document)
+    steps = document["steps"]
     assert steps[0] == "kubectl -n llm scale deployment/deepseek-v4-flash-0731 --replicas=0"
     applied = [s for s in steps if " apply -f " in s and "tune-config" not in s]
     assert [s.rsplit("/", 1)[1] for s in applied] == [
