@@ -20,6 +20,7 @@ import pytest
 from components.payloads import (
     FETCHER_SOURCE,
     HTTP_POLICY_SOURCE,
+    PROPS_SOURCE,
     VERIFY_SOURCE,
     bench_client,
     fetcher,
@@ -309,10 +310,12 @@ def run_measured(
 
 
 def stock_copy(tmp_path: Path, *scripts: Path) -> list[Path]:
-    """The scripts and the policy alone in a directory, as a stock image receives them."""
+    """The scripts and the modules shipped beside them (the policy; verify's server-properties
+    check) alone in a directory, as a stock image receives them."""
     where = tmp_path / "opt"
     where.mkdir(exist_ok=True)
-    for source in (*scripts, HTTP_POLICY_SOURCE):
+    beside = [HTTP_POLICY_SOURCE, *([PROPS_SOURCE] if VERIFY_SOURCE in scripts else [])]
+    for source in (*scripts, *beside):
         shutil.copy(source, where / source.name)
     return [where / script.name for script in scripts]
 
