@@ -1,0 +1,127 @@
+"""The bake-off table for any set of candidates, on a plain Python (no pulumi): the GPU machine.
+
+    python3 bench/tune.py --argv ARGV.json --candidates CANDIDATES.json --model GGUF --out DIR
+    python3 bench/tune.py --argv ARGV.json --gpu /opt/llama/bin/llama-server --out DIR
+
+``ARGV.json`` is the llama-server ``args`` of the rendered Deployment (``llm-infra render
+strix-halo``, or ``llm-infra tune``'s own); ``CANDIDATES.json`` is the ``--local`` file of
+``llm-infra tune`` (docs/tune.md). Verify's expectations are ``--expect``, or recorded first
+against the current candidate. ``--gpu BINARY`` makes the GPU set: the stack as rendered
+(``-ngl 40``, current), every layer on the GPU (``-ngl 99``), a really slower one (``-ngl 20``)
+and the same build with the Vulkan driver hidden (the CPU fallback the gate rejects), on the
+43-layer random llama of the gate's fixtures (written to DIR). Prints the table and writes
+``DIR/tune.json`` (the record) and each candidate's logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from components.payloads import tune_figures, tune_local, verify  # noqa: E402
+from tests.support.llama_server import free_port  # noqa: E402
+
+VULKAN = {
+    "name": "vulkan",
+    "image": "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
+    "backend": "vulkan",
+    "capabilities": [],
+    "digest": None,
+}
+
+
+def gpu_candidates(binary: str) -> list[tune_local.LocalCandidate]:
+    """The stack as rendered against more and fewer offloaded layers and the driver hidden."""
+    command = [binary]
+    return [
+        tune_local.LocalCandidate("vulkan-ngl-40", VULKAN, command, current=True),
+        tune_local.LocalCandidate("vulkan-ngl-99", VULKAN, command, set_args={"-ngl": "99"}),
+        tune_local.LocalCandidate("vulkan-ngl-20", VULKAN, command, set_args={"-ngl": "20"}),
+        tune_local.LocalCandidate(
+            "driver-hidden", VULKAN, command, env={"VK_DRIVER_FILES": "/nonexistent.json"}
+        ),
+    ]
+
+
+def record_expectations(
+    candidate: tune_local.LocalCandidate, stack_args: list[str], model: Path, out: Path
+) -> dict[str, Any]:
+    """Verify's expectations, recorded against the current candidate with the stack's flags."""
+    port = free_port()
+    argv = tune_local.candidate_argv(stack_args, candidate, model=model, port=port,
+                                     log=out / "record.log")  # fmt: skip
+    process = subprocess.Popen(
+        argv, env={**os.environ, **candidate.env}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        if not tune_local.wait_loaded(process, url, 600.0):
+            raise SystemExit("the recording server did not load")
+        return verify.record(url, verify.new_expectations())
+    finally:
+        tune_local.stop(process)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--argv", type=Path, required=True, help="the rendered llama-server args")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--candidates", type=Path, help="llm-infra tune's --local file")
+    which.add_argument("--gpu", metavar="BINARY", help="the GPU set on this llama-server")
+    p.add_argument("--model", type=Path, help="the model (default with --gpu: the llama43 one)")
+    p.add_argument("--expect", type=Path, help="verify expectations (default: recorded first)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--depths", default="0,32768,65536")
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--prefill-tokens", type=int, default=512)
+    p.add_argument("--decode-tokens", type=int, default=64)
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    stack_args = json.loads(args.argv.read_text())
+    if args.gpu:
+        candidates = gpu_candidates(args.gpu)
+        if args.model is None:
+            from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model
+
+            args.model = write_tiny_model(args.out / "model", "llama43", 1, LLAMA43_SPEC)[0]
+    else:
+        candidates = tune_local.load_candidates(args.candidates)
+    if args.model is None:
+        p.error("--model is required with --candidates")
+    if args.expect:
+        expectations = verify.load_expectations(args.expect)
+    else:
+        current = next((c for c in candidates if c.current), candidates[0])
+        expectations = record_expectations(current, stack_args, args.model, args.out)
+        (args.out / "expect.json").write_text(json.dumps(expectations, indent=1))
+    results = []
+    for candidate in candidates:
+        result = tune_local.run_candidate(
+            candidate, stack_args, model=args.model, port=free_port(), workdir=args.out,
+            expectations=expectations, depths=[int(d) for d in args.depths.split(",")],
+            runs=args.runs, prefill_tokens=args.prefill_tokens, decode_tokens=args.decode_tokens,
+        )  # fmt: skip
+        print(f"{candidate.name}: {result.rejection or 'measured'}", file=sys.stderr)
+        results.append(result)
+    measured = sorted({d.depth for r in results for d in r.depths})
+    winner = tune_figures.decide(results, measured)
+    record = tune_figures.tune_record(
+        "strix-halo", None, results, winner, depths=measured, runs=args.runs, where="local"
+    )
+    (args.out / "tune.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(tune_figures.format_table(results, measured))
+    print(f"winner: {winner.name if winner else None}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
