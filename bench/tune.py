@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 from components.payloads import tune_figures, tune_local, verify  # noqa: E402
 from tests.support.llama_server import free_port  # noqa: E402
 
-VULKAN = {
+VULKAN: dict[str, Any] = {
     "name": "vulkan",
     "image": "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
     "backend": "vulkan",
@@ -49,26 +47,6 @@ def gpu_candidates(binary: str) -> list[tune_local.LocalCandidate]:
             "driver-hidden", VULKAN, command, env={"VK_DRIVER_FILES": "/nonexistent.json"}
         ),
     ]
-
-
-def record_expectations(
-    candidate: tune_local.LocalCandidate, stack_args: list[str], model: Path, out: Path
-) -> dict[str, Any]:
-    """Verify's expectations, recorded against the current candidate with the stack's flags."""
-    port = free_port()
-    argv = tune_local.candidate_argv(stack_args, candidate, model=model, port=port,
-                                     log=out / "record.log")  # fmt: skip
-    process = subprocess.Popen(
-        argv, env={**os.environ, **candidate.env}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}"
-        if not tune_local.wait_loaded(process, url, 600.0):
-            raise SystemExit("the recording server did not load")
-        return verify.record(url, verify.new_expectations())
-    finally:
-        tune_local.stop(process)
 
 
 def main() -> int:
@@ -101,7 +79,9 @@ def main() -> int:
         expectations = verify.load_expectations(args.expect)
     else:
         current = next((c for c in candidates if c.current), candidates[0])
-        expectations = record_expectations(current, stack_args, args.model, args.out)
+        expectations = tune_local.record_expectations(
+            current, stack_args, model=args.model, port=free_port(), log=args.out / "record.log"
+        )
         (args.out / "expect.json").write_text(json.dumps(expectations, indent=1))
     results = []
     for candidate in candidates:

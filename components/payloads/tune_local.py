@@ -261,6 +261,33 @@ def run_candidate(
         stop(process)
 
 
+def record_expectations(
+    candidate: LocalCandidate,
+    stack_args: Sequence[str],
+    *,
+    model: Path,
+    port: int,
+    log: Path,
+    load_timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Verify's expectations recorded against a candidate started with the stack's flags (the
+    current runtime, on a machine with no recorded expectations for this model)."""
+    argv = candidate_argv(stack_args, candidate, model=model, port=port, log=log)
+    process = subprocess.Popen(
+        argv, env={**os.environ, **candidate.env}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        if not wait_loaded(process, url, load_timeout):
+            raise RuntimeError(
+                f"{candidate.name} did not load to record expectations: {_tail(log)}"
+            )
+        return verify.record(url, verify.new_expectations())
+    finally:
+        stop(process)
+
+
 def gate_problems(text: str, backend: str, gpu_layers: str | None) -> list[str]:
     """The gate's findings on a candidate's load (stdout and log file together): a backend
     that disabled an op, whatever the backend; for a GPU backend also layers or buffers that

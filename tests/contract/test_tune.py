@@ -11,7 +11,6 @@ allocated (out of memory).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import gguf
 import jsonschema
 import pytest
 
-from components.payloads import tune_local, verify
+from components.payloads import tune_local
 from infra.cli.tune import server_argv
 from infra.config import read_stack_file
 from infra.tune import load_tune_record
@@ -69,17 +68,9 @@ def bake_off(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     # The stack's expectations, recorded once against the current runtime with the stack's flags.
     stack_args = server_argv(read_stack_file("strix-halo"), None)
     current = tune_local.load_candidates(candidates_path)[0]
-    port = free_port()
-    argv = tune_local.candidate_argv(stack_args, current, model=model, port=port,
-                                     log=root / "record.log")  # fmt: skip
-    process = subprocess.Popen(argv, env={**os.environ, **cpu}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}"
-        assert tune_local.wait_loaded(process, url, 120.0), "the recording server did not load"
-        doc = verify.record(url, verify.new_expectations())
-    finally:
-        tune_local.stop(process)
+    doc = tune_local.record_expectations(
+        current, stack_args, model=model, port=free_port(), log=root / "record.log"
+    )
     # The threads-1 recording decodes at its own speed; other thread counts must not fail on it.
     doc["tolerance"]["min_decode_fraction"] = 0.05
     expect = root / "expect.json"

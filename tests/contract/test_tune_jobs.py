@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from components.llamacpp.tune_jobs import EXPECT_FILE, RUNNER_FILE, config_key
-from components.payloads import tune_local, verify
+from components.payloads import tune_local
 from components.payloads.tune_job import results_in_log
 from infra.cli.tune import server_argv
 from infra.config import read_stack_file
@@ -53,17 +53,10 @@ def expect(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         env={"GGML_BACKEND_PATH": str(llama_build.variant_library(llama_build.default_variant()))},
         set_args={"-ngl": "0", "--threads": "2"},
     )  # fmt: skip
-    port = free_port()
-    argv = tune_local.candidate_argv(server_argv(read_stack_file("strix-halo"), None), candidate,
-                                     model=model, port=port, log=root / "r.log")  # fmt: skip
-    process = subprocess.Popen(argv, env={**os.environ, **candidate.env},
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}"
-        assert tune_local.wait_loaded(process, url, 120.0)
-        doc = verify.record(url, verify.new_expectations())
-    finally:
-        tune_local.stop(process)
+    doc = tune_local.record_expectations(
+        candidate, server_argv(read_stack_file("strix-halo"), None), model=model,
+        port=free_port(), log=root / "r.log",
+    )  # fmt: skip
     doc["tolerance"]["min_decode_fraction"] = 0.05
     path = root / "expect.json"
     path.write_text(json.dumps(doc))
