@@ -186,6 +186,13 @@ def measure_depth(
 def depths_for(
     slot_context: int, wanted: tuple[int, ...], *, prefill: int, decode: int
 ) -> list[int]:
-    """The wanted depths that leave room for one run in a slot of ``slot_context`` tokens."""
+    """The wanted depths that leave room for one run in a slot of ``slot_context`` tokens; a
+    wanted depth beyond the slot becomes the deepest that fits (rounded down to 1024 tokens), so
+    a 64k slot is measured near its end rather than not at all."""
     room = slot_context - prefill - decode - 1
-    return [d for d in wanted if 0 <= d <= room]
+    fits = sorted({d for d in wanted if 0 <= d <= room})
+    if any(d > room for d in wanted) and room >= 0:
+        deepest = room // 1024 * 1024 if room >= 1024 else room
+        if not fits or deepest > fits[-1]:
+            fits.append(deepest)
+    return fits

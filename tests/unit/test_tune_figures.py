@@ -13,7 +13,7 @@ from components.payloads.tune_figures import (
     format_table,
     tune_record,
 )
-from components.payloads.tune_measure import DepthFigures, Series
+from components.payloads.tune_measure import DepthFigures, Series, depths_for
 
 
 def result(
@@ -114,3 +114,11 @@ def test_the_table_shows_each_median_and_the_current_mark() -> None:
     decide([current, rocm], [0])
     table = format_table([current, rocm], [0])
     assert "vulkan *" in table and "9.00±0.20" in table and "16.00±0.40" in table
+
+
+def test_a_depth_beyond_the_slot_becomes_the_deepest_that_fits() -> None:
+    # -c 65536 -np 1 with 512 new tokens and 64 decoded: 64k itself does not fit.
+    assert depths_for(65536, (0, 32768, 65536), prefill=512, decode=64) == [0, 32768, 64512]
+    assert depths_for(131072, (0, 32768, 65536), prefill=512, decode=64) == [0, 32768, 65536]
+    assert depths_for(4096, (0, 32768), prefill=512, decode=64) == [0, 3072]
+    assert depths_for(600, (0, 1024), prefill=512, decode=64) == [0, 23]
