@@ -96,15 +96,32 @@ _LOADED = re.compile(r"loaded CPU backend from (\S+)")
 @functools.cache
 def supported_variants() -> tuple[str, ...]:
     """The variants this machine's CPU runs: ggml loads each and refuses what the CPU lacks."""
-    supported = []
-    for variant in all_variants():
+    supported = [variant for variant in all_variants() if _loads(variant)[0]]
+    if BASELINE_VARIANT not in supported:
+        # Once more, to tell a machine too busy to answer in time from a build that is broken.
+        loads, seen = _loads(BASELINE_VARIANT)
+        if not loads:
+            raise LlamaBuildError(
+                f"the baseline CPU variant {BASELINE_VARIANT} does not load here: {seen[-2000:]}"
+            )
+        supported.append(BASELINE_VARIANT)
+    return tuple(sorted(supported))
+
+
+def _loads(variant: str) -> tuple[bool, str]:
+    """Whether llama-server loads the variant's library here, and what it printed."""
+    try:
         result = subprocess.run(
             [str(binary("llama-server")), "-lv", "4", "--list-devices"],
-            capture_output=True, text=True, timeout=60, check=False, env=variant_env(variant),
+            capture_output=True, text=True, timeout=120, check=False, env=variant_env(variant),
         )  # fmt: skip
-        loaded = _LOADED.search(result.stdout + result.stderr)
-        if result.returncode == 0 and loaded and Path(loaded[1]).name.endswith(f"-{variant}.so"):
-            supported.append(variant)
-    if BASELINE_VARIANT not in supported:
-        raise LlamaBuildError(f"the baseline CPU variant {BASELINE_VARIANT} does not load here")
-    return tuple(supported)
+    except subprocess.TimeoutExpired:
+        return False, "llama-server --list-devices did not answer within 120 s"
+    seen = result.stdout + result.stderr
+    loaded = _LOADED.search(seen)
+    ok = (
+        result.returncode == 0
+        and loaded is not None
+        and Path(loaded[1]).name.endswith(f"-{variant}.so")
+    )
+    return ok, f"exit code {result.returncode}: {seen}"
