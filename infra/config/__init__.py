@@ -13,9 +13,10 @@ from infra.config.base import (
     is_pattern,
     quantity_value,
 )
-from infra.config.docker_host import Mi300xStack
+from infra.config.docker_host import DockerHostStack, Mi300xStack
 from infra.config.fleet import FleetStack
-from infra.config.kubernetes import ProbeSettings, StrixHaloStack
+from infra.config.kubernetes import KubernetesStack, StrixHaloStack
+from infra.config.server import ProbeSettings
 from infra.config.stack import (
     StackConfig,
     StackFile,
@@ -38,7 +39,9 @@ __all__ = [
     "SECRET_KEYS",
     "SECRET_PLACEHOLDER",
     "ConfigError",
+    "DockerHostStack",
     "FleetStack",
+    "KubernetesStack",
     "Mi300xStack",
     "ProbeSettings",
     "RepoModelSettings",

@@ -29,18 +29,25 @@ from infra.config.base import (
     placeholder_problems,
     validation_problems,
 )
-from infra.config.docker_host import Mi300xStack, docker_host_checks
+from infra.config.docker_host import DockerHostStack, docker_host_checks
 from infra.config.fleet import FleetStack, fleet_checks
-from infra.config.kubernetes import StrixHaloStack, cross_checks
+from infra.config.kubernetes import KubernetesStack
+from infra.config.kubernetes_checks import cross_checks
 from infra.config.limits import MAX_STACK_FILE_BYTES, load_yaml, read_limited
 
-StackConfig = StrixHaloStack | FleetStack | Mi300xStack
+StackConfig = KubernetesStack | FleetStack | DockerHostStack
+"""A validated stack; `infra.targets.registry.target_of` says what its target does with it."""
 
+ServerStack = KubernetesStack | DockerHostStack
+"""One server as a stack (`StackConfig.server_stacks()`: a fleet's each, else the stack)."""
 
-TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
-    "kubernetes": StrixHaloStack,
-    "docker-host": Mi300xStack,
+TARGETS = ("kubernetes", "docker-host")
+"""What a stack file's `target:` may say (`kubernetes` with `servers:` is a fleet)."""
+
+STACK_MODELS: dict[str, type[KubernetesStack] | type[FleetStack] | type[DockerHostStack]] = {
+    model.kind: model for model in (KubernetesStack, DockerHostStack, FleetStack)
 }
+"""The model of each kind of stack, keyed as the table of targets is."""
 
 
 def parse_stack(values: Mapping[str, Any]) -> StackConfig:
@@ -54,7 +61,7 @@ def parse_stack(values: Mapping[str, Any]) -> StackConfig:
         allowed = ", ".join(TARGETS)
         got = "missing" if target is None else f"{target!r} is not a known target"
         raise ConfigError([f"target: {got} (allowed: {allowed})"])
-    model: type[StrixHaloStack] | type[FleetStack] | type[Mi300xStack] = TARGETS[target]
+    kind = target
     if target == "kubernetes" and "servers" in values:
         single = [key for key in ("server", "model", "store") if key in values]
         if single:
@@ -65,14 +72,15 @@ def parse_stack(values: Mapping[str, Any]) -> StackConfig:
                     for key in single
                 ]
             )
-        model = FleetStack
+        kind = "fleet"
+    model = STACK_MODELS[kind]
     try:
         stack = model.model_validate(dict(values))
     except ValidationError as exc:
         raise ConfigError(validation_problems(exc, model)) from None
     if isinstance(stack, FleetStack):
         problems = fleet_checks(stack)
-    elif isinstance(stack, StrixHaloStack):
+    elif isinstance(stack, KubernetesStack):
         problems = cross_checks(stack)
     else:
         problems = docker_host_checks(stack, project_root())
@@ -298,14 +306,14 @@ def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], l
     """
     feature: dict[str, str] = {}
     target: dict[str, str] = {}
-    if isinstance(stack, Mi300xStack):
+    if isinstance(stack, DockerHostStack):
         target["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
         target["apiKey"] = "the API key clients send to the public endpoint"
     else:
         servers = stack.servers if isinstance(stack, FleetStack) else [stack.server]
         keyed = [s for s in servers if s.api_key]
         if keyed:
-            where = "server" if isinstance(stack, StrixHaloStack) else "a server's"
+            where = "server" if isinstance(stack, KubernetesStack) else "a server's"
             feature["apiKey"] = f"{where}.apiKey is true"
 
     def lines(needed: dict[str, str]) -> list[str]:
@@ -320,7 +328,7 @@ def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], l
 
 def token_transport_problems(stack: StackConfig, has_token: bool) -> list[str]:
     """A plain-http store.hfEndpoint that the HF token would be sent to, not stated."""
-    if isinstance(stack, Mi300xStack):
+    if isinstance(stack, DockerHostStack):
         return []
     entries = (
         [(f"servers[{i}].store", s.store) for i, s in enumerate(stack.servers)]

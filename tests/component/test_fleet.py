@@ -17,7 +17,8 @@ from components.llamacpp.manifests import head_pod_labels, server_labels
 from infra.config import ConfigError, FleetStack, StrixHaloStack, parse_stack
 from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers
-from infra.plan.stack import llamacpp_inputs, probe_problems, stack_plan
+from infra.plan.stack import llamacpp_inputs, probe_problems
+from infra.targets.registry import stack_plan
 from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS, stack_values
 

@@ -42,7 +42,7 @@ from components.vllm.host_monitoring import metrics_site
 from components.vllm.inputs import CaddySite
 from infra import program
 from infra.config import ConfigError, FleetStack, Mi300xStack, StrixHaloStack, parse_stack
-from infra.config.kubernetes import ProbesSettings
+from infra.config.server import ProbesSettings
 from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program
 from tests.component.test_provider_protocol import (
     Deployment,

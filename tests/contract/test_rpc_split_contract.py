@@ -37,7 +37,7 @@ from infra.config import StrixHaloStack, lock_path_for, parse_stack
 from infra.lock import ModelLock, model_source
 from infra.lock import write_lock as write_lock_file
 from infra.plan.report import MIB
-from infra.plan.stack import stack_plan
+from infra.targets.registry import stack_plan
 from tests.conftest import ROOT, stack_values
 from tests.contract.test_plan_calibration_deepseek4 import deepseek4_model  # noqa: F401 (fixture)
 from tests.support.llama_server import free_port, run_llama_server
