@@ -6,6 +6,8 @@ through `huggingface_hub` and writes `stacks/STACK.lock.json` (reviewed in pull 
 commit shows up as a diff of the lock. The HF token is used to resolve, never written.
 """
 
+# Over ~400 lines: hub resolution, the lock format and the GGUF summary live here until the
+# lock is split by concern.
 from __future__ import annotations
 
 import difflib

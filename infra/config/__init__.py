@@ -16,15 +16,14 @@ from infra.config.base import (
 from infra.config.docker_host import DockerHostStack, Mi300xStack
 from infra.config.fleet import FleetStack
 from infra.config.kubernetes import KubernetesStack, StrixHaloStack
+from infra.config.secrets import StackSecrets, missing_secrets
 from infra.config.server import ProbeSettings
 from infra.config.stack import (
     StackConfig,
     StackFile,
-    StackSecrets,
     expectations_path_for,
     load_stack_config,
     lock_path_for,
-    missing_secrets,
     names_a_file,
     namespace_values,
     parse_stack,

@@ -1,5 +1,7 @@
 """The memory plan of a stack: its config and lock turned into planner inputs."""
 
+# Over ~400 lines: the llama.cpp, vLLM and fleet planner inputs live here until infra/plan is
+# split by concern.
 from __future__ import annotations
 
 import math

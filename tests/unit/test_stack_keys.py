@@ -16,7 +16,7 @@ import pytest
 from infra.config import DockerHostStack, KubernetesStack, read_stack_file
 from infra.config.inputs import STACK_KEYS, stack_key
 from infra.config.schema import explain
-from infra.config.stack import StackSecrets
+from infra.config.secrets import StackSecrets
 from infra.targets import docker_host, kubernetes
 from tests.conftest import ROOT, unlocked_source
 
