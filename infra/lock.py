@@ -6,6 +6,8 @@ through `huggingface_hub` and writes `stacks/STACK.lock.json` (reviewed in pull 
 commit shows up as a diff of the lock. The HF token is used to resolve, never written.
 """
 
+# Over ~400 lines: hub resolution, the lock format and the GGUF summary live here until the
+# lock is split by concern.
 from __future__ import annotations
 
 import difflib
@@ -558,30 +560,14 @@ def model_source(model: RepoModelSettings, lock_path: Path, preview: bool) -> Mo
     )
 
 
-def server_model_sources(
-    servers: list[tuple[RepoModelSettings, Path]], preview: bool
-) -> list[ModelSource]:
-    """Each server's ModelSource from its model and lock path (`FleetStack.lock_paths`); a
-    problem names the server's entry (`servers[1].model: ...`)."""
-    from infra.config.fleet import entry_key
-
-    sources = []
-    for index, (model, path) in enumerate(servers):
-        try:
-            sources.append(model_source(model, path, preview))
-        except ConfigError as exc:
-            raise ConfigError([entry_key(p, index, False) for p in exc.problems]) from None
-    return sources
-
-
 def stack_model_sources(stack: Any, lock_path: Path, preview: bool) -> list[ModelSource]:
-    """The ModelSource of each server of a stack (one for a single-server stack)."""
-    from infra.config.fleet import FleetStack
-
-    if isinstance(stack, FleetStack):
-        paths = stack.lock_paths(lock_path)
-        return server_model_sources(
-            [(entry.model, path) for entry, path in zip(stack.servers, paths, strict=True)],
-            preview,
-        )
-    return [model_source(stack.model, lock_path, preview)]
+    """The ModelSource of each server of a stack (one for a single-server stack), a problem
+    named by the server's key (`servers[1].model: ...`)."""
+    sources = []
+    paths = stack.lock_paths(lock_path)
+    for index, (server, path) in enumerate(zip(stack.server_stacks(), paths, strict=True)):
+        try:
+            sources.append(model_source(server.model, path, preview))
+        except ConfigError as exc:
+            raise ConfigError([stack.server_key(p, index) for p in exc.problems]) from None
+    return sources

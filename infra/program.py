@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pulumi
 
 from components.validation import ComponentInputError
-from infra.config import (
-    ConfigError,
-    FleetStack,
-    Mi300xStack,
-    StackConfig,
-    StrixHaloStack,
-    expectations_path_for,
-    load_stack_config,
-)
+from infra.config import ConfigError, StackConfig, expectations_path_for, load_stack_config
 from infra.config.inputs import stack_problems
+from infra.config.stack import ServerStack
 from infra.lock import stack_model_sources
-from infra.plan.stack import fleet_probe_problems, llamacpp_inputs, probe_problems, stack_plan
-from infra.targets import docker_host, kubernetes
+from infra.targets.registry import stack_plan, target_of
 from infra.tune import with_tuned_runtimes
 
 
@@ -32,12 +25,9 @@ def main() -> None:
     # `server.runtime: tuned`: the winner pinned beside the lock (STACK.tune.json).
     stack = with_tuned_runtimes(stack, lock_path)
     sources = stack_model_sources(stack, lock_path, preview=pulumi.runtime.is_dry_run())
-    keys = (
-        [f"servers[{i}].model" for i in range(len(stack.servers))]
-        if isinstance(stack, FleetStack)
-        else ["model"]
-    )
-    for key, source in zip(keys, sources, strict=True):
+    target = target_of(stack)
+    for index, source in enumerate(sources):
+        key = stack.model_key(index)
         if not source.locked:
             pulumi.log.warn(
                 f"{key}: unlocked (revision {source.revision!r} is not pinned to a commit, sizes "
@@ -46,18 +36,12 @@ def main() -> None:
             )
     plan = stack_plan(stack, sources)
     problems = list(plan.problems) if stack.memory.check else []
-    if isinstance(stack, StrixHaloStack):
-        problems += probe_problems(stack, llamacpp_inputs(stack, sources[0]))
-    elif isinstance(stack, FleetStack):
-        problems += fleet_probe_problems(stack, sources)
+    problems += target.probe_problems(stack, sources)
     if problems:
         raise ConfigError(problems)
     expectations = verify_expectations(stack, lock_path)
     try:
-        if isinstance(stack, Mi300xStack):
-            docker_host.deploy(stack, sources[0], secrets, expectations[0])
-        else:
-            kubernetes.deploy(stack, sources, secrets, expectations)
+        target.deploy(stack, sources, secrets, expectations)
     except ComponentInputError as exc:
         # The components' own checks, reported under the stack file's keys.
         raise ConfigError(stack_problems(exc)) from None
@@ -71,14 +55,11 @@ def verify_expectations(stack: StackConfig, lock_path: Path) -> list[str | None]
     `STACK.SERVER.verify.json` (replicas of one alias are each checked). A server that asks
     for the check without a recorded file is an error before any resource exists.
     """
-    servers: list[tuple[str, bool, str | None]]
-    if isinstance(stack, FleetStack):
-        servers = [
-            (f"servers[{i}].verifyAfterUp", s.server.verify_after_up, s.server.resource_name)
-            for i, s in enumerate(stack.server_stacks())
-        ]
-    else:
-        servers = [("server.verifyAfterUp", stack.server.verify_after_up, None)]
+    singles: Sequence[ServerStack] = stack.server_stacks()
+    servers = [
+        (stack.server_key("server.verifyAfterUp", i), single.server.verify_after_up, name)
+        for i, (single, name) in enumerate(zip(singles, stack.server_names(), strict=True))
+    ]
     texts: list[str | None] = []
     problems = []
     for key, wanted, name in servers:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import FleetStack, StackConfig, StrixHaloStack, parse_stack
+from infra.config import FleetStack, KubernetesStack, StackConfig, parse_stack
 from infra.lock import ModelSource, model_source
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -34,8 +34,8 @@ def unlocked_source(stack: StackConfig) -> ModelSource:
     return model_source(model, ROOT / "stacks" / "no-such.lock.json", preview=True)
 
 
-def strix(values: dict[str, Any]) -> StrixHaloStack:
+def strix(values: dict[str, Any]) -> KubernetesStack:
     """Validate kubernetes-target values (as `parse_stack`), typed as that target's model."""
     stack = parse_stack(values)
-    assert isinstance(stack, StrixHaloStack)
+    assert isinstance(stack, KubernetesStack)
     return stack

@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from infra.cli.common import Subparsers, add_output_option, print_json, report_config_error
-from infra.config import ConfigError, FleetStack, StackFile, project_root, read_stack_file
+from infra.config import ConfigError, StackFile, project_root, read_stack_file
 from infra.targets import route, routes
 
 EXIT_OK = 0
@@ -64,15 +64,13 @@ def stack_route(stack_file: StackFile) -> StackRoute:
 def stack_routes(stack_file: StackFile) -> list[StackRoute]:
     """Every route of a stack: one per server (a fleet's `litellmModelList`)."""
     stack = stack_file.stack()
-    if not isinstance(stack, FleetStack):
-        return [stack_route(stack_file)]
     return [
         StackRoute(
-            f"{stack_file.name} ({server.resource_name})",
+            stack_file.name if name is None else f"{stack_file.name} ({name})",
             entry["model_name"],
             entry["litellm_params"]["api_base"],
         )
-        for server, entry in zip(stack.servers, routes(stack), strict=True)
+        for name, entry in zip(stack.server_names(), routes(stack), strict=True)
     ]
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import ConfigError, project_root, read_stack_file
 from infra.lock import stack_model_sources
-from infra.reference.page import picture_path, render_docs, render_plan_picture
+from infra.reference.page import picture_path, render_plan_picture
+from infra.targets.registry import render_docs, stack_plan
 from infra.tune import with_tuned_runtimes
 
 
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         picture = picture_path(out)
         pages = {
             out: render_docs(stack, sources, name, picture.name),
-            picture: render_plan_picture(stack, sources, name),
+            picture: render_plan_picture(stack_plan(stack, sources), name),
         }
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")

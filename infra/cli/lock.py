@@ -6,6 +6,7 @@ import argparse
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,6 @@ from infra.cli.common import (
 )
 from infra.config import (
     ConfigError,
-    FleetStack,
     RepoModelSettings,
     StackConfig,
     project_root,
@@ -28,7 +28,7 @@ from infra.config import (
 )
 from infra.config.base import validation_problems
 from infra.config.kubernetes import HubSettings
-from infra.config.stack import StackFile
+from infra.config.stack import ServerStack, StackFile
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -172,7 +172,6 @@ def hub_endpoint(
 
 def lock_targets(stack: StackConfig, lock_path: Path) -> dict[Path, RepoModelSettings]:
     """Each lock file of a stack and the model it pins (a fleet: one per distinct model)."""
-    if isinstance(stack, FleetStack):
-        paths = stack.lock_paths(lock_path)
-        return {path: entry.model for path, entry in zip(paths, stack.servers, strict=True)}
-    return {lock_path: stack.model}
+    servers: Sequence[ServerStack] = stack.server_stacks()
+    paths = stack.lock_paths(lock_path)
+    return {path: server.model for path, server in zip(paths, servers, strict=True)}

@@ -14,8 +14,8 @@ from infra.cli.common import (
     print_json,
     report_config_error,
 )
-from infra.config import ConfigError, StrixHaloStack, parse_stack, read_stack_file
-from infra.config.kubernetes import ServerSettings
+from infra.config import ConfigError, parse_stack, read_stack_file
+from infra.config.server import ServerSettings
 from infra.plan.llamacpp import Suggestion
 
 
@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     from components.gguf_header import GgufError, read_gguf_header, summarize
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
-    from infra.plan.stack import llamacpp_inputs, stack_plan
+    from infra.plan.stack import llamacpp_inputs
+    from infra.targets.registry import stack_plan, target_of
     from infra.tune import with_tuned_runtimes
 
     header = None
@@ -68,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
                     problem = f"--gguf: cannot read the GGUF header of {shard}: {exc}"
                     raise ConfigError([problem]) from None
             header = summarize(headers)
-        if args.suggest and not isinstance(stack, StrixHaloStack):
+        single = target_of(stack).suggest_server(stack)
+        if args.suggest and single is None:
             raise ConfigError(
                 [
                     "--suggest: only a single llama.cpp server has -ngl and a context to "
@@ -78,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
             )
         plan = stack_plan(stack, sources, header)
         best = None
-        if args.suggest and isinstance(stack, StrixHaloStack):
-            inputs = llamacpp_inputs(stack, sources[0], header)
+        if args.suggest and single is not None:
+            inputs = llamacpp_inputs(single, sources[0], header)
             best = suggest(inputs, headroom_gib=args.headroom)
     except ConfigError as exc:
         status = report_config_error(exc, f"invalid configuration in {args.stack}")
@@ -104,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
         print_json(document)
     else:
         print(plan.report(verbose=args.verbose))
-        if best is not None and isinstance(stack, StrixHaloStack):
+        if best is not None:
             print(suggestion_text(best, args.headroom))
     return 0 if plan.fits else 1
 
@@ -136,6 +138,7 @@ def suggest_despite(
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs
+    from infra.targets.registry import target_of
     from infra.tune import with_tuned_runtimes
 
     try:
@@ -152,10 +155,11 @@ def suggest_despite(
             return None
         server.update(contextSize=slots, minSlotContext=1)
         parsed = with_tuned_runtimes(parse_stack(values), stack_file.lock_path)
-        if not isinstance(parsed, StrixHaloStack):
+        single = target_of(parsed).suggest_server(parsed)
+        if single is None:
             return None
-        sources = stack_model_sources(parsed, stack_file.lock_path, preview=True)
-        inputs = llamacpp_inputs(parsed, sources[0], header)
+        sources = stack_model_sources(single, stack_file.lock_path, preview=True)
+        inputs = llamacpp_inputs(single, sources[0], header)
     except ConfigError:
         return None
     return suggest(

@@ -12,7 +12,9 @@ from components.payloads import verify
 from infra.cli.common import EXIT_CONFIG, Subparsers, add_stack_argument, report_config_error
 
 if TYPE_CHECKING:
-    from infra.config import Mi300xStack, StackConfig, StrixHaloStack
+    from collections.abc import Sequence
+
+    from infra.config import DockerHostStack, KubernetesStack, StackConfig
 
 URL_HELP = (
     "endpoint (default: the stack's URL; e.g. http://127.0.0.1:8080 through kubectl port-forward)"
@@ -37,15 +39,17 @@ def add_parser(sub: Subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def one_server(stack: StackConfig, server: str | None) -> StrixHaloStack | Mi300xStack:
+def one_server(stack: StackConfig, server: str | None) -> KubernetesStack | DockerHostStack:
     """The stack of the server `--server` names: a fleet needs one, a single server none."""
-    from infra.config import ConfigError, FleetStack
+    from infra.config import ConfigError
 
-    if not isinstance(stack, FleetStack):
+    names = stack.server_names()
+    singles: Sequence[KubernetesStack | DockerHostStack] = stack.server_stacks()
+    if names == [None]:
         if server is not None:
             raise ConfigError(["--server: the stack has one server; leave --server out"])
-        return stack
-    servers = {s.server.resource_name: s for s in stack.server_stacks()}
+        return singles[0]
+    servers = dict(zip(names, singles, strict=True))
     if server is None:
         raise ConfigError([f"--server: the stack has several servers; name one of {list(servers)}"])
     if server not in servers:

@@ -13,17 +13,17 @@ from infra.config.base import (
     is_pattern,
     quantity_value,
 )
-from infra.config.docker_host import Mi300xStack
+from infra.config.docker_host import DockerHostStack, Mi300xStack
 from infra.config.fleet import FleetStack
-from infra.config.kubernetes import ProbeSettings, StrixHaloStack
+from infra.config.kubernetes import KubernetesStack, StrixHaloStack
+from infra.config.secrets import StackSecrets, missing_secrets
+from infra.config.server import ProbeSettings
 from infra.config.stack import (
     StackConfig,
     StackFile,
-    StackSecrets,
     expectations_path_for,
     load_stack_config,
     lock_path_for,
-    missing_secrets,
     names_a_file,
     namespace_values,
     parse_stack,
@@ -38,7 +38,9 @@ __all__ = [
     "SECRET_KEYS",
     "SECRET_PLACEHOLDER",
     "ConfigError",
+    "DockerHostStack",
     "FleetStack",
+    "KubernetesStack",
     "Mi300xStack",
     "ProbeSettings",
     "RepoModelSettings",

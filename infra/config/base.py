@@ -10,7 +10,8 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, get_args
+from pathlib import Path
+from typing import Annotated, Any, Self, get_args
 
 import pulumi
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -98,6 +99,34 @@ class Strict(BaseModel):
         # bool or string stands for a number (integers still stand for floats).
         strict=True,
     )
+
+
+class SingleServer:
+    """What every stack answers of its servers, for a stack of one server (its own).
+
+    A fleet (`infra.config.fleet.FleetStack`) answers the same for each of its servers, so the
+    code that walks a stack's servers never asks which kind of stack it has.
+    """
+
+    def server_stacks(self) -> list[Self]:
+        """Each server as the single-server stack it amounts to: this stack."""
+        return [self]
+
+    def server_names(self) -> list[str | None]:
+        """Each server's name in its records beside the lock (None: the stack's own records)."""
+        return [None]
+
+    def server_key(self, problem: str, index: int) -> str:
+        """A problem of server `index` under the stack file's key: as it is, for one server."""
+        return problem
+
+    def model_key(self, index: int) -> str:
+        """The stack file's key of server `index`'s model."""
+        return "model"
+
+    def lock_paths(self, stack_lock: Path) -> list[Path]:
+        """Each server's lock file: the stack's."""
+        return [stack_lock]
 
 
 class RepoModelSettings(Strict):

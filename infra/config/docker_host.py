@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
@@ -28,6 +28,7 @@ from infra.config.base import (
     Port,
     RepoModelSettings,
     RepoPath,
+    SingleServer,
     SiteAddress,
     SshHostKey,
     Strict,
@@ -146,8 +147,11 @@ class DockerHostModelSettings(RepoModelSettings):
     size_gib: Annotated[float, Field(gt=0)] | None = None
 
 
-class Mi300xStack(Strict):
+class DockerHostStack(SingleServer, Strict):
     """vLLM ROCm behind Caddy on one GPU host reached over SSH."""
+
+    kind: ClassVar[str] = "docker-host"
+    """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
 
     target: Literal["docker-host"]
     host: HostSettings
@@ -161,7 +165,11 @@ class Mi300xStack(Strict):
     """vLLM's /metrics on a second Caddy site, a dashboard and alert rules (None: no metrics)."""
 
 
-def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
+Mi300xStack = DockerHostStack
+"""The former name (the first docker-host stack ran on an MI300X), kept for imports."""
+
+
+def docker_host_checks(stack: DockerHostStack, root: Path) -> list[str]:
     """Rules of a docker-host stack that involve more than one key, or files."""
     server, caddy = stack.server, stack.caddy
     # VllmRocmServer's own rule, reported before anything reads the words.
@@ -229,7 +237,7 @@ def docker_host_checks(stack: Mi300xStack, root: Path) -> list[str]:
 CADDY_HOST_PORTS = (80, 443)
 
 
-def host_metrics_problems(stack: Mi300xStack) -> list[str]:
+def host_metrics_problems(stack: DockerHostStack) -> list[str]:
     """The metrics site's port and the GPU exporter's image (its allowlist: the component's
     rule, as the API site's)."""
     metrics = stack.metrics

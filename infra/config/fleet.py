@@ -11,23 +11,23 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field
 
 from infra.config.base import Strict, stack_placement_problems
 from infra.config.kubernetes import (
     KubernetesSettings,
+    KubernetesStack,
     LitellmSettings,
     MemorySettings,
     ModelSettings,
     NetworkSettings,
-    ServerSettings,
     StoreSettings,
-    StrixHaloStack,
-    cross_checks,
 )
+from infra.config.kubernetes_checks import cross_checks
 from infra.config.metrics import KubernetesMetricsSettings
+from infra.config.server import ServerSettings
 
 
 class FleetServerSettings(ServerSettings):
@@ -42,6 +42,9 @@ class FleetServerSettings(ServerSettings):
 class FleetStack(Strict):
     """Several llama.cpp servers on a Kubernetes cluster, each on its own node and volume."""
 
+    kind: ClassVar[str] = "fleet"
+    """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
+
     target: Literal["kubernetes"]
     kubernetes: KubernetesSettings = KubernetesSettings()
     network: NetworkSettings = NetworkSettings()
@@ -51,7 +54,7 @@ class FleetStack(Strict):
     """Metrics of every server (each its own monitor, alerts and dashboard)."""
     servers: Annotated[list[FleetServerSettings], Field(min_length=1)]
 
-    def server_stacks(self) -> list[StrixHaloStack]:
+    def server_stacks(self) -> list[KubernetesStack]:
         """Each server as the single-server stack it amounts to (validated already)."""
         stacks = []
         for entry in self.servers:
@@ -60,7 +63,7 @@ class FleetStack(Strict):
                 **{field: getattr(entry, field) for field in ServerSettings.model_fields},
             )
             stacks.append(
-                StrixHaloStack.model_construct(
+                KubernetesStack.model_construct(
                     target="kubernetes",
                     kubernetes=self.kubernetes,
                     network=self.network,
@@ -73,6 +76,18 @@ class FleetStack(Strict):
                 )
             )
         return stacks
+
+    def server_names(self) -> list[str | None]:
+        """Each server's name in its records beside the lock (`STACK.SERVER.verify.json`)."""
+        return [entry.resource_name for entry in self.servers]
+
+    def server_key(self, problem: str, index: int) -> str:
+        """A problem of server `index` under its entry's key (`servers[1].gpuLayers`)."""
+        return entry_key(problem, index, self.servers[index].memory is not None)
+
+    def model_key(self, index: int) -> str:
+        """The stack file's key of server `index`'s model (`servers[1].model`)."""
+        return f"servers[{index}].model"
 
     def lock_paths(self, stack_lock: Path) -> list[Path]:
         """Each server's lock: the stack's lock for the first server's model, and beside it

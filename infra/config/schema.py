@@ -2,7 +2,7 @@
 documentation from it (`llm-infra schema`, `llm-infra explain KEY`).
 
 A stack file is Pulumi's: `config:` maps `llm-infra:KEY` to the value of each top-level field
-of the target's model (StrixHaloStack, FleetStack or Mi300xStack); any value may instead be a
+of the target's model (KubernetesStack, FleetStack or DockerHostStack); any value may instead be a
 `secure:` ciphertext, and the secrets (hfToken, apiKey, sshPrivateKey) must be. Pulumi's own
 keys (`encryptionsalt`, `secretsprovider`, `encryptedkey`, `environment`) are accepted as is.
 """
@@ -21,12 +21,12 @@ from typing import Any, get_args
 from pydantic import BaseModel
 
 from infra.config.base import LOCATION_KEYS, NAMESPACE, SECRET_KEYS
-from infra.config.docker_host import Mi300xStack
+from infra.config.docker_host import DockerHostStack
 from infra.config.fleet import FleetStack
-from infra.config.kubernetes import StrixHaloStack
+from infra.config.kubernetes import KubernetesStack
 
 SCHEMA_ID = "https://llm-infra.invalid/stack.schema.json"
-STACK_MODELS: tuple[type[BaseModel], ...] = (StrixHaloStack, FleetStack, Mi300xStack)
+STACK_MODELS: tuple[type[BaseModel], ...] = (KubernetesStack, FleetStack, DockerHostStack)
 _SECURE = {
     "type": "object",
     "properties": {"secure": {"type": "string"}},

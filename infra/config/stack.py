@@ -17,9 +17,8 @@ from typing import Any
 
 import pulumi
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
-from components.payloads.fetcher import token_over_http_problem
 from infra.config.base import (
     LOCATION_KEYS,
     NAMESPACE,
@@ -29,18 +28,33 @@ from infra.config.base import (
     placeholder_problems,
     validation_problems,
 )
-from infra.config.docker_host import Mi300xStack, docker_host_checks
+from infra.config.docker_host import DockerHostStack, docker_host_checks
 from infra.config.fleet import FleetStack, fleet_checks
-from infra.config.kubernetes import StrixHaloStack, cross_checks
+from infra.config.kubernetes import KubernetesStack
+from infra.config.kubernetes_checks import cross_checks
 from infra.config.limits import MAX_STACK_FILE_BYTES, load_yaml, read_limited
+from infra.config.secrets import (
+    StackSecrets,
+    missing_secrets,
+    plaintext_secret_problem,
+    secret_output,
+    secret_problems,
+    token_transport_problems,
+)
 
-StackConfig = StrixHaloStack | FleetStack | Mi300xStack
+StackConfig = KubernetesStack | FleetStack | DockerHostStack
+"""A validated stack; `infra.targets.registry.target_of` says what its target does with it."""
 
+ServerStack = KubernetesStack | DockerHostStack
+"""One server as a stack (`StackConfig.server_stacks()`: a fleet's each, else the stack)."""
 
-TARGETS: dict[str, type[StrixHaloStack] | type[Mi300xStack]] = {
-    "kubernetes": StrixHaloStack,
-    "docker-host": Mi300xStack,
+TARGETS = ("kubernetes", "docker-host")
+"""What a stack file's `target:` may say (`kubernetes` with `servers:` is a fleet)."""
+
+STACK_MODELS: dict[str, type[KubernetesStack] | type[FleetStack] | type[DockerHostStack]] = {
+    model.kind: model for model in (KubernetesStack, DockerHostStack, FleetStack)
 }
+"""The model of each kind of stack, keyed as the table of targets is."""
 
 
 def parse_stack(values: Mapping[str, Any]) -> StackConfig:
@@ -54,7 +68,7 @@ def parse_stack(values: Mapping[str, Any]) -> StackConfig:
         allowed = ", ".join(TARGETS)
         got = "missing" if target is None else f"{target!r} is not a known target"
         raise ConfigError([f"target: {got} (allowed: {allowed})"])
-    model: type[StrixHaloStack] | type[FleetStack] | type[Mi300xStack] = TARGETS[target]
+    kind = target
     if target == "kubernetes" and "servers" in values:
         single = [key for key in ("server", "model", "store") if key in values]
         if single:
@@ -65,14 +79,15 @@ def parse_stack(values: Mapping[str, Any]) -> StackConfig:
                     for key in single
                 ]
             )
-        model = FleetStack
+        kind = "fleet"
+    model = STACK_MODELS[kind]
     try:
         stack = model.model_validate(dict(values))
     except ValidationError as exc:
         raise ConfigError(validation_problems(exc, model)) from None
     if isinstance(stack, FleetStack):
         problems = fleet_checks(stack)
-    elif isinstance(stack, StrixHaloStack):
+    elif isinstance(stack, KubernetesStack):
         problems = cross_checks(stack)
     else:
         problems = docker_host_checks(stack, project_root())
@@ -279,96 +294,6 @@ def tune_path_for(lock_path: Path, server: str | None = None) -> Path:
     return beside_lock(lock_path, "tune", server)
 
 
-class StackSecrets(BaseModel):
-    """Secret config values, as Outputs (never plain values in the config model)."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
-
-    hf_token: pulumi.Output[str] | None
-    api_key: pulumi.Output[str] | None
-    ssh_private_key: pulumi.Output[str] | None = None
-
-
-def missing_secrets(stack: StackConfig, present: set[str]) -> tuple[list[str], list[str]]:
-    """Secrets the stack needs but the config lacks: (always errors, errors only for `up`).
-
-    A feature switched on without its secret is a mistake in any run. The secrets a target
-    always needs (the MI300X host's SSH key and API key) cannot live in a committed stack file,
-    so a preview or render shows the stack without them and `pulumi up` refuses.
-    """
-    feature: dict[str, str] = {}
-    target: dict[str, str] = {}
-    if isinstance(stack, Mi300xStack):
-        target["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
-        target["apiKey"] = "the API key clients send to the public endpoint"
-    else:
-        servers = stack.servers if isinstance(stack, FleetStack) else [stack.server]
-        keyed = [s for s in servers if s.api_key]
-        if keyed:
-            where = "server" if isinstance(stack, StrixHaloStack) else "a server's"
-            feature["apiKey"] = f"{where}.apiKey is true"
-
-    def lines(needed: dict[str, str]) -> list[str]:
-        return [
-            f"{key}: required ({why}): pulumi config set --secret {key} ..."
-            for key, why in needed.items()
-            if key not in present
-        ]
-
-    return lines(feature), lines(target)
-
-
-def token_transport_problems(stack: StackConfig, has_token: bool) -> list[str]:
-    """A plain-http store.hfEndpoint that the HF token would be sent to, not stated."""
-    if isinstance(stack, Mi300xStack):
-        return []
-    entries = (
-        [(f"servers[{i}].store", s.store) for i, s in enumerate(stack.servers)]
-        if isinstance(stack, FleetStack)
-        else [("store", stack.store)]
-    )
-    problems = []
-    for key, store in entries:
-        endpoint = str(store.hf_endpoint) if store.hf_endpoint else None
-        problem = token_over_http_problem(endpoint, has_token, store.allow_token_over_http)
-        if problem:
-            problems.append(f"{key}.hfEndpoint: {problem}")
-    return problems
-
-
-def plaintext_secret_problem(key: str, where: str) -> str:
-    """A secret written in plain text: the line to use instead (never the value)."""
-    return (
-        f"{key}: a secret in plain text in {where}; remove it and run: "
-        f"pulumi config set --secret {key} ..."
-    )
-
-
-def secret_problems(key: str, value: object) -> list[str]:
-    """What is wrong with a secret's value, never quoting it (one line naming the key)."""
-    if value is None or value == SECRET_PLACEHOLDER:
-        return []
-    how = f"set it again: pulumi config set --secret {key} ..."
-    if not isinstance(value, str) or not value.strip():
-        return [f"{key}: empty ({how})"]
-    text = value.strip()
-    if key == "sshPrivateKey":
-        if "PRIVATE KEY-----" not in text or any(ord(c) < 32 and c != "\n" for c in text):
-            return [f"{key}: not a PEM or OpenSSH private key ({how} < ~/.ssh/id_ed25519)"]
-        return []
-    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 or c in "'\"\\" for c in text):
-        return [f"{key}: contains whitespace, quotes or control characters inside ({how})"]
-    return []
-
-
-def _secret(value: str | None, keep_final_newline: bool = False) -> pulumi.Output[str] | None:
-    # Stripped of the newline a shell or a file adds; an OpenSSH key must end in one.
-    if value is None:
-        return None
-    text = value.strip() + ("\n" if keep_final_newline and value != SECRET_PLACEHOLDER else "")
-    return pulumi.Output.secret(text)
-
-
 def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
     """Read and validate the stack's config; secrets come back as Outputs, never in the model.
 
@@ -387,9 +312,9 @@ def load_stack_config() -> tuple[StackConfig, Path, StackSecrets]:
     if problems:
         raise ConfigError(problems)
     secrets = StackSecrets(
-        hf_token=_secret(values["hfToken"]),
-        api_key=_secret(values["apiKey"]),
-        ssh_private_key=_secret(values["sshPrivateKey"], keep_final_newline=True),
+        hf_token=secret_output(values["hfToken"]),
+        api_key=secret_output(values["apiKey"]),
+        ssh_private_key=secret_output(values["sshPrivateKey"], keep_final_newline=True),
     )
     present = {
         key

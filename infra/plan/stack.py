@@ -1,5 +1,7 @@
 """The memory plan of a stack: its config and lock turned into planner inputs."""
 
+# Over ~400 lines: the llama.cpp, vLLM and fleet planner inputs live here until infra/plan is
+# split by concern.
 from __future__ import annotations
 
 import math
@@ -9,7 +11,7 @@ from typing import Any
 
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
 from components.payloads.fetcher import retire_pattern_problem
-from infra.config import ConfigError, FleetStack, StackConfig, StrixHaloStack, quantity_value
+from infra.config import ConfigError, FleetStack, StrixHaloStack, quantity_value
 from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
@@ -309,21 +311,19 @@ def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
     )
 
 
-def stack_plan(
-    stack: StackConfig,
-    source: ModelSource | list[ModelSource],
-    header_summary: Mapping[str, Any] | None = None,
+def vllm_plan(stack: Mi300xStack, source: ModelSource) -> Plan:
+    """A docker-host stack's memory plan (vLLM's HBM, host RAM and disk)."""
+    plan = plan_vllm(vllm_inputs(stack, source))
+    refused = vllm_extra_args_problems(stack.server.extra_args)
+    return replace(plan, problems=[*plan.problems, *refused]) if refused else plan
+
+
+def llamacpp_plan(
+    stack: StrixHaloStack, source: ModelSource, header_summary: Mapping[str, Any] | None = None
 ) -> Plan:
-    """The stack's memory plan (a fleet: one ModelSource per server, in `servers:` order)."""
-    if isinstance(stack, FleetStack):
-        sources = source if isinstance(source, list) else [source] * len(stack.servers)
-        return fleet_plan(stack, sources, header_summary)
-    single = source[0] if isinstance(source, list) else source
-    if isinstance(stack, Mi300xStack):
-        plan = plan_vllm(vllm_inputs(stack, single))
-        refused = vllm_extra_args_problems(stack.server.extra_args)
-        return replace(plan, problems=[*plan.problems, *refused]) if refused else plan
-    inputs = llamacpp_inputs(stack, single, header_summary)
+    """A single llama.cpp server's memory plan (`header_summary`: a GGUF header read instead of
+    the lock's)."""
+    inputs = llamacpp_inputs(stack, source, header_summary)
     try:
         plan = plan_llamacpp(inputs)
     except (ValueError, ArithmeticError) as exc:
@@ -331,7 +331,7 @@ def stack_plan(
         # that is not a whole number of blocks): the metadata is wrong, not the planner.
         raise ConfigError([f"model.metadata: {exc}"]) from None
     # What server.extraArgs change that the plan cannot count: refused, never ignored.
-    extra = extra_args_problems(stack.server.extra_args, header_summary or single.gguf)
+    extra = extra_args_problems(stack.server.extra_args, header_summary or source.gguf)
     return replace(plan, problems=[*plan.problems, *extra]) if extra else plan
 
 
@@ -354,7 +354,7 @@ def fleet_plan(
     for index, (entry, stack) in enumerate(zip(fleet.servers, fleet.server_stacks(), strict=True)):
         own_memory = entry.memory is not None
         try:
-            plan = stack_plan(stack, sources[index], header_summary)
+            plan = llamacpp_plan(stack, sources[index], header_summary)
         except ConfigError as exc:
             raise ConfigError([entry_key(p, index, own_memory) for p in exc.problems]) from None
         name = stack.server.resource_name

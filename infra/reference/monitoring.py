@@ -5,7 +5,7 @@ import re
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.monitoring.dashboard import panel_queries, server_dashboard
 from components.monitoring.queries import MonitoringSpec, ServerKind, alert_rules
-from infra.config import Mi300xStack, StrixHaloStack
+from infra.config import DockerHostStack, KubernetesStack
 
 _SERIES = re.compile(r"\b(?:llamacpp|vllm):[a-z_]+|\bgpu_[a-z_]+|\bkube_[a-z_]+|\bup\b")
 
@@ -43,7 +43,7 @@ def _monitoring(
     return [*lines, ""]
 
 
-def strix_halo_monitoring(stack: StrixHaloStack, args: LlamaCppVulkanServerArgs) -> list[str]:
+def strix_halo_monitoring(stack: KubernetesStack, args: LlamaCppVulkanServerArgs) -> list[str]:
     """The sections of a llama-server on Kubernetes: its metrics proxy, scrapers and rules."""
     metrics = args.get("metrics")
     if metrics is None:
@@ -84,7 +84,7 @@ def strix_halo_monitoring(stack: StrixHaloStack, args: LlamaCppVulkanServerArgs)
     return _monitoring("llama-server", spec, scraped, where)
 
 
-def mi300x_monitoring(stack: Mi300xStack) -> list[str]:
+def mi300x_monitoring(stack: DockerHostStack) -> list[str]:
     """The sections of vLLM on a Docker host: the metrics site behind Caddy and its files."""
     from components.vllm.host_monitoring import monitoring_dir, monitoring_spec
     from infra.targets.docker_host import monitoring

@@ -21,7 +21,7 @@ from components.vllm.inputs import (
     VllmFlags,
     VllmRocmServerArgs,
 )
-from infra.config import Mi300xStack, StackSecrets, project_root
+from infra.config import DockerHostStack, StackSecrets, project_root
 from infra.config.inputs import stack_key
 from infra.lock import ModelSource
 from infra.targets.litellm import litellm_entry
@@ -30,7 +30,7 @@ MODELS_IN_CONTAINER = "/models"
 
 
 def deploy(
-    stack: Mi300xStack,
+    stack: DockerHostStack,
     source: ModelSource,
     secrets: StackSecrets,
     verify_expectations: str | None = None,
@@ -46,12 +46,12 @@ def deploy(
     pulumi.export("litellmModel", server.url.apply(lambda url: litellm_route(stack, url)))
 
 
-def litellm_route(stack: Mi300xStack, url: str) -> dict[str, Any]:
+def litellm_route(stack: DockerHostStack, url: str) -> dict[str, Any]:
     """The LiteLLM entry of the public endpoint (Caddy always demands the API key)."""
     return litellm_entry(stack.server.served_model_name, url, api_key=True)
 
 
-def caddy_site(stack: Mi300xStack) -> CaddySite:
+def caddy_site(stack: DockerHostStack) -> CaddySite:
     """The Caddy site of the stack, as VllmRocmServer takes it."""
     caddy = stack.caddy
     return {
@@ -64,12 +64,12 @@ def caddy_site(stack: Mi300xStack) -> CaddySite:
     }
 
 
-def endpoint_url(stack: Mi300xStack) -> str:
+def endpoint_url(stack: DockerHostStack) -> str:
     """The public HTTPS base URL of the stack."""
     return base_url(caddy_site(stack))
 
 
-def server_props(stack: Mi300xStack) -> dict[str, Any]:
+def server_props(stack: DockerHostStack) -> dict[str, Any]:
     """What vLLM's `/v1/models` must report (vLLM has no /props): the host's props.json, from
     the same flags, named by the stack file's keys."""
 
@@ -79,7 +79,7 @@ def server_props(stack: Mi300xStack) -> dict[str, Any]:
     return expected_models(vllm_flags(stack), key)
 
 
-def vllm_flags(stack: Mi300xStack) -> VllmFlags:
+def vllm_flags(stack: DockerHostStack) -> VllmFlags:
     """`vllm serve` flags from the stack config."""
     server = stack.server
     flags: VllmFlags = {
@@ -108,7 +108,7 @@ def vllm_flags(stack: Mi300xStack) -> VllmFlags:
 
 
 def server_args(
-    stack: Mi300xStack, source: ModelSource, secrets: StackSecrets
+    stack: DockerHostStack, source: ModelSource, secrets: StackSecrets
 ) -> VllmRocmServerArgs:
     """VllmRocmServer inputs from the stack config, the lock and the secrets."""
     host = stack.host
@@ -156,7 +156,7 @@ def server_args(
     return with_defaults(args, VllmRocmServerArgs)
 
 
-def monitoring(stack: Mi300xStack) -> HostMonitoring | None:
+def monitoring(stack: DockerHostStack) -> HostMonitoring | None:
     """The metrics site, the GPU exporter and the alert thresholds (None: no metrics)."""
     metrics = stack.metrics
     if metrics is None:

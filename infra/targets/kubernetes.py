@@ -1,13 +1,12 @@
-"""Target `kubernetes`: a GGUF model store and a llama.cpp Vulkan server on a k3s node."""
+"""Target `kubernetes`: one llama.cpp server and its GGUF model store on a k3s node (a fleet's
+servers each as one; `infra.targets.cluster` puts them on the cluster)."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-import yaml
 
 from components import (
     GgufModelStore,
@@ -31,10 +30,9 @@ from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import ComponentInputError, input_problems, with_defaults
-from infra.config import ConfigError, FleetStack, ProbeSettings, StackSecrets, StrixHaloStack
-from infra.config.fleet import entry_key
-from infra.config.inputs import stack_key, stack_problems
-from infra.config.kubernetes import ServerSettings
+from infra.config import ConfigError, KubernetesStack, ProbeSettings, StackSecrets
+from infra.config.inputs import stack_key
+from infra.config.server import ServerSettings
 from infra.lock import ModelSource
 from infra.plan.llamacpp import rpc_tensor_split
 from infra.plan.repack import cpu_variant
@@ -42,96 +40,8 @@ from infra.plan.stack import llamacpp_inputs
 from infra.targets.litellm import litellm_entry
 
 
-def deploy(
-    stack: StrixHaloStack | FleetStack,
-    sources: list[ModelSource],
-    secrets: StackSecrets,
-    verify_expectations: list[str | None] | None = None,
-) -> None:
-    """Create the stack's resources (each server's, in `servers:` order) and its outputs.
-
-    `verify_expectations`: per server, what its post-up verify Job checks (None: no Job).
-
-    A single-server stack keeps the names and outputs it always had; a fleet adds `servers`
-    (per server: url, alias, modelPath, lockDigest, modelRevision) and `litellmModelList`.
-    """
-    fleet = isinstance(stack, FleetStack)
-    servers = stack.server_stacks() if isinstance(stack, FleetStack) else [stack]
-    for index, (server_stack, source) in enumerate(zip(servers, sources, strict=True)):
-        if not source.files:
-            problem = (
-                f"model.files: patterns {list(server_stack.model.files)} name no file until the "
-                "model is locked (run: llm-infra lock STACK)"
-            )
-            raise ConfigError([entry_key(problem, index, False) if fleet else problem])
-    settings = stack.kubernetes
-    provider = k8s.Provider("kubernetes", context=settings.context)
-    opts = pulumi.ResourceOptions(provider=provider)
-    depends: list[pulumi.Resource] = []
-    if settings.create_namespace:
-        namespace = k8s.core.v1.Namespace(
-            "namespace",
-            metadata={
-                "name": settings.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "llm-infra"},
-            },
-            opts=opts,
-        )
-        depends.append(namespace)
-    entries: list[pulumi.Output[dict[str, Any]]] = []
-    outputs: dict[str, pulumi.Output[dict[str, Any]]] = {}
-    expectations = verify_expectations or [None] * len(servers)
-    for index, (server_stack, source, expect) in enumerate(
-        zip(servers, sources, expectations, strict=True)
-    ):
-        try:
-            store, server = deploy_server(server_stack, source, secrets, provider, depends, expect)
-        except ComponentInputError as exc:
-            if not isinstance(stack, FleetStack):
-                raise
-            # A component's refusal, named as the fleet entry's key (`servers[1].image`).
-            memory = stack.servers[index].memory is not None
-            raise ConfigError([entry_key(p, index, memory) for p in stack_problems(exc)]) from None
-        entry = server.url.apply(partial(litellm_route, server_stack))
-        entries.append(entry)
-        if fleet:
-            outputs[server_stack.server.resource_name] = pulumi.Output.all(
-                url=server.url,
-                alias=server.alias,
-                modelPath=store.model_path,
-                lockDigest=store.lock_digest,
-                modelRevision=source.revision if source.locked else "unlocked",
-            )
-        else:
-            pulumi.export("url", server.url)
-            pulumi.export("alias", server.alias)
-            pulumi.export("modelPath", store.model_path)
-            pulumi.export("lockDigest", store.lock_digest)
-            pulumi.export("modelRevision", source.revision if source.locked else "unlocked")
-            pulumi.export("litellmModel", entry)
-    model_list = pulumi.Output.all(*entries).apply(list)
-    if fleet:
-        pulumi.export("servers", outputs)
-        pulumi.export("litellmModelList", model_list)
-    if stack.litellm.manage == "configmap":
-        k8s.core.v1.ConfigMap(
-            "litellm-route",
-            metadata={
-                "name": f"llm-infra-route-{servers[0].server.resource_name}",
-                "namespace": stack.litellm.namespace,
-                "labels": {"app.kubernetes.io/managed-by": "llm-infra", "litellm/route": "true"},
-            },
-            # A model_list LiteLLM's config can include (or an operator can merge): an entry per
-            # server, replicas of one alias side by side (LiteLLM balances them).
-            data=model_list.apply(
-                lambda m: {"model_list.yaml": yaml.safe_dump(m, sort_keys=False)}
-            ),
-            opts=pulumi.ResourceOptions(provider=provider),
-        )
-
-
 def deploy_server(
-    stack: StrixHaloStack,
+    stack: KubernetesStack,
     source: ModelSource,
     secrets: StackSecrets,
     provider: k8s.Provider,
@@ -207,7 +117,7 @@ def deploy_server(
     return store, server
 
 
-def server_props(stack: StrixHaloStack, source: ModelSource) -> dict[str, Any]:
+def server_props(stack: KubernetesStack, source: ModelSource) -> dict[str, Any]:
     """What the server's `/props` must report: the verify Job's props.json, built from the
     same inputs, its inputs named by the stack file's keys (`server.parallel`)."""
     if not source.files:
@@ -227,7 +137,7 @@ def server_props(stack: StrixHaloStack, source: ModelSource) -> dict[str, Any]:
     return expected_props(args, key)
 
 
-def rpc_worker_args(stack: StrixHaloStack) -> dict[str, LlamaCppRpcWorkerArgs]:
+def rpc_worker_args(stack: KubernetesStack) -> dict[str, LlamaCppRpcWorkerArgs]:
     """LlamaCppRpcWorker inputs of a split model, by worker name, in `--rpc` order."""
     server, rpc = stack.server, stack.server.rpc
     if rpc is None:
@@ -266,7 +176,7 @@ def runtime_input(server: ServerSettings) -> LlamaCppRuntime | None:
     return runtime_record(server.declared_runtime) if server.named_runtime else None
 
 
-def rpc_endpoints(stack: StrixHaloStack) -> list[str]:
+def rpc_endpoints(stack: KubernetesStack) -> list[str]:
     """The head's `--rpc` list: each worker's Service, in the workers' order."""
     rpc = stack.server.rpc
     if rpc is None:
@@ -277,22 +187,22 @@ def rpc_endpoints(stack: StrixHaloStack) -> list[str]:
     ]
 
 
-def service_port(stack: StrixHaloStack) -> int:
+def service_port(stack: KubernetesStack) -> int:
     """The port of the server's Service."""
     return stack.server.service_port or stack.server.port
 
 
-def endpoint_url(stack: StrixHaloStack) -> str:
+def endpoint_url(stack: KubernetesStack) -> str:
     """The in-cluster base URL of the server's Service."""
     return service_url(stack.server.resource_name, stack.kubernetes.namespace, service_port(stack))
 
 
-def litellm_route(stack: StrixHaloStack, url: str) -> dict[str, Any]:
+def litellm_route(stack: KubernetesStack, url: str) -> dict[str, Any]:
     """The LiteLLM entry of this server (with the key from LiteLLM's env when one is required)."""
     return litellm_entry(stack.server.alias, url, api_key=stack.server.api_key)
 
 
-def allowed_clients(stack: StrixHaloStack) -> list[NetworkClient] | None:
+def allowed_clients(stack: KubernetesStack) -> list[NetworkClient] | None:
     """Who the server's NetworkPolicy admits (None: no policy)."""
     if not stack.network.policies:
         return None
@@ -313,7 +223,7 @@ def _probe(probe: ProbeSettings) -> HttpProbe:
 
 
 def store_args(
-    stack: StrixHaloStack, source: ModelSource, hf_token: pulumi.Input[str] | None
+    stack: KubernetesStack, source: ModelSource, hf_token: pulumi.Input[str] | None
 ) -> GgufModelStoreArgs:
     """GgufModelStore inputs from the stack config and the model lock."""
     store = stack.store
@@ -352,7 +262,7 @@ def store_args(
 
 
 def server_args(
-    stack: StrixHaloStack, source: ModelSource, model: ModelVolume
+    stack: KubernetesStack, source: ModelSource, model: ModelVolume
 ) -> LlamaCppVulkanServerArgs:
     """LlamaCppVulkanServer inputs from the stack config and the model lock."""
     server = stack.server
@@ -417,7 +327,7 @@ def server_args(
     return with_defaults(args, LlamaCppVulkanServerArgs)
 
 
-def monitoring(stack: StrixHaloStack) -> KubernetesMonitoring | None:
+def monitoring(stack: KubernetesStack) -> KubernetesMonitoring | None:
     """The server's metrics and monitoring objects from the stack's `metrics` (None: off)."""
     metrics = stack.metrics
     if not metrics.enabled:

@@ -14,7 +14,7 @@ from infra.config import read_stack_file
 from infra.lock import stack_model_sources
 from infra.plan.picture import plan_svg
 from infra.plan.report import GIB, Device, Plan, gib, usage_text
-from infra.plan.stack import stack_plan
+from infra.targets.registry import stack_plan
 from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS
 

@@ -14,10 +14,11 @@ import yaml
 
 from components.llamacpp.inputs import DEFAULT_IMAGE
 from components.llamacpp.manifests import head_pod_labels, server_labels
-from infra.config import ConfigError, FleetStack, StrixHaloStack, parse_stack
+from infra.config import ConfigError, FleetStack, KubernetesStack, parse_stack
 from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers
-from infra.plan.stack import llamacpp_inputs, probe_problems, stack_plan
+from infra.plan.stack import llamacpp_inputs, probe_problems
+from infra.targets.registry import stack_plan
 from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS, stack_values
 
@@ -153,7 +154,7 @@ def test_head_argv_carries_the_workers_and_the_plans_tensor_split(split: Path) -
     argv = container["args"]
     assert argv[argv.index("--rpc") + 1] == "deepseek-v4-flash-0731-rpc-0.llm.svc:50052"
     stack = parse_stack(stack_values(SPLIT))
-    assert isinstance(stack, StrixHaloStack)
+    assert isinstance(stack, KubernetesStack)
     source = model_source(stack.model, ROOT / "stacks" / "no-such.lock.json", preview=True)
     split_shares = rpc_tensor_split(llamacpp_inputs(stack, source))
     assert argv[argv.index("--tensor-split") + 1] == ",".join(f"{s:g}" for s in split_shares)
@@ -298,7 +299,7 @@ def test_fleet_with_a_split_server_renders_and_plans_every_device(tmp_path: Path
 
 
 def test_a_single_server_stack_is_not_a_fleet() -> None:
-    assert isinstance(parse_stack(stack_values("strix-halo")), StrixHaloStack)
+    assert isinstance(parse_stack(stack_values("strix-halo")), KubernetesStack)
     assert isinstance(parse_stack(stack_values(PAIR)), FleetStack)
     with pytest.raises(ConfigError):
         parse_stack({**stack_values(PAIR), "servers": []})
@@ -306,7 +307,7 @@ def test_a_single_server_stack_is_not_a_fleet() -> None:
 
 def test_device_layers_cover_every_layer_once() -> None:
     stack = parse_stack(stack_values(SPLIT))
-    assert isinstance(stack, StrixHaloStack)
+    assert isinstance(stack, KubernetesStack)
     source = model_source(stack.model, STACKS / "no-such.lock.json", preview=True)
     held = device_layers(llamacpp_inputs(stack, source))
     every = sorted(il for layers in held.values() for il in layers)
@@ -316,13 +317,13 @@ def test_device_layers_cover_every_layer_once() -> None:
 def test_the_startup_probe_must_allow_for_sending_the_workers_their_weights() -> None:
     values = copy.deepcopy(stack_values(SPLIT))
     stack = parse_stack(values)
-    assert isinstance(stack, StrixHaloStack)
+    assert isinstance(stack, KubernetesStack)
     source = model_source(stack.model, STACKS / "no-such.lock.json", preview=True)
     assert probe_problems(stack, llamacpp_inputs(stack, source)) == []
     # 69 GiB to the worker over a 100 Mbit/s link takes ~1.7 h: more than the probe allows.
     values["server"]["rpc"]["networkMibps"] = 12
     slow = parse_stack(values)
-    assert isinstance(slow, StrixHaloStack)
+    assert isinstance(slow, KubernetesStack)
     (problem,) = probe_problems(slow, llamacpp_inputs(slow, source))
     assert problem.startswith("server.probes.startup: allows 1800s")
     assert "server.rpc.networkMibps 12" in problem

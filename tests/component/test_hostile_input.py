@@ -41,8 +41,8 @@ from components.vllm.caddyfile import caddyfile
 from components.vllm.host_monitoring import metrics_site
 from components.vllm.inputs import CaddySite
 from infra import program
-from infra.config import ConfigError, FleetStack, Mi300xStack, StrixHaloStack, parse_stack
-from infra.config.kubernetes import ProbesSettings
+from infra.config import ConfigError, DockerHostStack, FleetStack, KubernetesStack, parse_stack
+from infra.config.server import ProbesSettings
 from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program
 from tests.component.test_provider_protocol import (
     Deployment,
@@ -76,8 +76,8 @@ HOSTILE = [
     "a" * 10_000,
 ]
 SECTIONS: dict[str, type[BaseModel]] = {
-    "strix-halo": StrixHaloStack,
-    "mi300x": Mi300xStack,
+    "strix-halo": KubernetesStack,
+    "mi300x": DockerHostStack,
     # The fleet form: every string of a servers[] entry (its model and store included).
     "strix-halo-pair": FleetStack,
 }

@@ -13,8 +13,8 @@ from components.model_store.node_preflight import preflight_script
 from infra import program
 from infra.config import ConfigError, read_stack_file
 from infra.lock import model_source
-from infra.plan.stack import stack_plan
 from infra.render import Rendered, run_program
+from infra.targets.registry import stack_plan
 from tests.conftest import STACKS, strix
 
 GIB = 1 << 30

@@ -27,7 +27,7 @@ from infra.config import read_stack_file
 from infra.hub.server import DirectoryRepos, HubServer, serving
 from infra.lock import stack_model_sources
 from infra.plan.report import MIB
-from infra.plan.stack import stack_plan
+from infra.targets.registry import stack_plan
 from tests.support import llama_archs
 from tests.support.llama_server import free_port, run_llama_server
 from tests.support.project import llm_infra, new_project

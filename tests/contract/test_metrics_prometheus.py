@@ -29,7 +29,7 @@ from components.monitoring.dashboard import panel_queries
 from components.monitoring.manifests import JOB_LABEL, monitoring_spec
 from components.monitoring.queries import MonitoringSpec, alert_rules
 from infra import program
-from infra.config import StrixHaloStack, read_stack_file
+from infra.config import KubernetesStack, read_stack_file
 from infra.render import run_program
 from infra.targets.kubernetes import server_args
 from tests.component.test_render import render
@@ -229,7 +229,7 @@ def test_the_server_down_alert_fires_when_llama_server_stops(scraped: Scraped) -
 def spec_of(scraped: Scraped) -> MonitoringSpec:
     """The MonitoringSpec of the rendered server, through the target's own wiring."""
     stack = read_stack_file(scraped.stack_file).stack()
-    assert isinstance(stack, StrixHaloStack)
+    assert isinstance(stack, KubernetesStack)
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
     args = server_args(stack, unlocked_source(stack), volume)  # type: ignore[arg-type]
     # As `deploy` passes it on.

@@ -33,11 +33,11 @@ import yaml
 from components.gguf_header import read_gguf_header, summarize
 from components.payloads.fetcher import LOCK_VERSION, ModelFile
 from components.payloads.gpu_gate import check_log
-from infra.config import StrixHaloStack, lock_path_for, parse_stack
+from infra.config import KubernetesStack, lock_path_for, parse_stack
 from infra.lock import ModelLock, model_source
 from infra.lock import write_lock as write_lock_file
 from infra.plan.report import MIB
-from infra.plan.stack import stack_plan
+from infra.targets.registry import stack_plan
 from tests.conftest import ROOT, stack_values
 from tests.contract.test_plan_calibration_deepseek4 import deepseek4_model  # noqa: F401 (fixture)
 from tests.support.llama_server import free_port, run_llama_server
@@ -232,7 +232,7 @@ def test_plan_per_device_weights_and_kv_match_the_logged_buffers(
 ) -> None:
     run, values = booted
     stack = parse_stack(values)
-    assert isinstance(stack, StrixHaloStack)
+    assert isinstance(stack, KubernetesStack)
     # The plan the render refused or accepted: from the lock's GGUF header summary.
     source = model_source(stack.model, lock_path_for(run.stack_dir / "Pulumi.split.yaml"), False)
     assert source.gguf is not None

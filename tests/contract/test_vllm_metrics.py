@@ -24,7 +24,7 @@ import yaml
 from components.monitoring.dashboard import panel_queries
 from components.monitoring.queries import MonitoringSpec, alert_rules
 from components.vllm.host_monitoring import monitoring_spec
-from infra.config import Mi300xStack, read_stack_file
+from infra.config import DockerHostStack, read_stack_file
 from infra.targets.docker_host import monitoring as host_monitoring
 from tests.component.test_render import render
 from tests.conftest import ROOT
@@ -99,7 +99,7 @@ class ScrapedVllm:
 def scraped_vllm(mi300x: Path) -> Iterator[ScrapedVllm]:
     """vLLM's own stat logger scraped by a real Prometheus under the rendered job and path."""
     stack = read_stack_file(ROOT / "stacks" / "Pulumi.mi300x.yaml").stack()
-    assert isinstance(stack, Mi300xStack) and stack.server.speculative is not None
+    assert isinstance(stack, DockerHostStack) and stack.server.speculative is not None
     monitoring = host_monitoring(stack)
     assert monitoring is not None
     spec = monitoring_spec(

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from components.gguf_header import read_gguf_header, summarize
 from components.payloads.gpu_gate import LoadEvidence, is_host_buffer, parse_load_log
-from infra.config import StrixHaloStack, parse_stack
+from infra.config import KubernetesStack, parse_stack
 from infra.config.stack import namespace_values, read_stack_file
 from infra.lock import model_source
 from infra.plan.deepseek4 import attention_shape
@@ -59,7 +59,7 @@ def stack_plan_inputs(stack_name: str, shards: list[Path]) -> LlamaCppPlanInputs
         slots = values["server"].get("parallel", 1)
         values["server"].update(contextSize=trained, minSlotContext=trained // slots)
     stack = parse_stack(values)
-    if not isinstance(stack, StrixHaloStack):
+    if not isinstance(stack, KubernetesStack):
         raise TypeError(f"{stack_name} is not a llama.cpp stack")
     source = model_source(stack.model, Path(stack_file.config["llm-infra:lockFile"]), True)
     inputs = llamacpp_inputs(stack, source, summary)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from infra.config import ConfigError, missing_secrets, parse_stack
-from infra.config.docker_host import Mi300xStack
+from infra.config.docker_host import DockerHostStack
 from tests.conftest import stack_values
 
 
@@ -27,7 +27,7 @@ def problems_of(values: dict[str, Any]) -> list[str]:
 
 def test_seed_002_settings_are_the_stack(values: dict[str, Any]) -> None:
     stack = parse_stack(values)
-    assert isinstance(stack, Mi300xStack)
+    assert isinstance(stack, DockerHostStack)
     server = stack.server
     assert server.max_model_len == 262144 and server.max_num_batched_tokens == 2048
     assert server.kv_cache_memory_bytes == 20 * 10**9 and server.kv_offloading_size == 96
@@ -41,12 +41,12 @@ def test_vllm_image_without_digest_is_rejected_unless_allowed(values: dict[str, 
     (problem,) = problems_of(values)
     assert problem.startswith("server.image: 'vllm/vllm-openai-rocm:v0.33.0' has no digest")
     values["server"]["image"] = "vllm/vllm-openai-rocm@sha256:" + "ab" * 32
-    assert isinstance(parse_stack(values), Mi300xStack)
+    assert isinstance(parse_stack(values), DockerHostStack)
 
 
 def test_an_allowlist_of_some_networks_needs_no_allow_world(values: dict[str, Any]) -> None:
     values["caddy"]["allowedCidrs"] = ["0.0.0.0/1", "192.168.0.0/16", "2001:db8::/32"]
-    assert isinstance(parse_stack(values), Mi300xStack)
+    assert isinstance(parse_stack(values), DockerHostStack)
 
 
 @pytest.mark.parametrize(
@@ -68,7 +68,7 @@ def test_a_host_key_line_as_ssh_keyscan_prints_it_is_accepted(values: dict[str, 
     key = values["host"]["hostKey"]
     values["host"]["hostKey"] = f"mi300x.example.com {key} root@mi300x"
     stack = parse_stack(values)
-    assert isinstance(stack, Mi300xStack) and stack.host.host_key == key
+    assert isinstance(stack, DockerHostStack) and stack.host.host_key == key
 
 
 @pytest.mark.parametrize("directory", ["/etc", "/etc/llm", "/usr/local/models", "/var/lib/x"])
@@ -91,7 +91,7 @@ def test_automatic_https_needs_a_domain_and_an_email(values: dict[str, Any]) -> 
     assert problems[0].startswith("caddy.tls: auto needs a domain")
     assert problems[1].startswith("caddy.acmeEmail: a valid email is required")
     values["caddy"]["tls"] = "internal"
-    assert isinstance(parse_stack(values), Mi300xStack)
+    assert isinstance(parse_stack(values), DockerHostStack)
 
 
 def test_malformed_domain_is_rejected(values: dict[str, Any]) -> None:
@@ -112,7 +112,7 @@ def test_patch_with_wrong_sha256_stops_before_anything_exists(
     (problem,) = problems_of(values)
     assert problem.startswith(f"patches[0].sha256: fp8.py has sha256 {good}, not the pinned")
     values["patches"][0]["sha256"] = good
-    assert isinstance(parse_stack(values), Mi300xStack)
+    assert isinstance(parse_stack(values), DockerHostStack)
     values["patches"][0]["source"] = "missing.py"
     assert problems_of(values) == ["patches[0].source: 'missing.py' does not exist"]
 

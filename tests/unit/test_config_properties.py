@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infra.config import ConfigError, parse_stack
-from infra.plan.stack import stack_plan
+from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, unlocked_source
 
 STACKS = {name: stack_values(name) for name in ("strix-halo", "mi300x")}

@@ -10,7 +10,8 @@ import pytest
 from components.gguf_header import read_gguf_header, summarize
 from infra.config import ConfigError
 from infra.lock import ModelSource
-from infra.plan.stack import llamacpp_inputs, model_structure, stack_plan
+from infra.plan.stack import llamacpp_inputs, model_structure
+from infra.targets.registry import stack_plan
 from tests.conftest import strix, unlocked_source
 from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
 

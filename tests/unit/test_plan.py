@@ -27,8 +27,9 @@ from infra.plan.llamacpp import (
     suggest,
 )
 from infra.plan.report import GB, GIB, MIB, PlanError
-from infra.plan.stack import llamacpp_inputs, stack_plan
+from infra.plan.stack import llamacpp_inputs
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
+from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
 
 # DeepSeek-V4-Flash as llama.cpp reads it: 43 layers, K-only head 512, one KV head, a

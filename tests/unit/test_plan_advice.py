@@ -16,7 +16,8 @@ from infra.cli.plan import suggest_changes
 from infra.config import ConfigError
 from infra.plan.llamacpp import suggest
 from infra.plan.report import Plan
-from infra.plan.stack import llamacpp_inputs, stack_plan
+from infra.plan.stack import llamacpp_inputs
+from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
 
 # A Qwen3-30B-A3B-shaped GQA MoE (qwen3moe: 48 layers, 32 heads, 4 KV heads of 128, trained

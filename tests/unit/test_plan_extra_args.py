@@ -28,7 +28,8 @@ from infra.plan.extra_args import (
 )
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, plan_llamacpp
 from infra.plan.report import GIB
-from infra.plan.stack import llamacpp_inputs, stack_plan
+from infra.plan.stack import llamacpp_inputs
+from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
 from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
 

@@ -35,7 +35,7 @@ from infra.plan.llamacpp import (
     plan_llamacpp,
 )
 from infra.plan.report import GIB, MIB
-from infra.plan.stack import stack_plan
+from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu_gate"

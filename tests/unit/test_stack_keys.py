@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from infra.config import Mi300xStack, StrixHaloStack, read_stack_file
+from infra.config import DockerHostStack, KubernetesStack, read_stack_file
 from infra.config.inputs import STACK_KEYS, stack_key
 from infra.config.schema import explain
-from infra.config.stack import StackSecrets
+from infra.config.secrets import StackSecrets
 from infra.targets import docker_host, kubernetes
 from tests.conftest import ROOT, unlocked_source
 
@@ -47,13 +47,13 @@ def leaves(value: Any, loc: tuple[str | int, ...] = ()) -> Iterator[tuple[str | 
 def built_inputs(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
     stack = read_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml").stack()
     source = unlocked_source(stack)
-    if isinstance(stack, Mi300xStack):
+    if isinstance(stack, DockerHostStack):
         secrets = StackSecrets.model_construct(hf_token=None, api_key="k", ssh_private_key="k")
         args = dict(docker_host.server_args(stack, source, secrets))
         args.update(min_decode_tps=1.0, verify_expectations="{}")
         yield "VllmRocmServer", args
         return
-    assert isinstance(stack, StrixHaloStack)
+    assert isinstance(stack, KubernetesStack)
     server = dict(kubernetes.server_args(stack, source, VOLUME))  # type: ignore[arg-type]
     server.update(api_key="k", verify_expectations="{}", stop_before_model_change=True)
     yield "LlamaCppVulkanServer", server

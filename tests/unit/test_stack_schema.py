@@ -117,10 +117,10 @@ def test_the_schema_has_exactly_the_models_fields() -> None:
 
 def test_explain_gives_type_default_and_the_fields_docstring() -> None:
     lines = explain("host.hostKey")
-    assert lines[0] == "host.hostKey (Mi300xStack): string | null"
+    assert lines[0] == "host.hostKey (DockerHostStack): string | null"
     assert lines[1] == "  default: None"
     assert any("ssh-keyscan -t ed25519 HOST" in line for line in lines[2:])
-    assert explain("target")[:2] == ["target (StrixHaloStack): 'kubernetes'", "  required"]
+    assert explain("target")[:2] == ["target (KubernetesStack): 'kubernetes'", "  required"]
 
 
 def test_explain_of_an_unknown_key_names_the_closest() -> None:
@@ -130,7 +130,7 @@ def test_explain_of_an_unknown_key_names_the_closest() -> None:
         result.stderr
     )
     known = llm_infra("explain", "store.size")
-    assert known.returncode == 0 and known.stdout.startswith("store.size (StrixHaloStack): ")
+    assert known.returncode == 0 and known.stdout.startswith("store.size (KubernetesStack): ")
     assert json.loads(llm_infra("schema").stdout) == stack_file_schema()
 
 

@@ -15,7 +15,7 @@ from components.model_store.manifests import fetch_job
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import EXIT_USAGE, token_over_http_problem
 from infra.config import ConfigError, parse_stack
-from infra.config.stack import token_transport_problems
+from infra.config.secrets import token_transport_problems
 from infra.lock import resolve_lock
 from tests.conftest import stack_values
 

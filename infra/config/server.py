@@ -1,0 +1,278 @@
+"""Config of a llama.cpp server (`server:`): flags, probes, resources, runtime and RPC workers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import Discriminator, Field, Tag
+
+from components.extra_args import ExtraArgs
+from components.llamacpp.inputs import (
+    GPU_RESOURCE,
+    RPC_BINARY,
+    RPC_PORT,
+    CacheType,
+)
+from components.llamacpp.runtimes import BUILTIN_RUNTIMES, NAME, Runtime, runtime_for
+from infra.config.base import (
+    UNION_TAG,
+    AbsolutePath,
+    ConfigError,
+    DnsLabel,
+    ImageReference,
+    IpAddress,
+    LabelKey,
+    LabelValue,
+    ModelName,
+    Port,
+    Quantity,
+    Strict,
+)
+
+
+class ProbeSettings(Strict):
+    """An HTTP GET probe."""
+
+    path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._~/-]*$")] = "/health"
+    initial_delay_seconds: Annotated[int, Field(ge=0)]
+    period_seconds: Annotated[int, Field(ge=1)]
+    failure_threshold: Annotated[int, Field(ge=1)]
+    timeout_seconds: Annotated[int, Field(ge=1)] = 5
+
+    @property
+    def window_seconds(self) -> int:
+        """How long the probe tolerates failures."""
+        return self.initial_delay_seconds + self.period_seconds * self.failure_threshold
+
+
+class ProbesSettings(Strict):
+    """Probes of the server. The startup probe covers the model load (see `minLoadSeconds`)."""
+
+    startup: ProbeSettings = ProbeSettings(
+        initial_delay_seconds=30, period_seconds=10, failure_threshold=177
+    )
+    readiness: ProbeSettings = ProbeSettings(
+        initial_delay_seconds=30, period_seconds=10, failure_threshold=6
+    )
+    liveness: ProbeSettings = ProbeSettings(
+        initial_delay_seconds=0, period_seconds=30, failure_threshold=5
+    )
+
+
+class ComputeResources(Strict):
+    """cpu and memory quantities."""
+
+    cpu: Quantity
+    memory: Quantity
+
+
+class ResourceSettings(Strict):
+    """Container requests and limits."""
+
+    requests: ComputeResources
+    limits: ComputeResources
+
+
+def _worker_resources() -> ResourceSettings:
+    return ResourceSettings(
+        requests=ComputeResources(cpu="500m", memory="1Gi"),
+        limits=ComputeResources(cpu="4000m", memory="4Gi"),
+    )
+
+
+class RpcWorkerSettings(Strict):
+    """One node that lends its GPU to the server through llama.cpp's rpc-server."""
+
+    name: DnsLabel | None = None
+    """Name of the worker's Deployment and Service (default `<server>-rpc-<index>`)."""
+    node_selector: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
+    """Node labels the worker pod must match (its own node, not the server's)."""
+    vram_gib: Annotated[float, Field(gt=0)]
+    """GPU memory of that node available to rpc-server (the plan checks each worker against it)."""
+    compute_gib: Annotated[float, Field(ge=0)] | None = None
+    """Measured compute buffer of the worker's device, replacing the planner's estimate."""
+    threads: Annotated[int, Field(ge=1)] | None = None
+    """`-t`: CPU threads of rpc-server (its CPU device only)."""
+    resources: ResourceSettings = _worker_resources()
+
+
+class RpcSettings(Strict):
+    """Split one model across nodes: an rpc-server per worker, `--rpc` on the server (the head)."""
+
+    workers: Annotated[list[RpcWorkerSettings], Field(min_length=1)]
+    port: Port = RPC_PORT
+    """rpc-server's port on each worker (container and Service)."""
+    image: ImageReference | None = None
+    """Worker image (default: server.image). Head and workers must be the same llama.cpp build,
+    configured with -DGGML_RPC=ON: the RPC protocol has no compatibility across versions."""
+    binary: AbsolutePath = RPC_BINARY
+    """rpc-server inside the image."""
+    network_mibps: Annotated[float, Field(gt=0)] = 280
+    """Throughput from the head to the workers (2.5 GbE: ~280 MiB/s): every load sends each
+    worker its weights, which the startup probe must allow for."""
+
+
+class RuntimeSettings(Strict):
+    """A runtime declared in the stack file: a llama.cpp build of one backend, and what it can
+    do (checks go by what it declares, never by how its image is spelt)."""
+
+    name: Annotated[str, Field(pattern=NAME.pattern)]
+    """Its name, as the plan and the checks call it."""
+    image: ImageReference
+    """Its image, pinned by a build tag or a digest (server.allowFloatingImage allows another)."""
+    backend: Literal["vulkan", "rocm", "cpu"]
+    """`vulkan` (the pod opens /dev/dri), `rocm` (/dev/kfd and /dev/dri) or `cpu` (no device:
+    every layer on the host, server.gpuLayers 0)."""
+    capabilities: list[Literal["rpc"]] = []
+    """What the build has beyond serving: `rpc` (configured with -DGGML_RPC=ON), which
+    server.rpc needs (on the workers too)."""
+    digest: Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")] | None = None
+    """The digest the image is pinned to: the pod runs `image@digest`."""
+
+
+RuntimeName = Literal["vulkan", "rocm", "cpu", "tuned"]
+
+
+def _runtime_form(value: Any) -> str:
+    return (
+        f"{UNION_TAG}mapping"
+        if isinstance(value, Mapping | RuntimeSettings)
+        else f"{UNION_TAG}name"
+    )
+
+
+RuntimeChoice = Annotated[
+    Annotated[RuntimeName, Tag(f"{UNION_TAG}name")]
+    | Annotated[RuntimeSettings, Tag(f"{UNION_TAG}mapping")],
+    Discriminator(_runtime_form),
+]
+"""A built-in runtime's name (or `tuned`), or a declared runtime: each error names one form."""
+
+
+class ServerSettings(Strict):
+    """llama-server and its Deployment."""
+
+    gpu_access: Literal["privileged", "device-plugin"] = "privileged"
+    gpu_resource: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")] = GPU_RESOURCE
+    render_group_id: Annotated[int, Field(ge=1)] | None = None
+    run_as_user: Annotated[int, Field(ge=1)] = 10001
+    api_key: bool = False
+    gpu_gate: bool = False
+    verify_after_up: bool = False
+    """Run `llm-infra verify` as a Job after each `pulumi up` (needs stacks/STACK.verify.json;
+    a fleet's server stacks/STACK.SERVER.verify.json)."""
+    min_decode_tps: Annotated[float, Field(gt=0)] | None = None
+    """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
+    """Startup probe that fails unless the load log shows the layers on a Vulkan device."""
+    cache_ram: Annotated[int, Field(ge=0)] | None = None
+    """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
+    repack: bool = True
+    """Let llama.cpp repack CPU-resident weights into CPU_REPACK/AMX buffers (false:
+    `--no-repack`). b11434's AMX path dies on quantized weights: the plan refuses it on an AMX
+    node (memory.nodeCpu) until this is false."""
+
+    name: DnsLabel | None = None
+    alias: ModelName
+    runtime: RuntimeChoice = "vulkan"
+    """What runs llama-server: a built-in runtime, the official image of the pinned build b11434
+    of one backend: `vulkan` (`server-vulkan-b11434`, /dev/dri), `rocm` (`server-rocm-b11434`,
+    /dev/kfd and /dev/dri) or `cpu` (`server-b11434`: no GPU, server.gpuLayers 0, the GPU gate
+    then wants every layer on the host); a mapping `{name, image, backend, capabilities,
+    digest}` for a custom build; or `tuned`: the winner `llm-infra tune` recorded in
+    stacks/STACK.tune.json (a fleet's server: STACK.SERVER.tune.json). The runtime decides the
+    devices mounted, the environment, the device names the GPU gate and the plan expect, and
+    the plan's compute-buffer estimate; server.rpc needs one that declares `rpc`."""
+    image: ImageReference | None = None
+    """The server image; unset: the runtime's. For a built-in runtime, another build of the
+    same backend (an official tag of another backend is refused; an image of another repository
+    is a custom build, taken to have `rpc`); a declared or tuned runtime names its own."""
+    allow_floating_image: bool = False
+    host: IpAddress = "0.0.0.0"
+    port: Port = 8080
+    service_port: Port | None = None
+    jinja: bool = True
+    gpu_layers: Annotated[int, Field(ge=0)]
+    context_size: Annotated[int, Field(ge=1)]
+    min_slot_context: Annotated[int, Field(ge=1)] = 65536
+    parallel: Annotated[int, Field(ge=1)] = 1
+    cont_batching: bool = True
+    cache_type_k: CacheType = "f16"
+    cache_type_v: CacheType = "f16"
+    temperature: Annotated[float, Field(ge=0)]
+    top_p: Annotated[float, Field(gt=0, le=1)]
+    top_k: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
+    """`--top-k`: sample from the k most likely tokens, for requests that set none (0: every
+    token); unset: llama-server's own (40)."""
+    min_p: Annotated[float, Field(ge=0, le=1)] | None = None
+    """`--min-p`: drop tokens less likely than this share of the most likely one, for requests
+    that set none (0: off); unset: llama-server's own (0.05)."""
+    threads: Annotated[int, Field(ge=1)]
+    node_selector: dict[LabelKey, LabelValue] = {}
+    resources: ResourceSettings
+    probes: ProbesSettings = ProbesSettings()
+    min_load_seconds: Annotated[int, Field(ge=0)] = 300
+    rpc: RpcSettings | None = None
+    """Split the model across other nodes' GPUs (llama.cpp RPC); None: this node only."""
+    extra_args: ExtraArgs = []
+    """Further llama-server b11434 arguments, as argv words after the rendered flags, e.g.
+    `["--n-cpu-moe", "20", "-ub", "1024"]` (never through a shell: quotes and `$` are plain
+    characters). Each option must be one llama-server knows, with its value; one the other keys
+    set (`-c` is `contextSize`, `-ngl` is `gpuLayers`, ...) is refused in any spelling. The
+    memory plan counts `-b`/`-ub`, and `-ot PATTERN=CPU`, `--cpu-moe`, `--n-cpu-moe`,
+    `--n-cpu-ffn` from the lock's per-tensor sizes; it refuses options that change memory in
+    ways it cannot count (`--no-kv-offload`, `--mmproj`, a draft model, ...)."""
+
+    @property
+    def resource_name(self) -> str:
+        """Name of the Deployment and Service."""
+        return self.name or self.alias
+
+    @property
+    def rpc_worker_names(self) -> list[str]:
+        """Names of the RPC workers' objects, in `--rpc` order (empty without rpc)."""
+        if self.rpc is None:
+            return []
+        return [
+            worker.name or f"{self.resource_name}-rpc-{index}"
+            for index, worker in enumerate(self.rpc.workers)
+        ]
+
+    @property
+    def declared_runtime(self) -> Runtime:
+        """The runtime server.runtime names (the tune record's winner once it is read)."""
+        if self.runtime == "tuned":
+            raise ConfigError(
+                ["server.runtime: tuned, but the tune record was not read (infra.tune reads it)"]
+            )
+        if isinstance(self.runtime, str):
+            return BUILTIN_RUNTIMES[self.runtime]
+        return Runtime(
+            name=self.runtime.name,
+            image=self.runtime.image,
+            backend=self.runtime.backend,
+            capabilities=frozenset(self.runtime.capabilities),
+            digest=self.runtime.digest,
+        )
+
+    @property
+    def named_runtime(self) -> bool:
+        """Whether the stack names server.runtime (else server.image, or the default, decides)."""
+        return "runtime" in self.model_fields_set
+
+    @property
+    def server_image(self) -> str:
+        """The image the server runs: server.image, else the runtime's (pinned) image."""
+        return self.image or self.declared_runtime.pinned_image
+
+    @property
+    def effective_runtime(self) -> Runtime:
+        """The runtime of the server's pod (`runtimes.runtime_for`): the named one with
+        server.image in its place, or the one server.image (else the default) stands for."""
+        declared = self.declared_runtime if self.named_runtime else None
+        return runtime_for(self.image, declared)[0]
+
+    @property
+    def rpc_image(self) -> str:
+        """The workers' image: the server's own build unless rpc.image says otherwise."""
+        return (self.rpc.image if self.rpc else None) or self.server_image

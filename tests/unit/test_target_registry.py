@@ -1,0 +1,137 @@
+"""Targets are a table: each kind of stack has one Target, and no module outside the table and
+the config models switches on a stack's type (`isinstance(stack, FleetStack)`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from infra.config import (
+    DockerHostStack,
+    FleetStack,
+    KubernetesStack,
+    Mi300xStack,
+    StrixHaloStack,
+    parse_stack,
+)
+from infra.config.stack import STACK_MODELS
+from infra.targets.registry import TARGETS, target_of
+from tests.conftest import ROOT, stack_values
+
+STACK_TYPES = {"KubernetesStack", "StrixHaloStack", "DockerHostStack", "Mi300xStack", "FleetStack"}
+ALLOWED = ("infra/config/", "infra/targets/registry.py")
+"""Where a stack's type may decide: the models themselves, and the table of targets."""
+PENDING = {"infra/tune.py": 2, "infra/cli/tune.py": 1}
+"""Switches still in the tune modules (reworked in a change of their own): they may shrink,
+never grow."""
+
+
+def _names(node: ast.expr) -> set[str]:
+    """The class names a type argument names: `A`, `A | B`, `(A, B)`, `config.A`."""
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Attribute):
+        return {node.attr}
+    if isinstance(node, ast.BinOp):
+        return _names(node.left) | _names(node.right)
+    if isinstance(node, ast.Tuple):
+        return {name for element in node.elts for name in _names(element)}
+    return set()
+
+
+def stack_type_switches(source: str) -> list[int]:
+    """The lines of `source` that decide by a stack's type: isinstance / issubclass with a stack
+    class, or a `case KubernetesStack():` pattern."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+            and len(node.args) == 2
+            and _names(node.args[1]) & STACK_TYPES
+        ) or (isinstance(node, ast.MatchClass) and _names(node.cls) & STACK_TYPES):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def switches_by_module() -> dict[str, list[int]]:
+    """Each module of infra/ and components/ that switches on a stack's type, with the lines."""
+    found = {}
+    for package in ("infra", "components"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(ALLOWED):
+                continue
+            lines = stack_type_switches(path.read_text())
+            if lines:
+                found[relative] = lines
+    return found
+
+
+def test_no_module_outside_the_registry_switches_on_a_stack_type() -> None:
+    found = switches_by_module()
+    grown = {
+        module: lines for module, lines in found.items() if len(lines) > PENDING.get(module, 0)
+    }
+    assert grown == {}, (
+        "ask the registry (infra.targets.registry.target_of(stack), or a method every stack "
+        f"model has) instead of switching on the stack's type: {grown}"
+    )
+
+
+def test_the_switch_finder_sees_each_form_of_switch() -> None:
+    source = (
+        "if isinstance(stack, FleetStack): pass\n"
+        "ok = isinstance(stack, config.KubernetesStack | Mi300xStack)\n"
+        "ok = isinstance(value, (int, DockerHostStack))\n"
+        "match stack:\n"
+        "    case StrixHaloStack(): pass\n"
+        "ok = isinstance(value, dict)\n"
+    )
+    assert stack_type_switches(source) == [1, 2, 3, 5]
+
+
+@pytest.mark.parametrize(
+    ("stack", "kind", "model"),
+    [
+        ("strix-halo", "kubernetes", KubernetesStack),
+        ("mi300x", "docker-host", DockerHostStack),
+        ("strix-halo-pair", "fleet", FleetStack),
+    ],
+)
+def test_each_committed_stack_is_deployed_by_the_target_of_its_kind(
+    stack: str, kind: str, model: type[object]
+) -> None:
+    parsed = parse_stack(stack_values(stack))
+    assert type(parsed) is model
+    assert target_of(parsed) is TARGETS[kind]
+    assert TARGETS[kind].kind == kind
+
+
+def test_every_kind_of_stack_model_has_a_target_and_no_target_lacks_one() -> None:
+    assert set(STACK_MODELS) == set(TARGETS) == {"kubernetes", "docker-host", "fleet"}
+    assert all(model.kind == kind for kind, model in STACK_MODELS.items())
+
+
+def test_the_former_stack_names_still_name_the_platform_types() -> None:
+    assert StrixHaloStack is KubernetesStack
+    assert Mi300xStack is DockerHostStack
+    assert isinstance(parse_stack(stack_values("strix-halo")), StrixHaloStack)
+
+
+def test_a_fleet_answers_for_each_server_what_a_single_server_stack_answers_for_itself() -> None:
+    single = parse_stack(stack_values("strix-halo"))
+    fleet = parse_stack(stack_values("strix-halo-pair"))
+    assert isinstance(fleet, FleetStack)
+    names = [entry.resource_name for entry in fleet.servers]
+    assert single.server_names() == [None] and fleet.server_names() == names
+    assert single.server_stacks() == [single]
+    assert single.server_key("server.gpuLayers: 44", 0) == "server.gpuLayers: 44"
+    assert fleet.server_key("server.gpuLayers: 44", 1) == "servers[1].gpuLayers: 44"
+    assert (single.model_key(0), fleet.model_key(1)) == ("model", "servers[1].model")
+    lock = Path("stacks/x.lock.json")
+    assert single.lock_paths(lock) == [lock]
+    assert len(fleet.lock_paths(lock)) == len(names)
