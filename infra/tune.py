@@ -26,7 +26,7 @@ from typing import Any
 from components.llamacpp.runtimes import Runtime, record_problems
 from infra.config.base import ConfigError
 from infra.config.fleet import FleetStack, entry_key
-from infra.config.kubernetes import RuntimeSettings, StrixHaloStack, runtime_problems
+from infra.config.kubernetes import KubernetesStack, RuntimeSettings, runtime_problems
 from infra.config.limits import read_limited
 from infra.config.stack import StackConfig, tune_path_for
 
@@ -139,16 +139,25 @@ def load_tune_record(path: Path, stack: str | None = None, server: str | None = 
 def with_tuned_runtimes(stack: StackConfig, lock_path: Path) -> StackConfig:
     """The stack with each `server.runtime: tuned` replaced by its tune record's winner, which
     must pass the checks of a runtime named in the stack file; ConfigError otherwise."""
-    name = lock_path.name.removesuffix(".lock.json")
-    if isinstance(stack, StrixHaloStack):
-        if stack.server.runtime != "tuned":
-            return stack
-        resolved, problems = _tuned(stack, tune_path_for(lock_path), name, None)
-        if problems:
-            raise ConfigError(problems)
-        return resolved
-    if not isinstance(stack, FleetStack):
+    from infra.targets.registry import target_of
+
+    return target_of(stack).with_tuned(stack, lock_path)
+
+
+def tuned_server(stack: KubernetesStack, lock_path: Path) -> KubernetesStack:
+    """A single server's stack with its record's winner, when its runtime is `tuned`."""
+    if stack.server.runtime != "tuned":
         return stack
+    name = lock_path.name.removesuffix(".lock.json")
+    resolved, problems = _tuned(stack, tune_path_for(lock_path), name, None)
+    if problems:
+        raise ConfigError(problems)
+    return resolved
+
+
+def tuned_fleet(stack: FleetStack, lock_path: Path) -> FleetStack:
+    """A fleet with each `tuned` server's runtime its own record's winner."""
+    name = lock_path.name.removesuffix(".lock.json")
     servers, problems = [], []
     for index, (entry, single) in enumerate(zip(stack.servers, stack.server_stacks(), strict=True)):
         if entry.runtime != "tuned":
@@ -168,8 +177,8 @@ def with_tuned_runtimes(stack: StackConfig, lock_path: Path) -> StackConfig:
 
 
 def _tuned(
-    stack: StrixHaloStack, path: Path, name: str, server: str | None
-) -> tuple[StrixHaloStack, list[str]]:
+    stack: KubernetesStack, path: Path, name: str, server: str | None
+) -> tuple[KubernetesStack, list[str]]:
     """The single-server stack with its record's winner as its runtime, and that runtime's
     problems (naming `server.runtime: tuned` and the record)."""
     try:

@@ -24,7 +24,7 @@ from components.llamacpp.tune_jobs import (
     tune_network_policy,
 )
 from components.payloads import shipped_modules
-from infra.config import ConfigError, StackFile, StrixHaloStack
+from infra.config import ConfigError, KubernetesStack, StackFile
 
 RUNNER_MODULE = "tune_job"
 
@@ -106,7 +106,7 @@ def job_name(server: str, runtime: str) -> str:
 def tune_jobs(
     stack_file: StackFile,
     server: str | None,
-    chosen: StrixHaloStack,
+    chosen: KubernetesStack,
     runtimes: list[Runtime],
     *,
     expectations: str,

@@ -69,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
                     problem = f"--gguf: cannot read the GGUF header of {shard}: {exc}"
                     raise ConfigError([problem]) from None
             header = summarize(headers)
-        single = target_of(stack).suggest_server(stack)
+        single = target_of(stack).llamacpp_server(stack)
         if args.suggest and single is None:
             raise ConfigError(
                 [
@@ -155,7 +155,7 @@ def suggest_despite(
             return None
         server.update(contextSize=slots, minSlotContext=1)
         parsed = with_tuned_runtimes(parse_stack(values), stack_file.lock_path)
-        single = target_of(parsed).suggest_server(parsed)
+        single = target_of(parsed).llamacpp_server(parsed)
         if single is None:
             return None
         sources = stack_model_sources(single, stack_file.lock_path, preview=True)

@@ -25,7 +25,7 @@ from infra.cli.common import (
 if TYPE_CHECKING:
     from components.payloads.tune_figures import CandidateResult
     from infra.cli.common import Subparsers
-    from infra.config import StackFile
+    from infra.config import KubernetesStack, StackConfig, StackFile
 
 DEFAULT_DEPTHS = (0, 32768, 65536)
 MIN_RUNS = 3
@@ -126,17 +126,25 @@ def add_parser(sub: Subparsers) -> None:
     p.set_defaults(run=run)
 
 
+def llamacpp_server(stack: StackConfig, server: str | None) -> KubernetesStack:
+    """The llama.cpp server `--server` names (a fleet needs one), or ConfigError."""
+    from infra.cli.verify import one_server
+    from infra.config import ConfigError
+    from infra.targets.registry import target_of
+
+    chosen = one_server(stack, server)
+    found = target_of(chosen).llamacpp_server(chosen)
+    if found is None:
+        raise ConfigError(["server: tune picks among llama.cpp runtimes; this stack runs vLLM"])
+    return found
+
+
 def server_argv(stack_file: StackFile, server: str | None) -> list[str]:
     """The llama-server argv (without the executable) the stack renders for the server."""
     from infra import program, render
-    from infra.cli.verify import one_server
-    from infra.config import ConfigError, StrixHaloStack
+    from infra.config import ConfigError
 
-    chosen = one_server(stack_file.stack(), server)
-    if not isinstance(chosen, StrixHaloStack):
-        raise ConfigError(
-            ["server.runtime: tune picks among llama.cpp runtimes; this stack runs vLLM"]
-        )
+    chosen = llamacpp_server(stack_file.stack(), server)
     rendered = render.run_program(
         program.main, stack_file.config, stack_file.secret_keys, stack=stack_file.name
     )
@@ -229,18 +237,13 @@ def _local(args: argparse.Namespace, stack_file: StackFile) -> list[CandidateRes
 
 def _kubernetes(args: argparse.Namespace, stack_file: StackFile) -> int:
     """Write the Jobs and print the steps that run them."""
-    from infra.cli.verify import one_server
-    from infra.config import ConfigError, StrixHaloStack
+    from infra.config import ConfigError
     from infra.render import manifests_yaml
     from infra.tune import with_tuned_runtimes
     from infra.tune_kubernetes import CONFIG_FILE, candidate_runtimes, job_file, steps, tune_jobs
 
     stack = with_tuned_runtimes(stack_file.stack(), stack_file.lock_path)
-    chosen = one_server(stack, args.server)
-    if not isinstance(chosen, StrixHaloStack):
-        raise ConfigError(
-            ["server.runtime: tune picks among llama.cpp runtimes; this stack runs vLLM"]
-        )
+    chosen = llamacpp_server(stack, args.server)
     if not args.stop_server:
         raise ConfigError(
             [

@@ -12,6 +12,7 @@ command that only plans never loads the Kubernetes provider.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from infra.config import (
@@ -82,8 +83,13 @@ class Target(Protocol[S_contra]):
         """The stack's reference page (`picture`: its plan picture, relative to the page)."""
         ...
 
-    def suggest_server(self, stack: S_contra) -> KubernetesStack | None:
-        """The one llama.cpp server whose -ngl and context `plan --suggest` sets (None: none)."""
+    def llamacpp_server(self, stack: S_contra) -> KubernetesStack | None:
+        """The stack's one llama.cpp server: what `plan --suggest` sizes and `tune` bakes off
+        (None: vLLM, or a fleet, whose servers are taken one at a time)."""
+        ...
+
+    def with_tuned(self, stack: S_contra, lock_path: Path) -> StackConfig:
+        """The stack with each `server.runtime: tuned` replaced by its tune record's winner."""
         ...
 
 
@@ -146,9 +152,15 @@ class KubernetesTarget:
 
         return kubernetes_page(stack, sources[0], name, picture)
 
-    def suggest_server(self, stack: KubernetesStack) -> KubernetesStack | None:
+    def llamacpp_server(self, stack: KubernetesStack) -> KubernetesStack | None:
         """The stack's own server."""
         return stack
+
+    def with_tuned(self, stack: KubernetesStack, lock_path: Path) -> StackConfig:
+        """The server's tune record's winner, when its runtime is `tuned`."""
+        from infra.tune import tuned_server
+
+        return tuned_server(stack, lock_path)
 
 
 class DockerHostTarget:
@@ -208,9 +220,13 @@ class DockerHostTarget:
 
         return docker_host_page(stack, sources[0], name, picture)
 
-    def suggest_server(self, stack: DockerHostStack) -> KubernetesStack | None:
+    def llamacpp_server(self, stack: DockerHostStack) -> KubernetesStack | None:
         """None: vLLM's sizes are set by hand from the plan."""
         return None
+
+    def with_tuned(self, stack: DockerHostStack, lock_path: Path) -> StackConfig:
+        """The stack itself: vLLM has one runtime."""
+        return stack
 
 
 class FleetTarget:
@@ -266,9 +282,15 @@ class FleetTarget:
 
         return fleet_page(stack, sources, name, picture)
 
-    def suggest_server(self, stack: FleetStack) -> KubernetesStack | None:
+    def llamacpp_server(self, stack: FleetStack) -> KubernetesStack | None:
         """None: a fleet's servers are sized each by hand from the plan."""
         return None
+
+    def with_tuned(self, stack: FleetStack, lock_path: Path) -> StackConfig:
+        """Each server whose runtime is `tuned` with its own record's winner."""
+        from infra.tune import tuned_fleet
+
+        return tuned_fleet(stack, lock_path)
 
 
 TARGETS: dict[str, Target[Any]] = {

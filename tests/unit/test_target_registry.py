@@ -23,9 +23,6 @@ from tests.conftest import ROOT, stack_values
 STACK_TYPES = {"KubernetesStack", "StrixHaloStack", "DockerHostStack", "Mi300xStack", "FleetStack"}
 ALLOWED = ("infra/config/", "infra/targets/registry.py")
 """Where a stack's type may decide: the models themselves, and the table of targets."""
-PENDING = {"infra/tune.py": 2, "infra/cli/tune.py": 1}
-"""Switches still in the tune modules (reworked in a change of their own): they may shrink,
-never grow."""
 
 
 def _names(node: ast.expr) -> set[str]:
@@ -73,9 +70,7 @@ def switches_by_module() -> dict[str, list[int]]:
 
 def test_no_module_outside_the_registry_switches_on_a_stack_type() -> None:
     found = switches_by_module()
-    grown = {
-        module: lines for module, lines in found.items() if len(lines) > PENDING.get(module, 0)
-    }
+    grown = {module: lines for module, lines in found.items() if lines}
     assert grown == {}, (
         "ask the registry (infra.targets.registry.target_of(stack), or a method every stack "
         f"model has) instead of switching on the stack's type: {grown}"
