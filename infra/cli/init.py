@@ -13,7 +13,7 @@ from infra.cli.common import Subparsers, report_config_error, shown_path
 
 if TYPE_CHECKING:
     from infra.lock import ModelLock
-    from infra.new_stack import CheckpointConfig
+    from infra.new_stack_docker_host import CheckpointConfig
 
 EXIT_NETWORK = 3
 """The hub was not reached or failed on its side."""
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     """Resolve the model, draft the stack from its header, write the stack file and lock."""
     from pydantic import ValidationError
 
-    from infra import lock, new_stack
+    from infra import lock, new_stack, new_stack_docker_host, new_stack_text
     from infra.config import ConfigError, RepoModelSettings
     from infra.config.base import validation_problems
     from infra.config.stack import checkout_root
@@ -138,15 +138,15 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.target == "kubernetes":
             if locked.gguf is not None:
-                locked = new_stack.with_exact_files(locked)
+                locked = new_stack_text.with_exact_files(locked)
             draft = new_stack.kubernetes_draft(request, locked)
         else:
             if locked.gguf is not None:
-                raise ConfigError([new_stack.GGUF_ON_DOCKER_HOST])
+                raise ConfigError([new_stack_docker_host.GGUF_ON_DOCKER_HOST])
             config = read_config_json(locked, endpoint, token)
-            draft = new_stack.docker_host_draft(request, locked, config)
-        new_stack.check_lock_matches(locked, draft.values)
-        text = new_stack.stack_file_text(draft)
+            draft = new_stack_docker_host.docker_host_draft(request, locked, config)
+        new_stack_text.check_lock_matches(locked, draft.values)
+        text = new_stack_text.stack_file_text(draft)
     except lock.HubUnreachable as exc:
         lines = [line.replace(lock.ENDPOINT_OPTIONS, ENDPOINTS) for line in exc.problems]
         report_config_error(ConfigError(option_lines(lines, args.files)), what)
@@ -210,12 +210,12 @@ def read_config_json(
     locked: ModelLock, endpoint: str | None, token: str | None
 ) -> CheckpointConfig:
     """A safetensors model's `config.json` at the locked commit, checked against the lock's
-    sha256 (`new_stack.checkpoint_config` reads it)."""
+    sha256 (`new_stack_docker_host.checkpoint_config` reads it)."""
     import hashlib
     import urllib.parse
 
     from components.payloads import http_policy
-    from infra import new_stack
+    from infra import new_stack_docker_host
     from infra.config import ConfigError
     from infra.lock import HubUnreachable
 
@@ -230,7 +230,9 @@ def read_config_json(
     base = (endpoint or "https://huggingface.co").rstrip("/")
     url = f"{base}/{locked.repo}/resolve/{locked.revision}/{urllib.parse.quote('config.json')}"
     try:
-        with http_policy.request(url, token=token, max_body=new_stack.MAX_CONFIG_BYTES) as response:
+        with http_policy.request(
+            url, token=token, max_body=new_stack_docker_host.MAX_CONFIG_BYTES
+        ) as response:
             data = response.read_all()
     except http_policy.HttpError as exc:
         problem = f"--file: cannot read config.json: {exc}"
@@ -239,4 +241,4 @@ def read_config_json(
         raise ConfigError([problem]) from None
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
         raise ConfigError(["--file: config.json changed on the hub while it was locked: try again"])
-    return new_stack.checkpoint_config(data)
+    return new_stack_docker_host.checkpoint_config(data)
