@@ -9,6 +9,7 @@ from typing import Any
 
 from components.payloads import http_policy
 from components.payloads.fetcher import (
+    DEFAULT_ENDPOINT,
     LOCK_VERSION,
     ModelFile,
     model_file_problem,
@@ -154,7 +155,7 @@ def resolve_lock(
             )
     if problems:
         raise ConfigError(problems)
-    base = (endpoint or "https://huggingface.co").rstrip("/")
+    base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
 
     def url(path: str) -> str:
         return f"{base}/{model.repo}/resolve/{commit}/{urllib.parse.quote(path)}"

@@ -23,19 +23,21 @@ import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from infra.config.base import PLACEHOLDER_PREFIX, ConfigError
+from infra.config.kubernetes import ServerSettings
+from infra.config.stack import lock_path_for
 from infra.lock import ModelLock, ModelSource
 from infra.plan.report import GIB, fmt_size
 
-NAMESPACE = "llm-infra"
 SCHEMA_LINE = "# yaml-language-server: $schema=../docs/stack.schema.json"
 Target = Literal["kubernetes", "docker-host"]
 
 DEFAULT_VRAM_GIB = 90
 """A Strix Halo NUCBox (128 GB, the firmware's usual VRAM split), the kubernetes target's box."""
-DEFAULT_SLOT_CONTEXT = 65536
+DEFAULT_SLOT_CONTEXT: int = ServerSettings.model_fields["min_slot_context"].default
 """Tokens a slot holds unless the model serves fewer (`server.minSlotContext`'s default)."""
 HEADROOM_GIB = 4.0
 """VRAM `init` leaves free, as `plan --suggest` does (a tenth of a smaller GPU)."""
@@ -225,14 +227,15 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
         "CPU and memory of the container; limits.memory holds the plan's CPU side (llm-infra plan)."
     )
     what = lock.files[0]["name"] if len(lock.files) == 1 else f"{len(lock.files)} shards"
+    lock_name = lock_path_for(Path(f"Pulumi.{request.name}.yaml")).name
     draft.header = [
         SCHEMA_LINE,
         *comment_lines(
             f"{what} ({structure.architecture}, {n_layer} layers, {fmt_size(lock.total_bytes)}) "
             f"from {lock.repo} on llama.cpp's llama-server in Kubernetes, written by "
             f"`llm-infra init`. Defaults live in infra/config/; this file sets what is particular "
-            f"to this stack, and the model's structure comes from the lock ({request.name}"
-            f".lock.json). Check the commented keys, then: llm-infra plan {request.name}"
+            f"to this stack, and the model's structure comes from the lock ({lock_name}). Check "
+            f"the commented keys, then: llm-infra plan {request.name}"
         ),
     ]
     draft.summary = (

@@ -8,8 +8,9 @@ from typing import Any
 
 import yaml
 
+from infra.config.base import NAMESPACE
 from infra.lock import ModelLock
-from infra.new_stack import NAMESPACE, Draft
+from infra.new_stack import Draft
 
 # -- the file -------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from pulumi.runtime.stack import run_in_stack
 
 from components.vllm.host_scripts import remote_script
 from infra.config import NAMESPACE, SECRET_PLACEHOLDER
+from infra.render_out import Rendered as Rendered
 from infra.render_out import kubernetes_manifests
 
 STACK_TYPE = "pulumi:pulumi:Stack"
@@ -42,21 +43,6 @@ class Registration:
     parent_urn: str
     inputs: Any
     options: dict[str, Any]
-
-
-@dataclass
-class Rendered:
-    """What a program registered: resources in dependency order, and the stack outputs."""
-
-    resources: list[dict[str, Any]]
-    outputs: dict[str, Any]
-    manifests: list[dict[str, Any]] = field(default_factory=list)
-    files: dict[str, bytes] = field(default_factory=dict)
-    """Remote path → content of every file copied to a host."""
-    commands: dict[str, str] = field(default_factory=dict)
-    """`NN-<name>.sh` → the script each remote command creates with, in dependency order."""
-    warnings: list[str] = field(default_factory=list)
-    """What the program warned about (`pulumi.log.warn`), as `pulumi preview` would show it."""
 
 
 def asset_bytes(asset: Any) -> bytes:

@@ -6,15 +6,29 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import yaml
 
 from infra.config import ConfigError
 
-if TYPE_CHECKING:
-    from infra.render import Rendered
+
+@dataclass
+class Rendered:
+    """What a program registered: resources in dependency order, and the stack outputs."""
+
+    resources: list[dict[str, Any]]
+    outputs: dict[str, Any]
+    manifests: list[dict[str, Any]] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Remote path → content of every file copied to a host."""
+    commands: dict[str, str] = field(default_factory=dict)
+    """`NN-<name>.sh` → the script each remote command creates with, in dependency order."""
+    warnings: list[str] = field(default_factory=list)
+    """What the program warned about (`pulumi.log.warn`), as `pulumi preview` would show it."""
+
 
 # Apply order of Kubernetes kinds (as Helm installs them): what a kind needs comes first.
 KIND_ORDER = (

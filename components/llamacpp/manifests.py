@@ -3,6 +3,7 @@
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from components.k8s.labels import app_labels
 from components.k8s.pod_security import (
     SCRATCH_MOUNT,
     checkov_skips,
@@ -171,11 +172,7 @@ def gpu_skips(args: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def server_labels(name: str) -> dict[str, str]:
     """Labels of the server's objects; the first two are the selector."""
-    return {
-        "app.kubernetes.io/name": "llama-server",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/managed-by": "llm-infra",
-    }
+    return app_labels("llama-server", name)
 
 
 def _number(value: float) -> str:

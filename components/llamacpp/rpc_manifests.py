@@ -7,6 +7,7 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 
 from typing import Any
 
+from components.k8s.labels import app_labels
 from components.k8s.pod_security import (
     checkov_skips,
     image_skips,
@@ -31,12 +32,7 @@ from components.llamacpp.manifests import (
 
 def worker_labels(name: str, head: str) -> dict[str, str]:
     """Labels of a worker's objects; the first two select its pod (never the API Service's)."""
-    return {
-        "app.kubernetes.io/name": "llama-rpc-server",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/part-of": head,
-        "app.kubernetes.io/managed-by": "llm-infra",
-    }
+    return app_labels("llama-rpc-server", name, part_of=head)
 
 
 def worker_selector(labels: dict[str, str]) -> dict[str, str]:

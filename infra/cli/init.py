@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from components.payloads.fetcher import DEFAULT_ENDPOINT
 from infra.cli.common import Subparsers, report_config_error, shown_path
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def add_parser(sub: Subparsers) -> None:
         "--endpoint",
         metavar="URL",
         default=None,
-        help="the hub (default: $HF_ENDPOINT, else https://huggingface.co; it is not written "
+        help=f"the hub (default: $HF_ENDPOINT, else {DEFAULT_ENDPOINT}; it is not written "
         "into the stack: set store.hfEndpoint for a mirror the cluster uses too)",
     )
     parser.add_argument(
@@ -72,8 +73,8 @@ def add_parser(sub: Subparsers) -> None:
         "--gpu-memory-gib",
         type=float,
         metavar="GIB",
-        help="GPU memory to fit the model in (default: 90, a Strix Halo, for kubernetes; 192, "
-        "one MI300X, for docker-host)",
+        help="GPU memory to fit the model in (default: a Strix Halo's VRAM for kubernetes, one "
+        "MI300X's HBM for docker-host)",
     )
     parser.add_argument(
         "--context-size",
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from infra import lock, new_stack, new_stack_docker_host, new_stack_text
     from infra.config import ConfigError, RepoModelSettings
     from infra.config.base import validation_problems
-    from infra.config.stack import checkout_root
+    from infra.config.stack import checkout_root, lock_path_for
 
     what = f"cannot init {args.name}"
     problems = usage_problems(args)
@@ -109,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         return report_config_error(ConfigError(problems), what)
     root = checkout_root() or Path.cwd()
     stack_path = root / "stacks" / f"Pulumi.{args.name}.yaml"
-    lock_path = root / "stacks" / f"{args.name}.lock.json"
+    lock_path = lock_path_for(stack_path)
     existing = [path for path in (stack_path, lock_path) if path.exists()]
     if existing and not args.force:
         verb = "exists" if len(existing) == 1 else "exist"
@@ -227,7 +228,7 @@ def read_config_json(
                 "(add --file '*.json')"
             ]
         )
-    base = (endpoint or "https://huggingface.co").rstrip("/")
+    base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
     url = f"{base}/{locked.repo}/resolve/{locked.revision}/{urllib.parse.quote('config.json')}"
     try:
         with http_policy.request(
