@@ -7,7 +7,7 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 
 from typing import Any
 
-from components.k8s.labels import app_labels
+from components.k8s.metadata import app_labels, object_head
 from components.k8s.pod_security import (
     checkov_skips,
     image_skips,
@@ -86,14 +86,7 @@ def worker_deployment(
     volumes = [scratch_volume(), *gpu_volumes(args)]
     skips = image_skips(args_runtime(args).pinned_image) + NO_PROBE_SKIPS + gpu_skips(args)
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(skips),
-        },
+        **object_head("apps/v1", "Deployment", name, namespace, labels, checkov_skips(skips)),
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},

@@ -5,7 +5,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from components.k8s.labels import app_labels
+from components.k8s.metadata import app_labels, object_head
 from components.k8s.pod_security import (
     DEFAULT_UID,
     SCRATCH_MOUNT,
@@ -186,14 +186,9 @@ def fetch_job(
             }
         )
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(image_skips(image)),
-        },
+        **object_head(
+            "batch/v1", "Job", name, namespace, labels, checkov_skips(image_skips(image))
+        ),
         "spec": {
             "backoffLimit": 6,
             "activeDeadlineSeconds": timeout_seconds,
