@@ -87,7 +87,8 @@ def add_parser(sub: Subparsers) -> None:
         "--parallel",
         type=int,
         metavar="SLOTS",
-        help="requests served at once (default: 1 for kubernetes, vLLM's own for docker-host)",
+        help="requests served at once (default: server.parallel's for kubernetes, vLLM's own for "
+        "docker-host)",
     )
     parser.add_argument(
         "--force", action="store_true", help="overwrite the stack file and lock if they exist"

@@ -9,7 +9,7 @@ buffers the way llama-server b11434 does:
 - The KV cache of a layer lives on that layer's device (`--kv-offload`, the default); its cells,
   streams and bytes are `infra.plan.deepseek4`'s.
 - Host memory in the container: CPU-resident weights and KV, the CPU compute buffer, the
-  prompt cache (`--cache-ram`, default 8192 MiB) and a runtime allowance.
+  prompt cache (`--cache-ram`, default `DEFAULT_CACHE_RAM_MIB`) and a runtime allowance.
 
 Compute buffers are estimates, overridable per device: `vulkan_compute_bytes` for llama-style
 attention (measured on a Vulkan GPU: the host's buffer whenever layers are offloaded, the GPU's
