@@ -113,7 +113,7 @@ def planned_mib(key: Key, device: str) -> float | None:
         return None
     n_embd, n_ff, ctx, ubatch, ngl, cache = key
     shape = shape_of(n_embd, n_ff)
-    # As the plan budgets each device (infra.plan.llamacpp._llamacpp_devices): below -ngl 3
+    # As the plan budgets each device (infra.plan.llamacpp.llamacpp_devices): below -ngl 3
     # layer 0 stays on the CPU and its KV cache is copied to the GPU for its ubatch.
     copied = kv_cache_layers(shape, ctx, 1, cache, cache).total[0] if ngl < 3 else 0
     if device == "Vulkan_Host":

@@ -14,34 +14,28 @@ grammar (`NotRequired[Annotated[int, Field(ge=1), Default(DEFAULT_UID)]]`). `che
 returns the args with every declared default filled in, nested types too, so the components
 read `args["key"]`; help() and the provider schema show the same value. An input without a
 `Default` stays absent when not given (None-able inputs: absent means None).
+
+This module makes the model and runs the check (the rest is re-exported here): problems and
+their names are `components.validation_problems`'s, annotations and their defaults
+`components.validation_annotations`'s, help() `components.validation_docs`'s.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
-import json
 import types
-from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import (
     Annotated,
     Any,
-    ForwardRef,
     Literal,
-    NotRequired,
-    Required,
-    TypeVar,
     Union,
     get_args,
     get_origin,
-    get_type_hints,
 )
 
 import pulumi
 from pulumi.output import Unknown
-from pulumi.provider.experimental.util import camel_case
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -61,181 +55,59 @@ from typing_extensions import is_typeddict
 
 from components.k8s.children import with_integers
 
-T = TypeVar("T")
-Input = Union[T, Awaitable[T], pulumi.Output[T]]  # noqa: UP007
-"""`pulumi.Input[T]` without its forward reference, so `typing.get_type_hints` resolves the
-Args types (the SDK's analyzer reads both alike)."""
-Location = tuple[str | int, ...]
-Problem = tuple[Location, str]
-Rule = Callable[[Mapping[str, Any]], list[Problem]]
+# typing's own is_typeddict misses typing_extensions' TypedDict (the fetcher's ModelFile).
+from components.validation_annotations import (
+    Default,
+    _plain_type,
+    declared_defaults,
+    is_input,
+    known_type,
+    type_hints,
+    unwrapped,
+    with_defaults,
+)
+from components.validation_docs import INPUTS_HEADING, documented
+from components.validation_problems import (
+    CROSS_FIELD_RULES,
+    SCHEMA_NAMES,
+    ComponentInputError,
+    Input,
+    Location,
+    Problem,
+    Rule,
+    T,
+    _rebased,
+    cross_field_rule,
+    error_messages,
+    named,
+    ref,
+    schema_path,
+    shown,
+    snake_path,
+)
 
-_RULES: dict[type, list[Rule]] = {}
-
-
-SCHEMA_NAMES: ContextVar[bool] = ContextVar("SCHEMA_NAMES", default=False)
-"""True while the provider constructs a component (and in the applies it starts): problems
-then name inputs as the engine sent them, in camelCase."""
-
-
-_REF = "\x1f"
-"""Brackets another input's location inside a problem's message (`ref`). A value a message
-quotes never carries it: `shown` quotes with repr, which escapes control characters."""
-
-
-def ref(*loc: str | int) -> str:
-    """Another input named in a rule's message (relative to the type the rule checks), written
-    as the caller names it: `allow_world` in Python, `allowWorld` over the provider,
-    `caddy.allowWorld` in a stack file. One message serves every door."""
-    return f"{_REF}{json.dumps(list(loc))}{_REF}"
-
-
-def _rebased(message: str, loc: Location) -> str:
-    """The message with its references made absolute (under the rule's location `loc`)."""
-    parts = message.split(_REF)
-    for index in range(1, len(parts), 2):
-        parts[index] = json.dumps([*loc, *json.loads(parts[index])])
-    return _REF.join(parts)
-
-
-def named(message: str, path: Callable[[Location], str]) -> str:
-    """The message with each reference written by `path` (the caller's naming)."""
-    parts = message.split(_REF)
-    for index in range(1, len(parts), 2):
-        parts[index] = path(tuple(json.loads(parts[index])))
-    return "".join(parts)
-
-
-class ComponentInputError(pulumi.RunError):
-    """Invalid inputs of a component: one problem per line, each naming its input."""
-
-    def __init__(self, component: str, name: str, problems: list[Problem]) -> None:
-        self.component = component
-        self.problems = problems
-        """(location, message); a message may reference other inputs (`named` writes them)."""
-        path = schema_path if SCHEMA_NAMES.get() else snake_path
-        lines = "\n".join(f"{path(loc)}: {named(message, path)}" for loc, message in problems)
-        super().__init__(f"invalid inputs of {component} {name!r}:\n{lines}")
-
-
-def snake_path(loc: Location) -> str:
-    """An input's path as Python callers write it: `caddy.allowed_cidrs[0]`."""
-    key = ""
-    for part in loc:
-        key += f"[{part}]" if isinstance(part, int) else (f".{part}" if key else str(part))
-    return key
-
-
-def schema_path(loc: Location) -> str:
-    """An input's path as the engine names it over the provider: `caddy.allowedCidrs[0]`."""
-    return snake_path(tuple(camel_case(p) if isinstance(p, str) else p for p in loc))
-
-
-def shown(value: object) -> str:
-    """A value as an error quotes it: repr (control characters visible), long ones cut short."""
-    text = repr(value)
-    return text if len(text) <= 80 else f"{text[:60]}... ({len(str(value))} characters)"
-
-
-def error_messages(error: ValidationError) -> list[Problem]:
-    """pydantic's errors as (location, `what is wrong`) pairs, in the project's wording."""
-    problems: list[Problem] = []
-    for item in error.errors():
-        message = item["msg"]
-        if item["type"] == "secret_value":
-            pass  # A secret's problem never quotes the secret.
-        elif item["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif item["type"] == "missing":
-            message = "is required"
-        elif item["type"] == "value_error":
-            # The grammars word their messages to follow the value: `'x' is not a network`.
-            message = f"{shown(item['input'])} {message.removeprefix('Value error, ')}"
-        elif "input" in item and not isinstance(item["input"], dict | list):
-            message = f"{shown(item['input'])}: {message}"
-        problems.append((tuple(_short(part) for part in item["loc"]), message))
-    return problems
-
-
-def _short(part: str | int) -> str | int:
-    # A dict key is part of the location: a hostile one must not make the message huge.
-    if isinstance(part, str) and (len(part) > 64 or not part.isprintable()):
-        return shown(part) if len(part) <= 64 else f"{part[:40]!r}... ({len(part)} characters)"
-    return part
-
-
-def cross_field_rule(args_type: type) -> Callable[[Rule], Rule]:
-    """Register a rule over the fields of one Args (or nested) type; it returns problems."""
-
-    def register(rule: Rule) -> Rule:
-        _RULES.setdefault(args_type, []).append(rule)
-        return rule
-
-    return register
-
-
-@dataclass(frozen=True, eq=False)
-class Default:
-    """An optional input's default, as metadata of its annotation (the one place it is stated).
-
-    `checked_inputs` fills it in when the input is absent; help() and the schema show it.
-    """
-
-    value: Any
-
-
-def _default_of(annotation: Any) -> Default | None:
-    """The `Default` of a field's annotation (outside any `pulumi.Input`), or None."""
-    annotation = _unwrap(annotation)
-    if get_origin(annotation) is Annotated:
-        for item in get_args(annotation)[1:]:
-            if isinstance(item, Default):
-                return item
-    return None
-
-
-@functools.cache
-def declared_defaults(args_type: type) -> dict[str, Any]:
-    """The declared default of each optional input of a TypedDict of inputs, by field."""
-    defaults: dict[str, Any] = {}
-    for key, hint in _hints(args_type).items():
-        default = _default_of(hint)
-        if default is not None:
-            if key in getattr(args_type, "__required_keys__", frozenset()):
-                raise TypeError(f"{args_type.__name__}.{key} is required: it has no default")
-            defaults[key] = default.value
-    return defaults
-
-
-def _plain_type(annotation: Any) -> Any:
-    """The type of a known value, without Annotated, and without None when that is optional."""
-    annotation = known_type(annotation)
-    while get_origin(annotation) is Annotated:
-        annotation = get_args(annotation)[0]
-    if get_origin(annotation) in (Union, types.UnionType):
-        members = [m for m in get_args(annotation) if m is not type(None)]
-        annotation = members[0] if len(members) == 1 else Any
-    return annotation
-
-
-def with_defaults(value: T, annotation: Any) -> T:
-    """`value` with the declared default of every absent optional input filled in, in nested
-    TypedDicts too (each list item, each dict value); outputs are left as they are (their
-    resolved values are filled by `checked_inputs`). A new value: `value` is not changed."""
-    annotation = _plain_type(annotation)
-    if is_typeddict(annotation) and isinstance(value, dict):
-        hints = _hints(annotation)
-        filled = {key: with_defaults(item, hints.get(key, Any)) for key, item in value.items()}
-        for key, default in declared_defaults(annotation).items():
-            if key not in filled:
-                filled[key] = with_defaults(copy.deepcopy(default), hints[key])
-        return filled  # type: ignore[return-value]
-    if get_origin(annotation) is list and isinstance(value, list):
-        (item_type,) = get_args(annotation)
-        return [with_defaults(item, item_type) for item in value]  # type: ignore[return-value]
-    if get_origin(annotation) is dict and isinstance(value, dict):
-        item_type = get_args(annotation)[1]
-        return {key: with_defaults(item, item_type) for key, item in value.items()}  # type: ignore[return-value]
-    return value
+__all__ = [
+    "INPUTS_HEADING",
+    "SCHEMA_NAMES",
+    "ComponentInputError",
+    "Default",
+    "Input",
+    "Location",
+    "Problem",
+    "Rule",
+    "T",
+    "cross_field_rule",
+    "declared_defaults",
+    "documented",
+    "error_messages",
+    "known_type",
+    "named",
+    "ref",
+    "schema_path",
+    "shown",
+    "snake_path",
+    "with_defaults",
+]
 
 
 class _Pending:
@@ -253,41 +125,10 @@ _MAYBE_PENDING = WrapValidator(_pending_or)
 _STRICT: dict[Any, Any] = {int: StrictInt, float: StrictFloat, bool: StrictBool, str: StrictStr}
 
 
-def _unwrap(annotation: Any) -> Any:
-    while get_origin(annotation) in (NotRequired, Required):
-        (annotation,) = get_args(annotation)
-    return annotation
-
-
-def _is_input(annotation: Any) -> bool:
-    """True for `pulumi.Input[X]`: a union with an Output or an Awaitable member."""
-    return get_origin(annotation) in (Union, types.UnionType) and any(
-        get_origin(member) in (Awaitable, pulumi.Output) or member is pulumi.Output
-        for member in get_args(annotation)
-    )
-
-
-def known_type(annotation: Any) -> Any:
-    """The type of a known value: without NotRequired and `pulumi.Input[...]`."""
-    annotation = _unwrap(annotation)
-    if get_origin(annotation) is Annotated and _is_input(get_args(annotation)[0]):
-        annotation = get_args(annotation)[0]  # `Annotated[Input[X], Default(...)]`
-    if _is_input(annotation):
-        members = [
-            member
-            for member in get_args(annotation)
-            if get_origin(member) not in (Awaitable, pulumi.Output)
-            and member is not pulumi.Output
-            and not isinstance(member, ForwardRef)
-        ]
-        annotation = Union[tuple(members)] if len(members) > 1 else members[0]  # noqa: UP007
-    return annotation
-
-
 def _model_type(annotation: Any) -> Any:
     """The pydantic type that checks a known value of `annotation`."""
-    annotation = _unwrap(annotation)
-    if _is_input(annotation):
+    annotation = unwrapped(annotation)
+    if is_input(annotation):
         return Annotated[_model_type(known_type(annotation)), _MAYBE_PENDING]
     origin = get_origin(annotation)
     if origin is Annotated:
@@ -309,17 +150,9 @@ def _model_type(annotation: Any) -> Any:
 
 
 @functools.cache
-def _hints(typed_dict: type) -> dict[str, Any]:
-    # `pulumi.Input[X]` names `Output` as a forward reference.
-    return get_type_hints(
-        typed_dict, localns={"Output": pulumi.Output, "T": Any}, include_extras=True
-    )
-
-
-@functools.cache
 def input_model(args_type: type) -> type[BaseModel]:
     """The pydantic model of a TypedDict of inputs (cached; made once per type)."""
-    hints = _hints(args_type)
+    hints = type_hints(args_type)
     required: frozenset[str] = getattr(args_type, "__required_keys__", frozenset())
     fields: dict[str, Any] = {
         # Any input may be another resource's output: checked when it resolves.
@@ -356,11 +189,11 @@ def _rule_problems(value: Any, annotation: Any, loc: Location) -> list[Problem]:
         return []
     problems: list[Problem] = []
     if is_typeddict(annotation) and isinstance(value, dict):
-        hints = _hints(annotation)
+        hints = type_hints(annotation)
         for key, item in value.items():
             if key in hints:
                 problems += _rule_problems(item, hints[key], (*loc, key))
-        for rule in _RULES.get(annotation, []):
+        for rule in CROSS_FIELD_RULES.get(annotation, []):
             problems += [((*loc, *where), _rebased(message, loc)) for where, message in rule(value)]
     elif get_origin(annotation) is list and isinstance(value, list):
         (item_type,) = get_args(annotation)
@@ -400,7 +233,7 @@ def _adapter(annotation: Any) -> Any:
 
 def _deferred(value: Any, annotation: Any, loc: Location, component: str, name: str) -> Any:
     """`value` with each output wrapped to check its resolved value as a known input."""
-    annotation = _unwrap(annotation)
+    annotation = unwrapped(annotation)
     if isinstance(value, pulumi.Output):
         declared = known_type(annotation)
 
@@ -413,7 +246,7 @@ def _deferred(value: Any, annotation: Any, loc: Location, component: str, name: 
         return value.apply(check)
     annotation = _plain_type(annotation)
     if is_typeddict(annotation) and isinstance(value, dict):
-        hints = _hints(annotation)
+        hints = type_hints(annotation)
         return {
             key: _deferred(item, hints.get(key, Any), (*loc, key), component, name)
             for key, item in value.items()
@@ -449,80 +282,3 @@ def checked_inputs(component: str, name: str, args: T, args_type: type) -> T:
     if problems:
         raise ComponentInputError(component, name, problems)
     return _deferred(with_defaults(args, args_type), args_type, (), component, name)  # type: ignore[no-any-return]
-
-
-def _type_text(annotation: Any) -> str:
-    """An input's type as help() shows it: `int (>= 1, <= 65535)`, `'auto' | 'internal'`."""
-    annotation = _unwrap(annotation)
-    if _is_input(annotation):
-        return _type_text(known_type(annotation))
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        inner, *metadata = get_args(annotation)
-        notes: list[str] = []
-        for item in metadata:
-            for constraint in getattr(item, "metadata", [item]):
-                name = type(constraint).__name__
-                if name in ("Ge", "Gt", "Le", "Lt"):
-                    symbol = {"Ge": ">=", "Gt": ">", "Le": "<=", "Lt": "<"}[name]
-                    notes.append(f"{symbol} {getattr(constraint, name.lower())}")
-                elif name == "MinLen":
-                    notes.append(f"at least {constraint.min_length}")
-                elif getattr(constraint, "pattern", None):
-                    notes.append(f"matching {constraint.pattern}")
-            if hasattr(item, "func"):
-                notes.append(item.func.__name__.strip("_").replace("_", " "))
-        text = _type_text(inner)
-        return f"{text} ({', '.join(notes)})" if notes else text
-    if origin is Literal:
-        return " | ".join(repr(value) for value in get_args(annotation))
-    if origin in (Union, types.UnionType):
-        return " | ".join(_type_text(member) for member in get_args(annotation))
-    if origin in (list, dict):
-        return f"{origin.__name__}[{', '.join(_type_text(a) for a in get_args(annotation))}]"
-    if annotation is type(None):
-        return "None"
-    return getattr(annotation, "__name__", str(annotation))
-
-
-def documented(args_type: type[T]) -> type[T]:
-    """The Args type with its fields, their types and their docstrings in `__doc__` (help()).
-
-    The schema takes each field's description from the same docstrings; the provider keeps
-    the type's own description without this list.
-    """
-    import ast
-    import inspect
-    import textwrap
-
-    tree = ast.parse(textwrap.dedent(inspect.getsource(args_type)))
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for statement, following in zip(body, [*body[1:], None], strict=True):
-        if (
-            isinstance(statement, ast.AnnAssign)
-            and isinstance(statement.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[statement.target.id] = inspect.cleandoc(following.value.value)
-    required: frozenset[str] = getattr(args_type, "__required_keys__", frozenset())
-    lines = []
-    hints = get_type_hints(
-        args_type, localns={"Output": pulumi.Output, "T": Any}, include_extras=True
-    )
-    for key, hint in hints.items():
-        need = "required" if key in required else "optional"
-        default = _default_of(hint)
-        if default is not None:
-            need += f", default {default.value!r}"
-        lines.append(f"{key}: {_type_text(hint)}, {need}")
-        lines += [f"    {line}" for line in docs.get(key, "").splitlines()]
-    own = inspect.cleandoc(args_type.__doc__ or "")
-    args_type.__doc__ = f"{own}{INPUTS_HEADING}" + "\n".join(lines)
-    return args_type
-
-
-INPUTS_HEADING = "\n\nInputs:\n"
-"""Where `documented` starts the field list in a type's `__doc__`."""

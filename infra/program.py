@@ -12,8 +12,7 @@ from infra.config import ConfigError, StackConfig, expectations_path_for, load_s
 from infra.config.inputs import stack_problems
 from infra.config.stack import ServerStack
 from infra.lock import stack_model_sources
-from infra.targets.registry import stack_plan, target_of
-from infra.tune import with_tuned_runtimes
+from infra.targets.registry import stack_plan, target_of, with_tuned_runtimes
 
 
 def main() -> None:

@@ -2,9 +2,10 @@
 
 `llm-infra tune STACK` runs the bake-off and pins its winner in `stacks/STACK.tune.json` (a fleet
 server's in `STACK.SERVER.tune.json`, beside the lock, reviewed like it). A server with
-`server.runtime: tuned` then renders and deploys that winner (`with_tuned_runtimes`), checked as
-a runtime named in the stack file is. The record is read strictly: every problem names the file
-and the field; a missing record says to run `llm-infra tune STACK`.
+`server.runtime: tuned` then renders and deploys that winner (the registry's
+`with_tuned_runtimes`), checked as a runtime named in the stack file is. The record is read
+strictly: every problem names the file and the field; a missing record says to run
+`llm-infra tune STACK`.
 
     {"version": 1, "stack": "strix-halo", "server": null, "where": "local",
      "depths": [0, 32768], "runs": 3, "rule": "...",
@@ -28,7 +29,7 @@ from infra.config.base import ConfigError
 from infra.config.fleet import FleetStack, entry_key
 from infra.config.kubernetes import KubernetesStack, RuntimeSettings, runtime_problems
 from infra.config.limits import read_limited
-from infra.config.stack import StackConfig, tune_path_for
+from infra.config.stack import tune_path_for
 
 TUNE_VERSION = 1
 VERDICTS = ("winner", "kept", "slower", "rejected")
@@ -134,14 +135,6 @@ def read_tune_record(
 def load_tune_record(path: Path, stack: str | None = None, server: str | None = None) -> Runtime:
     """The winner of the tune record at `path` (pinned `image@digest` when it has a digest)."""
     return Runtime.from_record(read_tune_record(path, stack, server)["winner"])
-
-
-def with_tuned_runtimes(stack: StackConfig, lock_path: Path) -> StackConfig:
-    """The stack with each `server.runtime: tuned` replaced by its tune record's winner, which
-    must pass the checks of a runtime named in the stack file; ConfigError otherwise."""
-    from infra.targets.registry import target_of
-
-    return target_of(stack).with_tuned(stack, lock_path)
 
 
 def tuned_server(stack: KubernetesStack, lock_path: Path) -> KubernetesStack:

@@ -3,6 +3,7 @@
 import hashlib
 from typing import Any
 
+from components.k8s.metadata import object_head
 from components.k8s.pod_security import (
     SCRATCH_MOUNT,
     checkov_skips,
@@ -100,14 +101,9 @@ def verify_job(
         )
     pod_labels = {**labels, **verify_pod_labels(labels["app.kubernetes.io/instance"])}
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(image_skips(image)),
-        },
+        **object_head(
+            "batch/v1", "Job", name, namespace, labels, checkov_skips(image_skips(image))
+        ),
         "spec": {
             "backoffLimit": 2,
             "activeDeadlineSeconds": 900,

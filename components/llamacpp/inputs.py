@@ -1,39 +1,47 @@
-"""Inputs of LlamaCppVulkanServer and LlamaCppRpcWorker: flags, probes, Args, with their rules.
+"""Inputs of LlamaCppVulkanServer and LlamaCppRpcWorker: runtime, probes, Args, with their rules.
 
-Every rule for these inputs lives here; the builders take them validated.
+Every rule for these inputs lives here or in `components.llamacpp.flags` (llama-server's flags and
+extra args, re-exported here); the builders take them validated.
 """
 
 import math
-import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast, get_args
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, cast
 
 from pydantic import Field
 
 from components.extra_args import (
     ExtraArgs,
-    llama_server_options,
     located,
-    owned_spellings,
-    parse_extra_args,
 )
 from components.grammars import (
     AbsolutePath,
     DnsLabel,
     ExtendedResource,
     ImageReference,
-    IpAddress,
     LabelKey,
     LabelValue,
-    ModelName,
     Port,
     Quantity,
     ResourceName,
-    RpcEndpoint,
     UrlPath,
 )
 from components.k8s.network_policies import NetworkClient
 from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
+from components.llamacpp.flags import (
+    API_KEY_OPTION,
+    CACHE_TYPES,
+    FLAG_OPTIONS,
+    MODEL_PRESETS,
+    OWNED_OPTIONS,
+    REFUSED_OPTIONS,
+    TENSOR_OVERRIDE_OPTIONS,
+    UNQUANTIZED_CACHE_TYPES,
+    CacheType,
+    LlamaServerFlags,
+    extra_args_problems,
+    tensor_override_problem,
+)
 from components.llamacpp.runtimes import (
     DEFAULT_RUNTIME,
     NAME,
@@ -45,6 +53,21 @@ from components.llamacpp.runtimes import (
 from components.model_store.inputs import MODELS_MOUNT, ModelVolume
 from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import Default, Input, Problem, cross_field_rule, documented, ref
+
+__all__ = [
+    "API_KEY_OPTION",
+    "CACHE_TYPES",
+    "FLAG_OPTIONS",
+    "MODEL_PRESETS",
+    "OWNED_OPTIONS",
+    "REFUSED_OPTIONS",
+    "TENSOR_OVERRIDE_OPTIONS",
+    "UNQUANTIZED_CACHE_TYPES",
+    "CacheType",
+    "LlamaServerFlags",
+    "extra_args_problems",
+    "tensor_override_problem",
+]
 
 DEFAULT_IMAGE = DEFAULT_RUNTIME.image
 GPU_RESOURCE = "amd.com/gpu"
@@ -59,209 +82,6 @@ DISK_READ_MIBPS = 300.0
 """Model volume read speed assumed when the caller gives none (a SATA SSD, busy)."""
 INIT_SECONDS = 60
 """Start-up before the load assumed when the caller gives none."""
-
-
-CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]
-
-
-CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
-
-
-@documented
-class LlamaServerFlags(TypedDict):
-    """llama-server flags, one typed field per flag (b11434 names in the docstrings)."""
-
-    model_path: AbsolutePath
-    """`-m`: model file, the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder."""
-    alias: ModelName
-    """`--alias`: name in `GET /v1/models`; must match LiteLLM's `model_name` for this server."""
-    host: IpAddress
-    """`--host`: bind address; `0.0.0.0` so the Service reaches the pod."""
-    port: Port
-    """`--port`: listen port (containerPort and Service targetPort)."""
-    jinja: bool
-    """`--jinja`: use the chat template in the GGUF (reasoning comes back in
-    `reasoning_content`)."""
-    gpu_layers: Annotated[int, Field(ge=0, le=100_000)]
-    """`-ngl`: GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers."""
-    ctx_size: Annotated[int, Field(ge=1)]
-    """`-c`: total KV-cache context, shared by the slots."""
-    parallel: Annotated[int, Field(ge=1, le=1024)]
-    """`-np`: parallel slots; each gets `-c / -np` tokens."""
-    cont_batching: bool
-    """`--cont-batching` (or `--no-cont-batching`): continuous batching across slots."""
-    cache_type_k: CacheType
-    """`--cache-type-k`: K cache type, one of CACHE_TYPES (deepseek4 needs K = V)."""
-    cache_type_v: CacheType
-    """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
-    temperature: Annotated[float, Field(ge=0, le=100)]
-    """`--temp`: sampling temperature of the requests that set none (clients may override)."""
-    top_p: Annotated[float, Field(gt=0, le=1)]
-    """`--top-p`: nucleus-sampling threshold of the requests that set none."""
-    top_k: NotRequired[Annotated[int, Field(ge=0, le=1_000_000)] | None]
-    """`--top-k`: sample from the k most likely tokens, for the requests that set none (0: all
-    tokens; omitted: llama-server's 40)."""
-    min_p: NotRequired[Annotated[float, Field(ge=0, le=1)] | None]
-    """`--min-p`: drop tokens less likely than this share of the most likely one, for the
-    requests that set none (0: off; omitted: llama-server's 0.05)."""
-    threads: Annotated[int, Field(ge=1, le=4096)]
-    """`--threads`: CPU threads: sampling and the CPU-resident layers."""
-    cache_ram_mib: NotRequired[Annotated[int, Field(ge=0)] | None]
-    """`--cache-ram`: prompt cache in host RAM (MiB), counted against the container limit (omitted:
-    llama-server's 8192).
-    """
-    log_verbosity: NotRequired[Annotated[int, Field(ge=0, le=4)] | None]
-    """`-lv`: log verbosity; 4 writes the `load_tensors` offload lines the GPU gate reads."""
-    log_file: NotRequired[AbsolutePath | None]
-    """`--log-file`: load log for the GPU gate's startup probe."""
-    rpc: NotRequired[list[RpcEndpoint] | None]
-    """`--rpc`: the workers' rpc-servers (`host:port`), whose GPUs take a share of the layers;
-    llama.cpp puts them before the local GPU."""
-    tensor_split: NotRequired[list[Annotated[float, Field(ge=0)]] | None]
-    """`--tensor-split`: each device's share of the offloaded layers (the RPC workers, then the
-    local GPU), as the memory plan computed it."""
-    metrics: NotRequired[Annotated[bool, Default(False)]]
-    """`--metrics`: Prometheus metrics (`llamacpp:*`) at /metrics, behind the API key when set
-    (scrapers reach them through the metrics proxy's port)."""
-    repack: NotRequired[Annotated[bool, Default(True)]]
-    """False: `--no-repack`, CPU-resident weights stay in the model buffer (no CPU_REPACK or
-    AMX buffers); True: llama-server repacks (its own behaviour, no flag)."""
-
-
-FLAG_OPTIONS: dict[str, str] = {
-    "model_path": "-m",
-    "alias": "--alias",
-    "host": "--host",
-    "port": "--port",
-    "jinja": "--jinja",
-    "gpu_layers": "-ngl",
-    "ctx_size": "-c",
-    "parallel": "-np",
-    "cont_batching": "--cont-batching",
-    "cache_type_k": "--cache-type-k",
-    "cache_type_v": "--cache-type-v",
-    "temperature": "--temp",
-    "top_p": "--top-p",
-    "top_k": "--top-k",
-    "min_p": "--min-p",
-    "threads": "--threads",
-    "rpc": "--rpc",
-    "tensor_split": "--tensor-split",
-    "cache_ram_mib": "--cache-ram",
-    "log_verbosity": "-lv",
-    "log_file": "--log-file",
-    "metrics": "--metrics",
-    "repack": "--no-repack",
-}
-"""The option each field of LlamaServerFlags renders (`llama_server_args` writes exactly these):
-every spelling of these options is the program's, never an extra argument."""
-API_KEY_OPTION = "--api-key-file"
-"""The option the API key is rendered as (a file from its Secret)."""
-MODEL_PRESETS = (
-    "--embd-gemma-default", "--fim-qwen-1.5b-default", "--fim-qwen-3b-default",
-    "--fim-qwen-7b-default", "--fim-qwen-7b-spec", "--fim-qwen-14b-spec", "--fim-qwen-30b-default",
-    "--gpt-oss-20b-default", "--gpt-oss-120b-default", "--vision-gemma-4b-default",
-    "--vision-gemma-12b-default",
-)  # fmt: skip
-"""llama-server's presets that load (and download) a model of their own."""
-OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
-    **{option: ("flags", field) for field, option in FLAG_OPTIONS.items()},
-    API_KEY_OPTION: ("api_key",),
-    "--api-key": ("api_key",),
-    # Other sources of the model: the model is the store's (its first shard is -m).
-    "-mu": ("flags", "model_path"),
-    "-hf": ("flags", "model_path"),
-    "-hff": ("flags", "model_path"),
-    "-dr": ("flags", "model_path"),
-    "--models-dir": ("flags", "model_path"),
-    "--models-preset": ("flags", "model_path"),
-    # Presets that name a model of their own (and download it).
-    **dict.fromkeys(MODEL_PRESETS, ("flags", "model_path")),
-}
-"""Every option the program sets (one spelling each) → the input it comes from."""
-REFUSED_OPTIONS: dict[str, str] = {
-    "--hf-token": "a secret in argv is visible in the pod spec and to every process; the "
-    "model comes from the store, which holds the token",
-    "--help": "llama-server prints and exits instead of serving",
-    "--version": "llama-server prints and exits instead of serving",
-    "--list-devices": "llama-server prints and exits instead of serving",
-    "--completion-bash": "llama-server prints and exits instead of serving",
-    "--cache-list": "llama-server prints and exits instead of serving",
-    "--ssl-key-file": "llama-server would speak HTTPS, which the probes, the Service's clients "
-    "and the metrics proxy do not",
-    "--ssl-cert-file": "llama-server would speak HTTPS, which the probes, the Service's clients "
-    "and the metrics proxy do not",
-    "--api-prefix": "it moves every endpoint, the probes' /health included",
-}
-"""Options llama-server knows that a deployment must not pass, each with the reason."""
-
-
-TENSOR_OVERRIDE_OPTIONS = ("--override-tensor", "--spec-draft-override-tensor")
-"""Options whose value is `PATTERN=BUFFER[,PATTERN=BUFFER...]` (llama.cpp splits it at commas
-and each part at its first `=`; a part without one stops llama-server at start)."""
-
-
-UNQUANTIZED_CACHE_TYPES = ("f32", "f16", "bf16")
-
-
-def extra_args_problems(
-    words: list[str], cache_type_v: str | None = None, gpu_gate: bool = False
-) -> list[Problem]:
-    """The problems of llama-server extra words (locations relative to the words; a message
-    names another input with `ref`, relative to the server's args)."""
-    table = llama_server_options()
-    owned = owned_spellings(table, OWNED_OPTIONS)
-    parsed, problems = parse_extra_args(words, table, owned, REFUSED_OPTIONS)
-    for arg in parsed:
-        if arg.option.name in TENSOR_OVERRIDE_OPTIONS:
-            problem = tensor_override_problem(arg.values[0])
-            if problem:
-                problems.append(((arg.index + 1,), problem))
-        if gpu_gate and arg.option.name == "--log-disable":
-            problems.append(
-                (
-                    (arg.index,),
-                    f"silences the load log that {ref('gpu_gate')} reads: the startup probe "
-                    "would never pass (drop one of them)",
-                )
-            )
-        quantized_v = cache_type_v is not None and cache_type_v not in UNQUANTIZED_CACHE_TYPES
-        if arg.option.name == "--flash-attn" and arg.values == ("off",) and quantized_v:
-            problems.append(
-                (
-                    (arg.index + 1,),
-                    f"'off' with the quantized V cache {cache_type_v!r} of "
-                    f"{ref('flags', 'cache_type_v')}: llama-server b11434 refuses to start "
-                    "(a quantized V cache needs flash attention)",
-                )
-            )
-    return problems
-
-
-_NOT_ECMASCRIPT = re.compile(r"\(\?[^:=!]|\\[AZzG]")
-"""Regex syntax Python reads and llama.cpp's std::regex (ECMAScript) does not: lookbehind,
-named groups, inline flags, `\\A`/`\\Z` anchors."""
-
-
-def tensor_override_problem(value: str) -> str | None:
-    """What keeps llama-server (or the plan) from reading a tensor override value, or None."""
-    for part in value.split(","):
-        pattern, equals, buffer = part.partition("=")
-        if not pattern or not equals or not buffer:
-            return (
-                f"{part!r} is not PATTERN=BUFFER (e.g. 'blk\\.1[0-9]\\.ffn_.*=CPU'; llama.cpp "
-                "splits the value at commas, so a pattern has none)"
-            )
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            return f"{pattern!r} is not a regular expression ({exc})"
-        if _NOT_ECMASCRIPT.search(pattern):
-            return (
-                f"{pattern!r} uses syntax llama.cpp's ECMAScript regex does not read "
-                "(lookbehind, named groups, inline flags, \\A or \\Z)"
-            )
-    return None
 
 
 @documented

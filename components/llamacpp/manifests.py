@@ -3,6 +3,7 @@
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from components.k8s.metadata import app_labels, object_head
 from components.k8s.pod_security import (
     SCRATCH_MOUNT,
     checkov_skips,
@@ -171,11 +172,7 @@ def gpu_skips(args: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def server_labels(name: str) -> dict[str, str]:
     """Labels of the server's objects; the first two are the selector."""
-    return {
-        "app.kubernetes.io/name": "llama-server",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/managed-by": "llm-infra",
-    }
+    return app_labels("llama-server", name)
 
 
 def _number(value: float) -> str:
@@ -364,14 +361,9 @@ def server_deployment(
     if args.get("metrics") is not None:
         volumes.append(metrics_proxy_volume(name, proxy_source()))
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(deployment_skips(args)),
-        },
+        **object_head(
+            "apps/v1", "Deployment", name, namespace, labels, checkov_skips(deployment_skips(args))
+        ),
         "spec": {
             "replicas": 1,
             # A rolling update would start a second pod that can never get the one GPU.

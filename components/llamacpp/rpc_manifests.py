@@ -7,6 +7,7 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 
 from typing import Any
 
+from components.k8s.metadata import app_labels, object_head
 from components.k8s.pod_security import (
     checkov_skips,
     image_skips,
@@ -31,12 +32,7 @@ from components.llamacpp.manifests import (
 
 def worker_labels(name: str, head: str) -> dict[str, str]:
     """Labels of a worker's objects; the first two select its pod (never the API Service's)."""
-    return {
-        "app.kubernetes.io/name": "llama-rpc-server",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/part-of": head,
-        "app.kubernetes.io/managed-by": "llm-infra",
-    }
+    return app_labels("llama-rpc-server", name, part_of=head)
 
 
 def worker_selector(labels: dict[str, str]) -> dict[str, str]:
@@ -90,14 +86,7 @@ def worker_deployment(
     volumes = [scratch_volume(), *gpu_volumes(args)]
     skips = image_skips(args_runtime(args).pinned_image) + NO_PROBE_SKIPS + gpu_skips(args)
     return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(skips),
-        },
+        **object_head("apps/v1", "Deployment", name, namespace, labels, checkov_skips(skips)),
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},

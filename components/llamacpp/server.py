@@ -81,7 +81,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         if api_key is not None:
             secret_name, secret_key = api_key_secret(name)
             self.api_key_secret = k8s.core.v1.Secret(
-                f"{name}-api-key",
+                secret_name,
                 metadata={"name": secret_name, "namespace": namespace, "labels": labels},
                 type="Opaque",
                 string_data={secret_key: pulumi.Output.secret(api_key)},

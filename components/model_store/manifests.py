@@ -5,6 +5,7 @@ import json
 import urllib.parse
 from typing import Any
 
+from components.k8s.metadata import app_labels, object_head
 from components.k8s.pod_security import (
     DEFAULT_UID,
     SCRATCH_MOUNT,
@@ -16,7 +17,7 @@ from components.k8s.pod_security import (
     scratch_volume,
 )
 from components.model_store.inputs import MODELS_MOUNT
-from components.payloads import FETCHER_MOUNT, HTTP_POLICY_FILE
+from components.payloads import FETCHER_FILE, FETCHER_MOUNT, HTTP_POLICY_FILE, LOCK_FILE
 from components.payloads.fetcher import lock_digest
 
 HF_TOKEN_KEY = "token"
@@ -24,11 +25,7 @@ HF_TOKEN_KEY = "token"
 
 def store_labels(name: str) -> dict[str, str]:
     """Labels shared by the store's objects."""
-    return {
-        "app.kubernetes.io/name": "model-store",
-        "app.kubernetes.io/instance": name,
-        "app.kubernetes.io/managed-by": "llm-infra",
-    }
+    return app_labels("model-store", name)
 
 
 def content_digest(lock: dict[str, Any], fetcher_source: str) -> str:
@@ -76,9 +73,9 @@ def fetcher_config_map(
         "kind": "ConfigMap",
         "metadata": {"name": name, "namespace": namespace, "labels": labels},
         "data": {
-            "fetcher.py": fetcher_source,
+            FETCHER_FILE: fetcher_source,
             **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
-            "lock.json": json.dumps(lock, indent=2, sort_keys=True) + "\n",
+            LOCK_FILE: json.dumps(lock, indent=2, sort_keys=True) + "\n",
         },
         "immutable": True,
     }
@@ -115,10 +112,10 @@ def fetcher_command(action: str, extra: list[str] | None = None) -> list[str]:
     """argv of the fetcher inside a pod that mounts the ConfigMap and the models volume."""
     return [
         "python3",
-        f"{FETCHER_MOUNT}/fetcher.py",
+        f"{FETCHER_MOUNT}/{FETCHER_FILE}",
         action,
         "--lock",
-        f"{FETCHER_MOUNT}/lock.json",
+        f"{FETCHER_MOUNT}/{LOCK_FILE}",
         "--dest",
         MODELS_MOUNT,
         *(extra or []),
@@ -189,14 +186,9 @@ def fetch_job(
             }
         )
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(image_skips(image)),
-        },
+        **object_head(
+            "batch/v1", "Job", name, namespace, labels, checkov_skips(image_skips(image))
+        ),
         "spec": {
             "backoffLimit": 6,
             "activeDeadlineSeconds": timeout_seconds,

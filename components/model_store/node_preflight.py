@@ -12,6 +12,7 @@ import hashlib
 import shlex
 from typing import Any
 
+from components.k8s.metadata import object_head
 from components.k8s.pod_security import (
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -265,14 +266,7 @@ def preflight_job(
         volumes.append(dri_volume(preflight["gpu_device_path"]))
         skips += PRIVILEGED_SKIPS
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": checkov_skips(skips),
-        },
+        **object_head("batch/v1", "Job", name, namespace, labels, checkov_skips(skips)),
         "spec": {
             # The node's facts do not change on a retry: fail once, with the numbers.
             "backoffLimit": 0,

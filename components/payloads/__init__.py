@@ -9,8 +9,12 @@ log check are back-ends only, which a GPU machine's plain Python imports from he
 from pathlib import Path
 
 _HERE = Path(__file__).parent
-FETCHER_SOURCE = _HERE / "fetcher.py"
+FETCHER_FILE = "fetcher.py"
+"""The fetcher's file name where it is shipped."""
+FETCHER_SOURCE = _HERE / FETCHER_FILE
 """The model fetcher (`llm-infra fetch`, `llm-infra check-model`)."""
+LOCK_FILE = "lock.json"
+"""The lock's file name beside a shipped fetcher.py (its `--lock`)."""
 VERIFY_SOURCE = _HERE / "verify.py"
 """The answer check (`llm-infra verify`)."""
 PROPS_SOURCE = _HERE / "props.py"

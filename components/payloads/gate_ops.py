@@ -46,7 +46,7 @@ PREFIX_SED = (
     r"s/^[0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*\.[0-9][0-9]*[[:space:]][[:space:]]*//;"
     r"s/^[IWEDT][[:space:]][[:space:]]*//"
 )
-"""sed (BRE) that strips the timestamp and level letter, as ``gpu_gate._PREFIX`` does."""
+"""sed (BRE) that strips the timestamp and level letter, as ``gate_log.LINE_PREFIX`` does."""
 
 _OTHER_RUNTIME = (
     "use a runtime whose backend implements it (server.runtime: the ROCm or Vulkan image, or "

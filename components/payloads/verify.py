@@ -1,3 +1,4 @@
+# Past ~400 lines on purpose: shipped as one file, with only http_policy.py and props.py beside it.
 """``llm-infra verify``: is the deployed model answering like the recorded reference?
 
 Sends a fixed set of prompts (temperature 0, fixed seed) to an OpenAI-compatible endpoint

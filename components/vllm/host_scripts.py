@@ -9,7 +9,15 @@ import shlex
 from pydantic_core import PydanticCustomError
 
 from components.grammars import env_file_value
-from components.payloads import EXPECTED_PROPS_FILE, FETCHER_MOUNT, HTTP_POLICY_FILE, VERIFY_MOUNT
+from components.model_store.inputs import MODELS_MOUNT
+from components.payloads import (
+    EXPECTED_PROPS_FILE,
+    FETCHER_FILE,
+    FETCHER_MOUNT,
+    HTTP_POLICY_FILE,
+    LOCK_FILE,
+    VERIFY_MOUNT,
+)
 from components.vllm.builders import (
     CADDY_SERVICE,
     VLLM_SERVICE,
@@ -151,6 +159,7 @@ def fetch_script(
 ) -> str:
     """Runs the fetcher in a stock Python image: resumable, skips complete files, never deletes."""
     policy_mount = f"{FETCHER_MOUNT}/{HTTP_POLICY_FILE}"
+    fetcher, lock = f"{FETCHER_MOUNT}/{FETCHER_FILE}", f"{FETCHER_MOUNT}/{LOCK_FILE}"
     return _script(
         [
             f"# lock sha256 {lock_sha256}, fetcher sha256 {fetcher_sha256}",
@@ -158,13 +167,13 @@ def fetch_script(
             "# As the SSH user, so the model files are not root's.",
             'docker run --rm --user "$(id -u):$(id -g)" --network host \\',
             "  -e PYTHONUNBUFFERED=1 \\",
-            f"  -v {bind(paths['fetcher'], FETCHER_MOUNT + '/fetcher.py', read_only=True)} \\",
+            f"  -v {bind(paths['fetcher'], fetcher, read_only=True)} \\",
             f"  -v {bind(paths['http_policy'], policy_mount, read_only=True)} \\",
-            f"  -v {bind(paths['lock'], FETCHER_MOUNT + '/lock.json', read_only=True)} \\",
-            f"  -v {bind(model_dir, '/models')} \\",
+            f"  -v {bind(paths['lock'], lock, read_only=True)} \\",
+            f"  -v {bind(model_dir, MODELS_MOUNT)} \\",
             f"  {q(fetch_image)} \\",
-            f"  python3 {FETCHER_MOUNT}/fetcher.py fetch --lock {FETCHER_MOUNT}/lock.json \\",
-            f"  --dest /models --parallel {parallel}",
+            f"  python3 {fetcher} fetch --lock {lock} \\",
+            f"  --dest {MODELS_MOUNT} --parallel {parallel}",
         ]
     )
 

@@ -12,8 +12,7 @@ from infra.cli.common import Subparsers, add_stack_argument, report_config_error
 from infra.config import ConfigError, project_root, read_stack_file
 from infra.lock import stack_model_sources
 from infra.reference.page import picture_path, render_plan_picture
-from infra.targets.registry import render_docs, stack_plan
-from infra.tune import with_tuned_runtimes
+from infra.targets.registry import render_docs, stack_plan, with_tuned_runtimes
 
 
 def add_parser(sub: Subparsers) -> None:

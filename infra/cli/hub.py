@@ -90,7 +90,8 @@ def _problem(message: str, status: int = EXIT_CONFIG) -> int:
 
 def run_serve(args: argparse.Namespace) -> int:
     """Serve DIR until stopped (or start a server in the background with --detach)."""
-    from infra.hub.server import DirectoryRepos, HubServer
+    from infra.hub.repos import DirectoryRepos
+    from infra.hub.server import HubServer
 
     root: Path = args.dir
     if not root.is_dir():

@@ -9,11 +9,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from components.payloads.fetcher import DEFAULT_ENDPOINT
 from infra.cli.common import Subparsers, report_config_error, shown_path
 
 if TYPE_CHECKING:
     from infra.lock import ModelLock
-    from infra.new_stack import CheckpointConfig
+    from infra.new_stack_docker_host import CheckpointConfig
 
 EXIT_NETWORK = 3
 """The hub was not reached or failed on its side."""
@@ -59,7 +60,7 @@ def add_parser(sub: Subparsers) -> None:
         "--endpoint",
         metavar="URL",
         default=None,
-        help="the hub (default: $HF_ENDPOINT, else https://huggingface.co; it is not written "
+        help=f"the hub (default: $HF_ENDPOINT, else {DEFAULT_ENDPOINT}; it is not written "
         "into the stack: set store.hfEndpoint for a mirror the cluster uses too)",
     )
     parser.add_argument(
@@ -72,8 +73,8 @@ def add_parser(sub: Subparsers) -> None:
         "--gpu-memory-gib",
         type=float,
         metavar="GIB",
-        help="GPU memory to fit the model in (default: 90, a Strix Halo, for kubernetes; 192, "
-        "one MI300X, for docker-host)",
+        help="GPU memory to fit the model in (default: a Strix Halo's VRAM for kubernetes, one "
+        "MI300X's HBM for docker-host)",
     )
     parser.add_argument(
         "--context-size",
@@ -86,7 +87,8 @@ def add_parser(sub: Subparsers) -> None:
         "--parallel",
         type=int,
         metavar="SLOTS",
-        help="requests served at once (default: 1 for kubernetes, vLLM's own for docker-host)",
+        help="requests served at once (default: server.parallel's for kubernetes, vLLM's own for "
+        "docker-host)",
     )
     parser.add_argument(
         "--force", action="store_true", help="overwrite the stack file and lock if they exist"
@@ -98,10 +100,10 @@ def run(args: argparse.Namespace) -> int:
     """Resolve the model, draft the stack from its header, write the stack file and lock."""
     from pydantic import ValidationError
 
-    from infra import lock, new_stack
+    from infra import lock, new_stack, new_stack_docker_host, new_stack_text
     from infra.config import ConfigError, RepoModelSettings
     from infra.config.base import validation_problems
-    from infra.config.stack import checkout_root
+    from infra.config.stack import checkout_root, lock_path_for
 
     what = f"cannot init {args.name}"
     problems = usage_problems(args)
@@ -109,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         return report_config_error(ConfigError(problems), what)
     root = checkout_root() or Path.cwd()
     stack_path = root / "stacks" / f"Pulumi.{args.name}.yaml"
-    lock_path = root / "stacks" / f"{args.name}.lock.json"
+    lock_path = lock_path_for(stack_path)
     existing = [path for path in (stack_path, lock_path) if path.exists()]
     if existing and not args.force:
         verb = "exists" if len(existing) == 1 else "exist"
@@ -138,15 +140,15 @@ def run(args: argparse.Namespace) -> int:
         )
         if args.target == "kubernetes":
             if locked.gguf is not None:
-                locked = new_stack.with_exact_files(locked)
+                locked = new_stack_text.with_exact_files(locked)
             draft = new_stack.kubernetes_draft(request, locked)
         else:
             if locked.gguf is not None:
-                raise ConfigError([new_stack.GGUF_ON_DOCKER_HOST])
+                raise ConfigError([new_stack_docker_host.GGUF_ON_DOCKER_HOST])
             config = read_config_json(locked, endpoint, token)
-            draft = new_stack.docker_host_draft(request, locked, config)
-        new_stack.check_lock_matches(locked, draft.values)
-        text = new_stack.stack_file_text(draft)
+            draft = new_stack_docker_host.docker_host_draft(request, locked, config)
+        new_stack_text.check_lock_matches(locked, draft.values)
+        text = new_stack_text.stack_file_text(draft)
     except lock.HubUnreachable as exc:
         lines = [line.replace(lock.ENDPOINT_OPTIONS, ENDPOINTS) for line in exc.problems]
         report_config_error(ConfigError(option_lines(lines, args.files)), what)
@@ -210,12 +212,12 @@ def read_config_json(
     locked: ModelLock, endpoint: str | None, token: str | None
 ) -> CheckpointConfig:
     """A safetensors model's `config.json` at the locked commit, checked against the lock's
-    sha256 (`new_stack.checkpoint_config` reads it)."""
+    sha256 (`new_stack_docker_host.checkpoint_config` reads it)."""
     import hashlib
     import urllib.parse
 
     from components.payloads import http_policy
-    from infra import new_stack
+    from infra import new_stack_docker_host
     from infra.config import ConfigError
     from infra.lock import HubUnreachable
 
@@ -227,10 +229,12 @@ def read_config_json(
                 "(add --file '*.json')"
             ]
         )
-    base = (endpoint or "https://huggingface.co").rstrip("/")
+    base = (endpoint or DEFAULT_ENDPOINT).rstrip("/")
     url = f"{base}/{locked.repo}/resolve/{locked.revision}/{urllib.parse.quote('config.json')}"
     try:
-        with http_policy.request(url, token=token, max_body=new_stack.MAX_CONFIG_BYTES) as response:
+        with http_policy.request(
+            url, token=token, max_body=new_stack_docker_host.MAX_CONFIG_BYTES
+        ) as response:
             data = response.read_all()
     except http_policy.HttpError as exc:
         problem = f"--file: cannot read config.json: {exc}"
@@ -239,4 +243,4 @@ def read_config_json(
         raise ConfigError([problem]) from None
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
         raise ConfigError(["--file: config.json changed on the hub while it was locked: try again"])
-    return new_stack.checkpoint_config(data)
+    return new_stack_docker_host.checkpoint_config(data)

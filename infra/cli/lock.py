@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import ConfigDict, ValidationError
 
+from components.payloads.fetcher import DEFAULT_ENDPOINT
 from infra.cli.common import (
     Subparsers,
     add_output_option,
@@ -42,7 +43,7 @@ def add_parser(sub: Subparsers) -> None:
         metavar="URL",
         default=None,
         help="the hub (default: the stack's store.hfEndpoint, else $HF_ENDPOINT, else "
-        "https://huggingface.co; a token comes only from $HF_TOKEN or the stack's hfToken secret)",
+        f"{DEFAULT_ENDPOINT}; a token comes only from $HF_TOKEN or the stack's hfToken secret)",
     )
     parser.add_argument(
         "--allow-token-over-http",

@@ -51,8 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs
-    from infra.targets.registry import stack_plan, target_of
-    from infra.tune import with_tuned_runtimes
+    from infra.targets.registry import stack_plan, target_of, with_tuned_runtimes
 
     header = None
     try:
@@ -138,8 +137,7 @@ def suggest_despite(
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs
-    from infra.targets.registry import target_of
-    from infra.tune import with_tuned_runtimes
+    from infra.targets.registry import target_of, with_tuned_runtimes
 
     try:
         stack_file = read_stack_file(stack)

@@ -31,7 +31,7 @@ def add_parser(sub: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     """Render the stack into the output directory; exit 2 on invalid configuration."""
     # Imported here: pulumi and its Kubernetes SDK are slow to import, and `fetch` needs neither.
-    from infra import program, render
+    from infra import program, render, render_out
 
     try:
         stack_file = read_stack_file(args.stack)
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
         return report_config_error(exc, f"invalid configuration in {shown_path(stack_file.path)}")
     out = args.out or Path("rendered") / stack_file.name
     try:
-        written = render.write(rendered, out)
+        written = render_out.write(rendered, out)
     except ConfigError as exc:
         return report_config_error(exc, f"cannot write {out}")
     warnings = rendered.warnings + [

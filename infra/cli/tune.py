@@ -238,8 +238,8 @@ def _local(args: argparse.Namespace, stack_file: StackFile) -> list[CandidateRes
 def _kubernetes(args: argparse.Namespace, stack_file: StackFile) -> int:
     """Write the Jobs and print the steps that run them."""
     from infra.config import ConfigError
-    from infra.render import manifests_yaml
-    from infra.tune import with_tuned_runtimes
+    from infra.render_out import manifests_yaml
+    from infra.targets.registry import with_tuned_runtimes
     from infra.tune_kubernetes import CONFIG_FILE, candidate_runtimes, job_file, steps, tune_jobs
 
     stack = with_tuned_runtimes(stack_file.stack(), stack_file.lock_path)

@@ -304,6 +304,12 @@ def target_of(stack: StackConfig) -> Target[Any]:
     return TARGETS[stack.kind]
 
 
+def with_tuned_runtimes(stack: StackConfig, lock_path: Path) -> StackConfig:
+    """The stack with each `server.runtime: tuned` replaced by its tune record's winner, which
+    must pass the checks of a runtime named in the stack file; ConfigError otherwise."""
+    return target_of(stack).with_tuned(stack, lock_path)
+
+
 def stack_plan(
     stack: StackConfig,
     source: ModelSource | list[ModelSource],

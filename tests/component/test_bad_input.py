@@ -13,7 +13,8 @@ import yaml
 
 from infra import program
 from infra.config import ConfigError, read_stack_file
-from infra.render import run_program, write
+from infra.render import run_program
+from infra.render_out import write
 from tests.conftest import ROOT, STACKS
 
 Edit = tuple[str, str, Any]  # (config key, dotted path inside it, new value or DELETE)

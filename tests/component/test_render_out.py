@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.render import RENDER_MARKER, Rendered, RenderOutError, write
+from infra.render import Rendered
+from infra.render_out import RENDER_MARKER, RenderOutError, write
 
 
 def host_render(commands: dict[str, str]) -> Rendered:

@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from infra.config import read_stack_file
-from infra.hub.server import DirectoryRepos, HubServer, serving
+from infra.hub.repos import DirectoryRepos
+from infra.hub.server import HubServer, serving
 from infra.lock import stack_model_sources
 from infra.plan.report import MIB
 from infra.targets.registry import stack_plan

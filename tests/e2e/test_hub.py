@@ -26,7 +26,8 @@ from infra.hub.gguf_stub import (
     declared_size,
     write_sample,
 )
-from infra.hub.server import DirectoryRepos, HubServer, file_digests, serving
+from infra.hub.repos import DirectoryRepos, file_digests
+from infra.hub.server import HubServer, serving
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.project import project_env
 from tests.support.tiny_gguf import write_tiny_split_model

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from infra.hub.gguf_stub import SAMPLE_FILE, SAMPLE_REPO, write_sample
-from infra.hub.server import DirectoryRepos, HubServer, serving
+from infra.hub.repos import DirectoryRepos
+from infra.hub.server import HubServer, serving
 from infra.new_stack import SCHEMA_LINE
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.project import llm_infra, new_project

@@ -20,7 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from components.payloads import FETCHER_SOURCE
-from infra.hub.server import HubFile, HubHandler, HubServer, MemoryRepos, serving
+from infra.hub.repos import HubFile, MemoryRepos
+from infra.hub.server import HubHandler, HubServer, serving
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 

@@ -11,7 +11,8 @@ import pytest
 
 from components.llamacpp.runtimes import BUILTIN_RUNTIMES, Runtime
 from infra.config import ConfigError, FleetStack, parse_stack, tune_path_for
-from infra.tune import load_tune_record, tune_record_problems, with_tuned_runtimes
+from infra.targets.registry import with_tuned_runtimes
+from infra.tune import load_tune_record, tune_record_problems
 from tests.conftest import STACKS, stack_values
 from tests.support.tune_records import written_record
 

@@ -1,0 +1,38 @@
+"""What every Kubernetes object this package creates starts with: its head and its labels."""
+
+from typing import Any
+
+MANAGED_BY = {"app.kubernetes.io/managed-by": "llm-infra"}
+"""Marks an object as this package's (`kubectl get -l app.kubernetes.io/managed-by=llm-infra`)."""
+
+
+def app_labels(app: str, instance: str, part_of: str | None = None) -> dict[str, str]:
+    """`app.kubernetes.io/` labels: name and instance first (the selector), then part-of, then
+    managed-by."""
+    return {
+        "app.kubernetes.io/name": app,
+        "app.kubernetes.io/instance": instance,
+        **({"app.kubernetes.io/part-of": part_of} if part_of is not None else {}),
+        **MANAGED_BY,
+    }
+
+
+def object_head(
+    api_version: str,
+    kind: str,
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    annotations: dict[str, str],
+) -> dict[str, Any]:
+    """An object's `apiVersion`, `kind` and `metadata` (name, namespace, labels, annotations)."""
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+    }

@@ -1,0 +1,164 @@
+"""The llama.cpp planner's inputs: the model's weights, its RPC devices, the server settings."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from components.gguf_header import INPUT_TENSORS
+from components.model_store.inputs import CpuVariant
+from infra.plan.deepseek4 import (
+    DEFAULT_BATCH,
+    DEFAULT_UBATCH,
+    AttentionShape,
+)
+from infra.plan.extra_args import CpuTensors
+from infra.plan.repack import MatmulWeight
+from infra.plan.report import (
+    MIB,
+)
+
+DEFAULT_CACHE_RAM_MIB = 8192
+
+WeightSource = Literal["GGUF header", "lock summary", "file sizes + layer structure"]
+
+
+@dataclass(frozen=True)
+class ModelWeights:
+    """Where a model's weight bytes are: per repeating layer, the input layer, the rest."""
+
+    layer_bytes: tuple[int, ...]
+    input_bytes: int
+    """`token_embd` and other input tensors: always on the CPU."""
+    output_bytes: int
+    """Every other non-layer tensor (output, output_norm, ...): the output layer's device."""
+    source: WeightSource
+    matmul_weights: Mapping[str, tuple[MatmulWeight, ...]] | None = None
+    """Matrix weights by layer index (`"0"`, ...) and `"output"`, for the CPU repack rules;
+    None when the source has no per-tensor types (a schema 1 summary, file sizes)."""
+
+    @property
+    def total_bytes(self) -> int:
+        """All weight bytes."""
+        return sum(self.layer_bytes) + self.input_bytes + self.output_bytes
+
+    @classmethod
+    def from_summary(
+        cls, summary: Mapping[str, Any], source: WeightSource = "lock summary"
+    ) -> ModelWeights:
+        """From a `components.gguf_header.summarize` summary."""
+        other: Mapping[str, int] = summary["other_tensors"]
+        inputs = sum(b for n, b in other.items() if n.startswith(INPUT_TENSORS))
+        listed: Mapping[str, Mapping[str, int]] | None = summary.get("matmul_weights")
+        matmul = None
+        if listed is not None:
+            matmul = {
+                where: tuple(_matmul_weight(key, count) for key, count in found.items())
+                for where, found in listed.items()
+            }
+        return cls(
+            layer_bytes=tuple(int(b) for b in summary["layer_bytes"]),
+            input_bytes=inputs,
+            output_bytes=sum(other.values()) - inputs,
+            source=source,
+            matmul_weights=matmul,
+        )
+
+    @classmethod
+    def from_file_sizes(cls, total_bytes: int, n_layer: int) -> ModelWeights:
+        """Without a header: the files' bytes spread evenly over the layers (conservative for
+        the GPU, since the CPU-only input layer is counted as layer weight)."""
+        per_layer, rest = divmod(total_bytes, n_layer)
+        layers = tuple(per_layer + (1 if i < rest else 0) for i in range(n_layer))
+        return cls(layers, 0, 0, "file sizes + layer structure")
+
+
+def _matmul_weight(key: str, count: int) -> MatmulWeight:
+    """`"Q4_K 4096x1024"`, 2 (a summary's `matmul_weights` entry) as a MatmulWeight."""
+    type_name, _, shape = key.partition(" ")
+    return MatmulWeight(type_name, tuple(int(d) for d in shape.split("x")), int(count))
+
+
+@dataclass(frozen=True)
+class RpcDevice:
+    """Another node's GPU, reached through its rpc-server (`--rpc host:port`)."""
+
+    name: str
+    """The worker's name: its plan device is `vram:<name>`."""
+    vram_bytes: int
+    """GPU memory rpc-server may use on that node."""
+    compute_override_bytes: int | None = None
+    """Its measured compute buffer, replacing the estimate."""
+
+
+@dataclass(frozen=True)
+class LlamaCppPlanInputs:
+    """Everything a llama-server memory plan depends on."""
+
+    weights: ModelWeights
+    attention: AttentionShape
+    gpu_layers: int
+    """`-ngl` (`server.gpuLayers`)."""
+    ctx_size: int
+    """`-c` (`server.contextSize`)."""
+    parallel: int = 1
+    """`-np` (`server.parallel`)."""
+    cache_type_k: str = "f16"
+    cache_type_v: str = "f16"
+    ubatch: int = DEFAULT_UBATCH
+    batch: int = DEFAULT_BATCH
+    kv_unified: bool = False
+    """llama-server turns it on only when `-np` is auto; the renderer always passes `-np`."""
+    flash_attn: bool = True
+    """`-fa auto` resolves to on for Vulkan and CPU (and quantized V caches require it)."""
+    swa_full: bool = False
+    vram_bytes: int | None = None
+    """GPU memory available to llama-server; None: no GPU (everything on the CPU)."""
+    memory_limit_bytes: int | None = None
+    """Container memory limit (`server.resources.limits.memory`); None: not checked."""
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    """`--cache-ram`: prompt cache in host RAM, counted against the memory limit."""
+    runtime_bytes: int = 512 * MIB
+    """Process, driver and allocator overhead in host RAM."""
+    compute_override_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Measured compute buffers by device (`vram`, `ram`), replacing the estimate."""
+    disk_bytes: int | None = None
+    """Model volume size (`store.size`); None: not checked."""
+    model_file_bytes: int | None = None
+    """Bytes of the model files on disk (lock sizes); default: the weight bytes."""
+    disk_headroom_fraction: float = 0.02
+    """Free space kept on the volume (temporary download names, filesystem overhead)."""
+    upgrade_keeps_old_model: bool = False
+    """`store.upgrade: keep`: during an upgrade the volume holds the old model and the new one."""
+    n_rs_seq: int = 0
+    """deepseek4 compressor-state rollback planes (speculative decoding only)."""
+    cpu_variant: CpuVariant | None = None
+    """The ggml CPU variant of the node (`infra.plan.repack.CPU_VARIANTS`), which decides the
+    repack buffers of CPU-resident weights; None: unknown, the largest is budgeted."""
+    repack: bool = True
+    """False with `--no-repack`: CPU-resident weights stay in the model buffer."""
+    rpc_devices: tuple[RpcDevice, ...] = ()
+    """Other nodes' GPUs through rpc-server, in `--rpc` order (llama.cpp puts them first)."""
+    tensor_split: tuple[float, ...] | None = None
+    """`--tensor-split` over the RPC devices then the local GPU; None: proportional to each
+    device's VRAM (see `rpc_tensor_split`)."""
+    min_slot_context: int | None = None
+    """Tokens each slot must hold (`server.minSlotContext`): advice never goes below it."""
+    context_limit: int | None = None
+    """Tokens a slot can serve: the model's trained context, or the YaRN-extended one
+    (llama-server caps a slot there); advice never goes above it. None: unknown."""
+    cpu_tensors: CpuTensors = field(default_factory=CpuTensors)
+    """Tensors that tensor overrides (`-ot ...=CPU`, `--n-cpu-moe`, ...) keep in host RAM,
+    whatever their layer's device (`infra.plan.extra_args`)."""
+    runtime: str = "vulkan"
+    """The runtime's name (`server.runtime`), as the plan's lines name it."""
+    gpu_device: str = "Vulkan0"
+    """The local GPU as llama-server's load log names it (`Vulkan0`, `ROCm0`): its buffers
+    (`load_tensors: ROCm0 model buffer size`) are the plan's `vram`."""
+    compute_estimate: Literal["vulkan", "upper-bound"] = "vulkan"
+    """The runtime's compute-buffer estimate (`components.llamacpp.runtimes`): `vulkan` where
+    measured, else the upper bound, which the plan states as an assumption."""
+
+
+# -- compute buffers ------------------------------------------------------------------------
