@@ -1,19 +1,42 @@
-"""Shared fixtures: the project's stack files and a render helper."""
+"""Shared fixtures (the project's stack files), the tier markers and the hypothesis profiles.
+
+The tier marker of a test follows its directory: every test under ``tests/unit`` is marked
+``unit``, ``tests/component`` ``component``, ``tests/contract`` ``contract`` (it runs real
+third-party software: llama-server, Caddy, kubernetes-validate, ...) and ``tests/e2e`` ``e2e``.
+Nobody sets these markers by hand; a test that needs real software lives in ``tests/contract``.
+"""
 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import settings
 
 from infra.config import FleetStack, StackConfig, StrixHaloStack, parse_stack
 from infra.lock import ModelSource, model_source
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
+TIERS = ("unit", "component", "contract", "e2e")
+
+# `ci` is hypothesis' own defaults (what CI has always run); `dev` explores fewer examples for
+# the inner loop. Choose with HYPOTHESIS_PROFILE (`.ci/test` sets `ci`; the default is `dev`).
+settings.register_profile("ci", settings.get_profile("default"))
+settings.register_profile("dev", max_examples=20)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, the directory under tests/ it lives in."""
+    for item in items:
+        parts = item.path.relative_to(ROOT).parts
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[1]))
 
 
 def stack_values(stack: str) -> dict[str, Any]:

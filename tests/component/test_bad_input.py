@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -15,29 +14,7 @@ from infra import program
 from infra.config import ConfigError, read_stack_file
 from infra.render import run_program, write
 from tests.conftest import ROOT, STACKS
-
-Edit = tuple[str, str, Any]  # (config key, dotted path inside it, new value or DELETE)
-DELETE = object()
-
-
-def edited(stack: str, edits: list[Edit]) -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
-    config = document["config"]
-    for key, path, value in edits:
-        full = f"llm-infra:{key}"
-        if not path:
-            config[full] = value
-            continue
-        node = config.setdefault(full, {})
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        if value is DELETE:
-            node.pop(parts[-1])
-        else:
-            node[parts[-1]] = value
-    return document
-
+from tests.support.stack_edits import DELETE, Edit, edited
 
 CASES: list[tuple[str, str, list[Edit], str]] = [
     # (id, stack, edits, the key the first problem line must name)

@@ -15,8 +15,8 @@ from infra.lock import stack_model_sources
 from infra.plan.picture import plan_svg
 from infra.plan.report import GIB, Device, Plan, gib, usage_text
 from infra.plan.stack import stack_plan
-from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS
+from tests.support.render import render
 
 
 def docs(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ from infra.config import ConfigError, FleetStack, StrixHaloStack, parse_stack
 from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers
 from infra.plan.stack import llamacpp_inputs, probe_problems, stack_plan
-from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS, stack_values
+from tests.support.render import render
 
 PAIR, SPLIT = "strix-halo-pair", "strix-halo-pair-split"
 HEAD = "deepseek-v4-flash-0731"

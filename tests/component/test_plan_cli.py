@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from tests.component.test_render import STACK_FILE, render
 from tests.conftest import ROOT
+from tests.support.render import STACK_FILE, render
 
 
 def plan(*args: str) -> subprocess.CompletedProcess[str]:

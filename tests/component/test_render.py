@@ -13,23 +13,10 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.support.render import FLEET_STACKS, STACK_FILE, render
 
 GOLDEN = ROOT / "tests" / "golden"
-STACK_FILE = ROOT / "stacks" / "Pulumi.strix-halo.yaml"
 UPDATE = os.environ.get("LLM_INFRA_UPDATE_GOLDEN") == "1"
-
-
-def render(
-    stack: str, out: Path, cwd: Path = ROOT, seed: str = "0"
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONHASHSEED": seed},
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +33,6 @@ def mi300x_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = render("mi300x", out)
     assert result.returncode == 0, result.stderr
     return out
-
-
-FLEET_STACKS = ["strix-halo-pair", "strix-halo-pair-split"]
-"""The example stacks of several servers and of a split model."""
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,11 @@ import yaml
 from components.extra_args import LLAMA_SERVER_TABLE, VLLM_SERVE_TABLE
 from components.llamacpp.manifests import GATE_LOG
 from tests.conftest import ROOT, stack_values
-from tests.contract.test_vllm_parser import SCRIPT, vllm_python
+from tests.support.extra_args import kubelet_expanded
 from tests.support.llama_server import free_port, get_json, llama_server_binary, run_llama_server
 from tests.support.option_tables import llama_server_help, llama_server_table, table_text
 from tests.support.tiny_gguf import write_tiny_split_model
-from tests.unit.test_extra_args import kubelet_expanded
-
-pytestmark = pytest.mark.contract
+from tests.support.vllm_parse_args import SCRIPT, vllm_python
 
 MARK = "PWNED"
 HOSTILE = f"$(touch {MARK}); `touch {MARK}` 'a' \"b\" ${{HOME}} $(HOME) $$ x|y>z #c: [d]"

@@ -39,11 +39,8 @@ from infra.lock import write_lock as write_lock_file
 from infra.plan.report import MIB
 from infra.plan.stack import stack_plan
 from tests.conftest import ROOT, stack_values
-from tests.contract.test_plan_calibration_deepseek4 import deepseek4_model  # noqa: F401 (fixture)
 from tests.support.llama_server import free_port, run_llama_server
 from tests.support.rpc_server import rpc_build, run_rpc_server
-
-pytestmark = pytest.mark.contract
 
 TOLERANCE = 0.05
 TINY_REPO = "ggml-org/test-llama-archs"

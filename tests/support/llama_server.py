@@ -172,3 +172,11 @@ def tiny_server_argv(model: pathlib.Path, *extra: str, parallel: int = 4) -> lis
         "-m", str(model), "--port", str(free_port()), "-c", str(2048 * parallel),
         "-np", str(parallel), "--threads", str(min(os.cpu_count() or 1, 2)), *extra,
     ]  # fmt: skip
+
+
+def replace_value(argv: list[str], flag: str, value: str) -> list[str]:
+    index = argv.index(flag)
+    return [*argv[: index + 1], value, *argv[index + 2 :]]
+
+
+SAME_CPU_FRACTION = 0.1

@@ -34,6 +34,7 @@ from infra.config import ConfigError, parse_stack
 from infra.config.inputs import STACK_KEYS
 from tests.conftest import stack_values
 from tests.support.component_inputs import llama_server, vllm_server
+from tests.support.extra_args import kubelet_expanded
 
 LLAMA = llama_server_options()
 VLLM = vllm_serve_options()
@@ -298,31 +299,6 @@ def test_every_option_the_vllm_builder_renders_is_owned(switch: bool) -> None:
     assert argv[:3] == ["vllm", "serve", flags["model"]]
     every_flag_rendered_is_owned(argv[3:], VLLM, VLLM_OWNED)
     assert VLLM.lookup("--model") in VLLM_OWNED  # MODEL's own option
-
-
-def kubelet_expanded(word: str, env: dict[str, str]) -> str:
-    """A container arg as the kubelet runs it, by the API's documented rule: `$(NAME)` is the
-    variable's value when the container's environment has it, else left as it is; `$$` is
-    one `$`, which keeps a following `(NAME)` from being expanded."""
-    out, index = [], 0
-    while index < len(word):
-        char = word[index]
-        if char == "$" and index + 1 < len(word):
-            following = word[index + 1]
-            if following == "$":
-                out.append("$")
-                index += 2
-                continue
-            if following == "(":
-                close = word.find(")", index + 2)
-                if close != -1:
-                    name = word[index + 2 : close]
-                    out.append(env.get(name, f"$({name})"))
-                    index = close + 1
-                    continue
-        out.append(char)
-        index += 1
-    return "".join(out)
 
 
 def test_the_kubelet_rule_as_implemented_here_expands_what_the_api_documents() -> None:
