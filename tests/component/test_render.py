@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.support.cli import run_cli
 from tests.support.render import FLEET_STACKS, STACK_FILE, render
 
 GOLDEN = ROOT / "tests" / "golden"
@@ -148,10 +147,7 @@ def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_re
 
 
 def test_render_accepts_a_stack_file_path_and_defaults_out_dir(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(STACK_FILE)],
-        cwd=tmp_path, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(STACK_FILE)], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "rendered" / "strix-halo" / "manifests.yaml").is_file()
     assert "15 resources, 12 Kubernetes objects" in result.stdout
