@@ -9,26 +9,21 @@ Nobody sets these markers by hand; a test that needs real software lives in ``te
 from __future__ import annotations
 
 import copy
-import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from hypothesis import settings
 
 from infra.config import FleetStack, StackConfig, StrixHaloStack, parse_stack
 from infra.lock import ModelSource, model_source
+from tests.support import profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
 TIERS = ("unit", "component", "contract", "e2e")
 
-# `ci` is hypothesis' own defaults (what CI has always run); `dev` explores fewer examples for
-# the inner loop. Choose with HYPOTHESIS_PROFILE (`.ci/test` sets `ci`; the default is `dev`).
-settings.register_profile("ci", settings.get_profile("default"))
-settings.register_profile("dev", max_examples=20)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
+profiles.load()  # hypothesis: `dev` by default, `ci` in .ci/test (tests/support/profiles.py)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,11 +1,10 @@
 """The tiny GGUF repo of the hub emulator, a stack file pointed at it, and `llm-infra` run
-against it (a fresh process: huggingface_hub reads HF_ENDPOINT when it is imported)."""
+against it."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from tests.conftest import ROOT
+from tests.support.cli import run_cli
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -53,7 +53,8 @@ def stack_file(
 
 
 def cli(hub: Hub | None, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`llm-infra ARGS` with HF_ENDPOINT at the hub (unset without one)."""
+    """`llm-infra ARGS` in this process with HF_ENDPOINT at the hub (unset without one); the
+    commands read HF_ENDPOINT and HF_TOKEN when they run and hand them to huggingface_hub."""
     unset = ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT")
     env = {k: v for k, v in os.environ.items() if k not in unset}
     if hub is not None:
@@ -61,7 +62,4 @@ def cli(hub: Hub | None, *args: str, token: str | None = None) -> subprocess.Com
     env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
     if token:
         env["HF_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args], capture_output=True, text=True, env=env,
-        cwd=ROOT, timeout=120, check=False,
-    )  # fmt: skip
+    return run_cli(list(args), env=env, cwd=ROOT)

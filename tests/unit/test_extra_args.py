@@ -35,6 +35,7 @@ from infra.config.inputs import STACK_KEYS
 from tests.conftest import stack_values
 from tests.support.component_inputs import llama_server, vllm_server
 from tests.support.extra_args import kubelet_expanded
+from tests.support.profiles import examples
 
 LLAMA = llama_server_options()
 VLLM = vllm_serve_options()
@@ -64,7 +65,7 @@ def problems_named(problems: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
     return [(where, named(message, snake_path)) for where, message in problems]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     case=st.sampled_from(owned_cases(LLAMA, LLAMA_OWNED)),
     underscore=st.booleans(),
@@ -84,7 +85,7 @@ def test_an_owned_llama_server_option_is_refused_in_every_spelling_naming_its_in
     assert f"rendered from {snake_path(where)}: set that instead" in message
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     case=st.sampled_from(owned_cases(VLLM, VLLM_OWNED)),
     underscore=st.booleans(),
@@ -173,7 +174,7 @@ def test_a_fleet_names_the_server_entry_whose_extra_args_are_refused() -> None:
 _KNOWN = {n.lstrip("-") for n in [*LLAMA.by_name, *VLLM.by_name]}
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.from_regex(r"--[a-z][a-z0-9-]{1,24}", fullmatch=True))
 def test_an_option_the_server_does_not_know_is_refused(spelling: str) -> None:
     for table, check in (
@@ -316,7 +317,7 @@ HOSTILE_VALUES = [
 ]  # fmt: skip
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     value=st.one_of(
         st.sampled_from(HOSTILE_VALUES),
@@ -339,7 +340,7 @@ def test_a_llama_server_value_with_metacharacters_reaches_the_server_as_one_exac
     assert server_argv(args)[-4:] == words
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     value=st.one_of(
         st.sampled_from(HOSTILE_VALUES),
