@@ -29,7 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# A standard-library payload: a GPU machine's plain Python (no pulumi) imports it.
+# The runs and the table; the planner's figure only where it imports (not on a GPU machine's
+# plain Python).
 from tests.support.compute_buffers import (  # noqa: E402
     Key,
     compute_buffers,

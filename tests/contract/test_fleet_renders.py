@@ -11,7 +11,8 @@ import yaml
 
 from policy import validators
 from tests.conftest import ROOT
-from tests.support.checkov import K8S_VERSION, PINNED_TAG_SKIPS, PRIVILEGED_SKIPS, checkov, findings
+from tests.support.checkov import PINNED_TAG_SKIPS, PRIVILEGED_SKIPS, checkov, findings
+from tests.support.kubernetes_validate import K8S_VERSION
 from tests.support.render import FLEET_STACKS, render
 
 NO_PROBE_SKIPS = {"CKV_K8S_8", "CKV_K8S_9"}

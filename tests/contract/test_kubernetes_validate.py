@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.support.checkov import K8S_VERSION
+from tests.support.kubernetes_validate import K8S_VERSION
 from tests.support.render import render
 
 

@@ -10,9 +10,8 @@ from typing import Any
 
 from tests.conftest import ROOT
 
+CHECKOV = Path(os.environ.get("LLM_INFRA_CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))
 PINNED_TAG_SKIPS = {"CKV_K8S_43", "CKV_K8S_15"}
-
-
 PRIVILEGED_SKIPS = {"CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_23", "CKV_K8S_28", "CKV_K8S_37",
                     "CKV_K8S_40"}  # fmt: skip
 
@@ -34,9 +33,3 @@ def checkov(manifests: Path) -> dict[str, Any]:
 def findings(report: dict[str, Any], kind: str) -> set[tuple[str, str]]:
     # A kind with no checks may be left out.
     return {(c["check_id"], c["resource"]) for c in report["results"].get(kind, [])}
-
-
-K8S_VERSION = "1.32.0"
-
-
-CHECKOV = Path(os.environ.get("LLM_INFRA_CHECKOV", ROOT / ".venv-checkov" / "bin" / "checkov"))

@@ -7,18 +7,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+# A standard-library payload: a GPU machine's plain Python (no pulumi) imports it.
 from components.payloads import gpu_gate
 
 MIB = 1024**2
-
-
 N_VOCAB = 380
 """The tiny models' vocabulary (tests/support/tiny_gguf.py)."""
-
-
 LOG_NAME = re.compile(r"e(\d+)-ff(\d+)-c(\d+)-ub(\d+)-ngl(\d+)-(f16|q8_0)\.load\.log")
-
-
 Key = tuple[int, int, int, int, int, str]
 """(n_embd, n_ff, ctx, ubatch, ngl, KV cache type) of one run."""
 

@@ -1,4 +1,5 @@
-"""Edits of a stack file's values for tests: set, delete or add one key."""
+"""Edits of a stack file's values for tests (set, delete or add one key), and the program
+run on an edited stack under mocks."""
 
 from __future__ import annotations
 
