@@ -30,7 +30,7 @@ from tests.conftest import ROOT
 from tests.support.llama_server import free_port
 from tests.support.prometheus import LivePrometheus, run_prometheus
 from tests.support.render import render
-from tests.support.vllm_parse_args import vllm_python
+from tests.support.vllm_parser import vllm_python
 
 SCRIPT = Path(__file__).parent.parent / "support" / "vllm_metric_names.py"
 SERIES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}

@@ -8,7 +8,7 @@ import subprocess
 from typing import Any
 
 from components.vllm.builders import vllm_serve_args
-from tests.support.vllm_parse_args import SCRIPT, vllm_python
+from tests.support.vllm_parser import SCRIPT, vllm_python
 from tests.support.vllm_samples import sample_flags
 
 

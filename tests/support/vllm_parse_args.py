@@ -10,11 +10,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
-
-import pytest
-
-from tests.conftest import ROOT
 
 EXIT_INVALID = 3
 
@@ -44,18 +39,3 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
-
-
-SCRIPT = Path(__file__).parent.parent / "support" / "vllm_parse_args.py"
-
-
-def vllm_python() -> Path:
-    """The vLLM venv's python (LLM_INFRA_VLLM_PYTHON, default .venv-vllm/bin/python)."""
-    path = Path(os.environ.get("LLM_INFRA_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-    if not path.is_file():
-        pytest.fail(
-            f"vLLM venv python not found at {path}: create it as .ci/run does "
-            "(torch==2.13.0 CPU, vllm==0.33.0 --no-deps, its Requires-Dist minus GPU packages) "
-            "or set LLM_INFRA_VLLM_PYTHON"
-        )
-    return path
