@@ -41,9 +41,9 @@ sys.path.insert(0, str(ROOT))
 from components.llamacpp import gate as gate_shell  # noqa: E402
 from components.payloads import bench, gpu_gate, verify  # noqa: E402
 from components.payloads.bench_report import agreement, format_table  # noqa: E402
+from tests.support import log_growth as growth  # noqa: E402
 from tests.support.gate_server import run_gated_llama_server  # noqa: E402
 from tests.support.llama_server import free_port  # noqa: E402
-from tests.support.modules import load_file  # noqa: E402
 
 
 def replace_value(argv: list[str], flag: str, value: str) -> list[str]:
@@ -206,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
         (a.out / f"{name}.bench.json").write_text(report.to_json() + "\n")
     summary["bench"] = {"agreement": agreement(report), "errors": report.errors}
     print(f"\n===== log growth on {name} (-lv 4, -np 1, default --cache-ram, the wrapper)")
-    growth = load_file("log_growth", ROOT / "bench" / "log_growth.py")
     rows = growth.measure(Path(models[name]), a.growth_requests, 50, binary=a.binary, ngl="40")
     print(growth.format_rows(rows))
     summary["log_growth"] = rows

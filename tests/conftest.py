@@ -1,4 +1,10 @@
-"""Shared fixtures: the project's stack files and a render helper."""
+"""Shared fixtures (the project's stack files), the tier markers and the hypothesis profiles.
+
+The tier marker of a test follows its directory: every test under ``tests/unit`` is marked
+``unit``, ``tests/component`` ``component``, ``tests/contract`` ``contract`` (it runs real
+third-party software: llama-server, Caddy, kubernetes-validate, ...) and ``tests/e2e`` ``e2e``.
+Nobody sets these markers by hand; a test that needs real software lives in ``tests/contract``.
+"""
 
 from __future__ import annotations
 
@@ -11,9 +17,21 @@ import yaml
 
 from infra.config import FleetStack, KubernetesStack, StackConfig, parse_stack
 from infra.lock import ModelSource, model_source
+from tests.support import profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
+TIERS = ("unit", "component", "contract", "e2e")
+
+profiles.load()  # hypothesis: `dev` by default, `ci` in .ci/test (tests/support/profiles.py)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, the directory under tests/ it lives in."""
+    for item in items:
+        parts = item.path.relative_to(ROOT).parts
+        if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[1]))
 
 
 def stack_values(stack: str) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -16,29 +15,8 @@ from infra.config import ConfigError, read_stack_file
 from infra.render import run_program
 from infra.render_out import write
 from tests.conftest import ROOT, STACKS
-
-Edit = tuple[str, str, Any]  # (config key, dotted path inside it, new value or DELETE)
-DELETE = object()
-
-
-def edited(stack: str, edits: list[Edit]) -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
-    config = document["config"]
-    for key, path, value in edits:
-        full = f"llm-infra:{key}"
-        if not path:
-            config[full] = value
-            continue
-        node = config.setdefault(full, {})
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        if value is DELETE:
-            node.pop(parts[-1])
-        else:
-            node[parts[-1]] = value
-    return document
-
+from tests.support.cli import run_cli
+from tests.support.stack_edits import DELETE, Edit, edited
 
 CASES: list[tuple[str, str, list[Edit], str]] = [
     # (id, stack, edits, the key the first problem line must name)
@@ -187,14 +165,27 @@ def test_a_rendered_stack_leaves_no_event_loop_open(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize(("stack", "edits", "key"), [CASES[0][1:], CASES[-1][1:]])
+def test_a_refused_stack_leaves_no_event_loop_open(
+    tmp_path: Path, stack: str, edits: list[Edit], key: str
+) -> None:
+    """The refusal path of a fresh interpreter (the cases above run in this process)."""
+    path = tmp_path / f"Pulumi.{stack}.yaml"
+    path.write_text(yaml.safe_dump(edited(stack, edits)))
+    result = render_warning_of_unclosed_loops(path, tmp_path / "rendered")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert any(line.startswith(f"{key}:") for line in result.stderr.splitlines())
+
+
 def render_problems(tmp_path: Path, stack: str, edits: list[Edit]) -> list[str]:
-    """The problem lines of a render that must exit 2 (no traceback, nothing written)."""
+    """The problem lines of a render that must exit 2 (no traceback, nothing written), run in
+    this process (a fresh interpreter's exit: test_a_refused_stack_leaves_no_event_loop_open)."""
     path = tmp_path / f"Pulumi.{stack}.yaml"
     path.write_text(yaml.safe_dump(edited(stack, edits)))
     # Recorded expectations, for the stacks that ask for the post-up check.
     (tmp_path / f"{stack}.verify.json").write_text('{"version": 1, "cases": []}')
     out = tmp_path / "rendered"
-    result = render_warning_of_unclosed_loops(path, out)
+    result = run_cli(["render", str(path), "--out", str(out)], cwd=ROOT)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr + result.stdout and not out.exists()
     lines = [line for line in result.stderr.splitlines() if "(preview only" not in line]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,14 +14,7 @@ import yaml
 
 from components.payloads.verify import new_expectations
 from tests.conftest import ROOT, STACKS
-
-
-def llm_infra(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    """Run `llm-infra ARGS` as the console script does."""
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
-        cwd=cwd, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+from tests.support.cli import llm_infra, run_cli
 
 
 def closed_port() -> int:
@@ -156,11 +147,11 @@ def test_outside_a_checkout_a_stack_name_says_how_to_point_at_one(tmp_path: Path
     assert "you are outside an llm-infra checkout: cd into one, set LLM_INFRA_PROJECT=DIR" in (
         outside.stderr
     )
-    pointed = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "plan", "strix-halo", "-o", "json"],
-        cwd=tmp_path, capture_output=True, text=True, check=False,
+    pointed = run_cli(
+        ["plan", "strix-halo", "-o", "json"],
+        cwd=tmp_path,
         env={**os.environ, "LLM_INFRA_PROJECT": str(ROOT)},
-    )  # fmt: skip
+    )
     assert pointed.returncode == 0, pointed.stderr
     assert json.loads(pointed.stdout)["fits"] is True
 

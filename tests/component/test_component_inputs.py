@@ -29,20 +29,18 @@ from components.vllm.inputs import VllmRocmServerArgs
 from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
-from tests.component.test_provider_protocol import (
+from tests.conftest import stack_values, strix, unlocked_source
+from tests.support.provider_deploy import (
     LLAMA,
     SSH_KEY,
     VLLM,
     Deployment,
     input_errors,
-    preview,  # noqa: F401  (the fixture)
-    up,  # noqa: F401  (the fixture)
     vllm_inputs,
 )
-from tests.component.test_vllm_component import HOST_KEY
-from tests.component.test_vllm_component import server_args as sample_vllm_args
-from tests.conftest import stack_values, strix, unlocked_source
 from tests.support.provider_host import secret
+from tests.support.vllm_samples import HOST_KEY
+from tests.support.vllm_samples import server_args as sample_vllm_args
 
 INJECTED_BLOCK = "127.0.0.2/32\n\thandle /tokenize {\n\t\treverse_proxy vllm:8000\n\t}\n\t#"
 
@@ -298,7 +296,7 @@ def test_stack_file_keys_name_the_component_inputs_they_feed() -> None:
 
 
 def test_provider_refuses_a_caddyfile_block_naming_the_camel_case_input(
-    preview: Deployment,  # noqa: F811  (the fixture)
+    preview: Deployment,
 ) -> None:
     inputs = vllm_inputs()
     inputs["caddy"]["allowedCidrs"] = [INJECTED_BLOCK]
@@ -355,7 +353,7 @@ def test_a_store_gives_its_server_the_first_file_and_the_model_size() -> None:
 
 
 def test_over_the_provider_an_input_checked_when_it_resolves_is_named_in_camel_case(
-    up: Deployment,  # noqa: F811  (the fixture)
+    up: Deployment,
 ) -> None:
     inputs = vllm_inputs()
     # A secret object input reaches the provider as one output, checked when it resolves.
@@ -541,7 +539,7 @@ def test_extra_args_the_program_renders_are_refused_naming_the_python_inputs() -
 
 
 def test_provider_refuses_extra_args_naming_the_camel_case_inputs(
-    preview: Deployment,  # noqa: F811  (the fixture)
+    preview: Deployment,
 ) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         preview.server(preview.store(), extraArgs=["-ngl", "99", "--top-k", "40", "--tags", "x"])
@@ -562,7 +560,7 @@ def test_provider_refuses_extra_args_naming_the_camel_case_inputs(
 
 
 def test_provider_passes_valid_extra_args_after_the_rendered_flags(
-    preview: Deployment,  # noqa: F811  (the fixture)
+    preview: Deployment,
 ) -> None:
     words = ["--n-cpu-moe", "3", "--tags", "$(HOME) `id`; x"]
     server = preview.server(preview.store(), extraArgs=words)

@@ -17,7 +17,7 @@ from components.validation import ComponentInputError
 from infra.component_users import memory_plan, store_files_from_lock
 from infra.config import ConfigError
 from infra.render import run_program
-from tests.component.test_examples import python_example
+from tests.support.examples import python_example
 from tests.support.tiny_gguf import write_tiny_split_model
 
 REPO = "example/tiny-GGUF"

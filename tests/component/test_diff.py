@@ -72,7 +72,7 @@ def test_changed_stack_value_shows_the_flag_and_exits_1(
 def test_ref_is_rendered_with_its_own_code(clone: Path) -> None:
     # A code change (not a stack change) shows only if each side ran its own tree's code.
     replace_in(
-        clone / "components/llamacpp/manifests.py",
+        clone / "components/k8s/metadata.py",
         '"app.kubernetes.io/managed-by": "llm-infra"',
         '"app.kubernetes.io/managed-by": "llm-infra-next"',
     )

@@ -2,7 +2,6 @@
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -15,15 +14,13 @@ from infra.lock import stack_model_sources
 from infra.plan.picture import plan_svg
 from infra.plan.report import GIB, Device, Plan, gib, usage_text
 from infra.targets.registry import stack_plan
-from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS
+from tests.support.cli import run_cli
+from tests.support.render import render
 
 
 def docs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "docs", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return run_cli(["docs", *args], cwd=ROOT)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@
 """
 
 import json
-from types import ModuleType
 from typing import Any
 
 import pulumi
@@ -14,14 +13,7 @@ import yaml
 
 from components.provider import LlmInfraProvider
 from infra.render import run_program
-from tests.conftest import ROOT
-from tests.support.modules import load_file
-
-EXAMPLES = ROOT / "examples"
-
-
-def python_example() -> ModuleType:
-    return load_file("example", EXAMPLES / "python-k3s" / "example.py")
+from tests.support.examples import EXAMPLES, python_example
 
 
 def test_python_example_registers_the_store_and_server() -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,9 @@ from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers
 from infra.plan.stack import llamacpp_inputs, probe_problems
 from infra.targets.registry import stack_plan
-from tests.component.test_render import render
 from tests.conftest import ROOT, STACKS, stack_values
+from tests.support.cli import run_cli
+from tests.support.render import render
 
 PAIR, SPLIT = "strix-halo-pair", "strix-halo-pair-split"
 HEAD = "deepseek-v4-flash-0731"
@@ -211,10 +211,7 @@ def test_a_split_that_does_not_fit_is_refused_with_the_numbers_per_node() -> Non
 def run_render(tmp_path: Path, values: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "Pulumi.bad.yaml"
     path.write_text(yaml.safe_dump({"config": {f"llm-infra:{k}": v for k, v in values.items()}}))
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(tmp_path / "out")],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return run_cli(["render", str(path), "--out", str(tmp_path / "out")], cwd=ROOT)
 
 
 def fleet_split_values() -> dict[str, Any]:

@@ -9,23 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from infra import program
-from infra.config import read_stack_file
-from infra.render import Rendered, run_program
-from tests.component.test_bad_input import DELETE, Edit, edited
-
-SECRETS = {"llm-infra:apiKey": "sk-test-0123456789"}
-
-
-def rendered(stack: str, edits: list[Edit], tmp_path: Path, secrets: bool = False) -> Rendered:
-    path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(yaml.safe_dump(edited(stack, edits)))
-    stack_file = read_stack_file(path)
-    config, keys = dict(stack_file.config), list(stack_file.secret_keys)
-    if secrets:
-        config.update(SECRETS)
-        keys += list(SECRETS)
-    return run_program(program.main, config, keys, stack=stack)
+from infra.render import Rendered
+from tests.support.stack_edits import DELETE, SECRETS, Edit, rendered
 
 
 def objects(result: Rendered) -> dict[str, dict[str, Any]]:

@@ -145,7 +145,7 @@ def test_the_worker_policy_admits_the_head_pods_but_not_the_verify_job(
 def rendered_split(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     import yaml
 
-    from tests.component.test_render import render
+    from tests.support.render import render
 
     out = tmp_path_factory.mktemp("placement") / SPLIT
     result = render(SPLIT, out)

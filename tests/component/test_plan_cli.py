@@ -4,20 +4,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import yaml
 
-from tests.component.test_render import STACK_FILE, render
 from tests.conftest import ROOT
+from tests.support.cli import run_cli
+from tests.support.render import STACK_FILE, render
 
 
 def plan(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "plan", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    return run_cli(["plan", *args], cwd=ROOT)
 
 
 def variant(tmp_path: Path, old: str, new: str) -> Path:

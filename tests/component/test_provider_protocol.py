@@ -18,7 +18,6 @@ import pytest
 import yaml
 from pulumi.output import Unknown
 from pulumi.runtime import rpc
-from pulumi.runtime.proto import errors_pb2, provider_pb2, provider_pb2_grpc, status_pb2
 
 from components.k8s.pod_security import DEFAULT_UID
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
@@ -28,111 +27,26 @@ from infra.render import clean
 from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import stack_values, strix, unlocked_source
 from tests.support.component_inputs import wire_names
+from tests.support.provider_deploy import (
+    API_KEY,
+    EXAMPLE,
+    HF_TOKEN,
+    LLAMA,
+    NAMESPACE_URN,
+    STORE,
+    VLLM,
+    Deployment,
+    input_errors,
+    vllm_inputs,
+)
 from tests.support.provider_host import (
     ROOT,
     UNKNOWN,
-    construct,
     output_dependencies,
     outputs,
     secret,
 )
-from tests.support.resource_monitor import Registration, ResourceMonitor, Served, serving, stack_urn
-
-PROJECT, STACK = "llm-infra-example-yaml", "dev"
-PARENT = stack_urn(PROJECT, STACK)
-STORE = "llm-infra:index:GgufModelStore"
-LLAMA = "llm-infra:index:LlamaCppVulkanServer"
-VLLM = "llm-infra:index:VllmRocmServer"
-NAMESPACE_URN = f"urn:pulumi:{STACK}::{PROJECT}::kubernetes:core/v1:Namespace::llm"
-EXAMPLE = yaml.safe_load((ROOT / "examples" / "yaml-k3s" / "Pulumi.yaml").read_text())
-API_KEY = "sk-live-0123456789abcdef"
-HF_TOKEN = "hf_live_token_0123456789"
-HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"
-SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
-
-
-class Deployment:
-    """One deployment (a preview or an up) against a fresh resource monitor."""
-
-    def __init__(self, provider: provider_pb2_grpc.ResourceProviderStub, served: Served) -> None:
-        self.provider = provider
-        self.served = served
-        self.monitor: ResourceMonitor = served.servicer
-
-    def construct(
-        self,
-        token: str,
-        name: str,
-        inputs: dict[str, Any],
-        input_dependencies: dict[str, list[str]] | None = None,
-        dependencies: tuple[str, ...] = (),
-    ) -> provider_pb2.ConstructResponse:
-        return construct(
-            self.provider,
-            monitor=self.served.address,
-            project=PROJECT,
-            stack=STACK,
-            parent=PARENT,
-            token=token,
-            name=name,
-            inputs=inputs,
-            preview=self.monitor.preview,
-            input_dependencies=input_dependencies,
-            dependencies=dependencies,
-        )
-
-    def children(self, parent_urn: str) -> dict[str, Registration]:
-        return {r.name: r for r in self.monitor.registrations if r.parent == parent_urn}
-
-    def store(self, **overrides: Any) -> provider_pb2.ConstructResponse:
-        """The YAML example's `models`."""
-        properties = {**EXAMPLE["resources"]["models"]["properties"], **overrides}
-        return self.construct(STORE, "models", properties)
-
-    def server(
-        self,
-        store: provider_pb2.ConstructResponse,
-        input_dependencies: dict[str, list[str]] | None = None,
-        **overrides: Any,
-    ) -> provider_pb2.ConstructResponse:
-        """The YAML example's `qwen`, its `${models.*}` taken from the store's outputs."""
-        resource = EXAMPLE["resources"]["qwen"]
-        # The engine sends what it does not know yet as unknowns again.
-        known = {k: UNKNOWN if isinstance(v, Unknown) else v for k, v in outputs(store).items()}
-        properties = {**resolve(resource["properties"], known), **overrides}
-        assert resource["options"]["dependsOn"] == ["${models}"]
-        return self.construct(
-            LLAMA,
-            "qwen",
-            properties,
-            # What the engine records for `${models.claimName}` inside `model`.
-            input_dependencies={"model": [store.urn], **(input_dependencies or {})},
-            dependencies=(store.urn,),
-        )
-
-
-def resolve(value: Any, store_outputs: dict[str, Any]) -> Any:
-    """The YAML program's `${models.<output>}` references, as the engine resolves them."""
-    if isinstance(value, str):
-        match = re.fullmatch(r"\$\{models\.(\w+)\}", value)
-        return store_outputs[match[1]] if match else value
-    if isinstance(value, dict):
-        return {k: resolve(v, store_outputs) for k, v in value.items()}
-    if isinstance(value, list):
-        return [resolve(v, store_outputs) for v in value]
-    return value
-
-
-@pytest.fixture
-def preview(provider: provider_pb2_grpc.ResourceProviderStub) -> Iterator[Deployment]:
-    with serving(ResourceMonitor(PROJECT, STACK, preview=True)) as served:
-        yield Deployment(provider, served)
-
-
-@pytest.fixture
-def up(provider: provider_pb2_grpc.ResourceProviderStub) -> Iterator[Deployment]:
-    with serving(ResourceMonitor(PROJECT, STACK, preview=False)) as served:
-        yield Deployment(provider, served)
+from tests.support.resource_monitor import Registration
 
 
 def container(deployment: Registration) -> dict[str, Any]:
@@ -290,53 +204,6 @@ def test_store_fetches_the_lock_with_integer_sizes_and_a_secret_token(up: Deploy
     }
 
 
-def vllm_inputs() -> dict[str, Any]:
-    """A VllmRocmServer as a TypeScript or YAML program passes it (camelCase)."""
-    return {
-        "connection": {
-            "host": "203.0.113.10",
-            "user": "deploy",
-            "port": 2222,
-            "privateKey": secret(SSH_KEY),
-            "hostKey": HOST_KEY,
-        },
-        "modelDir": "/srv/models/DeepSeek-V4-Flash-0731",
-        "modelLock": {
-            "repo": "deepseek-ai/DeepSeek-V4-Flash-0731",
-            "revision": "0" * 40,
-            "files": [
-                {"path": "config.json", "name": "config.json", "size": 1234, "sha256": "1" * 64}
-            ],
-        },
-        "fetchImage": "python:3.12.11-slim",
-        "image": "vllm/vllm-openai-rocm@sha256:" + "c" * 64,
-        "flags": {
-            "model": "/models/DeepSeek-V4-Flash-0731",
-            "servedModelName": "deepseek-v4-flash-0731",
-            "host": "0.0.0.0",
-            "port": 8000,
-            "tensorParallelSize": 1,
-            "maxModelLen": 262144,
-            "maxNumBatchedTokens": 2048,
-            "kvCacheMemoryBytes": 20 * 10**9,
-            "kvOffloadingSizeGib": 96,
-            "kvOffloadingBackend": "native",
-            "enablePrefixCaching": True,
-            "speculativeConfig": {"method": "dspark", "numSpeculativeTokens": 7},
-        },
-        "caddy": {
-            "site": "llm.example.com",
-            "tls": "auto",
-            "acmeEmail": "ops@example.com",
-            "allowedCidrs": ["198.51.100.0/24"],
-            "image": "caddy:2.11.7-alpine",
-        },
-        "apiKey": secret(API_KEY),
-        "requirements": {"minFreeDiskGib": 200, "minRamGib": 230},
-        "startupTimeoutSeconds": 1800,
-    }
-
-
 def test_vllm_server_renders_integers_and_keeps_its_keys_secret(up: Deployment) -> None:
     server = up.construct(VLLM, "mi300x", vllm_inputs())
     children = up.children(server.urn)
@@ -360,17 +227,6 @@ def test_vllm_server_renders_integers_and_keeps_its_keys_secret(up: Deployment) 
     }
     check = children["mi300x-check"].urn
     assert output_dependencies(server) == {"url": {check}, "servedModelName": {check}}
-
-
-def input_errors(error: grpc.RpcError) -> list[tuple[str, str]]:
-    """The provider's InputPropertiesError details, as the engine reads them."""
-    for key, value in error.trailing_metadata() or ():
-        if key == "grpc-status-details-bin":
-            status = status_pb2.Status.FromString(value)
-            details = errors_pb2.InputPropertiesError()
-            status.details[0].Unpack(details)
-            return [(e.property_path, e.reason) for e in details.errors]
-    return []
 
 
 def test_a_plain_input_that_is_not_known_is_refused_naming_it(preview: Deployment) -> None:

@@ -5,31 +5,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import ROOT
+from tests.support.cli import run_cli
+from tests.support.render import FLEET_STACKS, STACK_FILE, render
 
 GOLDEN = ROOT / "tests" / "golden"
-STACK_FILE = ROOT / "stacks" / "Pulumi.strix-halo.yaml"
 UPDATE = os.environ.get("LLM_INFRA_UPDATE_GOLDEN") == "1"
-
-
-def render(
-    stack: str, out: Path, cwd: Path = ROOT, seed: str = "0"
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONHASHSEED": seed},
-        check=False,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -46,10 +32,6 @@ def mi300x_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
     result = render("mi300x", out)
     assert result.returncode == 0, result.stderr
     return out
-
-
-FLEET_STACKS = ["strix-halo-pair", "strix-halo-pair-split"]
-"""The example stacks of several servers and of a split model."""
 
 
 @pytest.fixture(scope="module")
@@ -165,10 +147,7 @@ def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_re
 
 
 def test_render_accepts_a_stack_file_path_and_defaults_out_dir(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(STACK_FILE)],
-        cwd=tmp_path, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(STACK_FILE)], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "rendered" / "strix-halo" / "manifests.yaml").is_file()
     assert "15 resources, 12 Kubernetes objects" in result.stdout

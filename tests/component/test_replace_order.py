@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import yaml
 
 from components.llamacpp.manifests import MODEL_ANNOTATION
 from tests.conftest import ROOT, stack_values
+from tests.support.cli import run_cli
 
 SERVER = "deepseek-v4-flash-0731"
 
@@ -26,10 +25,7 @@ def rendered(tmp_path: Path, upgrade: str) -> tuple[dict[str, dict[str, Any]], s
     config = {f"llm-infra:{key}": value for key, value in values.items()}
     stack.write_text(yaml.safe_dump({"config": config}))
     out = tmp_path / "out"
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(stack), "--out", str(out)],
-        capture_output=True, text=True, cwd=ROOT, timeout=300, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(stack), "--out", str(out)], cwd=ROOT)
     assert result.returncode == 0, result.stderr
     resources = json.loads((out / "resources.json").read_text())
     return {r["name"]: r for r in resources}, result.stderr + result.stdout

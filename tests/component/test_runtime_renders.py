@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,7 @@ from infra.config import ConfigError
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args
 from tests.conftest import ROOT, STACKS, stack_values, strix, unlocked_source
+from tests.support.cli import run_cli
 from tests.support.tune_records import written_record
 
 SPLIT = "strix-halo-pair-split"
@@ -257,10 +256,7 @@ def test_render_of_a_tuned_stack_without_its_record_exits_2(tmp_path: Path) -> N
         .read_text()
         .replace("  llm-infra:server:\n", "  llm-infra:server:\n    runtime: tuned\n")
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(stack), "--out", str(tmp_path / "r")],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(stack), "--out", str(tmp_path / "r")], cwd=ROOT)
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert (
@@ -270,10 +266,7 @@ def test_render_of_a_tuned_stack_without_its_record_exits_2(tmp_path: Path) -> N
     (tmp_path / "strix-halo.tune.json").write_text(
         json.dumps({**tune_record(BUILTIN_RUNTIMES["rocm"].to_record()), "version": 3})
     )
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(stack), "--out", str(tmp_path / "r")],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(stack), "--out", str(tmp_path / "r")], cwd=ROOT)
     assert result.returncode == 2
     assert (
         f"server.runtime: tuned: {tmp_path}/strix-halo.tune.json: version: 3 is not 1 (the "

@@ -15,48 +15,18 @@ from pulumi_command import local
 
 from components.vllm.builders import generated_header
 from components.vllm.component import VllmRocmServer
-from components.vllm.inputs import ModelLock, VllmRocmServerArgs
+from components.vllm.inputs import VllmRocmServerArgs
 from infra.render import Rendered, run_program
-from tests.unit.test_vllm_builders import MODEL_DIR, VLLM_IMAGE, sample_caddy, sample_flags
-
-API_KEY = "sk-live-api-key-0123456789"
-SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
-HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"
-LOCK: ModelLock = {
-    "repo": "deepseek-ai/DeepSeek-V4-Flash-0731",
-    "revision": "0" * 40,
-    "files": [{"path": "config.json", "name": "config.json", "size": 1234, "sha256": "1" * 64}],
-}
-
-
-def server_args(patch: Path | None = None, **overrides: Any) -> VllmRocmServerArgs:
-    """Sample args; the secrets are plain strings here, as a caller may pass them."""
-    args: dict[str, Any] = {
-        "connection": {
-            "host": "203.0.113.10",
-            "user": "deploy",
-            "private_key": SSH_KEY,
-            "host_key": HOST_KEY,
-        },
-        "model_dir": MODEL_DIR,
-        "model_lock": LOCK,
-        "fetch_image": "python:3.12.11-slim",
-        "image": VLLM_IMAGE,
-        "flags": sample_flags(),
-        "caddy": sample_caddy(),
-        "api_key": API_KEY,
-        "requirements": {"min_free_disk_gib": 200, "min_ram_gib": 230},
-    }
-    if patch is not None:
-        args["patches"] = [
-            {
-                "source": str(patch),
-                "target": "/usr/local/lib/python3.12/dist-packages/vllm/fp8.py",
-                "sha256": hashlib.sha256(patch.read_bytes()).hexdigest(),
-            }
-        ]
-    args.update(overrides)
-    return args  # type: ignore[return-value]
+from tests.support.vllm_samples import (
+    API_KEY,
+    HOST_KEY,
+    LOCK,
+    MODEL_DIR,
+    SSH_KEY,
+    VLLM_IMAGE,
+    sample_flags,
+    server_args,
+)
 
 
 def render(args: VllmRocmServerArgs, consumer: bool = False) -> Rendered:

@@ -14,11 +14,9 @@ import pytest
 import yaml
 
 from components.monitoring.queries import MonitoringSpec, ServerKind, alert_rules, rules_file
-from tests.component.test_render import render
 from tests.conftest import ROOT
 from tests.support.prometheus import prometheus_tool
-
-pytestmark = pytest.mark.contract
+from tests.support.render import render
 
 K8S: MonitoringSpec = {
     "job": "ds",

@@ -14,36 +14,31 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.support.modules import load_file
-
-pytestmark = pytest.mark.contract
-
-bench = load_file("bench_compute_buffers", ROOT / "bench" / "compute_buffers.py")
+from tests.support import compute_buffers as compute
 
 
 def test_the_cpu_compute_buffer_is_the_mask_plus_activations(tmp_path: Path) -> None:
     rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for n_embd, n_ff in [(1024, 256), (1024, 4096)]:
-        model = bench.write_model(tmp_path / f"e{n_embd}-ff{n_ff}", n_embd, n_ff)
+        model = compute.write_model(tmp_path / f"e{n_embd}-ff{n_ff}", n_embd, n_ff)
         for ctx in (4096, 16384):
             for ubatch in (128, 512):
                 key = (n_embd, n_ff, ctx, ubatch, 0, "f16")
-                buffers = bench.compute_buffers(model, key, tmp_path / bench.log_name(key))
+                buffers = compute.compute_buffers(model, key, tmp_path / compute.log_name(key))
                 assert list(buffers) == ["CPU"]
-                rows[key] = bench.row(key, "CPU", buffers["CPU"])
-    print("\n" + bench.format_table(list(rows.items())))
+                rows[key] = compute.row(key, "CPU", buffers["CPU"])
+    print("\n" + compute.format_table(list(rows.items())))
     for (n_embd, n_ff, ctx, ubatch, ngl, cache), figures in rows.items():
         assert figures["plan"] >= figures["measured"], figures
         if ctx == 16384:
             grown = figures["measured"] - rows[(n_embd, n_ff, 4096, ubatch, ngl, cache)]["measured"]
             # Two decimals of MiB in each log line.
-            assert abs(grown - 2 * (16384 - 4096) * ubatch / bench.MIB) <= 0.011, figures
+            assert abs(grown - 2 * (16384 - 4096) * ubatch / compute.MIB) <= 0.011, figures
     # The activations grow with n_ff: the model's shape shows in the rest, not only the mask.
     wide, narrow = rows[(1024, 4096, 4096, 512, 0, "f16")], rows[(1024, 256, 4096, 512, 0, "f16")]
     assert wide["floats_per_token"] > narrow["floats_per_token"]
     # The logs a run kept read back to the same table (how a GPU machine's logs are read).
-    assert sorted(bench.from_logs(tmp_path)) == sorted(rows.items())
+    assert sorted(compute.from_logs(tmp_path)) == sorted(rows.items())
 
 
 def test_with_several_slots_the_compute_buffer_follows_the_per_slot_context(
@@ -56,7 +51,7 @@ def test_with_several_slots_the_compute_buffer_follows_the_per_slot_context(
     from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, plan_llamacpp
     from tests.support.llama_server import free_port, run_llama_server
 
-    model = bench.write_model(tmp_path / "e1024-ff1024", 1024, 1024)
+    model = compute.write_model(tmp_path / "e1024-ff1024", 1024, 1024)
 
     def cpu_buffer(ctx: int, parallel: int) -> float:
         log = tmp_path / f"c{ctx}-np{parallel}.load.log"
@@ -67,7 +62,7 @@ def test_with_several_slots_the_compute_buffer_follows_the_per_slot_context(
         ]  # fmt: skip
         with run_llama_server(argv, log_path=log.with_suffix(".console")):
             pass
-        buffers = bench.read_log(log)
+        buffers = compute.read_log(log)
         assert list(buffers) == ["CPU"]
         return float(buffers["CPU"])
 
@@ -75,12 +70,12 @@ def test_with_several_slots_the_compute_buffer_follows_the_per_slot_context(
     assert two_slots == pytest.approx(one_slot, abs=0.011)
     inputs = LlamaCppPlanInputs(
         weights=ModelWeights.from_file_sizes(model.stat().st_size, 2),
-        attention=bench.shape_of(1024, 1024),
+        attention=compute.shape_of(1024, 1024),
         gpu_layers=0,
         ctx_size=16384,
         parallel=2,
     )
-    planned = plan_llamacpp(inputs).devices["ram"].items["compute"] / bench.MIB
+    planned = plan_llamacpp(inputs).devices["ram"].items["compute"] / compute.MIB
     alone = plan_llamacpp(replace(inputs, ctx_size=8192, parallel=1)).devices["ram"]
-    assert planned == pytest.approx(alone.items["compute"] / bench.MIB)
+    assert planned == pytest.approx(alone.items["compute"] / compute.MIB)
     assert two_slots <= planned

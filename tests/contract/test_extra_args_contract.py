@@ -26,13 +26,12 @@ import yaml
 from components.extra_args import LLAMA_SERVER_TABLE, VLLM_SERVE_TABLE
 from components.llamacpp.manifests import GATE_LOG
 from tests.conftest import ROOT, stack_values
-from tests.contract.test_vllm_parser import SCRIPT, vllm_python
+from tests.support.cli import run_cli
+from tests.support.extra_args import kubelet_expanded
 from tests.support.llama_server import free_port, get_json, llama_server_binary, run_llama_server
 from tests.support.option_tables import llama_server_help, llama_server_table, table_text
 from tests.support.tiny_gguf import write_tiny_split_model
-from tests.unit.test_extra_args import kubelet_expanded
-
-pytestmark = pytest.mark.contract
+from tests.support.vllm_parser import SCRIPT, vllm_python
 
 MARK = "PWNED"
 HOSTILE = f"$(touch {MARK}); `touch {MARK}` 'a' \"b\" ${{HOME}} $(HOME) $$ x|y>z #c: [d]"
@@ -71,10 +70,7 @@ def render_values(values: dict[str, Any], tmp_path: Path, name: str) -> Path:
     path = tmp_path / f"Pulumi.{name}.yaml"
     path.write_text(yaml.safe_dump({"config": {f"llm-infra:{k}": v for k, v in values.items()}}))
     out = tmp_path / "rendered"
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(path), "--out", str(out)], cwd=ROOT)
     assert result.returncode == 0, result.stderr
     return out
 

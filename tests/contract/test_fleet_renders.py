@@ -10,12 +10,10 @@ import pytest
 import yaml
 
 from policy import validators
-from tests.component.test_render import FLEET_STACKS, render
 from tests.conftest import ROOT
-from tests.contract.test_checkov import PINNED_TAG_SKIPS, PRIVILEGED_SKIPS, checkov, findings
-from tests.contract.test_kubernetes_validate import K8S_VERSION
-
-pytestmark = pytest.mark.contract
+from tests.support.checkov import PINNED_TAG_SKIPS, PRIVILEGED_SKIPS, checkov, findings
+from tests.support.kubernetes_validate import K8S_VERSION
+from tests.support.render import FLEET_STACKS, render
 
 NO_PROBE_SKIPS = {"CKV_K8S_8", "CKV_K8S_9"}
 

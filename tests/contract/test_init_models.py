@@ -34,8 +34,6 @@ from tests.support.llama_server import free_port, run_llama_server
 from tests.support.project import llm_infra, new_project
 from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model, write_tiny_qwen3moe
 
-pytestmark = pytest.mark.contract
-
 TOLERANCE = 0.02
 _KV = re.compile(r"llama_kv_cache: size = +([0-9.]+) MiB")
 _STATE = re.compile(r"llama_dsv4_comp_state: (?:csa|hca|lid) ratio = .* size = +([0-9.]+) MiB")

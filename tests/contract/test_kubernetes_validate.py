@@ -10,13 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.component.test_render import render
 from tests.conftest import ROOT
-
-K8S_VERSION = "1.32.0"
-
-
-pytestmark = pytest.mark.contract
+from tests.support.kubernetes_validate import K8S_VERSION
+from tests.support.render import render
 
 
 def kubernetes_validate(path: Path) -> subprocess.CompletedProcess[str]:

@@ -15,15 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import gguf
-import pytest
 import yaml
 
-from tests.component.test_render import render
 from tests.conftest import ROOT
-from tests.support.llama_server import free_port, get_json, run_llama_server
+from tests.support.llama_server import free_port, get_json, replace_value, run_llama_server
+from tests.support.render import render
 from tests.support.tiny_gguf import shard_names, write_tiny_split_model
-
-pytestmark = pytest.mark.contract
 
 
 def rendered_container(tmp_path: Path) -> dict[str, Any]:
@@ -43,11 +40,6 @@ def rendered_container(tmp_path: Path) -> dict[str, Any]:
 def rendered_server_args(tmp_path: Path) -> list[str]:
     args: list[str] = rendered_container(tmp_path)["args"]
     return args
-
-
-def replace_value(argv: list[str], flag: str, value: str) -> list[str]:
-    index = argv.index(flag)
-    return [*argv[: index + 1], value, *argv[index + 2 :]]
 
 
 def port_is_free(port: int) -> bool:

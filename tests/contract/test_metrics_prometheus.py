@@ -32,15 +32,13 @@ from infra import program
 from infra.config import KubernetesStack, read_stack_file
 from infra.render import run_program
 from infra.targets.kubernetes import server_args
-from tests.component.test_render import render
 from tests.conftest import ROOT, stack_values, unlocked_source
-from tests.contract.test_llama_server_contract import replace_value
-from tests.support.llama_server import free_port, run_llama_server
+from tests.support.llama_server import free_port, replace_value, run_llama_server
 from tests.support.metrics_proxy import run_rendered_proxy
 from tests.support.prometheus import LivePrometheus, run_prometheus
+from tests.support.render import render
 from tests.support.tiny_gguf import write_tiny_split_model
 
-pytestmark = pytest.mark.contract
 UNREACHABLE_FLOOR = 1_000_000
 # Only kube-state-metrics reports Jobs; none runs here (promtool's unit tests cover the rule).
 NEEDS_KUBE_STATE_METRICS = {"LlmModelFetchFailed"}

@@ -20,9 +20,8 @@ from components.vllm.host_scripts import (
     remote_command,
     verify_patches_script,
 )
-from tests.unit.test_vllm_builders import all_scripts, sample_compose
+from tests.support.vllm_samples import all_scripts, sample_compose
 
-pytestmark = pytest.mark.contract
 GIB_KIB = 1024 * 1024
 
 
@@ -54,7 +53,7 @@ def test_shellcheck_passes_on_every_rendered_script(index: int, tmp_path: Path) 
 
 
 def test_every_rendered_command_file_is_a_bash_script_shellcheck_passes(tmp_path: Path) -> None:
-    from tests.component.test_render import render
+    from tests.support.render import render
 
     out = tmp_path / "mi300x"
     assert render("mi300x", out).returncode == 0

@@ -14,11 +14,8 @@ from typing import Any
 import pytest
 
 from infra.render_out import kubernetes_manifests
-from tests.component.test_bad_input import Edit
-from tests.component.test_monitoring import rendered
 from tests.support.operator_schemas import check_operator_objects, operator_objects
-
-pytestmark = pytest.mark.contract
+from tests.support.stack_edits import Edit, rendered
 
 VARIANTS: dict[str, list[Edit]] = {
     "stack": [],

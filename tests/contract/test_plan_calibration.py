@@ -45,8 +45,6 @@ from tests.support.llama_server import (
 )
 from tests.support.tiny_gguf import write_tiny_model
 
-pytestmark = pytest.mark.contract
-
 TOLERANCE = 0.02
 _MODEL = re.compile(r"load_tensors: +(\S+) model buffer size = +([0-9.]+) MiB")
 _KV = re.compile(r"llama_kv_cache: size = +([0-9.]+) MiB")

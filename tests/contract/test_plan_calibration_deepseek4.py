@@ -38,10 +38,7 @@ from infra.plan.deepseek4 import (
     kv_cache_layers,
 )
 from infra.plan.report import MIB
-from tests.support import llama_archs
 from tests.support.llama_server import free_port, run_llama_server
-
-pytestmark = pytest.mark.contract
 
 TOLERANCE = 0.02
 GGUF_UINT32 = 4
@@ -224,15 +221,6 @@ def planned_components(
             "total", full.cache_bytes + full.state_bytes, total_logged, len(caches) + len(states)
         ),
     ]
-
-
-@pytest.fixture(scope="module")
-def deepseek4_model() -> Path:
-    """`deepseek4-moe.gguf`, written by scripts/build-llama (a no-op once cached)."""
-    try:
-        return llama_archs.deepseek4_model()
-    except llama_archs.ArchsBuildError as exc:
-        pytest.fail(str(exc))
 
 
 @pytest.fixture(scope="module")

@@ -29,8 +29,6 @@ from tests.support.llama_server import free_port, run_llama_server
 from tests.support.rpc_server import rpc_build, run_rpc_server
 from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
 
-pytestmark = pytest.mark.contract
-
 TOLERANCE = 0.02
 WORKER = "gpu"
 

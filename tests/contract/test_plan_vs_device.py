@@ -19,8 +19,6 @@ from tests.support import llama_archs
 from tests.support.device_plan import FIXTURES, Row, compare, format_rows
 from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model
 
-pytestmark = pytest.mark.contract
-
 TOLERANCE = 0.02
 # Each log line prints two decimals of MiB; deepseek4's KV is seven lines.
 ROUNDING_MIB = 0.05

@@ -19,8 +19,6 @@ import copy
 import hashlib
 import json
 import re
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -39,11 +37,9 @@ from infra.lock import write_lock as write_lock_file
 from infra.plan.report import MIB
 from infra.targets.registry import stack_plan
 from tests.conftest import ROOT, stack_values
-from tests.contract.test_plan_calibration_deepseek4 import deepseek4_model  # noqa: F401 (fixture)
+from tests.support.cli import run_cli
 from tests.support.llama_server import free_port, run_llama_server
 from tests.support.rpc_server import rpc_build, run_rpc_server
-
-pytestmark = pytest.mark.contract
 
 TOLERANCE = 0.05
 TINY_REPO = "ggml-org/test-llama-archs"
@@ -109,10 +105,7 @@ def rendered_head_argv(tmp: Path, values: dict[str, Any], model: Path) -> list[s
     path.write_text(yaml.safe_dump({"config": {f"llm-infra:{k}": v for k, v in values.items()}}))
     write_lock(model, lock_path_for(path))
     out = tmp / "rendered"
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(out)],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(path), "--out", str(out)], cwd=ROOT)
     assert result.returncode == 0, result.stderr
     docs = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
     (head,) = [

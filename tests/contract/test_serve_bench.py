@@ -22,8 +22,6 @@ from tests.conftest import ROOT
 from tests.support.llama_server import run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_split_model
 
-pytestmark = pytest.mark.contract
-
 SLOTS = 4
 # The tiny model decodes ~2,500 tok/s on this CPU: 1,024 tokens take ~0.4 s, so a client stall of
 # a few milliseconds at the start of a stream (which shortens the client's window and reads

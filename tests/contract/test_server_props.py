@@ -30,11 +30,8 @@ from components.payloads import (
 )
 from infra.targets.kubernetes import server_args
 from tests.conftest import strix, unlocked_source
-from tests.contract.test_verify import SAME_CPU_FRACTION
-from tests.support.llama_server import free_port, get_json, run_llama_server
+from tests.support.llama_server import SAME_CPU_FRACTION, free_port, get_json, run_llama_server
 from tests.support.tiny_gguf import write_tiny_split_model
-
-pytestmark = pytest.mark.contract
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "llama_server_props" / "b11434-props.json"
 VOLUME = {

@@ -23,8 +23,8 @@ from components.payloads.tune_job import results_in_log
 from infra.cli.tune import server_argv
 from infra.config import read_stack_file
 from tests.conftest import ROOT
-from tests.contract.test_checkov import checkov, findings
 from tests.support import llama_build
+from tests.support.checkov import checkov, findings
 from tests.support.llama_server import free_port
 from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model_seeded
 

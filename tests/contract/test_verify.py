@@ -8,14 +8,10 @@ from pathlib import Path
 import pytest
 
 from components.payloads import props, verify
-from tests.component.test_cli import llm_infra
 from tests.conftest import STACKS
-from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.cli import llm_infra
+from tests.support.llama_server import SAME_CPU_FRACTION, run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_model_seeded
-
-pytestmark = pytest.mark.contract
-
-SAME_CPU_FRACTION = 0.1
 
 
 @pytest.fixture(scope="module")

@@ -26,13 +26,12 @@ from components.monitoring.queries import MonitoringSpec, alert_rules
 from components.vllm.host_monitoring import monitoring_spec
 from infra.config import DockerHostStack, read_stack_file
 from infra.targets.docker_host import monitoring as host_monitoring
-from tests.component.test_render import render
 from tests.conftest import ROOT
-from tests.contract.test_vllm_parser import vllm_python
 from tests.support.llama_server import free_port
 from tests.support.prometheus import LivePrometheus, run_prometheus
+from tests.support.render import render
+from tests.support.vllm_parser import vllm_python
 
-pytestmark = pytest.mark.contract
 SCRIPT = Path(__file__).parent.parent / "support" / "vllm_metric_names.py"
 SERIES = {"counter": ("_total",), "gauge": ("",), "histogram": ("_bucket", "_sum", "_count")}
 VLLM_SERIES = re.compile(r"\bvllm:[a-z_]+")

@@ -5,29 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from components.vllm.builders import vllm_serve_args
-from tests.conftest import ROOT
-from tests.unit.test_vllm_builders import sample_flags
-
-pytestmark = pytest.mark.contract
-SCRIPT = Path(__file__).parent.parent / "support" / "vllm_parse_args.py"
-
-
-def vllm_python() -> Path:
-    """The vLLM venv's python (LLM_INFRA_VLLM_PYTHON, default .venv-vllm/bin/python)."""
-    path = Path(os.environ.get("LLM_INFRA_VLLM_PYTHON", ROOT / ".venv-vllm" / "bin" / "python"))
-    if not path.is_file():
-        pytest.fail(
-            f"vLLM venv python not found at {path}: create it as .ci/run does "
-            "(torch==2.13.0 CPU, vllm==0.33.0 --no-deps, its Requires-Dist minus GPU packages) "
-            "or set LLM_INFRA_VLLM_PYTHON"
-        )
-    return path
+from tests.support.vllm_parser import SCRIPT, vllm_python
+from tests.support.vllm_samples import sample_flags
 
 
 def parse(argv: list[str]) -> subprocess.CompletedProcess[str]:

@@ -16,8 +16,6 @@ import yaml
 
 from infra.cli import diff
 
-pytestmark = pytest.mark.contract
-
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 # The venv's tools (actionlint, and shellcheck, which actionlint runs on every `run:` script).

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.e2e.test_lock import cli
 from tests.support.hub_emulator import Hub, running_hub
+from tests.support.lock_hub import cli
 from tests.support.tiny_gguf import write_tiny_split_model
 
 FIRST, SECOND = "unsloth/Tiny-GGUF", "unsloth/Other-Tiny-GGUF"

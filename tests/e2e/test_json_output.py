@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.e2e.test_lock import cli, hub, stack_file  # noqa: F401 (hub is a fixture)
 from tests.support.hub_emulator import Hub
+from tests.support.lock_hub import cli, stack_file, tiny_repo_hub
 
 SCHEMAS = ROOT / "docs" / "json"
 
@@ -27,6 +28,12 @@ def valid(name: str, stdout: str) -> dict[str, Any]:
     return document
 
 
+@pytest.fixture
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    with tiny_repo_hub(tmp_path_factory.mktemp("src")) as served:
+        yield served
+
+
 def test_every_schema_is_one_commands_output() -> None:
     assert sorted(p.name for p in SCHEMAS.iterdir()) == sorted(
         f"{name}.schema.json"
@@ -34,7 +41,7 @@ def test_every_schema_is_one_commands_output() -> None:
     )
 
 
-def test_lock_render_check_model_and_check_litellm_json(hub: Hub, tmp_path: Path) -> None:  # noqa: F811
+def test_lock_render_check_model_and_check_litellm_json(hub: Hub, tmp_path: Path) -> None:
     stack = stack_file(tmp_path)
     locked = cli(hub, "lock", str(stack), "-o", "json")
     assert locked.returncode == 0, locked.stderr
@@ -89,13 +96,13 @@ def test_lock_render_check_model_and_check_litellm_json(hub: Hub, tmp_path: Path
 
 
 @pytest.mark.parametrize("flag", [["-o", "json"], ["--json"]])
-def test_plan_json(hub: Hub, flag: list[str]) -> None:  # noqa: F811
+def test_plan_json(hub: Hub, flag: list[str]) -> None:
     result = cli(hub, "plan", "strix-halo", *flag)
     assert result.returncode == 0, result.stderr
     assert valid("plan", result.stdout)["fits"] is True
 
 
-def test_diff_json(hub: Hub, tmp_path: Path) -> None:  # noqa: F811
+def test_diff_json(hub: Hub, tmp_path: Path) -> None:
     old = tmp_path / "a" / "strix-halo"
     shutil.copytree(ROOT / "tests/golden/strix-halo", old)
     new = tmp_path / "b" / "strix-halo"

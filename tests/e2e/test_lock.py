@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,55 +17,14 @@ from infra.config import ConfigError, FleetStack, read_stack_file
 from infra.lock import model_source
 from infra.render import run_program
 from tests.conftest import ROOT
-from tests.support.hub_emulator import COMMIT, Hub, running_hub
-from tests.support.tiny_gguf import write_tiny_split_model
-
-REPO = "unsloth/Tiny-GGUF"
-NAMES = [f"Tiny-UD-IQ1_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
+from tests.support.hub_emulator import COMMIT, Hub
+from tests.support.lock_hub import NAMES, REPO, cli, stack_file, tiny_repo_hub
 
 
 @pytest.fixture
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    shards = write_tiny_split_model(tmp_path_factory.mktemp("src"), "Tiny-UD-IQ1_M", shards=3)
-    files = {f"UD-IQ1_M/{p.name}": p.read_bytes() for p in shards}
-    files["UD-Q2_K/Tiny-UD-Q2_K.gguf"] = b"q" * 4000
-    files["README.md"] = b"# tiny\n"
-    # Small git files (no LFS sha256), one of them twice by name in two folders.
-    files["config.json"] = b'{"chat_template": "{{ messages }}"}'
-    files["inference/config.json"] = b'{"other": true}'
-    with running_hub(Hub(repos={REPO: files})) as served:
+    with tiny_repo_hub(tmp_path_factory.mktemp("src")) as served:
         yield served
-
-
-def stack_file(
-    tmp_path: Path, repo: str = REPO, files: str | list[str] = "UD-IQ1_M/*", rev: str = "main"
-) -> Path:
-    """The strix-halo stack pointed at the tiny 2-layer llama model of the emulator."""
-    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text())
-    config = document["config"]
-    model = config["llm-infra:model"]
-    patterns = [files] if isinstance(files, str) else files
-    model.update(repo=repo, revision=rev, files=patterns, architecture="llama", layers=2)
-    model.pop("metadata")
-    config["llm-infra:server"]["gpuLayers"] = 3
-    path = tmp_path / "Pulumi.tiny.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return path
-
-
-def cli(hub: Hub | None, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    """`llm-infra ARGS` with HF_ENDPOINT at the hub (unset without one)."""
-    unset = ("HF_TOKEN", "HF_HUB_OFFLINE", "HF_ENDPOINT")
-    env = {k: v for k, v in os.environ.items() if k not in unset}
-    if hub is not None:
-        env["HF_ENDPOINT"] = hub.url
-    env["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
-    if token:
-        env["HF_TOKEN"] = token
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args], capture_output=True, text=True, env=env,
-        cwd=ROOT, timeout=120, check=False,
-    )  # fmt: skip
 
 
 def test_lock_resolves_commit_files_sizes_and_sha256(hub: Hub, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
-"""The README's "another model" walk, run exactly as written against the stand-in hub.
+"""The "another model" walk (docs/new-model.md, linked from the README), run exactly as written
+against the stand-in hub.
 
-The commands are taken from the README's section, run one after another in one bash in a
+The commands are taken from the page, run one after another in one bash in a
 project of its own (a temporary directory with the project's Pulumi.yaml, so `stacks/` is its
 own), with `llm-infra` on PATH running this checkout's code, and each step's exit status and
 result checked: the header-only sample, the hub it starts in the background (stopped by the
@@ -26,16 +27,22 @@ import yaml
 from tests.conftest import ROOT
 from tests.support.project import new_project, project_env
 
-SECTION = "## Another model: init, lock, plan, render"
+PAGE = ROOT / "docs" / "new-model.md"
+TITLE = "# Another model: init, lock, plan, render"
 STEP = "@@step"
 
 
+def walk_page() -> str:
+    """The walk's page, as the README links to it."""
+    assert f"]({PAGE.relative_to(ROOT)})" in (ROOT / "README.md").read_text(), "README links it"
+    page = PAGE.read_text()
+    assert page.startswith(TITLE + "\n"), f"{PAGE.name} starts with {TITLE!r}"
+    return page
+
+
 def walk_commands() -> list[str]:
-    """The commands of the README's walk: the first `sh` block of its section."""
-    readme = (ROOT / "README.md").read_text()
-    assert SECTION in readme, f"the README has no section {SECTION!r}"
-    section = readme.split(SECTION, 1)[1]
-    block = re.search(r"```sh\n(.*?)```", section, re.S)
+    """The commands of the walk: the first `sh` block of its page."""
+    block = re.search(r"```sh\n(.*?)```", walk_page(), re.S)
     assert block, "the walk's sh block"
     lines = [line for line in block[1].splitlines() if line.strip()]
     return [line for line in lines if not line.lstrip().startswith("#")]
@@ -43,9 +50,7 @@ def walk_commands() -> list[str]:
 
 def walk_text() -> str:
     """The walk's prose, whitespace collapsed (what it says each step prints)."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    return " ".join(section.split())
+    return " ".join(walk_page().split("\n## ", 1)[0].split())
 
 
 def run_walk(project: Path, commands: list[str]) -> tuple[list[tuple[int, str, str]], str]:
@@ -109,7 +114,7 @@ def test_the_readme_walk_runs_as_written(tmp_path: Path) -> None:
         for command, (rc, out, err) in zip(commands, steps, strict=True):
             assert rc == 0, f"{command!r} exited {rc}:\n{out}\n{err}"
             check = next((c for pattern, c in checks.items() if re.search(pattern, command)), None)
-            assert check is not None, f"the test has no check for the README's {command!r}"
+            assert check is not None, f"the test has no check for the walk's {command!r}"
             check(out, err)
         # The walk's last line stopped the hub it started.
         assert pid and not _is_running(int(pid))
@@ -133,7 +138,7 @@ def _checks(project: Path, prose: str) -> dict[str, Callable[[str, str], None]]:
         assert out.startswith("wrote stacks/Pulumi.qwen3.yaml and stacks/qwen3.lock.json"), out
         reported = re.search(r"-ngl \d+ of \d+, context \d+ \(1 slot of \d+ tokens\) in [\d.]+ "
                              r"GiB of GPU memory", out)  # fmt: skip
-        assert reported and reported[0] in prose, f"the README quotes init's report: {out}"
+        assert reported and reported[0] in prose, f"the walk quotes init's report: {out}"
         document = yaml.safe_load((stacks / "Pulumi.qwen3.yaml").read_text())
         model = document["config"]["llm-infra:model"]
         assert set(model) == {"repo", "revision", "files"}

@@ -128,7 +128,8 @@ class _CrashAtDecode(http.server.BaseHTTPRequestHandler):
 def crash_at_first_decode_server() -> Iterator[str]:
     """A stdlib HTTP server that loads (/health 200) and dies on the first decode request."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CrashAtDecode)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polls for shutdown() every 50 ms, not serve_forever's default 0.5 s.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

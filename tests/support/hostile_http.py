@@ -73,7 +73,7 @@ def serve(script: Script, host: str = "127.0.0.1") -> Iterator[Peer]:
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((host, 0))
     listener.listen(16)
-    listener.settimeout(0.2)
+    listener.settimeout(0.05)  # how soon the accept loop sees `stop`
     peer = Peer(url=f"http://{host}:{listener.getsockname()[1]}")
     stop = threading.Event()
 

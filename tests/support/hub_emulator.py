@@ -14,6 +14,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,9 +22,12 @@ from dataclasses import dataclass, field
 
 from components.payloads import FETCHER_SOURCE
 from infra.hub.repos import HubFile, MemoryRepos
-from infra.hub.server import HubHandler, HubServer, serving
+from infra.hub.server import HubHandler, HubServer
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+STOP_POLL_S = 0.05
+"""How often a test server's serve_forever looks for shutdown()."""
 
 
 @dataclass
@@ -100,9 +104,17 @@ def _handler(hub: Hub) -> type[HubHandler]:
 def running_hub(hub: Hub) -> Iterator[Hub]:
     """Serve the hub on 127.0.0.1 on a free port for the duration of the block."""
     source = MemoryRepos(hub.repos, COMMIT, is_lfs_file=_lfs_in_tests)
-    with serving(HubServer(source, handler=_handler(hub))) as server:
+    server = HubServer(source, handler=_handler(hub))
+    # `infra.hub.server.serving` as the tests need it: a stop within 50 ms, not the 0.5 s
+    # serve_forever polls at by default (each test starts and stops a hub).
+    thread = threading.Thread(target=server.serve_forever, args=(STOP_POLL_S,), daemon=True)
+    thread.start()
+    try:
         hub.url = server.url
         yield hub
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def run_fetcher(hub: Hub, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -172,3 +172,14 @@ def tiny_server_argv(model: pathlib.Path, *extra: str, parallel: int = 4) -> lis
         "-m", str(model), "--port", str(free_port()), "-c", str(2048 * parallel),
         "-np", str(parallel), "--threads", str(min(os.cpu_count() or 1, 2)), *extra,
     ]  # fmt: skip
+
+
+def replace_value(argv: list[str], flag: str, value: str) -> list[str]:
+    """``argv`` with the value after ``flag`` replaced."""
+    index = argv.index(flag)
+    return [*argv[: index + 1], value, *argv[index + 2 :]]
+
+
+SAME_CPU_FRACTION = 0.1
+"""The share of a recorded decode rate a re-run on the same CPU must reach (`verify`'s floor in
+the tests: a busy machine can halve a median, a CPU fallback is 4-5x slower)."""

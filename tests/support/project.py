@@ -1,19 +1,19 @@
 """A project of its own in a temporary directory, and `llm-infra` run in it as a user would.
 
 The directory holds a `Pulumi.yaml` naming the llm-infra project, so a stack name means its
-`stacks/Pulumi.NAME.yaml` (nothing is written into the checkout); the commands run as a
-subprocess with this checkout's code first on the path, and with HF_ENDPOINT at the hub a test
-gives (unset otherwise, as are HF_TOKEN and an offline switch, so nothing leaves the machine).
+`stacks/Pulumi.NAME.yaml` (nothing is written into the checkout); the commands run in the test's
+process (`tests.support.cli.run_cli`), with HF_ENDPOINT at the hub a test gives (unset
+otherwise, as are HF_TOKEN and an offline switch, so nothing leaves the machine).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.support.cli import run_cli
 
 PULUMI_YAML = "name: llm-infra\nruntime: python\n"
 
@@ -38,10 +38,7 @@ def project_env(endpoint: str | None = None) -> dict[str, str]:
 
 
 def llm_infra(
-    project: Path, *args: str, endpoint: str | None = None, timeout: float = 180
+    project: Path, *args: str, endpoint: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`llm-infra ARGS` in the project."""
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args], cwd=project, env=project_env(endpoint),
-        capture_output=True, text=True, timeout=timeout, check=False,
-    )  # fmt: skip
+    return run_cli(list(args), cwd=project, env=project_env(endpoint))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from infra.config import ConfigError, parse_stack
 from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, unlocked_source
+from tests.support.profiles import examples
 
 STACKS = {name: stack_values(name) for name in ("strix-halo", "mi300x")}
 
@@ -46,7 +47,7 @@ values = st.recursive(
 )
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(where=st.sampled_from(PATHS), value=values)
 def test_any_value_anywhere_is_a_stack_or_a_config_error(
     where: tuple[str, tuple[Any, ...]], value: Any

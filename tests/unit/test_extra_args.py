@@ -34,6 +34,8 @@ from infra.config import ConfigError, parse_stack
 from infra.config.inputs import STACK_KEYS
 from tests.conftest import stack_values
 from tests.support.component_inputs import llama_server, vllm_server
+from tests.support.extra_args import kubelet_expanded
+from tests.support.profiles import examples
 
 LLAMA = llama_server_options()
 VLLM = vllm_serve_options()
@@ -63,7 +65,7 @@ def problems_named(problems: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
     return [(where, named(message, snake_path)) for where, message in problems]
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     case=st.sampled_from(owned_cases(LLAMA, LLAMA_OWNED)),
     underscore=st.booleans(),
@@ -83,7 +85,7 @@ def test_an_owned_llama_server_option_is_refused_in_every_spelling_naming_its_in
     assert f"rendered from {snake_path(where)}: set that instead" in message
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     case=st.sampled_from(owned_cases(VLLM, VLLM_OWNED)),
     underscore=st.booleans(),
@@ -172,7 +174,7 @@ def test_a_fleet_names_the_server_entry_whose_extra_args_are_refused() -> None:
 _KNOWN = {n.lstrip("-") for n in [*LLAMA.by_name, *VLLM.by_name]}
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(st.from_regex(r"--[a-z][a-z0-9-]{1,24}", fullmatch=True))
 def test_an_option_the_server_does_not_know_is_refused(spelling: str) -> None:
     for table, check in (
@@ -300,31 +302,6 @@ def test_every_option_the_vllm_builder_renders_is_owned(switch: bool) -> None:
     assert VLLM.lookup("--model") in VLLM_OWNED  # MODEL's own option
 
 
-def kubelet_expanded(word: str, env: dict[str, str]) -> str:
-    """A container arg as the kubelet runs it, by the API's documented rule: `$(NAME)` is the
-    variable's value when the container's environment has it, else left as it is; `$$` is
-    one `$`, which keeps a following `(NAME)` from being expanded."""
-    out, index = [], 0
-    while index < len(word):
-        char = word[index]
-        if char == "$" and index + 1 < len(word):
-            following = word[index + 1]
-            if following == "$":
-                out.append("$")
-                index += 2
-                continue
-            if following == "(":
-                close = word.find(")", index + 2)
-                if close != -1:
-                    name = word[index + 2 : close]
-                    out.append(env.get(name, f"$({name})"))
-                    index = close + 1
-                    continue
-        out.append(char)
-        index += 1
-    return "".join(out)
-
-
 def test_the_kubelet_rule_as_implemented_here_expands_what_the_api_documents() -> None:
     env = {"HOME": "/scratch"}
     assert kubelet_expanded("$(HOME)/x", env) == "/scratch/x"
@@ -340,7 +317,7 @@ HOSTILE_VALUES = [
 ]  # fmt: skip
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     value=st.one_of(
         st.sampled_from(HOSTILE_VALUES),
@@ -363,7 +340,7 @@ def test_a_llama_server_value_with_metacharacters_reaches_the_server_as_one_exac
     assert server_argv(args)[-4:] == words
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     value=st.one_of(
         st.sampled_from(HOSTILE_VALUES),

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +12,7 @@ import yaml
 from infra import cli
 from infra.cli import check_litellm as litellm
 from infra.config import read_stack_file
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 STRIX_URL = "http://deepseek-v4-flash-0731.llm.svc:8080/v1"
@@ -42,11 +40,8 @@ def test_routes_computed_from_the_stack_files_equal_the_rendered_outputs(tmp_pat
     # The render is the truth about the URL; the check computes it without Pulumi.
     for stack in ("strix-halo", "mi300x"):
         out = tmp_path / stack
-        subprocess.run(
-            [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
-            cwd=ROOT, check=True, capture_output=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )  # fmt: skip
+        result = run_cli(["render", stack, "--out", str(out)], cwd=ROOT)
+        assert result.returncode == 0, result.stderr
         rendered = json.loads((out / "outputs.json").read_text())["litellmModel"]
         route = litellm.stack_route(read_stack_file(stack))
         assert route.alias == rendered["model_name"]

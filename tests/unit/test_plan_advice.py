@@ -19,6 +19,7 @@ from infra.plan.report import Plan
 from infra.plan.stack import llamacpp_inputs
 from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
+from tests.support.profiles import examples
 
 # A Qwen3-30B-A3B-shaped GQA MoE (qwen3moe: 48 layers, 32 heads, 4 KV heads of 128, trained
 # for 40960 tokens), planned from the stack file's metadata before a lock.
@@ -96,7 +97,7 @@ def applied(values: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
     return fixed
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stacks())
 def test_every_fix_the_plan_names_gives_a_stack_that_passes_and_fits(
     values: dict[str, Any],
@@ -117,7 +118,7 @@ def test_every_fix_the_plan_names_gives_a_stack_that_passes_and_fits(
         assert after.fits, (fix.text, fix.changes, after.problems)
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(80), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(stacks(), st.sampled_from([0.0, 2.0, 4.0]))
 def test_every_suggestion_passes_every_check_and_fits(
     values: dict[str, Any], headroom: float

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -19,17 +18,16 @@ from pulumi_policy.policy import PolicyCustomTimeouts
 
 import policy.__main__ as pack
 from policy import validators
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 Render = tuple[list[dict[str, Any]], dict[str, str]]
 
 
 def render(stack: str, out: Path) -> Path:
-    """`python -m infra.cli render STACK` of this tree's code into out."""
-    subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
-        cwd=ROOT, check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+    """`llm-infra render STACK` of this tree's code into out."""
+    result = run_cli(["render", stack, "--out", str(out)], cwd=ROOT)
+    assert result.returncode == 0, result.stderr
     return out
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ import yaml
 
 from infra.config.base import LOCATION_KEYS, SECRET_KEYS
 from infra.config.schema import STACK_MODELS, explain, stack_file_schema
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 STACK_FILES = sorted((ROOT / "stacks").glob("Pulumi.*.yaml"))
@@ -22,10 +22,7 @@ VALIDATOR = jsonschema.Draft202012Validator(stack_file_schema())
 
 
 def llm_infra(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    return run_cli(list(args), cwd=ROOT)
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -5,19 +5,16 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from typing import Any
 
 import pytest
 import yaml
 
 from components.vllm.builders import (
     PRIVILEGE_REASONS,
-    compose_file,
     compose_yaml,
     generated_header,
     lock_json,
     patch_remote_path,
-    remote_paths,
     vllm_serve_args,
     with_generated_header,
 )
@@ -28,79 +25,23 @@ from components.vllm.host_scripts import (
     down_script,
     env_file_content,
     env_file_script,
-    fetch_script,
     preflight_script,
     remote_command,
     remote_script,
     up_script,
-    verify_patches_script,
     verify_script,
 )
-from components.vllm.inputs import CaddySite, PatchOverlay, VllmFlags
-
-MODEL = "/models/DeepSeek-V4-Flash-0731"
-MODEL_DIR = "/srv/models/DeepSeek-V4-Flash-0731"
-VLLM_IMAGE = "vllm/vllm-openai-rocm@sha256:" + "c" * 64
-PATHS = remote_paths("/opt/llm")
-
-
-def sample_flags() -> VllmFlags:
-    """The seed 002 flags."""
-    return {
-        "model": MODEL,
-        "served_model_name": "deepseek-v4-flash-0731",
-        "host": "0.0.0.0",
-        "port": 8000,
-        "tensor_parallel_size": 1,
-        "max_model_len": 262144,
-        "max_num_batched_tokens": 2048,
-        "kv_cache_memory_bytes": 20 * 10**9,
-        "kv_offloading_size_gib": 96,
-        "kv_offloading_backend": "native",
-        "enable_prefix_caching": True,
-        "speculative_config": {"method": "dspark", "num_speculative_tokens": 7},
-        "reasoning_parser": "deepseek_v4",
-        "tool_call_parser": "deepseek_v4",
-    }
-
-
-def sample_caddy(**overrides: object) -> CaddySite:
-    """A domain site with automatic HTTPS and one allowed network."""
-    settings: dict[str, object] = {
-        "site": "llm.example.com",
-        "tls": "auto",
-        "acme_email": "ops@example.com",
-        "allowed_cidrs": ["198.51.100.0/24"],
-        "image": "caddy:2.11.7-alpine",
-    }
-    settings.update(overrides)
-    return settings  # type: ignore[return-value]
-
-
-def sample_patch(sha256: str = "a" * 64) -> PatchOverlay:
-    """One overlay over a vLLM source file."""
-    return {
-        "source": "patches/fp8_mi300x.py",
-        "target": "/usr/local/lib/python3.12/dist-packages/vllm/model_executor/fp8.py",
-        "sha256": sha256,
-    }
-
-
-def sample_compose(**overrides: object) -> dict[str, Any]:
-    """compose_file with the sample settings."""
-    kwargs: dict[str, object] = {
-        "image": VLLM_IMAGE,
-        "flags": sample_flags(),
-        "model_dir": MODEL_DIR,
-        "paths": PATHS,
-        "patches": [sample_patch()],
-        "caddy": sample_caddy(),
-        "caddyfile_sha256": "d" * 64,
-        "lock_sha256": "e" * 64,
-        "startup_seconds": 3600,
-    }
-    kwargs.update(overrides)
-    return compose_file(**kwargs)  # type: ignore[arg-type]
+from components.vllm.inputs import VllmFlags
+from tests.support.vllm_samples import (
+    MODEL,
+    MODEL_DIR,
+    PATHS,
+    all_scripts,
+    sample_caddy,
+    sample_compose,
+    sample_flags,
+    sample_patch,
+)
 
 
 def test_serve_args_are_the_seed_command_line() -> None:
@@ -243,32 +184,6 @@ def test_base_url_is_https_on_the_site() -> None:
 def test_every_script_is_strict_bash() -> None:
     for script in all_scripts():
         assert script.startswith("#!/usr/bin/env bash\nset -euo pipefail\n")
-
-
-def all_scripts() -> list[str]:
-    """Every host script with the sample settings (shellcheck runs over these too)."""
-    return [
-        preflight_script(
-            base_dir="/opt/llm",
-            model_dir=MODEL_DIR,
-            requirements={"min_free_disk_gib": 200, "min_ram_gib": 230},
-        ),
-        verify_patches_script(PATHS, [sample_patch(), sample_patch("b" * 64)]),
-        fetch_script(
-            paths=PATHS,
-            model_dir=MODEL_DIR,
-            fetch_image="python:3.12.11-slim",
-            lock_sha256="1" * 64,
-            fetcher_sha256="2" * 64,
-        ),
-        env_file_script(PATHS, "llm"),
-        up_script(PATHS, "llm", "3" * 64, 3600),
-        down_script(PATHS, "llm", MODEL_DIR),
-        check_script(PATHS, "llm", sample_caddy(), 8000, "deepseek-v4-flash-0731"),
-        verify_script("/opt/llm", "llm", "python:3.12.11-slim", "vllm:8000", "4" * 64),
-        # A stack without overlays (shellcheck: no function left unused).
-        verify_patches_script(PATHS, []),
-    ]
 
 
 def test_preflight_states_the_required_numbers() -> None:

@@ -19,9 +19,7 @@ import pytest
 from components.payloads.gpu_gate import parse_load_log
 from infra.plan.llamacpp import VULKAN_SLACK_BYTES
 from tests.conftest import ROOT
-from tests.support.modules import load_file
-
-bench = load_file("bench_compute_buffers", ROOT / "bench" / "compute_buffers.py")
+from tests.support import compute_buffers as compute
 
 LOGS = ROOT / "tests" / "fixtures" / "gpu_gate" / "compute" / "h200-compute-logs.tar.gz"
 MIB = 1024**2
@@ -36,7 +34,7 @@ def reserved() -> list[Buffer]:
     buffers = []
     with tarfile.open(LOGS) as archive:
         for member in archive.getmembers():
-            match = bench.LOG_NAME.fullmatch(Path(member.name).name)
+            match = compute.LOG_NAME.fullmatch(Path(member.name).name)
             assert match, member.name
             file = archive.extractfile(member)
             assert file is not None
@@ -50,8 +48,9 @@ BUFFERS = reserved()
 
 
 def planned_mib(buffer: Buffer) -> float:
-    """What the plan budgets for the buffer (`-ngl 2` of 3 keeps layer 0 on the CPU)."""
-    planned = bench.planned_mib(buffer[:6], buffer[6])
+    """What `plan_llamacpp` budgets for the buffer, placing as it does (`-ngl 2` of 3 keeps
+    layer 0 on the CPU)."""
+    planned = compute.planned_mib(buffer[:6], buffer[6])
     assert planned is not None
     return float(planned)
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from typing import Any
 
@@ -19,6 +17,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT, stack_values
+from tests.support.cli import run_cli
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -51,10 +50,7 @@ def model_list(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]
     path = base / "Pulumi.fleet.yaml"
     config = {f"llm-infra:{key}": value for key, value in fleet_values().items()}
     path.write_text(yaml.safe_dump({"config": config}))
-    result = subprocess.run(
-        [sys.executable, "-m", "infra.cli", "render", str(path), "--out", str(base / "out")],
-        cwd=ROOT, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    result = run_cli(["render", str(path), "--out", str(base / "out")], cwd=ROOT)
     assert result.returncode == 0, result.stderr
     entries: list[dict[str, Any]] = json.loads((base / "out" / "outputs.json").read_text())[
         "litellmModelList"
