@@ -151,7 +151,8 @@ def test_a_silent_cpu_fallback_fails_on_the_recorded_speed(
 ) -> None:
     """The CPU build is the fallback: the same answers as the GPU that recorded the file, slower.
 
-    The reference stands for one recorded on a GPU 100x faster, beyond the tenth the fixture
+    The reference stands for one recorded on a GPU 1000x faster (a busy machine alone has made
+    the tiny model's recording and its check differ a hundredfold), beyond the tenth the fixture
     allows (on the H200, a 43-layer model decoded at 253 tok/s on the GPU and 51-61 tok/s in
     each fallback: bench/gpu_run.py); the default file asks for half.
     """
@@ -159,7 +160,7 @@ def test_a_silent_cpu_fallback_fails_on_the_recorded_speed(
     on_gpu = tmp_path / "recorded-on-gpu.json"
     on_gpu.write_text(
         json.dumps({**doc, "recorded": {**doc["recorded"],
-                                        "decode_tps": 100 * doc["recorded"]["decode_tps"]}})
+                                        "decode_tps": 1000 * doc["recorded"]["decode_tps"]}})
     )  # fmt: skip
     old = tmp_path / "old.json"
     old.write_text(json.dumps({**doc, "recorded": {"model": "x"}}))
