@@ -16,6 +16,7 @@ import pytest
 
 from infra.cli import COMMANDS, EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, build_parser, package_version
 from tests.conftest import ROOT
+from tests.support.cli import as_at_a_terminal
 
 PARSERS = build_parser()[1]
 
@@ -110,6 +111,7 @@ def interrupt_when_connected(
     process = subprocess.Popen(
         [sys.executable, "-m", "infra.cli", *args],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_at_a_terminal,
     )  # fmt: skip
     connection, _ = server.accept()
     with connection:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
 import traceback
@@ -91,3 +92,11 @@ def run_cli(
 def llm_infra(*args: str, cwd: Path | str = ROOT) -> subprocess.CompletedProcess[str]:
     """`llm-infra ARGS` from the checkout (or ``cwd``), in this process."""
     return run_cli(list(args), cwd=cwd)
+
+
+def as_at_a_terminal() -> None:
+    """`preexec_fn` of a child that a test presses Ctrl-C at: SIGINT's default disposition, as a
+    terminal's foreground job has it. A shell starts background jobs with SIGINT ignored, a
+    child inherits that, and Python then installs no KeyboardInterrupt handler: run from such a
+    job (`nohup ... &`), the test would press Ctrl-C at a command that cannot hear it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
