@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, cast
 
 from components.validation import with_defaults
 from components.vllm.bundle import HostCommand, HostFile, host_bundle
@@ -16,7 +16,7 @@ SECRET = "sk-bundle-secret-9f3a"
 
 def server_args(**changes: Any) -> VllmRocmServerArgs:
     args = {**vllm_server(), "api_key": SECRET, **changes}
-    return with_defaults(args, VllmRocmServerArgs)  # type: ignore[no-any-return]
+    return cast(VllmRocmServerArgs, with_defaults(args, VllmRocmServerArgs))
 
 
 def texts(args: VllmRocmServerArgs) -> dict[str, str]:
