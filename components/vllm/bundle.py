@@ -37,13 +37,7 @@ from components.vllm.builders import (
     with_generated_header,
 )
 from components.vllm.caddyfile import caddyfile
-from components.vllm.host_monitoring import (
-    GPU_EXPORTER_SERVICE,
-    gpu_exporter_service,
-    metrics_site,
-    monitoring_files,
-    monitoring_spec,
-)
+from components.vllm.host_monitoring import host_monitoring
 from components.vllm.host_scripts import (
     check_script,
     down_script,
@@ -167,13 +161,16 @@ def lock_document(lock: ModelLock) -> dict[str, Any]:
 def deploy_files(args: VllmRocmServerArgs, stack: str) -> list[HostFile]:
     """The files compose runs from (compose, Caddyfile, lock, fetcher, monitoring), each with
     the generated-by header of `stack` where its format has comments."""
-    paths = remote_paths(args["base_dir"])
-    flags = args["flags"]
-    lock = lock_document(args["model_lock"])
-    monitoring = args.get("metrics")
-    site = metrics_site(monitoring) if monitoring is not None else None
+    flags, metrics = args["flags"], args.get("metrics")
+    monitoring = (
+        host_monitoring(args["base_dir"], args["caddy"], flags, args.get("min_decode_tps"), metrics)
+        if metrics is not None
+        else None
+    )
+    site = monitoring.site if monitoring is not None else None
     caddy_text = caddyfile(args["caddy"], upstream=vllm_address(flags), metrics=site)
-    exporter_image = monitoring.get("gpu_exporter_image") if monitoring is not None else None
+    paths = remote_paths(args["base_dir"])
+    lock = lock_document(args["model_lock"])
     compose = compose_file(
         image=args["image"],
         flags=flags,
@@ -185,9 +182,7 @@ def deploy_files(args: VllmRocmServerArgs, stack: str) -> list[HostFile]:
         lock_sha256=lock_sha256(lock),
         startup_seconds=args["startup_timeout_seconds"],
         metrics=site,
-        gpu_exporter=(GPU_EXPORTER_SERVICE, gpu_exporter_service(exporter_image))
-        if exporter_image
-        else None,
+        gpu_exporter=monitoring.gpu_exporter if monitoring is not None else None,
         extra_args=args.get("extra_args") or (),
     )
     files = {
@@ -196,16 +191,8 @@ def deploy_files(args: VllmRocmServerArgs, stack: str) -> list[HostFile]:
         "lock": (paths["lock"], lock_json(lock)),
         "fetcher": (paths["fetcher"], FETCHER_SOURCE.read_text()),
         "http-policy": (paths["http_policy"], HTTP_POLICY_SOURCE.read_text()),
+        **(monitoring.files if monitoring is not None else {}),
     }
-    if monitoring is not None:
-        speculative = flags.get("speculative_config")
-        spec = monitoring_spec(
-            flags["served_model_name"],
-            args.get("min_decode_tps"),
-            speculative["num_speculative_tokens"] if speculative else None,
-            monitoring,
-        )
-        files.update(monitoring_files(args["base_dir"], args["caddy"], monitoring, spec))
     return [
         HostFile(suffix, path, with_generated_header(path, text, stack))
         for suffix, (path, text) in files.items()
