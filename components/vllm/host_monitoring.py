@@ -7,14 +7,14 @@ the monitoring stack to pick up.
 """
 
 import posixpath
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
 from components.monitoring.dashboard import dashboard_json
 from components.monitoring.queries import METRICS_PATH, MonitoringSpec, rules_file
 from components.vllm.caddyfile import GPU_METRICS_PATH, MetricsSite, site_is_ip
-from components.vllm.inputs import CaddySite, HostMonitoring
+from components.vllm.inputs import CaddySite, HostMonitoring, VllmFlags
 
 GPU_EXPORTER_SERVICE = "gpu-exporter"
 GPU_EXPORTER_PORT = 5000
@@ -110,3 +110,37 @@ def monitoring_files(
             scrape_config(caddy, monitoring, spec),
         ),
     }
+
+
+class HostMonitoringParts(NamedTuple):
+    """What the host's monitoring adds to the bundle, built in one visit."""
+
+    site: MetricsSite
+    """The Caddy metrics site."""
+    gpu_exporter: tuple[str, dict[str, Any]] | None
+    """The GPU exporter's compose service (name, definition); None without its image."""
+    files: dict[str, tuple[str, str]]
+    """The dashboard, the rules and the scrape config by resource suffix: (remote path, text)."""
+
+
+def host_monitoring(
+    base_dir: str,
+    caddy: CaddySite,
+    flags: VllmFlags,
+    min_decode_tps: float | None,
+    monitoring: HostMonitoring,
+) -> HostMonitoringParts:
+    """The metrics site, the GPU exporter service and the monitoring files of the host."""
+    speculative = flags.get("speculative_config")
+    spec = monitoring_spec(
+        flags["served_model_name"],
+        min_decode_tps,
+        speculative["num_speculative_tokens"] if speculative else None,
+        monitoring,
+    )
+    image = monitoring.get("gpu_exporter_image")
+    return HostMonitoringParts(
+        site=metrics_site(monitoring),
+        gpu_exporter=(GPU_EXPORTER_SERVICE, gpu_exporter_service(image)) if image else None,
+        files=monitoring_files(base_dir, caddy, monitoring, spec),
+    )
