@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args
 
 from components.k8s.images import parse_image
 from components.k8s.pod_security import SCRATCH_MOUNT
+from components.payloads.gpu_gate import BACKEND_DEVICE_PREFIX
 
 Backend = Literal["vulkan", "rocm", "cpu"]
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -79,7 +80,7 @@ BACKEND_TRAITS: dict[str, BackendTraits] = {
         devices=("/dev/dri",),
         # Mesa writes its shader cache under HOME; the root filesystem is read-only.
         env=(("MESA_SHADER_CACHE_DIR", f"{SCRATCH_MOUNT}/mesa-shader-cache"),),
-        device_prefix="Vulkan",
+        device_prefix=BACKEND_DEVICE_PREFIX["vulkan"],
         compute_estimate="vulkan",
         groups="the render node's group (its GID, e.g. 991 on recent Ubuntu, not video 44)",
         cmake="-DGGML_VULKAN=ON",
@@ -95,7 +96,7 @@ BACKEND_TRAITS: dict[str, BackendTraits] = {
     "rocm": BackendTraits(
         devices=("/dev/kfd", "/dev/dri"),
         env=(),
-        device_prefix="ROCm",
+        device_prefix=BACKEND_DEVICE_PREFIX["rocm"],
         compute_estimate="upper-bound",
         groups="the group of /dev/kfd and the render node (`render` on recent distributions, "
         "`video` on older ones; its GID)",
@@ -105,7 +106,7 @@ BACKEND_TRAITS: dict[str, BackendTraits] = {
     "cpu": BackendTraits(
         devices=(),
         env=(),
-        device_prefix=None,
+        device_prefix=BACKEND_DEVICE_PREFIX["cpu"],
         compute_estimate="upper-bound",
         groups="none",
         cmake="",

@@ -101,11 +101,24 @@ def stream_chat(
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
+    return stream_post(base_url, "/v1/chat/completions", payload, api_key=api_key, timeout=timeout)
+
+
+def stream_post(
+    base_url: str,
+    path: str,
+    payload: dict[str, Any],
+    *,
+    api_key: str | None = None,
+    timeout: float = 600.0,
+) -> StreamResult:
+    """POST a streaming request (its payload asks for the stream) to `path` and time every
+    token-bearing SSE event (llama-server's `/completion` with `timings_per_token` too)."""
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream"}
     res = StreamResult(t_start=time.monotonic())
     try:
         with http_policy.request(
-            base_url.rstrip("/") + "/v1/chat/completions",
+            base_url.rstrip("/") + path,
             method="POST",
             headers=headers,
             token=api_key or None,
@@ -116,13 +129,13 @@ def stream_chat(
                 deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
             ),
         ) as resp:
-            read_stream(resp, res)
+            _read_stream(resp, res)
     except http_policy.HttpError as exc:
         res.error = str(exc)
     return res
 
 
-def read_stream(resp: http_policy.Response, res: StreamResult) -> None:
+def _read_stream(resp: http_policy.Response, res: StreamResult) -> None:
     """Time every token-bearing SSE event of a streamed answer into res."""
     count = 0
     for raw in resp.lines(MAX_SSE_LINE):

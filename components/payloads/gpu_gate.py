@@ -67,6 +67,9 @@ __all__ = [
 ]
 
 # Without these the log cannot prove anything; say so instead of guessing.
+BACKEND_DEVICE_PREFIX: dict[str, str | None] = {"vulkan": "Vulkan", "rocm": "ROCm", "cpu": None}
+"""The device names a backend's load log shows (`Vulkan0`, `ROCm0`); None: no GPU, every layer
+on the host. The runtimes (components/llamacpp/runtimes.py) and the bake-off read it here."""
 VERBOSITY_HINT = (
     "llama-server b11434 logs load_tensors lines only at verbosity >= 4: "
     "pass -lv 4 (or LLAMA_ARG_LOG_VERBOSITY=4)"

@@ -33,8 +33,6 @@ from components.payloads.tune_figures import (
 )
 from components.payloads.tune_measure import depths_for, measure_depth
 
-DEVICE_PREFIX = {"vulkan": "Vulkan", "rocm": "ROCm", "cpu": None}
-"""The device names a backend's gate expects (None: no GPU expected)."""
 # What llama.cpp b11434 and the kernel say when memory runs out (ggml-backend.cpp's
 # "failed to allocate", llama-model-loader's "unable to allocate", Vulkan's
 # ErrorOutOfDeviceMemory, the kernel's SIGKILL from the OOM killer).
@@ -292,7 +290,7 @@ def gate_problems(text: str, backend: str, gpu_layers: str | None) -> list[str]:
     """The gate's findings on a candidate's load (stdout and log file together): a backend
     that disabled an op, whatever the backend; for a GPU backend also layers or buffers that
     are not on its devices."""
-    prefix = DEVICE_PREFIX.get(backend)
+    prefix = gpu_gate.BACKEND_DEVICE_PREFIX.get(backend)
     if prefix is None:
         return degradation_findings(gpu_gate.parse_load_log(text).degraded)
     expect = None if gpu_layers in (None, "all", "-1") else int(gpu_layers or 0)
@@ -315,10 +313,13 @@ def load_candidates(path: Path) -> list[LocalCandidate]:
         name, runtime, command = item.get("name"), item.get("runtime"), item.get("command")
         if not isinstance(name, str) or not name:
             raise ValueError(f"{where}: name must be a non-empty string")
-        if not isinstance(runtime, dict) or runtime.get("backend") not in DEVICE_PREFIX:
+        if (
+            not isinstance(runtime, dict)
+            or runtime.get("backend") not in gpu_gate.BACKEND_DEVICE_PREFIX
+        ):
             raise ValueError(
                 f"{where} ({name}): runtime must be an object whose backend is one of "
-                f"{sorted(DEVICE_PREFIX)}"
+                f"{sorted(gpu_gate.BACKEND_DEVICE_PREFIX)}"
             )
         if (
             not isinstance(command, list)

@@ -12,15 +12,12 @@ only: the back-end of ``llm-infra tune`` locally and inside its Kubernetes Jobs.
 
 from __future__ import annotations
 
-import json
 import statistics
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.payloads import http_policy
 from components.payloads.bench import varied_prompt
-from components.payloads.bench_client import StreamResult, read_stream
+from components.payloads.bench_client import stream_post
 from components.payloads.verify import EndpointError, field_of, request_json
 
 FILL_TIMEOUT_S = 3600.0
@@ -108,30 +105,6 @@ def token_ids(base_url: str, count: int, *, api_key: str | None = None) -> list[
     return [ids[i % len(ids)] for i in range(count)]
 
 
-def _stream_completion(
-    base_url: str, body: dict[str, Any], *, api_key: str | None, timeout: float
-) -> StreamResult:
-    """POST a streamed ``/completion`` and time every token-bearing event."""
-    res = StreamResult()
-    limits = http_policy.Limits(
-        deadline_s=timeout, head_timeout_s=timeout, stall_s=timeout, min_rate=0.0
-    )
-    res.t_start = time.monotonic()
-    try:
-        with http_policy.request(
-            base_url.rstrip("/") + "/completion",
-            method="POST",
-            headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
-            token=api_key or None,
-            body=json.dumps({**body, "stream": True, "timings_per_token": True}).encode(),
-            limits=limits,
-        ) as resp:
-            read_stream(resp, res)
-    except http_policy.HttpError as exc:
-        res.error = str(exc)
-    return res
-
-
 def measure_depth(
     base_url: str,
     depth: int,
@@ -166,7 +139,10 @@ def measure_depth(
             "n_predict": decode_tokens,
             "ignore_eos": True,
         }
-        res = _stream_completion(base_url, body, api_key=api_key, timeout=RUN_TIMEOUT_S)
+        res = stream_post(
+            base_url, "/completion", {**body, "stream": True, "timings_per_token": True},
+            api_key=api_key, timeout=RUN_TIMEOUT_S,
+        )  # fmt: skip
         if not res.ok or res.ttft is None:
             figures.errors.append(f"run {run + 1}: {res.error or 'no tokens'}")
             continue
