@@ -9,8 +9,8 @@ strix-halo``, or ``llm-infra tune``'s own); ``CANDIDATES.json`` is the ``--local
 against the current candidate. ``--gpu BINARY`` makes the GPU set: the stack as rendered
 (``-ngl 40``, current), every layer on the GPU (``-ngl 99``), a really slower one (``-ngl 20``)
 and the same build with the Vulkan driver hidden (the CPU fallback the gate rejects), on the
-43-layer random llama of the gate's fixtures (written to DIR). Prints the table and writes
-``DIR/tune.json`` (the record) and each candidate's logs.
+43-layer random llama of the gate's fixtures (in a temporary folder). Prints the table and
+writes ``DIR/tune.json`` (the record) and each candidate's logs.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,7 @@ def main() -> int:
         if args.model is None:
             from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model
 
-            args.model = write_tiny_model(args.out / "model", "llama43", 1, LLAMA43_SPEC)[0]
+            args.model = write_tiny_model(Path(tempfile.mkdtemp()), "llama43", 1, LLAMA43_SPEC)[0]
     else:
         candidates = tune_local.load_candidates(args.candidates)
     if args.model is None:
