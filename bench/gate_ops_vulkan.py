@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.gpu_run import server  # noqa: E402
+from gpu_run import server  # noqa: E402  (this folder is the script's sys.path[0])
+
 from components.payloads import gate_ops, gpu_gate  # noqa: E402
 
 CASES: dict[str, tuple[dict[str, str], tuple[dict[str, object], ...], tuple[str, ...]]] = {
