@@ -9,6 +9,7 @@ Nobody sets these markers by hand; a test that needs real software lives in ``te
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, parts[1]))
 
 
+@functools.cache
+def _parsed(text: str) -> Any:
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
 def stack_values(stack: str) -> dict[str, Any]:
-    """The `llm-infra:` config values of a stack file, namespace stripped."""
-    document = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
+    """The `llm-infra:` config values of a stack file, namespace stripped (a fresh copy)."""
+    document = copy.deepcopy(_parsed((STACKS / f"Pulumi.{stack}.yaml").read_text()))
     return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
 
 
