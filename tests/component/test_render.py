@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,9 +11,9 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.support.cli import run_cli
+from tests.support.golden import GOLDEN, files_under, read_snapshot, write_snapshot
 from tests.support.render import FLEET_STACKS, STACK_FILE, render
 
-GOLDEN = ROOT / "tests" / "golden"
 UPDATE = os.environ.get("LLM_INFRA_UPDATE_GOLDEN") == "1"
 
 
@@ -45,29 +44,17 @@ def fleet_renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return renders
 
 
-def rendered_files(directory: Path) -> dict[str, bytes]:
-    return {
-        str(path.relative_to(directory)): path.read_bytes()
-        for path in sorted(directory.rglob("*"))
-        if path.is_file()
-    }
-
-
 @pytest.mark.parametrize("stack", ["strix-halo", "mi300x", *FLEET_STACKS])
 def test_render_matches_golden_snapshot(
     stack: str, strix_halo_render: Path, mi300x_render: Path, fleet_renders: dict[str, Path]
 ) -> None:
     renders = {"strix-halo": strix_halo_render, "mi300x": mi300x_render, **fleet_renders}
-    actual = rendered_files(renders[stack])
+    actual = files_under(renders[stack])
     golden_dir = GOLDEN / stack
     if UPDATE:
-        if golden_dir.exists():
-            shutil.rmtree(golden_dir)
-        for name, content in actual.items():
-            (golden_dir / name).parent.mkdir(parents=True, exist_ok=True)
-            (golden_dir / name).write_bytes(content)
+        write_snapshot(golden_dir, actual)
     assert golden_dir.is_dir(), f"no snapshot {golden_dir}: run with LLM_INFRA_UPDATE_GOLDEN=1"
-    golden = rendered_files(golden_dir)
+    golden = read_snapshot(golden_dir)
     assert sorted(actual) == sorted(golden), f"the files rendered for {stack} changed"
     for name, content in actual.items():
         assert content == golden[name], (
@@ -77,7 +64,7 @@ def test_render_matches_golden_snapshot(
 
 
 def test_mi300x_render_writes_files_and_commands(mi300x_render: Path) -> None:
-    files = rendered_files(mi300x_render)
+    files = files_under(mi300x_render)
     assert {"files/opt/llm/compose.yaml", "files/opt/llm/Caddyfile"} <= set(files)
     commands = sorted(name for name in files if name.startswith("commands/"))
     assert commands[0] == "commands/01-vllm-preflight.sh"
@@ -115,7 +102,7 @@ def test_mi300x_files_with_comments_start_with_the_generated_header(mi300x_rende
     header = generated_header("mi300x").encode()
     files = {
         name: content
-        for name, content in rendered_files(mi300x_render).items()
+        for name, content in files_under(mi300x_render).items()
         if name.startswith("files/")
     }
     assert {"files/opt/llm/compose.yaml", "files/opt/llm/Caddyfile"} <= set(files)
@@ -132,7 +119,7 @@ def test_render_is_byte_identical_across_runs(
     for stack, first in (("strix-halo", strix_halo_render), ("mi300x", mi300x_render)):
         again = tmp_path / stack
         assert render(stack, again, seed="12345").returncode == 0
-        assert rendered_files(again) == rendered_files(first), stack
+        assert files_under(again) == files_under(first), stack
 
 
 def test_render_writes_every_kubernetes_object_in_dependency_order(strix_halo_render: Path) -> None:
