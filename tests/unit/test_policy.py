@@ -17,7 +17,7 @@ from pulumi_policy import PolicyResourceOptions, ResourceValidationArgs
 from pulumi_policy.policy import PolicyCustomTimeouts
 
 import policy.__main__ as pack
-from policy import validators
+from policy import resources, validators
 from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +100,7 @@ def test_a_failing_render_lists_each_violation_then_the_count(
 
 def test_real_renders_contain_what_the_policies_inspect(strix: Render, mi300x: Render) -> None:
     # Guards against passing by finding nothing: each rule has something to look at.
-    assert validators.containers(named(strix[0], "-deployment"))
+    assert resources.containers(named(strix[0], "-deployment"))
     assert named(strix[0], "models-pvc")["options"]["protect"] is True
     assert {"/opt/llm/compose.yaml", "/opt/llm/Caddyfile"} <= set(mi300x[1])
 
@@ -267,12 +267,12 @@ def test_caddyfile_without_an_allowlist_fails(mi300x: Render) -> None:
     ("text", "seconds"), [("3600s", 3600), ("1h30m", 5400), ("90", 90), ("1m30s", 90), (45, 45)]
 )
 def test_compose_durations(text: object, seconds: float) -> None:
-    assert validators.duration_seconds(text) == seconds
+    assert resources.duration_seconds(text) == seconds
 
 
 def test_malformed_duration_is_an_error() -> None:
     with pytest.raises(ValueError, match="not a duration"):
-        validators.duration_seconds("ten minutes")
+        resources.duration_seconds("ten minutes")
 
 
 # --- the pulumi_policy wiring ---------------------------------------------------------------
