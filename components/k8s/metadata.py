@@ -23,16 +23,19 @@ def object_head(
     name: str,
     namespace: str,
     labels: dict[str, str],
-    annotations: dict[str, str],
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An object's `apiVersion`, `kind` and `metadata` (name, namespace, labels, annotations)."""
-    return {
-        "apiVersion": api_version,
-        "kind": kind,
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            "annotations": annotations,
-        },
-    }
+    """An object's `apiVersion`, `kind` and `metadata` (name, namespace, labels, and annotations
+    when given)."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "labels": labels}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata}
+
+
+def config_map(
+    name: str, namespace: str, labels: dict[str, str], data: dict[str, str], immutable: bool = False
+) -> dict[str, Any]:
+    """A ConfigMap of the given files; an immutable one is replaced, never edited in place."""
+    head = object_head("v1", "ConfigMap", name, namespace, labels)
+    return {**head, "data": data, **({"immutable": True} if immutable else {})}

@@ -4,7 +4,10 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from components.grammars import Cidr, DnsLabel, LabelKey, LabelValue
+from components.k8s.metadata import object_head
 from components.validation import Problem, cross_field_rule, documented
+
+NETWORK_POLICY_API = "networking.k8s.io/v1"
 
 
 @documented
@@ -26,6 +29,41 @@ def _one_kind_of_client(client: Mapping[str, Any]) -> list[Problem]:
     if "cidr" in client and "pod_labels" in client:
         return [(("pod_labels",), "selects pods of a namespace: it does not go with a cidr")]
     return []
+
+
+def network_policy(
+    name: str,
+    namespace: str,
+    labels: dict[str, str],
+    pod_selector: dict[str, str],
+    policy_types: list[str],
+    ingress: list[dict[str, Any]],
+    egress: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A NetworkPolicy of the selected pods: these ingress rules, and these egress rules if any."""
+    spec: dict[str, Any] = {
+        "podSelector": {"matchLabels": pod_selector},
+        "policyTypes": policy_types,
+        "ingress": ingress,
+    }
+    if egress is not None:
+        spec["egress"] = egress
+    return {
+        **object_head(NETWORK_POLICY_API, "NetworkPolicy", name, namespace, labels),
+        "spec": spec,
+    }
+
+
+def isolating_policy(
+    name: str, namespace: str, labels: dict[str, str], pod_selector: dict[str, str]
+) -> dict[str, Any]:
+    """No traffic in or out of the selected pods."""
+    return network_policy(name, namespace, labels, pod_selector, ["Ingress", "Egress"], [], [])
+
+
+def tcp_port(port: int) -> dict[str, Any]:
+    """A NetworkPolicy port entry: this TCP port."""
+    return {"port": port, "protocol": "TCP"}
 
 
 def ingress_policy(
@@ -50,18 +88,8 @@ def ingress_policy(
         if client.get("pod_labels"):
             peer["podSelector"] = {"matchLabels": client["pod_labels"]}
         peers.append(peer)
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "podSelector": {"matchLabels": pod_selector},
-            "policyTypes": ["Ingress"],
-            "ingress": [{"from": peers, "ports": [{"port": port, "protocol": "TCP"}]}]
-            if peers
-            else [],
-        },
-    }
+    rules = [{"from": peers, "ports": [tcp_port(port)]}] if peers else []
+    return network_policy(name, namespace, labels, pod_selector, ["Ingress"], rules)
 
 
 def egress_policy(
@@ -72,17 +100,8 @@ def egress_policy(
     ports: list[int],
 ) -> dict[str, Any]:
     """Let the selected pods reach DNS and the given TCP ports (HTTPS), and nothing else."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "podSelector": {"matchLabels": pod_selector},
-            "policyTypes": ["Egress", "Ingress"],
-            "ingress": [],
-            "egress": [
-                {"ports": [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]},
-                {"ports": [{"port": port, "protocol": "TCP"} for port in sorted(set(ports))]},
-            ],
-        },
-    }
+    egress = [
+        {"ports": [{"port": 53, "protocol": "UDP"}, tcp_port(53)]},
+        {"ports": [tcp_port(port) for port in sorted(set(ports))]},
+    ]
+    return network_policy(name, namespace, labels, pod_selector, ["Egress", "Ingress"], [], egress)

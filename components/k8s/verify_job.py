@@ -3,7 +3,7 @@
 import hashlib
 from typing import Any
 
-from components.k8s.metadata import object_head
+from components.k8s.metadata import config_map, object_head
 from components.k8s.pod_security import (
     SCRATCH_MOUNT,
     checkov_skips,
@@ -53,23 +53,14 @@ def verify_config_map(
 ) -> dict[str, Any]:
     """The script, the modules it imports (HTTP policy, server-properties check), the recorded
     expectations and the server properties the render expects, for a stock Python image."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "data": {
-            "verify.py": verify_source,
-            **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
-            **({PROPS_FILE: props_source} if props_source else {}),
-            "expect.json": expectations,
-            **(
-                {EXPECTED_PROPS_FILE: props_text(expected_props)}
-                if expected_props is not None
-                else {}
-            ),
-        },
-        "immutable": True,
+    data = {
+        "verify.py": verify_source,
+        **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
+        **({PROPS_FILE: props_source} if props_source else {}),
+        "expect.json": expectations,
+        **({EXPECTED_PROPS_FILE: props_text(expected_props)} if expected_props is not None else {}),
     }
+    return config_map(name, namespace, labels, data, immutable=True)
 
 
 def verify_job(

@@ -8,6 +8,7 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 from typing import Any
 
 from components.k8s.metadata import app_labels, object_head
+from components.k8s.network_policies import network_policy, tcp_port
 from components.k8s.pod_security import (
     checkov_skips,
     image_skips,
@@ -121,19 +122,10 @@ def worker_policy(
     head_pod_labels: dict[str, str],
 ) -> dict[str, Any]:
     """Ingress from the head's pods only, on the RPC port; no egress at all."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "podSelector": {"matchLabels": worker_selector(labels)},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [
-                {
-                    "from": [{"podSelector": {"matchLabels": dict(head_pod_labels)}}],
-                    "ports": [{"port": port, "protocol": "TCP"}],
-                }
-            ],
-            "egress": [],
-        },
+    from_head = {
+        "from": [{"podSelector": {"matchLabels": dict(head_pod_labels)}}],
+        "ports": [tcp_port(port)],
     }
+    return network_policy(
+        name, namespace, labels, worker_selector(labels), ["Ingress", "Egress"], [from_head], []
+    )

@@ -3,7 +3,7 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s.children import inherited_dependencies, manifest_args, with_integers
+from components.k8s.children import inherited_dependencies, manifest_args
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.rpc_manifests import (
     rpc_endpoint,
@@ -29,12 +29,8 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: LlamaCppRpcWorkerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        args = checked_inputs(
-            "LlamaCppRpcWorker",
-            name,
-            with_integers(args, LlamaCppRpcWorkerArgs),
-            LlamaCppRpcWorkerArgs,
-        )
+        # checked_inputs makes the provider's doubles ints where the args declare ints.
+        args = checked_inputs("LlamaCppRpcWorker", name, args, LlamaCppRpcWorkerArgs)
         # Its head, when this program built it first: it admits the head, the head lists it.
         worker_built(name, args)
         super().__init__(TYPE_TOKEN, name, None, opts)

@@ -5,7 +5,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
+from components.k8s.children import after, inherited_dependencies, manifest_args
 from components.k8s.network_policies import ingress_policy
 from components.k8s.verify_job import (
     verify_config_map,
@@ -57,12 +57,8 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: LlamaCppVulkanServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        args = checked_inputs(
-            "LlamaCppVulkanServer",
-            name,
-            with_integers(args, LlamaCppVulkanServerArgs),
-            LlamaCppVulkanServerArgs,
-        )
+        # checked_inputs makes the provider's doubles ints where the args declare ints.
+        args = checked_inputs("LlamaCppVulkanServer", name, args, LlamaCppVulkanServerArgs)
         # A split model: the workers this program built for it must be the ones it lists.
         head_built(name, args)
         super().__init__(TYPE_TOKEN, name, None, opts)

@@ -17,6 +17,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from components.k8s.metadata import config_map
+from components.k8s.network_policies import isolating_policy
 from components.k8s.pod_security import (
     checkov_skips,
     image_skips,
@@ -52,12 +54,8 @@ def tune_config_map(
 ) -> dict[str, Any]:
     """The runner's files, by their path under the mount (`components/payloads/verify.py`,
     `job-NAME.json`, `expect.json`, ...)."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "data": {config_key(path): text for path, text in sorted(files.items())},
-    }
+    data = {config_key(path): text for path, text in sorted(files.items())}
+    return config_map(name, namespace, labels, data)
 
 
 def _used_volumes(containers: list[dict[str, Any]]) -> set[str]:
@@ -188,19 +186,8 @@ def runner_files(
 def tune_network_policy(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
     """No traffic in or out of the bake-off's pods: the runner reaches its server on the pod's
     loopback, which no NetworkPolicy governs, and nothing else needs the network."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "podSelector": {
-                "matchLabels": {
-                    "app.kubernetes.io/instance": labels["app.kubernetes.io/instance"],
-                    "app.kubernetes.io/component": TUNE_COMPONENT,
-                }
-            },
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": [],
-        },
+    tune_pods = {
+        "app.kubernetes.io/instance": labels["app.kubernetes.io/instance"],
+        "app.kubernetes.io/component": TUNE_COMPONENT,
     }
+    return isolating_policy(name, namespace, labels, tune_pods)

@@ -5,7 +5,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from components.k8s.metadata import app_labels, object_head
+from components.k8s.metadata import app_labels, config_map, object_head
 from components.k8s.pod_security import (
     DEFAULT_UID,
     SCRATCH_MOUNT,
@@ -68,17 +68,12 @@ def fetcher_config_map(
     policy_source: str = "",
 ) -> dict[str, Any]:
     """The fetcher's source and the lock, delivered to a stock Python image without pip."""
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "data": {
-            FETCHER_FILE: fetcher_source,
-            **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
-            LOCK_FILE: json.dumps(lock, indent=2, sort_keys=True) + "\n",
-        },
-        "immutable": True,
+    data = {
+        FETCHER_FILE: fetcher_source,
+        **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
+        LOCK_FILE: json.dumps(lock, indent=2, sort_keys=True) + "\n",
     }
+    return config_map(name, namespace, labels, data, immutable=True)
 
 
 def model_pvc(
@@ -86,9 +81,7 @@ def model_pvc(
 ) -> dict[str, Any]:
     """The model volume: one node, read-write by the Job, read-only by the server."""
     return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        **object_head("v1", "PersistentVolumeClaim", name, namespace, labels),
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": storage_class,

@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from components.k8s.metadata import object_head
+from components.k8s.network_policies import isolating_policy
 from components.k8s.pod_security import (
     DEFAULT_UID,
     PRIVILEGED_SKIPS,
@@ -348,14 +349,4 @@ def preflight_pod_labels(labels: dict[str, str]) -> dict[str, str]:
 
 def preflight_network_policy(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
     """The preflight pod talks to no one: no ingress, no egress (it reads sysfs and the disk)."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
-        "spec": {
-            "podSelector": {"matchLabels": preflight_pod_labels(labels)},
-            "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": [],
-        },
-    }
+    return isolating_policy(name, namespace, labels, preflight_pod_labels(labels))

@@ -10,6 +10,7 @@ import functools
 import hashlib
 from typing import Any
 
+from components.k8s.metadata import config_map, object_head
 from components.k8s.pod_security import restricted_container
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.monitoring.dashboard import dashboard_json
@@ -62,7 +63,7 @@ def metrics_proxy_config_map(
 ) -> dict[str, Any]:
     """The proxy script, for the stock Python image of the model check."""
     name = metrics_proxy_config_map_name(server, source)
-    return {**_config_map(name, namespace, labels, {}, {_PROXY_FILE: source}), "immutable": True}
+    return config_map(name, namespace, labels, {_PROXY_FILE: source}, immutable=True)
 
 
 def metrics_proxy_container(
@@ -134,10 +135,6 @@ def scrape_annotations(port: int) -> dict[str, str]:
     }
 
 
-def _metadata(name: str, namespace: str, labels: dict[str, str], extra: dict[str, str]) -> Any:
-    return {"name": name, "namespace": namespace, "labels": {**labels, **extra}}
-
-
 def service_monitor(
     name: str,
     namespace: str,
@@ -157,9 +154,9 @@ def service_monitor(
     }
     endpoints = "endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"
     return {
-        "apiVersion": MONITORING_API,
-        "kind": kind,
-        "metadata": _metadata(name, namespace, labels, monitoring["monitor_labels"]),
+        **object_head(
+            MONITORING_API, kind, name, namespace, {**labels, **monitoring["monitor_labels"]}
+        ),
         "spec": {
             "jobLabel": JOB_LABEL,
             "selector": {"matchLabels": selector},
@@ -178,9 +175,13 @@ def prometheus_rule(
 ) -> dict[str, Any]:
     """The server's alerts as a PrometheusRule."""
     return {
-        "apiVersion": MONITORING_API,
-        "kind": "PrometheusRule",
-        "metadata": _metadata(name, namespace, labels, monitoring["monitor_labels"]),
+        **object_head(
+            MONITORING_API,
+            "PrometheusRule",
+            name,
+            namespace,
+            {**labels, **monitoring["monitor_labels"]},
+        ),
         "spec": {"groups": rule_groups("llama-server", spec)},
     }
 
@@ -190,15 +191,4 @@ def dashboard_config_map(
 ) -> dict[str, Any]:
     """The Grafana dashboard in a ConfigMap for Grafana's sidecar (label `grafana_dashboard`)."""
     data = {f"{name}.json": dashboard_json("llama-server", spec)}
-    return _config_map(name, namespace, labels, {DASHBOARD_LABEL: "1"}, data)
-
-
-def _config_map(
-    name: str, namespace: str, labels: dict[str, str], extra: dict[str, str], data: dict[str, str]
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": _metadata(name, namespace, labels, extra),
-        "data": data,
-    }
+    return config_map(name, namespace, {**labels, DASHBOARD_LABEL: "1"}, data)

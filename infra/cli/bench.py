@@ -20,6 +20,20 @@ if TYPE_CHECKING:
     from infra.cli.common import Subparsers
 
 
+def _config_option(p: argparse.ArgumentParser, name: str, help: str, type: type = int) -> None:
+    """``--NAME`` for the BenchConfig field of that name, defaulting to the field's default."""
+    p.add_argument(
+        f"--{name.replace('_', '-')}", type=type, default=getattr(BenchConfig, name), help=help
+    )
+
+
+# The BenchConfig fields that an option of the same name sets as given.
+_COPIED_FIELDS = (
+    "model", "decode_requests", "decode_tokens", "prefill_requests", "prefill_words",
+    "concurrent_tokens", "requests_per_stream", "timeout", "warmup_rounds", "slots",
+)  # fmt: skip
+
+
 def add_options(p: argparse.ArgumentParser) -> None:
     """bench's options (all but the endpoint)."""
     p.add_argument(
@@ -34,56 +48,25 @@ def add_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="also write the JSON report to FILE (default: print only)",
     )
-    p.add_argument(
-        "--decode-requests",
-        type=int,
-        default=BenchConfig.decode_requests,
-        help="single-stream decode requests (the median is reported)",
-    )
-    p.add_argument(
-        "--decode-tokens",
-        type=int,
-        default=BenchConfig.decode_tokens,
-        help="tokens generated per decode request",
-    )
-    p.add_argument(
-        "--prefill-requests",
-        type=int,
-        default=BenchConfig.prefill_requests,
-        help="long-prompt requests measuring prefill",
-    )
-    p.add_argument(
-        "--prefill-words",
-        type=int,
-        default=BenchConfig.prefill_words,
-        help="words in each prefill prompt",
-    )
+    _config_option(p, "decode_requests", "single-stream decode requests (the median is reported)")
+    _config_option(p, "decode_tokens", "tokens generated per decode request")
+    _config_option(p, "prefill_requests", "long-prompt requests measuring prefill")
+    _config_option(p, "prefill_words", "words in each prefill prompt")
     p.add_argument("--concurrency", default="1,8,64", help="comma-separated stream counts")
-    p.add_argument(
-        "--concurrent-tokens",
-        type=int,
-        default=BenchConfig.concurrent_tokens,
-        help="tokens generated per request of a concurrency level",
-    )
-    p.add_argument(
-        "--requests-per-stream",
-        type=int,
-        default=BenchConfig.requests_per_stream,
-        help="requests each stream of a concurrency level sends",
-    )
+    _config_option(p, "concurrent_tokens", "tokens generated per request of a concurrency level")
+    _config_option(p, "requests_per_stream", "requests each stream of a concurrency level sends")
     p.add_argument("--seed", type=int, help="prompt seed (default: a fresh one per run)")
     p.add_argument("--no-ignore-eos", action="store_true", help="let the model stop early")
-    p.add_argument(
-        "--timeout",
+    _config_option(
+        p,
+        "timeout",
+        "seconds a request may go without a byte (a queued stream waits for a slot)",
         type=float,
-        default=BenchConfig.timeout,
-        help="seconds a request may go without a byte (a queued stream waits for a slot)",
     )
-    p.add_argument(
-        "--warmup-rounds",
-        type=int,
-        default=BenchConfig.warmup_rounds,
-        help="warm-up rounds: a long prompt and every level's width each (0: none)",
+    _config_option(
+        p,
+        "warmup_rounds",
+        "warm-up rounds: a long prompt and every level's width each (0: none)",
     )
     p.add_argument(
         "--slots",
@@ -96,12 +79,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
 def run(base_url: str, a: argparse.Namespace) -> int:
     """Run the benchmark against base_url and print the table; 1 on errors."""
     cfg = BenchConfig(
-        model=a.model, decode_requests=a.decode_requests, decode_tokens=a.decode_tokens,
-        prefill_requests=a.prefill_requests, prefill_words=a.prefill_words,
         concurrency=[int(c) for c in a.concurrency.split(",") if c.strip()],
-        concurrent_tokens=a.concurrent_tokens, requests_per_stream=a.requests_per_stream,
-        timeout=a.timeout, warmup_rounds=a.warmup_rounds, slots=a.slots,
-    )  # fmt: skip
+        **{name: getattr(a, name) for name in _COPIED_FIELDS},
+    )
     if a.seed is not None:
         cfg.seed = a.seed
     if a.no_ignore_eos:

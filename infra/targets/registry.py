@@ -11,6 +11,7 @@ command that only plans never loads the Kubernetes provider.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -93,10 +94,31 @@ class Target(Protocol[S_contra]):
         ...
 
 
-class KubernetesTarget:
+class _OneServerTarget:
+    """A target of one server: its module (`infra.targets.<module>`) gives the server's URL
+    (kubernetes: the in-cluster Service's; docker-host: the public one Caddy serves) and the
+    LiteLLM route of the model name to it."""
+
+    module: str
+
+    def _target_module(self) -> Any:
+        return importlib.import_module(f"infra.targets.{self.module}")
+
+    def endpoint_url(self, stack: Any) -> str:
+        """The server's base URL."""
+        return self._target_module().endpoint_url(stack)  # type: ignore[no-any-return]
+
+    def route(self, stack: Any) -> dict[str, Any]:
+        """The server's model name, routed to its URL."""
+        target = self._target_module()
+        return target.litellm_route(stack, target.endpoint_url(stack))  # type: ignore[no-any-return]
+
+
+class KubernetesTarget(_OneServerTarget):
     """`target: kubernetes`: one llama.cpp server and its model store on a k3s node."""
 
     kind = "kubernetes"
+    module = "kubernetes"
 
     def deploy(
         self,
@@ -122,21 +144,9 @@ class KubernetesTarget:
 
         return probe_problems(stack, llamacpp_inputs(stack, sources[0]))
 
-    def endpoint_url(self, stack: KubernetesStack) -> str:
-        """The in-cluster URL of the server's Service (reach it by port-forward)."""
-        from infra.targets import kubernetes
-
-        return kubernetes.endpoint_url(stack)
-
     def model_name(self, stack: KubernetesStack) -> str:
         """llama-server's `--alias`."""
         return stack.server.alias
-
-    def route(self, stack: KubernetesStack) -> dict[str, Any]:
-        """The server's alias, routed to its Service."""
-        from infra.targets import kubernetes
-
-        return kubernetes.litellm_route(stack, kubernetes.endpoint_url(stack))
 
     def server_props(self, stack: KubernetesStack, source: ModelSource) -> dict[str, Any]:
         """llama-server's `/props`, as the verify Job checks it."""
@@ -163,10 +173,11 @@ class KubernetesTarget:
         return tuned_server(stack, lock_path)
 
 
-class DockerHostTarget:
+class DockerHostTarget(_OneServerTarget):
     """`target: docker-host`: vLLM ROCm behind Caddy on one GPU host, over SSH."""
 
     kind = "docker-host"
+    module = "docker_host"
 
     def deploy(
         self,
@@ -190,21 +201,9 @@ class DockerHostTarget:
         """None: compose waits for the container's health check, with no kill deadline."""
         return []
 
-    def endpoint_url(self, stack: DockerHostStack) -> str:
-        """The public HTTPS URL Caddy serves."""
-        from infra.targets import docker_host
-
-        return docker_host.endpoint_url(stack)
-
     def model_name(self, stack: DockerHostStack) -> str:
         """vLLM's `--served-model-name`."""
         return stack.server.served_model_name
-
-    def route(self, stack: DockerHostStack) -> dict[str, Any]:
-        """The served model name, routed to the public endpoint."""
-        from infra.targets import docker_host
-
-        return docker_host.litellm_route(stack, docker_host.endpoint_url(stack))
 
     def server_props(self, stack: DockerHostStack, source: ModelSource) -> dict[str, Any]:
         """vLLM's `/v1/models` (vLLM has no /props)."""
