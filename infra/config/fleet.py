@@ -34,7 +34,9 @@ class FleetServerSettings(ServerSettings):
     """One server of a fleet: its flags, node, model and model volume."""
 
     model: ModelSettings
+    """This server's GGUF model: repo, revision and files."""
     store: StoreSettings
+    """This server's model volume and fetch Job."""
     memory: MemorySettings | None = None
     """This server's node, when it differs from the stack's `memory`."""
 
@@ -46,13 +48,20 @@ class FleetStack(Strict):
     """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
 
     target: Literal["kubernetes"]
+    """The deployment target: `kubernetes` (a fleet is a kubernetes stack with `servers:`)."""
     kubernetes: KubernetesSettings = KubernetesSettings()
+    """Where the Kubernetes objects of every server go: namespace and kubeconfig context."""
     network: NetworkSettings = NetworkSettings()
+    """NetworkPolicies of every server and fetch Job, and who may reach the servers."""
     memory: MemorySettings = MemorySettings()
+    """The node figures the memory plan checks each server against (unless it has its own)."""
     litellm: LitellmSettings = LitellmSettings()
+    """How LiteLLM learns the servers' routes."""
     metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
     """Metrics of every server (each its own monitor, alerts and dashboard)."""
     servers: Annotated[list[FleetServerSettings], Field(min_length=1)]
+    """The servers: each the keys of `server:`, with its own `model` and `store` (and,
+    optionally, `memory`)."""
 
     def server_stacks(self) -> list[KubernetesStack]:
         """Each server as the single-server stack it amounts to (validated already)."""
