@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field
 
 from components.llamacpp.inputs import (
     CACHE_TYPES,
+    INIT_SECONDS,
     runtime_record,
     server_runtime_problems,
     worker_runtime_problems,
@@ -136,7 +137,7 @@ class MemorySettings(Strict):
     """Refuse a stack that does not fit (render, preview and up)."""
     disk_read_mibps: Annotated[float, Field(gt=0)] = 300
     """Sequential read speed of the model volume: how long the load takes, for the probes."""
-    init_seconds: Annotated[int, Field(ge=0)] = 60
+    init_seconds: Annotated[int, Field(ge=0)] = INIT_SECONDS
     """Device and runtime start-up on top of reading the weights (Vulkan init, warm-up)."""
     node_cpu: NodeCpu | None = None
     """The server node's CPU (`zen5`, `sapphirerapids`, ...) or ggml CPU variant (`haswell`,

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from components.extra_args import ExtraArgs
+from components.k8s.pod_security import DEFAULT_UID
 from components.llamacpp.inputs import (
     GPU_RESOURCE,
     RPC_BINARY,
@@ -176,7 +177,7 @@ class ServerSettings(Strict):
     render_group_id: Annotated[int, Field(ge=1)] | None = None
     """GID of the node's render group, added to the pods' supplemental groups: a non-root
     process needs it to open the render node."""
-    run_as_user: Annotated[int, Field(ge=1)] = 10001
+    run_as_user: Annotated[int, Field(ge=1)] = DEFAULT_UID
     """Non-root uid of the server's and workers' containers in `device-plugin` mode."""
     api_key: bool = False
     """Require the apiKey secret as a Bearer token (`--api-key-file`, from a Kubernetes Secret);
