@@ -11,22 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from infra.config.base import Strict, stack_placement_problems
+from infra.config.base import stack_placement_problems
 from infra.config.kubernetes import (
-    KubernetesSettings,
+    ClusterStack,
     KubernetesStack,
-    LitellmSettings,
     MemorySettings,
     ModelSettings,
-    NetworkSettings,
     StoreSettings,
 )
 from infra.config.kubernetes_checks import cross_checks
-from infra.config.metrics import KubernetesMetricsSettings
 from infra.config.server import ServerSettings
 
 
@@ -41,24 +38,12 @@ class FleetServerSettings(ServerSettings):
     """This server's node, when it differs from the stack's `memory`."""
 
 
-class FleetStack(Strict):
+class FleetStack(ClusterStack):
     """Several llama.cpp servers on a Kubernetes cluster, each on its own node and volume."""
 
     kind: ClassVar[str] = "fleet"
     """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
 
-    target: Literal["kubernetes"]
-    """The deployment target: `kubernetes` (a fleet is a kubernetes stack with `servers:`)."""
-    kubernetes: KubernetesSettings = KubernetesSettings()
-    """Where the Kubernetes objects of every server go: namespace and kubeconfig context."""
-    network: NetworkSettings = NetworkSettings()
-    """NetworkPolicies of every server and fetch Job, and who may reach the servers."""
-    memory: MemorySettings = MemorySettings()
-    """The node figures the memory plan checks each server against (unless it has its own)."""
-    litellm: LitellmSettings = LitellmSettings()
-    """How LiteLLM learns the servers' routes."""
-    metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
-    """Metrics of every server (each its own monitor, alerts and dashboard)."""
     servers: Annotated[list[FleetServerSettings], Field(min_length=1)]
     """The servers: each the keys of `server:`, with its own `model` and `store` (and,
     optionally, `memory`)."""

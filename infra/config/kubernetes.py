@@ -179,24 +179,30 @@ class LitellmSettings(Strict):
     """LiteLLM's namespace, where `manage: configmap` puts the route's ConfigMap."""
 
 
-class KubernetesStack(SingleServer, Strict):
-    """A llama.cpp server on a Kubernetes (k3s) node, with its model volume."""
-
-    kind: ClassVar[str] = "kubernetes"
-    """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
+class ClusterStack(Strict):
+    """The keys a kubernetes stack of one server and a fleet share: they apply to every server."""
 
     target: Literal["kubernetes"]
     """The deployment target: `kubernetes`, a cluster reached through the kubeconfig."""
     kubernetes: KubernetesSettings = KubernetesSettings()
     """Where the Kubernetes objects go: namespace and kubeconfig context."""
     network: NetworkSettings = NetworkSettings()
-    """NetworkPolicies of the server and the fetch Job, and who may reach the server."""
+    """NetworkPolicies of the servers and fetch Jobs, and who may reach the servers."""
     memory: MemorySettings = MemorySettings()
-    """The node figures the memory plan checks the stack against."""
+    """The node figures the memory plan checks a server against (unless it has its own)."""
     litellm: LitellmSettings = LitellmSettings()
-    """How LiteLLM learns the server's route."""
+    """How LiteLLM learns the servers' routes."""
     metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
-    """llama-server's metrics, who may scrape them, and the monitor, alerts and dashboard."""
+    """llama-server's metrics, who may scrape them, and each server's monitor, alerts and
+    dashboard."""
+
+
+class KubernetesStack(SingleServer, ClusterStack):
+    """A llama.cpp server on a Kubernetes (k3s) node, with its model volume."""
+
+    kind: ClassVar[str] = "kubernetes"
+    """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
+
     model: ModelSettings
     """The GGUF model to serve: repo, revision and files."""
     store: StoreSettings
