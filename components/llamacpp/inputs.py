@@ -1,7 +1,8 @@
 """Inputs of LlamaCppVulkanServer and LlamaCppRpcWorker: runtime, probes, Args, with their rules.
 
 Every rule for these inputs lives here or in `components.llamacpp.flags` (llama-server's flags and
-extra args, re-exported here); the builders take them validated.
+extra args, re-exported here); the builders take them validated. Over ~400 lines: the Args of
+both components share their cross-field rules, which must sit beside the TypedDicts they check.
 """
 
 import math

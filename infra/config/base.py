@@ -133,8 +133,12 @@ class RepoModelSettings(Strict):
     """A model in a Hugging Face repo: which revision and which files (exact paths or globs)."""
 
     repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*$")]
+    """Hugging Face repo, `owner/name`."""
     revision: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")] = "main"
+    """Branch, tag or commit of the repo; `llm-infra lock` records the commit it resolves to."""
     files: Annotated[list[RepoPath], Field(min_length=1)]
+    """Files of the repo to fetch: exact paths or glob patterns (`llm-infra lock` resolves
+    them); a GGUF model is one file or every shard of one split set, shard 1 first."""
     size_gib: Annotated[float, Field(gt=0)] | None = None
     """Weight size for the memory plan before a lock records the files' sizes."""
 

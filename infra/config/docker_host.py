@@ -51,48 +51,76 @@ class HostSettings(Strict):
     address: SiteAddress
     """The host's DNS name or IP address."""
     user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
+    """The SSH user on the host."""
     port: Port = SSH_PORT
+    """The host's SSH port."""
     host_key: SshHostKey | None = None
     """The host's public key (a line of `ssh-keyscan -t ed25519 HOST`): any other key refuses
     the connection, so nobody in between receives the API key."""
     insecure_ignore_host_key: bool = False
     """Connect without checking the host key (render and preview warn)."""
     base_dir: AbsolutePath = BASE_DIR
+    """Host directory of the compose project and its files."""
     model_dir: AbsolutePath
     """Where the model lives on the host; `pulumi destroy` leaves it."""
     min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
+    """Free disk the preflight demands in the model directory's filesystem (GiB), counting
+    what the model already uses."""
     min_ram_gib: Annotated[float, Field(ge=0, le=100_000)]
+    """Installed RAM (MemTotal) the preflight demands (GiB): the CPU KV tier is pinned."""
 
 
 class SpeculativeSettings(Strict):
     """`--speculative-config`."""
 
     method: Identifier
+    """Speculative decoding method (`method` of `--speculative-config`)."""
     num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
+    """Draft tokens proposed per step."""
 
 
 class VllmSettings(Strict):
     """`vllm serve` flags and the image."""
 
     image: ImageReference
+    """vLLM ROCm image, pinned by digest (`vllm/vllm-openai-rocm@sha256:...`)."""
     allow_floating_image: bool = False
+    """Accept an image without a digest."""
     served_model_name: ModelName
+    """`--served-model-name`: model id in `/v1/models`; LiteLLM routes by it."""
     port: Port = 8000
+    """`--port`: vLLM's port behind Caddy, on the compose network."""
     tensor_parallel_size: Annotated[int, Field(ge=1, le=8)] = 1
+    """`-tp`: tensor parallel size, the GPUs the model is split over."""
     max_model_len: Annotated[int, Field(ge=1024)]
+    """`--max-model-len`: longest context in tokens."""
     max_num_batched_tokens: Annotated[int, Field(ge=16)]
+    """`--max-num-batched-tokens`: scheduler token budget per step."""
     max_num_seqs: Annotated[int, Field(ge=1)] | None = None
+    """`--max-num-seqs`: concurrent sequences; unset: vLLM's own."""
     kv_cache_memory_bytes: Annotated[int, Field(ge=2**30)]
     """GPU KV cache in bytes (`--kv-cache-memory-bytes`; overrides gpu-memory-utilization)."""
     kv_offloading_size: Annotated[float, Field(ge=0)]
     """CPU KV tier in GiB (`--kv-offloading-size`), pinned host memory."""
     kv_offloading_backend: Literal["native", "lmcache"] = "native"
+    """`--kv-offloading-backend`: implementation of the CPU KV tier."""
     kv_cache_dtype: Identifier | None = None
+    """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4);
+    unset: vLLM's own."""
     speculative: SpeculativeSettings | None = None
+    """`--speculative-config`: speculative decoding; unset: none."""
     reasoning_parser: Identifier | None = None
+    """`--reasoning-parser`: splits reasoning into `reasoning_content` (e.g.
+    `deepseek_v4`); unset: none."""
     tool_call_parser: Identifier | None = None
+    """`--tool-call-parser` (and `--enable-auto-tool-choice`): parses the model's tool calls;
+    unset: no tool calls."""
     prefix_caching: bool = True
+    """`--enable-prefix-caching` (false: `--no-enable-prefix-caching`): reuse the KV of
+    shared prompt prefixes."""
     startup_timeout_seconds: Annotated[int, Field(ge=60)] = STARTUP_TIMEOUT_SECONDS
+    """How long `pulumi up` waits for vLLM to turn healthy (seconds: the load plus ROCm
+    kernel builds)."""
     verify_after_up: bool = False
     """Run `llm-infra verify` on the host after each `pulumi up` (needs STACK.verify.json)."""
     min_decode_tps: Annotated[float, Field(gt=0)] | None = None
@@ -111,13 +139,19 @@ class CaddySettings(Strict):
     """The HTTPS front: site, certificates and who may connect."""
 
     site: SiteAddress
+    """A DNS name (automatic HTTPS) or the host's IP address (internal TLS only)."""
     tls: Literal["auto", "internal"]
+    """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
     acme_email: Email | None = None
+    """ACME account email; required with `tls: auto`."""
     allowed_cidrs: list[Cidr]
+    """Client networks allowed through; everything else gets 403."""
     allow_world: bool = False
     """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to it)."""
     image: ImageReference = CADDY_IMAGE
+    """The Caddy 2.11 image, pinned by a full version tag or a digest."""
     allow_floating_image: bool = False
+    """Accept a Caddy image tag that pins no full version."""
 
 
 class PatchSettings(Strict):
@@ -126,25 +160,35 @@ class PatchSettings(Strict):
     source: RepoPath
     """Path of the patch file, relative to the project root (and inside it)."""
     target: AbsolutePath
+    """Absolute path of the file it replaces inside the container."""
     sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    """sha256 of the patch file; the host verifies its copy and stops the deploy on a mismatch."""
 
 
 class HostMemorySettings(Strict):
     """What the memory plan checks against (seed 002's host)."""
 
     hbm_gib: Annotated[float, Field(gt=0)] = 192
+    """GPU memory (HBM) of the host that vLLM may use (GiB): weights, KV cache, activations."""
     ram_gib: Annotated[float, Field(gt=0)] = 235
+    """Host RAM (GiB): the pinned CPU KV tier and the runtime must fit in it."""
     disk_gb: Annotated[float, Field(gt=0)] = 500
+    """Disk for the model and the images (GB)."""
     activation_reserve_gib: Annotated[float, Field(ge=0)] = 6
+    """GPU memory kept free for activations beside the weights and the KV cache (GiB)."""
     runtime_gib: Annotated[float, Field(ge=0)] = 24
+    """Host RAM the runtime itself takes beside the CPU KV tier (GiB)."""
     image_gb: Annotated[float, Field(ge=0)] = 40
+    """Disk the container images take (GB)."""
     check: bool = True
+    """Refuse a stack that does not fit (render, preview and up)."""
 
 
 class DockerHostModelSettings(RepoModelSettings):
     """The checkpoint: repo files (safetensors and configs)."""
 
     size_gib: Annotated[float, Field(gt=0)] | None = None
+    """Weight size for the memory plan before a lock records the files' sizes."""
 
 
 class DockerHostStack(SingleServer, Strict):
@@ -154,13 +198,21 @@ class DockerHostStack(SingleServer, Strict):
     """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
 
     target: Literal["docker-host"]
+    """The deployment target: `docker-host`, vLLM in Docker Compose on a host reached over SSH."""
     host: HostSettings
+    """The GPU host, reached over SSH, and what it must offer."""
     model: DockerHostModelSettings
+    """The checkpoint to serve: repo, revision and files (safetensors and configs)."""
     fetch_image: ImageReference = FETCH_IMAGE
+    """Image the model download runs in on the host: a stock Python image, pinned."""
     server: VllmSettings
+    """`vllm serve` flags and vLLM's image."""
     caddy: CaddySettings
+    """The HTTPS front: site, certificates and who may connect."""
     patches: list[PatchSettings] = []
+    """Patched files mounted read-only over the image's own, each pinned by sha256."""
     memory: HostMemorySettings = HostMemorySettings()
+    """The host figures the memory plan checks the stack against."""
     metrics: HostMetricsSettings | None = None
     """vLLM's /metrics on a second Caddy site, a dashboard and alert rules (None: no metrics)."""
 

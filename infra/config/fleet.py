@@ -11,22 +11,19 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
-from infra.config.base import Strict, stack_placement_problems
+from infra.config.base import stack_placement_problems
 from infra.config.kubernetes import (
-    KubernetesSettings,
+    ClusterStack,
     KubernetesStack,
-    LitellmSettings,
     MemorySettings,
     ModelSettings,
-    NetworkSettings,
     StoreSettings,
 )
 from infra.config.kubernetes_checks import cross_checks
-from infra.config.metrics import KubernetesMetricsSettings
 from infra.config.server import ServerSettings
 
 
@@ -34,25 +31,22 @@ class FleetServerSettings(ServerSettings):
     """One server of a fleet: its flags, node, model and model volume."""
 
     model: ModelSettings
+    """This server's GGUF model: repo, revision and files."""
     store: StoreSettings
+    """This server's model volume and fetch Job."""
     memory: MemorySettings | None = None
     """This server's node, when it differs from the stack's `memory`."""
 
 
-class FleetStack(Strict):
+class FleetStack(ClusterStack):
     """Several llama.cpp servers on a Kubernetes cluster, each on its own node and volume."""
 
     kind: ClassVar[str] = "fleet"
     """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
 
-    target: Literal["kubernetes"]
-    kubernetes: KubernetesSettings = KubernetesSettings()
-    network: NetworkSettings = NetworkSettings()
-    memory: MemorySettings = MemorySettings()
-    litellm: LitellmSettings = LitellmSettings()
-    metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
-    """Metrics of every server (each its own monitor, alerts and dashboard)."""
     servers: Annotated[list[FleetServerSettings], Field(min_length=1)]
+    """The servers: each the keys of `server:`, with its own `model` and `store` (and,
+    optionally, `memory`)."""
 
     def server_stacks(self) -> list[KubernetesStack]:
         """Each server as the single-server stack it amounts to (validated already)."""

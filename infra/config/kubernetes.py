@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field
 
 from components.llamacpp.inputs import (
     CACHE_TYPES,
+    INIT_SECONDS,
     runtime_record,
     server_runtime_problems,
     worker_runtime_problems,
@@ -49,8 +50,11 @@ class KubernetesSettings(Strict):
     """Where the Kubernetes objects go."""
 
     namespace: DnsLabel = "default"
+    """Namespace of every object of the stack."""
     create_namespace: bool = False
+    """Create the namespace (labelled as managed by llm-infra); false: it must exist."""
     context: KubeContext | None = None
+    """The kubeconfig context the Kubernetes provider uses; unset: the kubeconfig's current one."""
 
 
 class ModelSettings(RepoModelSettings):
@@ -80,6 +84,8 @@ class HubSettings(Strict):
     """Where the model comes from: the keys `llm-infra lock` and the fetch Job share."""
 
     hf_endpoint: HttpUrl | None = None
+    """Hugging Face hub, or a mirror of it, that `llm-infra lock` and the fetch Job
+    download from; unset: huggingface.co."""
     allow_token_over_http: bool = False
     """Send hfToken to a plain-http hfEndpoint (a mirror on a trusted network); refused
     unless set."""
@@ -89,18 +95,26 @@ class StoreSettings(HubSettings):
     """The model volume and the fetch Job."""
 
     name: DnsLabel = "models"
+    """Name of the model volume's PersistentVolumeClaim; the fetch Job's names start with it."""
     size: Quantity
+    """Requested size of the model volume (a quantity such as `200Gi`); the memory plan checks
+    that the model's files fit."""
     storage_class: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")] = (
         "local-path"
     )
+    """StorageClass of the model volume's claim."""
     fetch_image: ImageReference = FETCH_IMAGE
+    """Image the fetch Job runs the fetcher in: a stock Python image, pinned."""
     allow_floating_image: bool = False
+    """Accept a fetchImage tag that pins no version (e.g. `latest`)."""
     retired_patterns: list[
         Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]+=@][A-Za-z0-9._*?\[\]+=@-]{0,254}$")]
     ] = []
     """Glob patterns of file names on the volume (no `/`; a leading `-` would read as a flag)."""
     parallel_downloads: Annotated[int, Field(ge=1, le=16)] = PARALLEL_DOWNLOADS
+    """Files the fetch Job downloads at once."""
     fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
+    """How long the fetch Job may run before Kubernetes stops it (hours)."""
     upgrade: Literal["keep", "replace"] = "keep"
     """`keep`: on a new lock the old model stays on the volume, and serving, until the new one is
     verified (the volume must hold both); `replace`: when it cannot, the retired files go first
@@ -115,13 +129,15 @@ class MemorySettings(Strict):
     """What the memory plan checks against (the container limit is server.resources.limits)."""
 
     vram_gib: Annotated[float, Field(gt=0)] | None = None
+    """GPU memory of the server's node that llama-server may use (GiB): the memory plan fits
+    the offloaded layers, KV cache and compute buffers into it; unset: no GPU budget is checked."""
     compute_gib: Annotated[float, Field(ge=0)] | None = None
     """Measured GPU compute buffers, replacing the planner's estimate."""
     check: bool = True
     """Refuse a stack that does not fit (render, preview and up)."""
     disk_read_mibps: Annotated[float, Field(gt=0)] = 300
     """Sequential read speed of the model volume: how long the load takes, for the probes."""
-    init_seconds: Annotated[int, Field(ge=0)] = 60
+    init_seconds: Annotated[int, Field(ge=0)] = INIT_SECONDS
     """Device and runtime start-up on top of reading the weights (Vulkan init, warm-up)."""
     node_cpu: NodeCpu | None = None
     """The server node's CPU (`zen5`, `sapphirerapids`, ...) or ggml CPU variant (`haswell`,
@@ -134,14 +150,18 @@ class NetworkClientSettings(Strict):
     """Pods allowed to reach the server: a namespace, optionally narrowed by pod labels."""
 
     namespace: DnsLabel
+    """Namespace of the client pods."""
     pod_labels: dict[LabelKey, LabelValue] = {}
+    """Labels the client pods must carry; empty: every pod of the namespace."""
 
 
 class NetworkSettings(Strict):
     """NetworkPolicies: server ingress from the clients only; fetch egress to DNS and HTTPS."""
 
     policies: bool = True
+    """Create the NetworkPolicies; false: none, and any pod may reach the server."""
     clients: list[NetworkClientSettings] = [NetworkClientSettings(namespace="litellm")]
+    """Pods the server's NetworkPolicy admits to the API port."""
     allow_cidrs: list[Cidr] = []
     """Extra sources (ipBlock), e.g. the node's address where the CNI subjects kubelet probes
     to NetworkPolicies (k3s dual-stack, k3s-io/k3s#10030)."""
@@ -153,24 +173,42 @@ class LitellmSettings(Strict):
     """How LiteLLM learns the route: the stack output only, or a ConfigMap in its namespace."""
 
     manage: Literal["output", "configmap"] = "output"
+    """`output`: the route is only a stack output (`litellmModel`); `configmap`: also a
+    ConfigMap labelled `litellm/route` in LiteLLM's namespace."""
     namespace: DnsLabel = "litellm"
+    """LiteLLM's namespace, where `manage: configmap` puts the route's ConfigMap."""
 
 
-class KubernetesStack(SingleServer, Strict):
+class ClusterStack(Strict):
+    """The keys a kubernetes stack of one server and a fleet share: they apply to every server."""
+
+    target: Literal["kubernetes"]
+    """The deployment target: `kubernetes`, a cluster reached through the kubeconfig."""
+    kubernetes: KubernetesSettings = KubernetesSettings()
+    """Where the Kubernetes objects go: namespace and kubeconfig context."""
+    network: NetworkSettings = NetworkSettings()
+    """NetworkPolicies of the servers and fetch Jobs, and who may reach the servers."""
+    memory: MemorySettings = MemorySettings()
+    """The node figures the memory plan checks a server against (unless it has its own)."""
+    litellm: LitellmSettings = LitellmSettings()
+    """How LiteLLM learns the servers' routes."""
+    metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
+    """llama-server's metrics, who may scrape them, and each server's monitor, alerts and
+    dashboard."""
+
+
+class KubernetesStack(SingleServer, ClusterStack):
     """A llama.cpp server on a Kubernetes (k3s) node, with its model volume."""
 
     kind: ClassVar[str] = "kubernetes"
     """Its entry in the table of targets (`infra.targets.registry.TARGETS`)."""
 
-    target: Literal["kubernetes"]
-    kubernetes: KubernetesSettings = KubernetesSettings()
-    network: NetworkSettings = NetworkSettings()
-    memory: MemorySettings = MemorySettings()
-    litellm: LitellmSettings = LitellmSettings()
-    metrics: KubernetesMetricsSettings = KubernetesMetricsSettings()
     model: ModelSettings
+    """The GGUF model to serve: repo, revision and files."""
     store: StoreSettings
+    """The model volume and the Job that fetches the model into it."""
     server: ServerSettings
+    """llama-server: its flags, image, runtime, probes, resources and placement."""
 
 
 StrixHaloStack = KubernetesStack

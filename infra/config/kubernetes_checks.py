@@ -25,7 +25,7 @@ from infra.config.kubernetes import (
     runtime_problems,
     structure_problems,
 )
-from infra.config.server import RuntimeSettings
+from infra.config.server import ResourceSettings, RuntimeSettings
 
 
 def kubernetes_name_problems(stack: KubernetesStack) -> list[str]:
@@ -127,13 +127,18 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
             "network.clients: empty, so nothing could reach the server (list the client "
             "namespaces, e.g. litellm, or set network.policies: false)"
         )
+    problems += request_limit_problems("server.resources", server.resources)
+    return problems
+
+
+def request_limit_problems(key: str, resources: ResourceSettings) -> list[str]:
+    """A cpu or memory request above its limit (Kubernetes refuses such a pod), under `key`."""
+    problems = []
     for resource in ("cpu", "memory"):
-        request = getattr(server.resources.requests, resource)
-        limit = getattr(server.resources.limits, resource)
+        request = getattr(resources.requests, resource)
+        limit = getattr(resources.limits, resource)
         if quantity_value(request) > quantity_value(limit):
-            problems.append(
-                f"server.resources.requests.{resource}: {request} is more than the limit {limit}"
-            )
+            problems.append(f"{key}.requests.{resource}: {request} is more than the limit {limit}")
     return problems
 
 
@@ -160,13 +165,7 @@ def rpc_problems(stack: KubernetesStack) -> list[str]:
             )
         elif len(name) > SERVER_NAME_MAX:
             problems.append(f"{key}.name: {name!r} is longer than {SERVER_NAME_MAX} characters")
-        for resource in ("cpu", "memory"):
-            request = getattr(worker.resources.requests, resource)
-            limit = getattr(worker.resources.limits, resource)
-            if quantity_value(request) > quantity_value(limit):
-                problems.append(
-                    f"{key}.resources.requests.{resource}: {request} is more than the limit {limit}"
-                )
+        problems += request_limit_problems(f"{key}.resources", worker.resources)
     if rpc.port == server.port:
         problems.append(f"server.rpc.port: {rpc.port} is the server's own port (server.port)")
     problems += stack_placement_problems(

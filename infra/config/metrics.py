@@ -64,7 +64,9 @@ class ScraperSettings(Strict):
     """Pods allowed to scrape `/metrics`: a namespace, optionally narrowed by pod labels."""
 
     namespace: DnsLabel
+    """Namespace of the scraper pods (Prometheus's)."""
     pod_labels: dict[LabelKey, LabelValue] = {}
+    """Labels the scraper pods must carry; empty: every pod of the namespace."""
 
 
 class KubernetesMetricsSettings(Strict):
@@ -80,25 +82,32 @@ class KubernetesMetricsSettings(Strict):
     service_monitor: bool = False
     """Create a prometheus-operator monitor (needs its CRDs, e.g. kube-prometheus-stack)."""
     monitor_kind: Literal["ServiceMonitor", "PodMonitor"] = "ServiceMonitor"
+    """Which prometheus-operator object serviceMonitor creates: a ServiceMonitor (scrapes
+    through the Service) or a PodMonitor (scrapes the pods)."""
     monitor_labels: dict[LabelKey, LabelValue] = {}
     """Labels of the monitor and the PrometheusRule, e.g. `release: kube-prometheus-stack`, which
     a Prometheus's serviceMonitorSelector and ruleSelector pick them by."""
     scrape_interval_seconds: ScrapeSeconds = SCRAPE_INTERVAL_SECONDS
+    """How often Prometheus scrapes the metrics port (seconds)."""
     rules: bool = False
     """Create a PrometheusRule with the alerts (needs the prometheus-operator CRDs)."""
     dashboard: bool = True
     """A ConfigMap labelled `grafana_dashboard` with the Grafana dashboard."""
     dashboard_namespace: DnsLabel | None = None
-    """Where the dashboard ConfigMap goes (default: the server's namespace)."""
+    """Where the dashboard ConfigMap goes; unset: the server's namespace."""
     alerts: AlertSettings = AlertSettings()
+    """Thresholds of the alert rules."""
     reference: ReferenceFigures = ReferenceFigures()
+    """Measured speeds the dashboard draws as reference lines."""
 
 
 class GpuExporterSettings(Strict):
     """AMD's device metrics exporter beside vLLM (GPU temperature, power, memory)."""
 
     image: ImageReference = "rocm/device-metrics-exporter:v1.2.1"
+    """Image of AMD's device metrics exporter, pinned by a version tag or a digest."""
     allow_floating_image: bool = False
+    """Accept an exporter image tag that pins no version."""
 
 
 class HostMetricsSettings(Strict):
@@ -109,8 +118,12 @@ class HostMetricsSettings(Strict):
     allowed_cidrs: list[Cidr]
     """Networks allowed to scrape; everyone else gets 403."""
     allow_world: bool = False
+    """Accept allowedCidrs that admit every address."""
     scrape_interval_seconds: ScrapeSeconds = SCRAPE_INTERVAL_SECONDS
+    """Scrape interval of the rendered Prometheus scrape config (seconds)."""
     gpu_exporter: GpuExporterSettings | None = None
     """Also run the AMD device metrics exporter, served at `/gpu/metrics` on the metrics site."""
     alerts: AlertSettings = AlertSettings()
+    """Thresholds of the alert rules."""
     reference: ReferenceFigures = ReferenceFigures()
+    """Measured speeds the dashboard draws as reference lines."""

@@ -29,7 +29,9 @@ SCHEMA_ID = "https://llm-infra.invalid/stack.schema.json"
 STACK_MODELS: tuple[type[BaseModel], ...] = (KubernetesStack, FleetStack, DockerHostStack)
 _SECURE = {
     "type": "object",
-    "properties": {"secure": {"type": "string"}},
+    "properties": {
+        "secure": {"type": "string", "description": "the ciphertext `pulumi config` wrote"}
+    },
     "required": ["secure"],
     "additionalProperties": False,
     "description": "a value Pulumi encrypted (`pulumi config set --secret`)",
@@ -117,7 +119,7 @@ def stack_file_schema() -> dict[str, Any]:
         for key in LOCATION_KEYS:
             properties[f"{NAMESPACE}:{key}"] = {
                 "type": "string",
-                "description": "where the lock lives (default: STACK.lock.json beside the file)",
+                "description": "where the lock lives; unset: STACK.lock.json beside the file",
             }
         variants.append(
             {

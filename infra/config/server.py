@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from components.extra_args import ExtraArgs
+from components.k8s.pod_security import DEFAULT_UID
 from components.llamacpp.inputs import (
     GPU_RESOURCE,
     RPC_BINARY,
@@ -35,10 +36,15 @@ class ProbeSettings(Strict):
     """An HTTP GET probe."""
 
     path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._~/-]*$")] = "/health"
+    """Request path of the HTTP GET."""
     initial_delay_seconds: Annotated[int, Field(ge=0)]
+    """Seconds after start (or after the startup probe succeeded) before the first probe."""
     period_seconds: Annotated[int, Field(ge=1)]
+    """Seconds between probes."""
     failure_threshold: Annotated[int, Field(ge=1)]
+    """Consecutive failures before the probe counts as failed."""
     timeout_seconds: Annotated[int, Field(ge=1)] = 5
+    """Seconds one probe may take."""
 
     @property
     def window_seconds(self) -> int:
@@ -52,26 +58,34 @@ class ProbesSettings(Strict):
     startup: ProbeSettings = ProbeSettings(
         initial_delay_seconds=30, period_seconds=10, failure_threshold=177
     )
+    """Covers the model load: liveness and readiness start only once it succeeded; its window
+    must outlast minLoadSeconds and the planned load."""
     readiness: ProbeSettings = ProbeSettings(
         initial_delay_seconds=30, period_seconds=10, failure_threshold=6
     )
+    """When the pod receives traffic."""
     liveness: ProbeSettings = ProbeSettings(
         initial_delay_seconds=0, period_seconds=30, failure_threshold=5
     )
+    """When a hung server is restarted."""
 
 
 class ComputeResources(Strict):
     """cpu and memory quantities."""
 
     cpu: Quantity
+    """CPU quantity, e.g. `4` or `500m`."""
     memory: Quantity
+    """Memory quantity, e.g. `32Gi`."""
 
 
 class ResourceSettings(Strict):
     """Container requests and limits."""
 
     requests: ComputeResources
+    """What the scheduler reserves for the container."""
     limits: ComputeResources
+    """The most the container may use (above the memory limit it is killed)."""
 
 
 def _worker_resources() -> ResourceSettings:
@@ -85,7 +99,7 @@ class RpcWorkerSettings(Strict):
     """One node that lends its GPU to the server through llama.cpp's rpc-server."""
 
     name: DnsLabel | None = None
-    """Name of the worker's Deployment and Service (default `<server>-rpc-<index>`)."""
+    """Name of the worker's Deployment and Service; unset: `<server>-rpc-<index>`."""
     node_selector: Annotated[dict[LabelKey, LabelValue], Field(min_length=1)]
     """Node labels the worker pod must match (its own node, not the server's)."""
     vram_gib: Annotated[float, Field(gt=0)]
@@ -95,16 +109,18 @@ class RpcWorkerSettings(Strict):
     threads: Annotated[int, Field(ge=1)] | None = None
     """`-t`: CPU threads of rpc-server (its CPU device only)."""
     resources: ResourceSettings = _worker_resources()
+    """Container requests and limits of the worker's rpc-server."""
 
 
 class RpcSettings(Strict):
     """Split one model across nodes: an rpc-server per worker, `--rpc` on the server (the head)."""
 
     workers: Annotated[list[RpcWorkerSettings], Field(min_length=1)]
+    """The nodes that lend their GPU, in `--rpc` order."""
     port: Port = RPC_PORT
     """rpc-server's port on each worker (container and Service)."""
     image: ImageReference | None = None
-    """Worker image (default: server.image). Head and workers must be the same llama.cpp build,
+    """Worker image; unset: server.image. Head and workers must be the same llama.cpp build,
     configured with -DGGML_RPC=ON: the RPC protocol has no compatibility across versions."""
     binary: AbsolutePath = RPC_BINARY
     """rpc-server inside the image."""
@@ -154,17 +170,26 @@ class ServerSettings(Strict):
     """llama-server and its Deployment."""
 
     gpu_access: Literal["privileged", "device-plugin"] = "privileged"
+    """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
+    `device-plugin`: gpuResource requested from the node, no privileges (runs as runAsUser)."""
     gpu_resource: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")] = GPU_RESOURCE
+    """Extended resource requested in `device-plugin` mode."""
     render_group_id: Annotated[int, Field(ge=1)] | None = None
-    run_as_user: Annotated[int, Field(ge=1)] = 10001
+    """GID of the node's render group, added to the pods' supplemental groups: a non-root
+    process needs it to open the render node."""
+    run_as_user: Annotated[int, Field(ge=1)] = DEFAULT_UID
+    """Non-root uid of the server's and workers' containers in `device-plugin` mode."""
     api_key: bool = False
+    """Require the apiKey secret as a Bearer token (`--api-key-file`, from a Kubernetes Secret);
+    LiteLLM's route then sends it."""
     gpu_gate: bool = False
+    """Startup probe that fails unless the load log shows the layers on the runtime's GPU device
+    (a `cpu` runtime: every layer on the host)."""
     verify_after_up: bool = False
     """Run `llm-infra verify` as a Job after each `pulumi up` (needs stacks/STACK.verify.json;
     a fleet's server stacks/STACK.SERVER.verify.json)."""
     min_decode_tps: Annotated[float, Field(gt=0)] | None = None
     """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
-    """Startup probe that fails unless the load log shows the layers on a Vulkan device."""
     cache_ram: Annotated[int, Field(ge=0)] | None = None
     """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
     repack: bool = True
@@ -173,7 +198,10 @@ class ServerSettings(Strict):
     node (memory.nodeCpu) until this is false."""
 
     name: DnsLabel | None = None
+    """Name of the Deployment and Service, and the prefix of the server's other objects;
+    unset: alias."""
     alias: ModelName
+    """`--alias`: the model's name in `GET /v1/models`, which LiteLLM routes by."""
     runtime: RuntimeChoice = "vulkan"
     """What runs llama-server: a built-in runtime, the official image of the pinned build b11434
     of one backend: `vulkan` (`server-vulkan-b11434`, /dev/dri), `rocm` (`server-rocm-b11434`,
@@ -188,19 +216,36 @@ class ServerSettings(Strict):
     same backend (an official tag of another backend is refused; an image of another repository
     is a custom build, taken to have `rpc`); a declared or tuned runtime names its own."""
     allow_floating_image: bool = False
+    """Accept a server image (or runtime image) tag that pins no build."""
     host: IpAddress = "0.0.0.0"
+    """`--host`: llama-server's bind address."""
     port: Port = 8080
+    """`--port`: llama-server's listen port (containerPort and the Service's targetPort)."""
     service_port: Port | None = None
+    """Port of the Service; unset: port."""
     jinja: bool = True
+    """`--jinja`: use the chat template in the GGUF."""
     gpu_layers: Annotated[int, Field(ge=0)]
+    """`-ngl`: layers offloaded to the GPU; llama.cpp counts the output layer too (the
+    model's layers + 1 offloads them all)."""
     context_size: Annotated[int, Field(ge=1)]
+    """`-c`: KV-cache context of all slots together (tokens); each slot gets
+    contextSize / parallel."""
     min_slot_context: Annotated[int, Field(ge=1)] = 65536
+    """Smallest context one slot may get (contextSize / parallel): the checks refuse less,
+    and the plan's advice keeps at least this."""
     parallel: Annotated[int, Field(ge=1)] = 1
+    """`-np`: parallel slots, the requests served at once."""
     cont_batching: bool = True
+    """`--cont-batching` (false: `--no-cont-batching`): continuous batching across slots."""
     cache_type_k: CacheType = "f16"
+    """`--cache-type-k`: K cache type (deepseek4 needs it equal to cacheTypeV)."""
     cache_type_v: CacheType = "f16"
+    """`--cache-type-v`: V cache type."""
     temperature: Annotated[float, Field(ge=0)]
+    """`--temp`: sampling temperature of the requests that set none."""
     top_p: Annotated[float, Field(gt=0, le=1)]
+    """`--top-p`: nucleus-sampling threshold of the requests that set none."""
     top_k: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
     """`--top-k`: sample from the k most likely tokens, for requests that set none (0: every
     token); unset: llama-server's own (40)."""
@@ -208,10 +253,17 @@ class ServerSettings(Strict):
     """`--min-p`: drop tokens less likely than this share of the most likely one, for requests
     that set none (0: off); unset: llama-server's own (0.05)."""
     threads: Annotated[int, Field(ge=1)]
+    """`--threads`: CPU threads (sampling and the CPU-resident layers)."""
     node_selector: dict[LabelKey, LabelValue] = {}
+    """Node labels the server pod must match (the GPU node)."""
     resources: ResourceSettings
+    """Container requests and limits of llama-server; limits.memory bounds what the memory
+    plan places in host RAM."""
     probes: ProbesSettings = ProbesSettings()
+    """Startup, readiness and liveness probes of the server."""
     min_load_seconds: Annotated[int, Field(ge=0)] = 300
+    """The least time the startup probe must allow (initialDelaySeconds + periodSeconds x
+    failureThreshold): the checks refuse a shorter window."""
     rpc: RpcSettings | None = None
     """Split the model across other nodes' GPUs (llama.cpp RPC); None: this node only."""
     extra_args: ExtraArgs = []

@@ -13,7 +13,12 @@ import pytest
 import yaml
 
 from infra.config.base import LOCATION_KEYS, SECRET_KEYS
-from infra.config.schema import STACK_MODELS, explain, stack_file_schema
+from infra.config.schema import (
+    STACK_MODELS,
+    configuration_reference,
+    explain,
+    stack_file_schema,
+)
 from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -141,6 +146,17 @@ def test_the_configuration_reference_is_current_lists_every_key_and_is_linked() 
             assert f"| `{info.alias or name}` | " in text, (model.__name__, name)
     assert "| `host.hostKey` | string \\| null |  | `null` | The host's public key" in text
     assert "[docs/configuration.md](docs/configuration.md)" in (ROOT / "README.md").read_text()
+
+
+def test_every_key_of_the_reference_has_a_description() -> None:
+    undocumented = []
+    for line in configuration_reference().splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+        if line.startswith("| `") and cells[-1] == "":
+            undocumented.append(cells[0])
+    assert undocumented == [], "stack keys without a docstring under their field: " + ", ".join(
+        undocumented
+    )
 
 
 def test_a_stale_reference_fails_the_check(tmp_path: Path) -> None:
