@@ -32,14 +32,13 @@ from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
 from tests.conftest import stack_values, strix, unlocked_source
 from tests.support.provider_deploy import (
     LLAMA,
-    SSH_KEY,
     VLLM,
     Deployment,
     input_errors,
     vllm_inputs,
 )
 from tests.support.provider_host import secret
-from tests.support.vllm_samples import HOST_KEY
+from tests.support.vllm_samples import HOST_KEY, SSH_KEY
 from tests.support.vllm_samples import server_args as sample_vllm_args
 
 INJECTED_BLOCK = "127.0.0.2/32\n\thandle /tokenize {\n\t\treverse_proxy vllm:8000\n\t}\n\t#"
