@@ -32,14 +32,13 @@ from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
 from tests.conftest import stack_values, strix, unlocked_source
 from tests.support.provider_deploy import (
     LLAMA,
-    SSH_KEY,
     VLLM,
     Deployment,
     input_errors,
     vllm_inputs,
 )
 from tests.support.provider_host import secret
-from tests.support.vllm_samples import HOST_KEY
+from tests.support.vllm_samples import HOST_KEY, SSH_KEY
 from tests.support.vllm_samples import server_args as sample_vllm_args
 
 INJECTED_BLOCK = "127.0.0.2/32\n\thandle /tokenize {\n\t\treverse_proxy vllm:8000\n\t}\n\t#"
@@ -389,51 +388,32 @@ def split_stack() -> Any:
     return strix(stack_values("strix-halo-pair-split"))
 
 
-def test_a_split_models_head_and_workers_as_the_stack_builds_them_agree() -> None:
-    stack = split_stack()
-    source = unlocked_source(stack)
-    volume = {
-        "claim_name": "m",
-        "fetcher_config_map": "f",
-        "check_image": "python:3.12",
-        "run_as_user": 1,
-    }
-    head = server_args(stack, source, volume)
-    workers = rpc_worker_args(stack)
-    assert workers and split_problems(stack.server.resource_name, head, workers) == []
-
-
-def test_workers_that_do_not_match_their_head_are_named() -> None:
-    stack = split_stack()
-    source = unlocked_source(stack)
-    volume = {
-        "claim_name": "m",
-        "fetcher_config_map": "f",
-        "check_image": "python:3.12",
-        "run_as_user": 1,
-    }
-    head = copy.deepcopy(server_args(stack, source, volume))
-    workers = copy.deepcopy(rpc_worker_args(stack))
-    (name,) = workers
-    workers[name]["head_pod_labels"] = {"app.kubernetes.io/instance": "someone-else"}
-    head["flags"]["rpc"] = ["elsewhere.llm-infra.svc:50052"]
-    head["flags"]["tensor_split"] = [1.0, 1.0, 1.0]
-    problems = dict(
-        (".".join(map(str, loc)), message)
-        for loc, message in split_problems(stack.server.resource_name, head, workers)
-    )
-    assert "would shut the head out" in problems[f"{name}.head_pod_labels"]
-    assert "is not the workers' Services in order" in problems["flags.rpc"]
-    assert "has 3 shares for 1 workers" in problems["flags.tensor_split"]
-    with pytest.raises(ComponentInputError, match=r"flags\.rpc"):
-        check_split(stack.server.resource_name, head, workers)
-
-
 def split_pair() -> tuple[str, Any, dict[str, Any]]:
     """The head's name and args and its workers' args, as the stack target builds them."""
     stack = split_stack()
     head = copy.deepcopy(server_args(stack, unlocked_source(stack), SPLIT_VOLUME))
     return stack.server.resource_name, head, copy.deepcopy(dict(rpc_worker_args(stack)))
+
+
+def test_a_split_models_head_and_workers_as_the_stack_builds_them_agree() -> None:
+    server, head, workers = split_pair()
+    assert workers and split_problems(server, head, workers) == []
+
+
+def test_workers_that_do_not_match_their_head_are_named() -> None:
+    server, head, workers = split_pair()
+    (name,) = workers
+    workers[name]["head_pod_labels"] = {"app.kubernetes.io/instance": "someone-else"}
+    head["flags"]["rpc"] = ["elsewhere.llm-infra.svc:50052"]
+    head["flags"]["tensor_split"] = [1.0, 1.0, 1.0]
+    problems = dict(
+        (".".join(map(str, loc)), message) for loc, message in split_problems(server, head, workers)
+    )
+    assert "would shut the head out" in problems[f"{name}.head_pod_labels"]
+    assert "is not the workers' Services in order" in problems["flags.rpc"]
+    assert "has 3 shares for 1 workers" in problems["flags.tensor_split"]
+    with pytest.raises(ComponentInputError, match=r"flags\.rpc"):
+        check_split(server, head, workers)
 
 
 def test_a_python_program_gets_the_split_checked_when_it_builds_the_head() -> None:

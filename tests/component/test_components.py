@@ -11,9 +11,9 @@ import pulumi_kubernetes as k8s
 import pytest
 import yaml
 
-from components import GgufModelStore, LlamaCppVulkanServer
+from components import GgufModelStore, LlamaCppVulkanServer, LlamaCppVulkanServerArgs
 from infra import program
-from infra.config import ConfigError, read_stack_file
+from infra.config import ConfigError, KubernetesStack, read_stack_file
 from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program
 from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import STACKS, strix, unlocked_source
@@ -21,18 +21,22 @@ from tests.conftest import STACKS, strix, unlocked_source
 TOKEN = "hf_live_token_value_123"
 
 
+def store_and_server_args(
+    stack: KubernetesStack, hf_token: pulumi.Output[str] | None = None
+) -> tuple[GgufModelStore, LlamaCppVulkanServerArgs]:
+    """The stack's model store, built inside a program, and its server's args reading from it."""
+    source = unlocked_source(stack)
+    store = GgufModelStore("models", store_args(stack, source, hf_token))
+    return store, server_args(stack, source, store.model_volume)
+
+
 def render_components(values: dict[str, Any], hf_token: str | None) -> Rendered:
     stack = strix(values)
 
     def build() -> None:
         token = pulumi.Output.secret(hf_token) if hf_token else None
-        source = unlocked_source(stack)
-        store = GgufModelStore("models", store_args(stack, source, token))
-        LlamaCppVulkanServer(
-            "ds",
-            server_args(stack, source, store.model_volume),
-            opts=pulumi.ResourceOptions(depends_on=[store]),
-        )
+        store, args = store_and_server_args(stack, token)
+        LlamaCppVulkanServer("ds", args, opts=pulumi.ResourceOptions(depends_on=[store]))
 
     return run_program(build, {}, [], stack="test")
 
@@ -93,9 +97,8 @@ def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str,
     seen: dict[str, Any] = {}
 
     def build() -> None:
-        source = unlocked_source(stack)
-        store = GgufModelStore("models", store_args(stack, source, None))
-        server = LlamaCppVulkanServer("ds", server_args(stack, source, store.model_volume))
+        store, args = store_and_server_args(stack)
+        server = LlamaCppVulkanServer("ds", args)
         pulumi.Output.all(server.url, server.alias, store.model_path, store.claim_name).apply(
             lambda values: seen.update(zip(("url", "alias", "path", "claim"), values, strict=True))
         )
@@ -116,9 +119,8 @@ def test_outputs_depend_on_the_children_that_make_them_true(
     stack = strix(strix_halo_values)
 
     def build() -> None:
-        source = unlocked_source(stack)
-        store = GgufModelStore("models", store_args(stack, source, None))
-        server = LlamaCppVulkanServer("ds", server_args(stack, source, store.model_volume))
+        store, args = store_and_server_args(stack)
+        server = LlamaCppVulkanServer("ds", args)
         for output, name in (
             (server.url, "url"),
             (server.alias, "alias"),
@@ -164,9 +166,7 @@ def test_integers_given_as_floats_reach_the_deployment_as_integers(
     stack = strix(strix_halo_values)
 
     def build() -> None:
-        source = unlocked_source(stack)
-        store = GgufModelStore("models", store_args(stack, source, None))
-        args = server_args(stack, source, store.model_volume)
+        _, args = store_and_server_args(stack)
         flags: dict[str, Any] = {**args["flags"], "port": 8080.0, "gpu_layers": 40.0}
         LlamaCppVulkanServer("ds", {**args, "flags": flags, "service_port": 8080.0})  # type: ignore[typeddict-item]
 

@@ -12,36 +12,26 @@ import yaml
 from tests.conftest import ROOT
 from tests.support.cli import run_cli
 from tests.support.golden import GOLDEN, files_under, read_snapshot, write_snapshot
-from tests.support.render import FLEET_STACKS, STACK_FILE, render
+from tests.support.render import FLEET_STACKS, STACK_FILE, render, rendered_stack
 
 UPDATE = os.environ.get("LLM_INFRA_UPDATE_GOLDEN") == "1"
 
 
 @pytest.fixture(scope="module")
 def strix_halo_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("render") / "strix-halo"
-    result = render("strix-halo", out)
-    assert result.returncode == 0, result.stderr
-    return out
+    return rendered_stack("strix-halo", tmp_path_factory.mktemp("render"))
 
 
 @pytest.fixture(scope="module")
 def mi300x_render(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("render") / "mi300x"
-    result = render("mi300x", out)
-    assert result.returncode == 0, result.stderr
-    return out
+    return rendered_stack("mi300x", tmp_path_factory.mktemp("render"))
 
 
 @pytest.fixture(scope="module")
 def fleet_renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    renders = {}
-    for stack in FLEET_STACKS:
-        out = tmp_path_factory.mktemp("render") / stack
-        result = render(stack, out)
-        assert result.returncode == 0, result.stderr
-        renders[stack] = out
-    return renders
+    return {
+        stack: rendered_stack(stack, tmp_path_factory.mktemp("render")) for stack in FLEET_STACKS
+    }
 
 
 @pytest.mark.parametrize("stack", ["strix-halo", "mi300x", *FLEET_STACKS])

@@ -128,8 +128,28 @@ def expected_alert(kind: ServerKind, alert: str, spec: MonitoringSpec, **extra: 
     }
 
 
-# (kind, alert, eval time, series that fire it, series that must not)
 Series = list[dict[str, str]]
+
+
+def llama_decoding(tokens: str, seconds: str) -> Series:
+    """A llama-server decoding one request: its token and decode-time counters."""
+    return [
+        series("llamacpp:tokens_predicted_total", LLAMA, tokens),
+        series("llamacpp:tokens_predicted_seconds_total", LLAMA, seconds),
+        series("llamacpp:requests_processing", LLAMA, "1x20"),
+    ]
+
+
+def vllm_decoding(tokens: str, seconds: str, running: str) -> Series:
+    """vLLM decoding `running` requests: its time-per-output-token histogram's count and sum."""
+    return [
+        series("vllm:request_time_per_output_token_seconds_count", VLLM, tokens),
+        series("vllm:request_time_per_output_token_seconds_sum", VLLM, seconds),
+        series("vllm:num_requests_running", VLLM, running),
+    ]
+
+
+# (kind, alert, eval time, series that fire it, series that must not)
 CASES: list[tuple[ServerKind, str, str, Series, Series, dict[str, str]]] = [
     ("llama-server", "LlmServerDown", "10m",
      [series("up", LLAMA, "1 1 0x10")], [series("up", LLAMA, "1x10")], LLAMA),
@@ -148,28 +168,15 @@ CASES: list[tuple[ServerKind, str, str, Series, Series, dict[str, str]]] = [
       series("vllm:generation_tokens_total", VLLM, "900x20")], VLLM),
     # 600 tokens in 60 s of decoding a minute: 10 tok/s, under the floor of 20; 60 tok/s is not.
     ("llama-server", "LlmDecodeBelowFloor", "15m",
-     [series("llamacpp:tokens_predicted_total", LLAMA, "0+600x20"),
-      series("llamacpp:tokens_predicted_seconds_total", LLAMA, "0+60x20"),
-      series("llamacpp:requests_processing", LLAMA, "1x20")],
-     [series("llamacpp:tokens_predicted_total", LLAMA, "0+600x20"),
-      series("llamacpp:tokens_predicted_seconds_total", LLAMA, "0+10x20"),
-      series("llamacpp:requests_processing", LLAMA, "1x20")], LLAMA),
+     llama_decoding("0+600x20", "0+60x20"), llama_decoding("0+600x20", "0+10x20"), LLAMA),
     # 60 output tokens at 0.1 s each per minute: 10 tok/s, under 150; at 5 ms, 200 tok/s.
     ("vllm", "LlmDecodeBelowFloor", "15m",
-     [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+60x20"),
-      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+6x20"),
-      series("vllm:num_requests_running", VLLM, "1x20")],
-     [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+60x20"),
-      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+0.3x20"),
-      series("vllm:num_requests_running", VLLM, "1x20")], VLLM),
+     vllm_decoding("0+60x20", "0+6x20", "1x20"), vllm_decoding("0+60x20", "0+0.3x20", "1x20"),
+     VLLM),
     # Batched: 8 streams at 68 tok/s each (seed 002's 542 over 8) are no fallback.
     ("vllm", "LlmDecodeBelowFloor", "15m",
-     [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+60x20"),
-      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+6x20"),
-      series("vllm:num_requests_running", VLLM, "1x20")],
-     [series("vllm:request_time_per_output_token_seconds_count", VLLM, "0+480x20"),
-      series("vllm:request_time_per_output_token_seconds_sum", VLLM, "0+7.06x20"),
-      series("vllm:num_requests_running", VLLM, "8x20")], VLLM),
+     vllm_decoding("0+60x20", "0+6x20", "1x20"), vllm_decoding("0+480x20", "0+7.06x20", "8x20"),
+     VLLM),
     ("vllm", "LlmKvCacheNearlyFull", "10m",
      [series("vllm:kv_cache_usage_perc", VLLM, "0.95x10")],
      [series("vllm:kv_cache_usage_perc", VLLM, "0.5x10")], VLLM),

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,24 @@ from tests.support.llama_server import (
     tiny_server_argv,
 )
 from tests.support.tiny_gguf import write_tiny_split_model
+
+
+def gate_probe(
+    log: Path, layers: int, url: str | None = None, timeout: float = 180, **options: Any
+) -> subprocess.CompletedProcess[str]:
+    """The pod's gate probe (`gate.probe_command`) over `log`, the server's /health at `url`."""
+    command = gate.probe_command(str(log), layers, health_url=url, **options)
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=timeout)
+
+
+def gpu_gate_cli(log: Path, url: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """`llm-infra gpu-gate --log LOG OPTIONS` in its own process, beside the server at `url`:
+    it waits for /health, then reads the log."""
+    argv = ["gpu-gate", "--log", str(log), *options, "--wait-url", url, "--wait-timeout", "10"]
+    return subprocess.run(
+        [sys.executable, "-m", "infra.cli", *argv],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -100,19 +119,9 @@ def test_log_file_misses_the_warning_but_the_gate_still_fails(model: Path, tmp_p
     stock = stock_llama_server_binary()
     with run_llama_server(argv, log_path=tmp_path / "stderr.log", binary=stock) as url:
         # `llm-infra gpu-gate` beside the server: wait for /health, then read the log.
-        check = subprocess.run(
-            [sys.executable, "-m", "infra.cli", "gpu-gate", "--log", str(log_file),
-             "--expect-layers", "40", "--wait-url", url, "--wait-timeout", "10"],
-            capture_output=True, text=True, check=False, cwd=ROOT,
-        )  # fmt: skip
-        probe = subprocess.run(
-            gate.probe_command(str(log_file), 40, health_url=url),
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-    down = subprocess.run(
-        gate.probe_command(str(log_file), 40, health_url=url),
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        check = gpu_gate_cli(log_file, url, "--expect-layers", "40")
+        probe = gate_probe(log_file, 40, url=url)
+    down = gate_probe(log_file, 40, url=url)
     assert down.returncode == 1
     assert down.stdout == "gpu-gate: not healthy yet (the model is still loading)\n"
     text = log_file.read_text()
@@ -136,10 +145,7 @@ def test_the_pods_wrapper_keeps_the_load_and_never_grows(model: Path, tmp_path: 
         for i in range(30):
             complete(url, f"prompt {i}: " + "word " * 20)
         after = log.read_text()
-        probe = subprocess.run(
-            gate.probe_command(str(log), 40, health_url=url),
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        probe = gate_probe(log, 40, url=url)
     assert loaded == after  # 30 requests, 29 cached prompts: not one byte more
     assert (
         loaded.rstrip("\n")
@@ -178,15 +184,8 @@ def test_a_real_fused_op_fallback_fails_the_gate_and_the_probe_alike(tmp_path: P
     """b11434 switches Flash Attention and the fused HC ops off when they land off the layer's
     device (here RPC0 plays the GPU; FUSED_OPS_OFF keeps layer 0's weights and KV on the CPU)."""
     with run_rpc_gated_llama_server(deepseek4_model(), tmp_path, *FUSED_OPS_OFF) as (url, log):
-        probe = subprocess.run(
-            gate.probe_command(str(log), 9999, health_url=url, device_prefix="RPC"),
-            capture_output=True, text=True, check=False, timeout=180,
-        )  # fmt: skip
-        check = subprocess.run(
-            [sys.executable, "-m", "infra.cli", "gpu-gate", "--log", str(log),
-             "--device-prefix", "RPC", "--wait-url", url, "--wait-timeout", "10"],
-            capture_output=True, text=True, check=False, cwd=ROOT,
-        )  # fmt: skip
+        probe = gate_probe(log, 9999, url=url, device_prefix="RPC")
+        check = gpu_gate_cli(log, url, "--device-prefix", "RPC")
     text = log.read_text()
     assert "W resolve_fused_ops: Flash Attention not supported, set to disabled" in text
     result = gpu_gate.check_log(text, None, device_prefix="RPC")
@@ -210,14 +209,8 @@ def test_a_healthy_run_passes_the_gate_with_its_first_decode_and_api_key(tmp_pat
     key_file.write_text("sk-gate-contract\n")
     extra = ("-fa", "auto", "--api-key-file", str(key_file))
     with run_rpc_gated_llama_server(deepseek4_model(), tmp_path, *extra) as (url, log):
-        command = gate.probe_command(
-            str(log), 9999, health_url=url, device_prefix="RPC", api_key_file=str(key_file)
-        )
-        probe = subprocess.run(command, capture_output=True, text=True, check=False, timeout=180)
-        keyless = subprocess.run(
-            gate.probe_command(str(log), 9999, health_url=url, device_prefix="RPC"),
-            capture_output=True, text=True, check=False, timeout=180,
-        )  # fmt: skip
+        probe = gate_probe(log, 9999, url=url, device_prefix="RPC", api_key_file=str(key_file))
+        keyless = gate_probe(log, 9999, url=url, device_prefix="RPC")
         decoded = gate_decode.first_decode(url, gate_decode.read_api_key(str(key_file)))
     assert gpu_gate.check_log(log.read_text(), None, device_prefix="RPC").ok
     assert probe.returncode == 0, probe.stdout
@@ -232,15 +225,8 @@ def test_a_real_load_then_a_crash_at_the_first_decode_fails_naming_it(tmp_path: 
         pass
     assert gpu_gate.check_log(log.read_text(), None, device_prefix="RPC").ok
     with crash_at_first_decode_server() as url:
-        probe = subprocess.run(
-            gate.probe_command(str(log), 9999, health_url=url, device_prefix="RPC"),
-            capture_output=True, text=True, check=False, timeout=60,
-        )  # fmt: skip
-        check = subprocess.run(
-            [sys.executable, "-m", "infra.cli", "gpu-gate", "--log", str(log),
-             "--device-prefix", "RPC", "--wait-url", url, "--wait-timeout", "10"],
-            capture_output=True, text=True, check=False, cwd=ROOT,
-        )  # fmt: skip
+        probe = gate_probe(log, 9999, url=url, device_prefix="RPC", timeout=60)
+        check = gpu_gate_cli(log, url, "--device-prefix", "RPC")
     dropped = gate_decode.decode_failure("dropped")
     assert "the first decode" in dropped and "ggml-org/llama.cpp#29028" in dropped
     assert probe.returncode == 1 and probe.stdout == f"gpu-gate: FAIL: {dropped}\n"
@@ -277,14 +263,8 @@ def test_the_cpu_runtimes_gate_passes_the_real_cpu_build_under_the_pods_wrapper(
     log, console = tmp_path / "llama-server.log", tmp_path / "console.log"
     argv = tiny_server_argv(model, "-ngl", "0", "-lv", "4", "--log-file", str(log), parallel=1)
     with run_gated_llama_server(argv, console) as url:
-        probe = subprocess.run(
-            gate.probe_command(str(log), 0, health_url=url, device_prefix=None),
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
-        vulkan = subprocess.run(
-            gate.probe_command(str(log), 0, health_url=url),
-            capture_output=True, text=True, check=False,
-        )  # fmt: skip
+        probe = gate_probe(log, 0, url=url, device_prefix=None)
+        vulkan = gate_probe(log, 0, url=url)
     assert probe.returncode == 0, probe.stdout + probe.stderr
     assert probe.stdout.startswith("gpu-gate: PASS every layer on the host (seen: model buffers ")
     assert "CPU_Mapped" in probe.stdout
@@ -307,8 +287,5 @@ def test_a_cpu_build_with_the_rpc_backend_passes_the_cpu_gate_on_its_buffers(
     assert re.search(r"load_tensors: offloaded 0/\d+ layers to GPU", text)
     assert gpu_gate.check_log(text, 0, device_prefix=None).ok
     (tmp_path / "load.log").write_text(text)
-    probe = subprocess.run(
-        gate.probe_command(str(tmp_path / "load.log"), 0, device_prefix=None),
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    probe = gate_probe(tmp_path / "load.log", 0, device_prefix=None)
     assert probe.returncode == 0, probe.stdout

@@ -29,7 +29,7 @@ from infra.targets.docker_host import monitoring as host_monitoring
 from tests.conftest import ROOT
 from tests.support.llama_server import free_port
 from tests.support.prometheus import LivePrometheus, run_prometheus
-from tests.support.render import render
+from tests.support.render import rendered_stack
 from tests.support.vllm_parser import vllm_python
 
 SCRIPT = Path(__file__).parent.parent / "support" / "vllm_metric_names.py"
@@ -55,8 +55,7 @@ def exported_series(metrics: dict[str, str]) -> set[str]:
 
 @pytest.fixture(scope="module")
 def mi300x(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("render") / "mi300x"
-    assert render("mi300x", out, cwd=ROOT).returncode == 0
+    out = rendered_stack("mi300x", tmp_path_factory.mktemp("render"))
     return out / "files/opt/llm/monitoring"
 
 

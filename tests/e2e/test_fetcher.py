@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from components.payloads import FETCHER_SOURCE, fetcher
-from components.payloads.fetcher import FetchError, fetch_document, load_lock
+from components.payloads.fetcher import FetchError, Lock, fetch_document, load_lock
 from components.payloads.fetcher import fetch as fetch_files
 from tests.support.hub_emulator import Hub, run_fetcher, running_hub
 
@@ -314,17 +315,25 @@ def test_two_fetchers_at_once_do_not_corrupt_each_other(hub: Hub, tmp_path: Path
     assert_complete(hub, dest)
 
 
-def test_replace_deletes_retired_files_first_only_when_they_make_room(
-    hub: Hub, tmp_path: Path
-) -> None:
+@contextlib.contextmanager
+def an_older_model_beside(hub: Hub, tmp_path: Path) -> Iterator[tuple[Lock, Path, int, Path]]:
+    """The lock, its destination holding a 200 kB file of an older model, the bytes the lock
+    needs and that older file; the fetcher's hub at HF_ENDPOINT meanwhile."""
     lock = load_lock(write_lock(tmp_path, hub))
     needed = sum(f.get("size") or 0 for f in lock.files)
     dest = tmp_path / "models"
     dest.mkdir()
     old = dest / "Qwen3.6-32B-Q4_K_M.gguf"
     old.write_bytes(b"x" * 200_000)
-    os.environ["HF_ENDPOINT"] = hub.url
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HF_ENDPOINT", hub.url)
+        yield lock, dest, needed, old
+
+
+def test_replace_deletes_retired_files_first_only_when_they_make_room(
+    hub: Hub, tmp_path: Path
+) -> None:
+    with an_older_model_beside(hub, tmp_path) as (lock, dest, needed, old):
         with pytest.raises(FetchError) as short:
             fetch_files(
                 lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 300_000,
@@ -339,8 +348,6 @@ def test_replace_deletes_retired_files_first_only_when_they_make_room(
             lock, dest, 1, ["Qwen3.6*.gguf"], free_space=quota(needed + 100_000),
             upgrade="replace",
         )  # fmt: skip
-    finally:
-        del os.environ["HF_ENDPOINT"]
     assert not old.exists()
     assert_complete(hub, dest)
 
@@ -348,18 +355,11 @@ def test_replace_deletes_retired_files_first_only_when_they_make_room(
 def test_keep_never_deletes_before_the_new_set_is_verified_even_when_that_would_fit(
     hub: Hub, tmp_path: Path
 ) -> None:
-    lock = load_lock(write_lock(tmp_path, hub))
-    needed = sum(f.get("size") or 0 for f in lock.files)
-    dest = tmp_path / "models"
-    dest.mkdir()
-    old = dest / "Qwen3.6-32B-Q4_K_M.gguf"
-    old.write_bytes(b"x" * 200_000)
-    os.environ["HF_ENDPOINT"] = hub.url
-    try:
-        with pytest.raises(FetchError) as short:
-            fetch_files(lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 100_000)
-    finally:
-        del os.environ["HF_ENDPOINT"]
+    with (
+        an_older_model_beside(hub, tmp_path) as (lock, dest, needed, old),
+        pytest.raises(FetchError) as short,
+    ):
+        fetch_files(lock, dest, 1, ["Qwen3.6*.gguf"], free_space=lambda _: needed - 100_000)
     assert short.value.exit_code == 7
     message = str(short.value)
     assert "200000 bytes in old files, kept until the new model is verified" in message

@@ -20,9 +20,9 @@ from components.model_store.inputs import GgufModelStoreArgs
 from components.validation import known_type
 from components.vllm.component import VllmRocmServer
 from components.vllm.inputs import VllmRocmServerArgs
+from tests.support.vllm_samples import HOST_KEY, VLLM_IMAGE, sample_caddy, sample_flags
 
 Path_ = tuple[str | int, ...]
-HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"
 FREE_TEXT = {"api_key", "hf_token", "private_key", "verify_expectations"}
 """Inputs that are data, not syntax: secrets and recorded expectations go into files."""
 
@@ -177,32 +177,14 @@ def vllm_server(base_dir: str = "/opt/llm", model_dir: str = "/srv/models/ds") -
             ],
         },
         "fetch_image": "python:3.12.11-slim",
-        "image": "vllm/vllm-openai-rocm@sha256:" + "c" * 64,
+        "image": VLLM_IMAGE,
         "flags": {
+            **sample_flags(),
             "model": "/models/ds",
-            "served_model_name": "deepseek-v4-flash-0731",
-            "host": "0.0.0.0",
-            "port": 8000,
-            "tensor_parallel_size": 1,
-            "max_model_len": 262144,
-            "max_num_batched_tokens": 2048,
-            "kv_cache_memory_bytes": 20 * 10**9,
-            "kv_offloading_size_gib": 96,
-            "kv_offloading_backend": "native",
-            "enable_prefix_caching": True,
-            "speculative_config": {"method": "dspark", "num_speculative_tokens": 7},
-            "reasoning_parser": "deepseek_v4",
-            "tool_call_parser": "deepseek_v4",
             "max_num_seqs": 8,
             "kv_cache_dtype": "fp8",
         },
-        "caddy": {
-            "site": "llm.example.com",
-            "tls": "auto",
-            "acme_email": "ops@example.com",
-            "allowed_cidrs": ["198.51.100.0/24"],
-            "image": "caddy:2.11.7-alpine",
-        },
+        "caddy": sample_caddy(),
         "api_key": "sk-test",
         "requirements": {"min_free_disk_gib": 1, "min_ram_gib": 1},
         "base_dir": base_dir,

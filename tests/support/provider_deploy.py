@@ -11,6 +11,8 @@ import yaml
 from pulumi.output import Unknown
 from pulumi.runtime.proto import errors_pb2, provider_pb2, provider_pb2_grpc, status_pb2
 
+from components.vllm.inputs import VllmRocmServerArgs
+from tests.support.component_inputs import wire_names
 from tests.support.provider_host import (
     ROOT,
     UNKNOWN,
@@ -19,6 +21,7 @@ from tests.support.provider_host import (
     secret,
 )
 from tests.support.resource_monitor import Registration, ResourceMonitor, Served, stack_urn
+from tests.support.vllm_samples import SSH_KEY, server_args
 
 PROJECT, STACK = "llm-infra-example-yaml", "dev"
 PARENT = stack_urn(PROJECT, STACK)
@@ -43,12 +46,6 @@ API_KEY = "sk-live-0123456789abcdef"
 
 
 HF_TOKEN = "hf_live_token_0123456789"
-
-
-HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIG4/xsGD6cFJkzyPd9WOAb+EYO8sLhsaJw+5cfTzUQ7w"
-
-
-SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAA-secret\n"
 
 
 class Deployment:
@@ -124,50 +121,13 @@ def resolve(value: Any, store_outputs: dict[str, Any]) -> Any:
 
 
 def vllm_inputs() -> dict[str, Any]:
-    """A VllmRocmServer as a TypeScript or YAML program passes it (camelCase)."""
-    return {
-        "connection": {
-            "host": "203.0.113.10",
-            "user": "deploy",
-            "port": 2222,
-            "privateKey": secret(SSH_KEY),
-            "hostKey": HOST_KEY,
-        },
-        "modelDir": "/srv/models/DeepSeek-V4-Flash-0731",
-        "modelLock": {
-            "repo": "deepseek-ai/DeepSeek-V4-Flash-0731",
-            "revision": "0" * 40,
-            "files": [
-                {"path": "config.json", "name": "config.json", "size": 1234, "sha256": "1" * 64}
-            ],
-        },
-        "fetchImage": "python:3.12.11-slim",
-        "image": "vllm/vllm-openai-rocm@sha256:" + "c" * 64,
-        "flags": {
-            "model": "/models/DeepSeek-V4-Flash-0731",
-            "servedModelName": "deepseek-v4-flash-0731",
-            "host": "0.0.0.0",
-            "port": 8000,
-            "tensorParallelSize": 1,
-            "maxModelLen": 262144,
-            "maxNumBatchedTokens": 2048,
-            "kvCacheMemoryBytes": 20 * 10**9,
-            "kvOffloadingSizeGib": 96,
-            "kvOffloadingBackend": "native",
-            "enablePrefixCaching": True,
-            "speculativeConfig": {"method": "dspark", "numSpeculativeTokens": 7},
-        },
-        "caddy": {
-            "site": "llm.example.com",
-            "tls": "auto",
-            "acmeEmail": "ops@example.com",
-            "allowedCidrs": ["198.51.100.0/24"],
-            "image": "caddy:2.11.7-alpine",
-        },
-        "apiKey": secret(API_KEY),
-        "requirements": {"minFreeDiskGib": 200, "minRamGib": 230},
-        "startupTimeoutSeconds": 1800,
-    }
+    """A VllmRocmServer as a TypeScript or YAML program passes it: the sample server's inputs in
+    camelCase, on SSH port 2222, its SSH key and API key secret."""
+    args = server_args(api_key=API_KEY, startup_timeout_seconds=1800)
+    inputs: dict[str, Any] = wire_names(args, VllmRocmServerArgs)
+    inputs["connection"] |= {"port": 2222, "privateKey": secret(SSH_KEY)}
+    inputs["apiKey"] = secret(API_KEY)
+    return inputs
 
 
 def input_errors(error: grpc.RpcError) -> list[tuple[str, str]]:

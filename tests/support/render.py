@@ -31,3 +31,11 @@ def render(
         env={**os.environ, "PYTHONHASHSEED": seed},
         check=False,
     )
+
+
+def rendered_stack(stack: str, parent: Path) -> Path:
+    """STACK rendered into PARENT/STACK, a render that must succeed: that directory."""
+    out = parent / stack
+    result = render(stack, out)
+    assert result.returncode == 0, result.stderr
+    return out

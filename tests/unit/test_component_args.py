@@ -50,19 +50,25 @@ def test_help_lists_each_field_with_its_type_whether_required_and_its_doc() -> N
     assert "absent: the server port" in server
 
 
+def fresh_python(program: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """`program` run by a fresh interpreter from the checkout: what an import alone loads and
+    warns needs a process that imported nothing yet."""
+    return subprocess.run(
+        [sys.executable, *options, "-c", program],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
 def test_a_kubernetes_only_program_imports_no_pulumi_command_and_warns_nothing() -> None:
     program = (
         "import sys\n"
         "from components import GgufModelStore, LlamaCppRpcWorker, LlamaCppVulkanServer\n"
         "assert 'pulumi_command' not in sys.modules, 'pulumi_command imported'\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning", "-c", program],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = fresh_python(program, "-W", "error::DeprecationWarning")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
 
@@ -76,21 +82,13 @@ def test_the_payloads_import_no_pulumi() -> None:
         "import components.llamacpp.gate\n"
         "assert not [m for m in sys.modules if m.split('.')[0] == 'pulumi'], 'pulumi imported'\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, check=False
-    )
+    done = fresh_python(program)
     assert done.returncode == 0, done.stderr
 
 
 def test_importing_the_docker_host_component_warns_nothing() -> None:
     program = "from components import VllmRocmServer\nimport components.provider\n"
-    done = subprocess.run(
-        [sys.executable, "-W", "error::DeprecationWarning", "-c", program],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = fresh_python(program, "-W", "error::DeprecationWarning")
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
 

@@ -65,6 +65,12 @@ def server_container(resources: list[dict[str, Any]]) -> dict[str, Any]:
     return container  # type: ignore[no-any-return]
 
 
+def edited(files: dict[str, str], path: str, old: str, new: str) -> None:
+    """Rewrite `old` as `new` in the rendered file at `path` (which must hold `old`)."""
+    assert old in files[path], (path, old)
+    files[path] = files[path].replace(old, new)
+
+
 def messages(resources: list[dict[str, Any]], files: dict[str, str], **options: Any) -> list[str]:
     """Every violation as `[policy] resource: message`."""
     return [str(v) for v in validators.check_resources(resources, files, **options)]
@@ -115,15 +121,31 @@ def test_floating_image_tag_fails(strix: Render) -> None:
     ]
 
 
-def test_floating_image_in_the_compose_file_fails(mi300x: Render) -> None:
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        pytest.param(
+            "caddy:2.11.7-alpine",
+            "caddy:latest",
+            "[images-pinned] vllm-compose: compose service caddy image 'caddy:latest' is not "
+            "pinned: use a digest (@sha256:...) or a tag that names one build (x.y.z or bNNNN)",
+            id="floating-image",
+        ),
+        pytest.param(
+            "start_period: 3600s",
+            "start_period: 1m",
+            "[gpu-server-probes] vllm-compose: compose service vllm: healthcheck allows 105s "
+            "(start_period + interval x retries), less than the 300s model load",
+            id="healthcheck-start-period-shorter-than-the-load",
+        ),
+    ],
+)
+def test_a_compose_file_edit_fails_its_policy(
+    mi300x: Render, old: str, new: str, message: str
+) -> None:
     resources, files = mi300x
-    files["/opt/llm/compose.yaml"] = files["/opt/llm/compose.yaml"].replace(
-        "caddy:2.11.7-alpine", "caddy:latest"
-    )
-    assert messages(resources, files) == [
-        "[images-pinned] vllm-compose: compose service caddy image 'caddy:latest' is not pinned: "
-        "use a digest (@sha256:...) or a tag that names one build (x.y.z or bNNNN)"
-    ]
+    edited(files, "/opt/llm/compose.yaml", old, new)
+    assert messages(resources, files) == [message]
 
 
 def test_startup_probe_shorter_than_the_load_fails(strix: Render) -> None:
@@ -154,17 +176,6 @@ def test_gpu_server_without_startup_probe_falls_back_to_liveness(strix: Render) 
         "a GPU server without a startupProbe or livenessProbe" in m
         for m in messages(resources, files)
     )
-
-
-def test_compose_healthcheck_start_period_shorter_than_the_load_fails(mi300x: Render) -> None:
-    resources, files = mi300x
-    files["/opt/llm/compose.yaml"] = files["/opt/llm/compose.yaml"].replace(
-        "start_period: 3600s", "start_period: 1m"
-    )
-    assert messages(resources, files) == [
-        "[gpu-server-probes] vllm-compose: compose service vllm: healthcheck allows 105s "
-        "(start_period + interval x retries), less than the 300s model load"
-    ]
 
 
 def test_compose_up_wait_timeout_shorter_than_the_load_fails(mi300x: Render) -> None:
@@ -212,8 +223,11 @@ def test_api_key_flag_with_a_literal_fails(strix: Render) -> None:
 
 def test_secret_literals_in_compose_and_scripts_fail(mi300x: Render) -> None:
     resources, files = mi300x
-    files["/opt/llm/compose.yaml"] = files["/opt/llm/compose.yaml"].replace(
-        "HF_HUB_OFFLINE: '1'", "HF_HUB_OFFLINE: '1'\n      VLLM_API_KEY: s3cret"
+    edited(
+        files,
+        "/opt/llm/compose.yaml",
+        "HF_HUB_OFFLINE: '1'",
+        "HF_HUB_OFFLINE: '1'\n      VLLM_API_KEY: s3cret",
     )
     check = named(resources, "vllm-check")
     check["inputs"]["create"] += "\ncurl -H 'Authorization: Bearer sk-abcdefghijklmnopqrstu' x\n"
@@ -239,7 +253,7 @@ def test_unprotected_model_pvc_fails(strix: Render) -> None:
 )
 def test_caddy_allowlist_open_to_the_world_fails_unless_allowed(mi300x: Render, world: str) -> None:
     resources, files = mi300x
-    files["/opt/llm/Caddyfile"] = files["/opt/llm/Caddyfile"].replace("198.51.100.0/24", world)
+    edited(files, "/opt/llm/Caddyfile", "198.51.100.0/24", world)
     (message,) = messages(resources, files)
     assert message.startswith("[caddy-allowlist] vllm-caddyfile: /opt/llm/Caddyfile: the allowlist")
     assert "together admits every address, i.e. the whole internet" in message
@@ -248,9 +262,7 @@ def test_caddy_allowlist_open_to_the_world_fails_unless_allowed(mi300x: Render, 
 
 def test_caddy_allowlist_of_large_networks_passes(mi300x: Render) -> None:
     resources, files = mi300x
-    files["/opt/llm/Caddyfile"] = files["/opt/llm/Caddyfile"].replace(
-        "198.51.100.0/24", "0.0.0.0/1 10.0.0.0/8 ::/1"
-    )
+    edited(files, "/opt/llm/Caddyfile", "198.51.100.0/24", "0.0.0.0/1 10.0.0.0/8 ::/1")
     assert messages(resources, files) == []
 
 
