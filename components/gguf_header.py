@@ -1,3 +1,5 @@
+# Just over ~400 lines: the header reader and its planning summary share the type tables and
+# run as one stdlib file over local files and HTTP Range reads alike.
 """Read the header of a GGUF file (metadata and tensor infos) without touching the weights.
 
 Standard library only: the same code runs in a stock Python image and over HTTP Range reads

@@ -16,18 +16,20 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.llamacpp.gpu_access import (
+    gpu_env,
+    gpu_mounts,
+    gpu_resources,
+    gpu_security,
+    gpu_skips,
+    gpu_volumes,
+)
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, args_runtime
 from components.llamacpp.manifests import (
     ROLE_LABEL,
     WORKER_ROLE,
     cluster_ip_service,
-    gpu_env,
-    gpu_mounts,
     gpu_pod_anti_affinity,
-    gpu_resources,
-    gpu_security,
-    gpu_skips,
-    gpu_volumes,
 )
 
 
