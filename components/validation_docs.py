@@ -62,22 +62,11 @@ def documented(args_type: type[T]) -> type[T]:
     The schema takes each field's description from the same docstrings; the provider keeps
     the type's own description without this list.
     """
-    import ast
     import inspect
-    import textwrap
 
-    tree = ast.parse(textwrap.dedent(inspect.getsource(args_type)))
-    docs: dict[str, str] = {}
-    body = tree.body[0].body  # type: ignore[attr-defined]
-    for statement, following in zip(body, [*body[1:], None], strict=True):
-        if (
-            isinstance(statement, ast.AnnAssign)
-            and isinstance(statement.target, ast.Name)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[statement.target.id] = inspect.cleandoc(following.value.value)
+    from components.field_docs import class_field_docs
+
+    docs = class_field_docs(args_type)
     required: frozenset[str] = getattr(args_type, "__required_keys__", frozenset())
     lines = []
     hints = get_type_hints(

@@ -9,17 +9,14 @@ keys (`encryptionsalt`, `secretsprovider`, `encryptedkey`, `environment`) are ac
 
 from __future__ import annotations
 
-import ast
 import functools
-import inspect
-import itertools
 import json
 import re
-import textwrap
 from typing import Any, get_args
 
 from pydantic import BaseModel
 
+from components.field_docs import class_field_docs
 from infra.config.base import LOCATION_KEYS, NAMESPACE, SECRET_KEYS
 from infra.config.docker_host import DockerHostStack
 from infra.config.fleet import FleetStack
@@ -44,20 +41,7 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
     for cls in reversed(model.__mro__):
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
             continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
-        except (OSError, TypeError):
-            continue
-        body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
-        for node, after in itertools.pairwise(body):
-            if (
-                isinstance(node, ast.AnnAssign)
-                and isinstance(node.target, ast.Name)
-                and isinstance(after, ast.Expr)
-                and isinstance(after.value, ast.Constant)
-                and isinstance(after.value.value, str)
-            ):
-                docs[node.target.id] = inspect.cleandoc(after.value.value)
+        docs.update(class_field_docs(cls))
     return docs
 
 
