@@ -6,7 +6,7 @@ and importing pulumi, pulumi_kubernetes, pulumi_command and pydantic (what rende
 The standard-library commands (fetch, check-model, gpu-gate, verify, bench) and `--help` are
 meant to stay near the bare interpreter, far under the pulumi floor.
 
-    python bench/cli_start.py [--runs 7]
+    python3 -m bench.cli_start [--runs 7]
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from infra.cli import COMMANDS
 
-from infra.cli import COMMANDS  # noqa: E402 (after the path is set)
+ROOT = Path(__file__).resolve().parents[1]
 
 STDLIB_COMMANDS = ("fetch", "check-model", "gpu-gate", "verify", "bench")
 

@@ -1,6 +1,6 @@
 """llama-server's compute buffers across model shapes, beside the planner's estimate.
 
-    python bench/compute_buffers.py [--shapes 1024:1024,1024:4096] [--ctx 4096,65536]
+    python3 -m bench.compute_buffers [--shapes 1024:1024,1024:4096] [--ctx 4096,65536]
         [--ubatch 128,512] [--ngl 0] [--binary PATH] [--out DIR | --logs DIR]
 
 For each ``n_embd:n_ff`` shape it writes a 2-layer llama model (F16 weights, 380-token vocab),
@@ -22,16 +22,12 @@ Vulkan it is (tests/fixtures/gpu_gate/compute/).
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 # The runs and the table; the planner's figure only where it imports (not on a GPU machine's
 # plain Python).
-from tests.support.compute_buffers import (  # noqa: E402
+from tests.support.compute_buffers import (
     Key,
     compute_buffers,
     format_table,

@@ -1,6 +1,6 @@
 """Load logs of llama-server b11434 under each CPU variant this machine runs, for the plan's repack.
 
-    python3 bench/cpu_variant_logs.py --build ROOT --cases CASES.json --out DIR [--variant V ...]
+    python3 -m bench.cpu_variant_logs --build ROOT --cases CASES.json --out DIR [--variant V ...]
 
 Standard library only, so it runs on any machine with a copy of `scripts/build-llama`'s build
 (``ROOT/bin``, ``ROOT/cpu``): the machines with AMX that CI may land on, or a GPU machine's host

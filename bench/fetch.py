@@ -1,6 +1,6 @@
 """Model fetch speed on loopback: the fetcher next to curl (and aria2c when installed).
 
-    python bench/fetch.py [--gib 2] [--shards 3]
+    python3 -m bench.fetch [--gib 2] [--shards 3]
 
 Serves a generated shard set from the hub emulator in this process and prints wall time and
 MiB/s for: the fetcher with files in parallel and one at a time (download + sha256 in one pass),
@@ -21,11 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from components.payloads import FETCHER_SOURCE  # noqa: E402
-from tests.support.hub_emulator import Hub, running_hub  # noqa: E402
+from components.payloads import FETCHER_SOURCE
+from tests.support.hub_emulator import Hub, running_hub
 
 REPO = "bench/Shards-GGUF"
 

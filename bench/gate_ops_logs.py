@@ -1,6 +1,6 @@
 """Real llama-server b11434 load logs with and without op-level degradation, on the CPU build.
 
-    PYTHONPATH=. .venv/bin/python bench/gate_ops_logs.py --out tests/fixtures/gpu_gate/ops
+    PYTHONPATH=. .venv/bin/python3 -m bench.gate_ops_logs --out tests/fixtures/gpu_gate/ops
 
 An rpc-server on loopback plays the GPU (``tests.support.gate_server.run_rpc_gated_llama_server``:
 ``-ngl all`` puts every layer on ``RPC0[127.0.0.1:PORT]``), and each case adds the flags that
@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from components.payloads import gpu_gate
+from tests.support.gate_server import FUSED_OPS_OFF, run_rpc_gated_llama_server
+from tests.support.llama_build import build_root, deepseek4_model
+from tests.support.tiny_gguf import write_tiny_split_model
 
-from components.payloads import gpu_gate  # noqa: E402
-from tests.support.gate_server import FUSED_OPS_OFF, run_rpc_gated_llama_server  # noqa: E402
-from tests.support.llama_build import build_root, deepseek4_model  # noqa: E402
-from tests.support.tiny_gguf import write_tiny_split_model  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 CASES: dict[str, tuple[str, tuple[str, ...]]] = {
     "deepseek4-rpc-healthy": ("deepseek4", ("-fa", "auto")),

@@ -1,6 +1,6 @@
 """Real llama-server b11434 Vulkan logs of op-level degradation, on the GPU machine.
 
-    python3 bench/gate_ops_vulkan.py --binary /opt/llama/bin/llama-server --argv ARGV.json --out DIR
+    python3 -m bench.gate_ops_vulkan --binary /opt/llama/bin/llama-server --argv ARGV.json --out DIR
 
 The rendered strix-halo argv (only ``-m``, ``--port`` and ``--log-file`` changed) on the 43-layer
 random llama, started as the pod starts it (``bench/gpu_run.py``'s ``server``), once per case:
@@ -24,12 +24,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from gpu_run import server  # noqa: E402  (this folder is the script's sys.path[0])
-
-from components.payloads import gate_ops, gpu_gate  # noqa: E402
+from bench.gpu_run import server
+from components.payloads import gate_ops, gpu_gate
 
 CASES: dict[str, tuple[dict[str, str], tuple[dict[str, object], ...], tuple[str, ...]]] = {
     "vulkan-disabled-env": ({"GGML_DISABLE_VULKAN": "1"}, (), ()),

@@ -1,6 +1,6 @@
 """The rendered strix-halo llama-server argv on a real GPU: the gate, verify and bench.
 
-    python3 bench/gpu_run.py --binary /opt/llama/bin/llama-server --argv ARGV.json \\
+    python3 -m bench.gpu_run --binary /opt/llama/bin/llama-server --argv ARGV.json \\
         --model NAME=GGUF [--model ...] --out DIR
 
 Runs on the GPU machine with a plain Python (no pulumi): ``ARGV.json`` is the llama-server
@@ -33,17 +33,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-
 # The payloads and the gate's shell import no pulumi: a plain Python runs this.
-from components.llamacpp import gate as gate_shell  # noqa: E402
-from components.payloads import bench, gpu_gate, verify  # noqa: E402
-from components.payloads.bench_report import agreement, format_table  # noqa: E402
-from tests.support import log_growth as growth  # noqa: E402
-from tests.support.gate_server import run_gated_llama_server  # noqa: E402
-from tests.support.llama_server import free_port  # noqa: E402
+from components.llamacpp import gate as gate_shell
+from components.payloads import bench, gpu_gate, verify
+from components.payloads.bench_report import agreement, format_table
+from tests.support import log_growth as growth
+from tests.support.gate_server import run_gated_llama_server
+from tests.support.llama_server import free_port
 
 
 def replace_value(argv: list[str], flag: str, value: str) -> list[str]:

@@ -1,6 +1,6 @@
 """Log growth of the gated llama-server under traffic: the log volume must never fill.
 
-    python bench/log_growth.py [--requests 300] [--binary PATH] [--model GGUF] [--ngl N]
+    python3 -m bench.log_growth [--requests 300] [--binary PATH] [--model GGUF] [--ngl N]
 
 Starts llama-server at ``-lv 4`` (the gate's verbosity) with ``-np 1`` and the default 8 GiB
 ``--cache-ram`` through the pod's load-log wrapper (``gate.server_command``), sends
@@ -19,10 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support.log_growth import (  # noqa: E402
+from tests.support.log_growth import (
     format_rows,
     measure,
 )

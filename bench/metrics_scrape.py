@@ -1,6 +1,6 @@
 """Decode speed of llama-server with and without a Prometheus scraping /metrics every 5 s.
 
-    python3 bench/metrics_scrape.py [--seconds 30] [--tokens 512] [--rounds 2]
+    python3 -m bench.metrics_scrape [--seconds 30] [--tokens 512] [--rounds 2]
 
 One run: the local llama-server b11434 (scripts/build-llama's CPU build) on the tiny test model
 with `--metrics`, and a real Prometheus (Debian's package) that scrapes it every 5 s in the
@@ -24,12 +24,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support.llama_server import run_llama_server, tiny_server_argv  # noqa: E402
-from tests.support.prometheus import run_prometheus  # noqa: E402
-from tests.support.tiny_gguf import write_tiny_split_model  # noqa: E402
+from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.prometheus import run_prometheus
+from tests.support.tiny_gguf import write_tiny_split_model
 
 SCRAPE_INTERVAL = "5s"
 

@@ -1,6 +1,6 @@
 """The memory plan beside the buffers real llama-server loads logged, per device.
 
-    python bench/plan_vs_device.py [--stack strix-halo] [--log-dir tests/fixtures/gpu_gate]
+    python3 -m bench.plan_vs_device [--stack strix-halo] [--log-dir tests/fixtures/gpu_gate]
 
 For each model of the real Vulkan load logs under ``tests/fixtures/gpu_gate/`` (the rendered
 strix-halo argv on an H200 through NVIDIA's Vulkan driver: ``llama43`` with ``-ngl 40`` keeping
@@ -14,16 +14,12 @@ planner's estimate (the stack's ``memory.computeGib`` is a measurement of its ow
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from tests.support.device_plan import FIXTURES, compare, format_rows  # noqa: E402
-from tests.support.llama_archs import deepseek4_model  # noqa: E402
-from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model  # noqa: E402
+from tests.support.device_plan import FIXTURES, compare, format_rows
+from tests.support.llama_archs import deepseek4_model
+from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model
 
 
 def main(argv: list[str] | None = None) -> int:

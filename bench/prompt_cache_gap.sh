@@ -18,8 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path[:0] = [".", "bench"]
-import gpu_run
+from bench import gpu_run
 from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model
 
 work, port = Path(sys.argv[1]), sys.argv[2]
@@ -42,7 +41,7 @@ for extra in default 0; do
     sleep 1
   done
   echo "===== rendered argv $label"
-  python3 bench/serve.py "http://127.0.0.1:$port" --decode-requests 3 --prefill-requests 2 \
+  python3 -m bench.serve "http://127.0.0.1:$port" --decode-requests 3 --prefill-requests 2 \
     --concurrency 1,8,64 | grep -E "aggregate|outside|measured"
   kill "$pid"
   wait "$pid" || true

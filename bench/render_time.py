@@ -1,6 +1,6 @@
 """Render time of each stack: a fresh process per run (imports included), then in-process runs.
 
-    python bench/render_time.py [--runs N]
+    python3 -m bench.render_time [--runs N]
 
 Prints wall-clock figures; the design target is ≤ 2 s per stack on a 2-core machine.
 """

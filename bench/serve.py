@@ -1,7 +1,7 @@
 """Serving figures of an OpenAI-compatible endpoint, beside seed 002's MI300X figures.
 
-    python3 bench/serve.py http://HOST:8080 [--api-key K] [--out bench.json] [...]
-    python3 bench/serve.py --tiny [--out bench.json]
+    python3 -m bench.serve http://HOST:8080 [--api-key K] [--out bench.json] [...]
+    python3 -m bench.serve --tiny [--out bench.json]
 
 The first form is ``llm-infra bench`` (every option of ``infra/cli/bench.py``) and runs on a
 plain Python: the benchmark (``components/payloads/bench.py``) and the verify payload it uses
@@ -16,10 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from infra.cli.bench import main as bench_main  # noqa: E402
+from infra.cli.bench import main as bench_main
 
 TINY_ARGS = [
     "--decode-requests", "5", "--decode-tokens", "128", "--prefill-requests", "3",

@@ -1,7 +1,7 @@
 """The bake-off table for any set of candidates, on a plain Python (no pulumi): the GPU machine.
 
-    python3 bench/tune.py --argv ARGV.json --candidates CANDIDATES.json --model GGUF --out DIR
-    python3 bench/tune.py --argv ARGV.json --gpu /opt/llama/bin/llama-server --out DIR
+    python3 -m bench.tune --argv ARGV.json --candidates CANDIDATES.json --model GGUF --out DIR
+    python3 -m bench.tune --argv ARGV.json --gpu /opt/llama/bin/llama-server --out DIR
 
 ``ARGV.json`` is the llama-server ``args`` of the rendered Deployment (``llm-infra render
 strix-halo``, or ``llm-infra tune``'s own); ``CANDIDATES.json`` is the ``--local`` file of
@@ -22,11 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from components.payloads import tune_figures, tune_local, verify  # noqa: E402
-from tests.support.llama_server import free_port  # noqa: E402
+from components.payloads import tune_figures, tune_local, verify
+from tests.support.llama_server import free_port
 
 VULKAN: dict[str, Any] = {
     "name": "vulkan",

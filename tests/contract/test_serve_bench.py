@@ -51,13 +51,14 @@ def report_and_table(
             "--timeout", "120", "--warmup-rounds", "0",
         ])  # fmt: skip
         assert rc == 0
-        # As documented: a plain Python, no site-packages (no pulumi), runs bench/serve.py.
+        # As documented: a plain Python from the checkout's root, no site-packages (no pulumi)
+        # and no PYTHON* variables, runs `python3 -m bench.serve`.
         plain = subprocess.run(
-            [sys.executable, "-I", "-S", str(ROOT / "bench" / "serve.py"), url, "--api-key", "k",
+            [sys.executable, "-E", "-S", "-m", "bench.serve", url, "--api-key", "k",
              "--decode-requests", "1", "--decode-tokens", "8", "--prefill-requests", "1",
              "--prefill-words", "50", "--concurrency", "1", "--concurrent-tokens", "8",
              "--requests-per-stream", "1", "--warmup-rounds", "0"],
-            capture_output=True, text=True, check=False, timeout=120,
+            capture_output=True, text=True, check=False, timeout=120, cwd=ROOT,
         )  # fmt: skip
         assert plain.returncode == 0, plain.stderr
         assert "single-stream decode tok/s" in plain.stdout

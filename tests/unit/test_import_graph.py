@@ -231,6 +231,32 @@ def command_line_importers(graph: dict[str, list[Import]]) -> list[str]:
     ]
 
 
+def sys_path_edits(root: Path, folders: tuple[str, ...]) -> list[str]:
+    """`file:line` of every statement that changes `sys.path` (insert, append, extend, assign,
+    slice-assign): modules are imported by name, from the checkout's root or the installed
+    package, never found by editing the path."""
+    found = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                target = None
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    target = node.func.value
+                elif isinstance(node, ast.Assign | ast.AugAssign):
+                    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                    target = next(
+                        (t.value if isinstance(t, ast.Subscript) else t for t in targets), None
+                    )
+                if (
+                    isinstance(target, ast.Attribute)
+                    and target.attr == "path"
+                    and isinstance(target.value, ast.Name)
+                    and target.value.id == "sys"
+                ):
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
 GRAPH = import_graph(ROOT)
 
 
@@ -249,6 +275,20 @@ def test_the_payloads_import_only_the_standard_library_and_each_other() -> None:
 
 def test_no_layer_below_the_command_line_imports_it() -> None:
     assert command_line_importers(GRAPH) == []
+
+
+PATH_EDITS = {
+    # Pulumi starts a policy pack as a script from its folder, in the pack's own venv where the
+    # project may not be installed: the pack's entry point is the one place that sets the path.
+    "policy/__main__.py",
+}
+
+
+def test_nothing_edits_sys_path() -> None:
+    folders = (*PACKAGES, "bench", "tests", "policy", "provider")
+    edits = sys_path_edits(ROOT, folders)
+    assert [e for e in edits if e.split(":")[0] not in PATH_EDITS] == []
+    assert {e.split(":")[0] for e in edits} == PATH_EDITS, "an allowed edit is gone: drop it"
 
 
 # The checks above would pass on a checker that finds nothing: each is shown to fire here on a
@@ -338,3 +378,12 @@ def test_a_third_party_payload_import_and_a_command_line_import_below_it_are_fou
         "components.payloads.uses_yaml:1: yaml",
     ]
     assert command_line_importers(graph) == ["infra.reference:1: infra.cli.common"]
+
+
+def test_a_sys_path_edit_is_found(tmp_path: Path) -> None:
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "a.py").write_text(
+        "import sys\nsys.path.insert(0, '.')\nprint(sys.path)\n"
+    )
+    (tmp_path / "bench" / "b.py").write_text("import sys\n\nsys.path[:0] = ['bench']\n")
+    assert sys_path_edits(tmp_path, ("bench",)) == ["bench/a.py:2", "bench/b.py:3"]
