@@ -23,6 +23,15 @@ from tests.support import profiles
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
 TIERS = ("unit", "component", "contract", "e2e")
+MODEL_VOLUME = {
+    "run_as_user": 1000,
+    "claim_name": "models",
+    "fetcher_config_map": "models-fetcher-x",
+    "check_image": "py:3.12.8",
+}
+"""A model volume for the server's args where no GgufModelStore is built."""
+PROPS_FIXTURE = ROOT / "tests" / "fixtures" / "llama_server_props" / "b11434-props.json"
+"""The real /props answer of llama-server b11434 on the tiny model (-c 8192 -np 4)."""
 
 profiles.load()  # hypothesis: `dev` by default, `ci` in .ci/test (tests/support/profiles.py)
 

@@ -12,13 +12,12 @@ import pulumi
 import pytest
 
 from components import GgufModelStore
-from components.gguf_header import read_gguf_header, summarize
 from components.validation import ComponentInputError
 from infra.component_users import memory_plan, store_files_from_lock
 from infra.config import ConfigError
 from infra.render import run_program
 from tests.support.examples import python_example
-from tests.support.tiny_gguf import write_tiny_split_model
+from tests.support.tiny_gguf import header_summary, write_tiny_split_model
 
 REPO = "example/tiny-GGUF"
 REVISION = "a" * 40
@@ -50,11 +49,7 @@ def write_lock(path: Path, files: list[Path], gguf: dict[str, Any] | None = None
 @pytest.fixture
 def tiny_lock(tmp_path: Path) -> Path:
     shards = write_tiny_split_model(tmp_path / "model", "tiny", 3)
-    headers = []
-    for shard in shards:
-        with shard.open("rb") as stream:
-            headers.append(read_gguf_header(stream))
-    return write_lock(tmp_path / "tiny.lock.json", shards, summarize(headers))
+    return write_lock(tmp_path / "tiny.lock.json", shards, header_summary(shards))
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import ssl
 import subprocess
 import threading
 import time
@@ -22,7 +21,7 @@ from infra import program
 from infra.config import read_stack_file
 from infra.render import run_program
 from tests.conftest import ROOT
-from tests.support.caddy import SITE, caddy_binary, caddy_env, connection, free_port
+from tests.support.caddy import SITE, caddy_binary, caddy_env, connection, free_port, running_caddy
 from tests.support.vllm_samples import sample_caddy
 
 KEY = "test-key"
@@ -208,37 +207,14 @@ def live_caddy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCaddy]:
         http_port=http_port,
         https_port=https_port,
     )
-    config = root / "Caddyfile"
-    config.write_text(text)
-    env = caddy_env(root)
-    log = (root / "caddy.log").open("w")
-    process = subprocess.Popen(
-        [caddy_binary(), "run", "--config", str(config), "--adapter", "caddyfile"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    root_ca = Path(env["XDG_DATA_HOME"]) / "caddy/pki/authorities/local/root.crt"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert process.poll() is None, (root / "caddy.log").read_text()
-            try:
-                status, _ = request(https_port, root_ca, "GET", "/health")
-                if status == 200:
-                    break
-            except (OSError, ssl.SSLError):
-                pass
-            time.sleep(0.2)
-        else:
-            pytest.fail("caddy did not serve within 30 s:\n" + (root / "caddy.log").read_text())
+    with running_caddy(
+        root, text, lambda ca: request(https_port, ca, "GET", "/health")[0] == 200
+    ) as root_ca:
         live = LiveCaddy(https_port=https_port, root_ca=root_ca, upstreams=[upstream])
-        yield live
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
-        live.upstreams[-1].shutdown()
+        try:
+            yield live
+        finally:
+            live.upstreams[-1].shutdown()  # the last: a test may have started another
 
 
 def request(
@@ -424,32 +400,14 @@ def live_sites(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSites]:
         },
     )
     assert validate(text, root).returncode == 0
-    config = root / "Caddyfile"
-    config.write_text(text)
-    env = caddy_env(root)
-    log = (root / "caddy.log").open("w")
-    process = subprocess.Popen(
-        [caddy_binary(), "run", "--config", str(config), "--adapter", "caddyfile"],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    root_ca = Path(env["XDG_DATA_HOME"]) / "caddy/pki/authorities/local/root.crt"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            assert process.poll() is None, (root / "caddy.log").read_text()
-            try:
-                if request(metrics_port, root_ca, "GET", "/metrics", source=SCRAPER)[0] == 200:
-                    break
-            except (OSError, ssl.SSLError):
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("caddy did not serve within 30 s:\n" + (root / "caddy.log").read_text())
-            time.sleep(0.2)
-        yield LiveSites(api_port=api_port, metrics_port=metrics_port, root_ca=root_ca)
+        with running_caddy(
+            root,
+            text,
+            lambda ca: request(metrics_port, ca, "GET", "/metrics", source=SCRAPER)[0] == 200,
+        ) as root_ca:
+            yield LiveSites(api_port=api_port, metrics_port=metrics_port, root_ca=root_ca)
     finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
         for server in servers:
             server.shutdown()
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from components.gguf_header import read_gguf_header, summarize
 from infra.plan.deepseek4 import attention_shape, kv_cache_layers
 from infra.plan.llamacpp import (
     LlamaCppPlanInputs,
@@ -43,7 +42,7 @@ from tests.support.llama_server import (
     llama_server_binary,
     run_llama_server,
 )
-from tests.support.tiny_gguf import write_tiny_model
+from tests.support.tiny_gguf import header_summary, write_tiny_model
 
 TOLERANCE = 0.02
 _MODEL = re.compile(r"load_tensors: +(\S+) model buffer size = +([0-9.]+) MiB")
@@ -94,11 +93,7 @@ def test_planned_model_and_kv_buffers_match_llama_server_log(
     case: Case, load_mode: str, tmp_path: Path, table: list[str]
 ) -> None:
     shards = write_tiny_model(tmp_path / "m", "cal", 3, case.spec)
-    headers = []
-    for shard in shards:
-        with shard.open("rb") as stream:
-            headers.append(read_gguf_header(stream))
-    summary = summarize(headers)
+    summary = header_summary(shards)
     for variant in _variants():
         _check_variant(case, variant, load_mode, shards, summary, tmp_path, table)
 

@@ -29,17 +29,9 @@ from components.payloads import (
     verify,
 )
 from infra.targets.kubernetes import server_args
-from tests.conftest import strix, unlocked_source
+from tests.conftest import MODEL_VOLUME, PROPS_FIXTURE, strix, unlocked_source
 from tests.support.llama_server import free_port, get_json, run_llama_server
 from tests.support.tiny_gguf import write_tiny_split_model
-
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "llama_server_props" / "b11434-props.json"
-VOLUME = {
-    "run_as_user": 1000,
-    "claim_name": "models",
-    "fetcher_config_map": "models-fetcher-x",
-    "check_image": "py:3.12.8",
-}
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +44,7 @@ def rendered_args(values: dict[str, Any], model: Path) -> Any:
     values["server"]["gpuGate"] = False
     values["metrics"] = {"enabled": False}
     stack = strix(values)
-    args = server_args(stack, unlocked_source(stack), VOLUME)  # type: ignore[arg-type]
+    args = server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
     args["flags"] = {
         **args["flags"],
         "model_path": str(model),
@@ -82,7 +74,7 @@ def test_a_server_of_the_rendered_flags_reports_them(
     assert lines == [props.summary(expected)]
     assert expected["checks"][0]["path"] == ["build_info"]
     # The recorded answer the unit tests read is still what this build says.
-    recorded = json.loads(FIXTURE.read_text())
+    recorded = json.loads(PROPS_FIXTURE.read_text())
     assert set(live) == set(recorded)
     assert set(live["default_generation_settings"]) == set(recorded["default_generation_settings"])
 

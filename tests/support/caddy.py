@@ -4,11 +4,15 @@ SITE is the site name the live tests serve."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import shutil
 import socket
 import ssl
+import subprocess
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -60,3 +64,36 @@ def connection(
             self.sock = context.wrap_socket(raw, server_hostname=sni)
 
     return Pinned("127.0.0.1", port, timeout=10)
+
+
+@contextlib.contextmanager
+def running_caddy(root: Path, text: str, ready: Callable[[Path], bool]) -> Iterator[Path]:
+    """The real caddy serving Caddyfile `text` from a scratch home under `root`, until the block
+    ends; yields its internal CA's root certificate once `ready(root_ca)` holds (connection
+    errors count as not yet), or fails the test with caddy's log after 30 s."""
+    config = root / "Caddyfile"
+    config.write_text(text)
+    env = caddy_env(root)
+    log_path = root / "caddy.log"
+    root_ca = Path(env["XDG_DATA_HOME"]) / "caddy/pki/authorities/local/root.crt"
+    with log_path.open("w") as log:
+        process = subprocess.Popen(
+            [caddy_binary(), "run", "--config", str(config), "--adapter", "caddyfile"],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                assert process.poll() is None, log_path.read_text()
+                try:
+                    if ready(root_ca):
+                        break
+                except (OSError, ssl.SSLError):
+                    pass
+                if time.monotonic() > deadline:
+                    pytest.fail("caddy did not serve within 30 s:\n" + log_path.read_text())
+                time.sleep(0.2)
+            yield root_ca
+        finally:
+            process.terminate()
+            process.wait(timeout=10)

@@ -16,7 +16,6 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from components.gguf_header import read_gguf_header, summarize
 from components.payloads.gpu_gate import LoadEvidence, is_host_buffer, parse_load_log
 from infra.config import KubernetesStack, parse_stack
 from infra.config.stack import namespace_values, read_stack_file
@@ -25,6 +24,7 @@ from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp import LlamaCppPlanInputs, plan_llamacpp
 from infra.plan.report import MIB
 from infra.plan.stack import llamacpp_inputs
+from tests.support.tiny_gguf import header_summary
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu_gate"
 KINDS = ("weights", "kv_cache", "compute")
@@ -37,11 +37,7 @@ def stack_plan_inputs(stack_name: str, shards: list[Path]) -> LlamaCppPlanInputs
 
     The compute buffers are the planner's estimate: a measured `memory.computeGib` belongs to the
     stack's own model, not to the one at hand."""
-    headers = []
-    for shard in shards:
-        with shard.open("rb") as stream:
-            headers.append(read_gguf_header(stream))
-    summary = summarize(headers)
+    summary = header_summary(shards)
     stack_file = read_stack_file(stack_name)
     values = namespace_values(stack_file.config)
     # The model at hand's header decides its structure: the stack's own model keys would

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass
+from typing import Any
 
 import gguf
 import numpy as np
@@ -340,3 +341,14 @@ def write_tiny_qwen3moe(
     finally:
         writer.close()
     return path
+
+
+def header_summary(paths: list[pathlib.Path]) -> dict[str, Any]:
+    """The lock's header summary of GGUF files on disk, as `llm-infra lock` records it."""
+    from components.gguf_header import read_gguf_header, summarize
+
+    headers = []
+    for path in paths:
+        with path.open("rb") as stream:
+            headers.append(read_gguf_header(stream))
+    return summarize(headers)

@@ -29,7 +29,7 @@ from components.model_store.manifests import (
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import fetch_document, lock_digest
 from infra.targets.kubernetes import server_args, store_args
-from tests.conftest import strix, unlocked_source
+from tests.conftest import MODEL_VOLUME, strix, unlocked_source
 
 # The seed's Deployment args, flag by flag.
 SEED_ARGV = [
@@ -48,18 +48,12 @@ SEED_ARGV = [
     "--top-p", "0.95",
     "--threads", "8",
 ]  # fmt: skip
-VOLUME = {
-    "run_as_user": 1000,
-    "claim_name": "models",
-    "fetcher_config_map": "models-fetcher-x",
-    "check_image": "py:3.12.8",
-}
 
 
 @pytest.fixture
 def seed_server(strix_halo_values: dict[str, Any]) -> Any:
     stack = strix(strix_halo_values)
-    return server_args(stack, unlocked_source(stack), VOLUME)  # type: ignore[arg-type]
+    return server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
 
 
 def test_seed_stack_renders_the_seed_argv(seed_server: Any) -> None:

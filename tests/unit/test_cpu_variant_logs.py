@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from components.gguf_header import read_gguf_header, summarize
 from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, cpu_repack, placement
 from infra.plan.report import MIB
 from tests.support.calibration_cases import CASES, Case
-from tests.support.tiny_gguf import write_tiny_model
+from tests.support.tiny_gguf import header_summary, write_tiny_model
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "cpu_variants" / "xeon-amx-b11434.tar.gz"
 _MODEL = re.compile(r"load_tensors: +(\S+) model buffer size = +([0-9.]+) MiB")
@@ -42,11 +41,7 @@ def _buffers(log: str) -> dict[str, float]:
 
 def _inputs(case: Case, tmp_path: Path, repack: bool = True) -> LlamaCppPlanInputs:
     shards = write_tiny_model(tmp_path / "m", "cal", 3, case.spec)
-    headers = []
-    for shard in shards:
-        with shard.open("rb") as stream:
-            headers.append(read_gguf_header(stream))
-    summary = summarize(headers)
+    summary = header_summary(shards)
     return LlamaCppPlanInputs(
         weights=ModelWeights.from_summary(summary, "GGUF header"),
         attention=attention_shape(summary["architecture"], summary["metadata"], None),

@@ -239,7 +239,7 @@ def sys_path_edits(root: Path, folders: tuple[str, ...]) -> list[str]:
     for folder in folders:
         for path in sorted((root / folder).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
-                target = None
+                target: ast.expr | None = None
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                     target = node.func.value
                 elif isinstance(node, ast.Assign | ast.AugAssign):
@@ -253,7 +253,7 @@ def sys_path_edits(root: Path, folders: tuple[str, ...]) -> list[str]:
                     and isinstance(target.value, ast.Name)
                     and target.value.id == "sys"
                 ):
-                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+                    found.append(f"{path.relative_to(root)}:{target.lineno}")
     return found
 
 

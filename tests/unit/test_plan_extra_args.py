@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 from components.extra_args import llama_server_options, owned_spellings
-from components.gguf_header import read_gguf_header, summarize
 from components.llamacpp.inputs import OWNED_OPTIONS, REFUSED_OPTIONS
 from infra.config import parse_stack
 from infra.plan.deepseek4 import attention_shape
@@ -31,7 +30,7 @@ from infra.plan.report import GIB
 from infra.plan.stack import llamacpp_inputs
 from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
-from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model
+from tests.support.tiny_gguf import TinyLlamaSpec, header_summary, write_tiny_model
 
 TABLE = llama_server_options()
 
@@ -52,11 +51,7 @@ def test_every_llama_server_option_is_classified_once() -> None:
 
 
 def summary_of(paths: list[Path]) -> dict[str, Any]:
-    headers = []
-    for path in paths:
-        with path.open("rb") as stream:
-            headers.append(read_gguf_header(stream))
-    return summarize(headers)
+    return header_summary(paths)
 
 
 @pytest.fixture(scope="module")

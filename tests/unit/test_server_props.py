@@ -14,28 +14,20 @@ from components.llamacpp.expected_props import expected_props, image_build, slot
 from components.payloads import props
 from components.vllm.builders import expected_models
 from infra.targets.kubernetes import server_args
-from tests.conftest import strix, unlocked_source
-
-FIXTURE = Path(__file__).parents[1] / "fixtures" / "llama_server_props" / "b11434-props.json"
-VOLUME = {
-    "run_as_user": 1000,
-    "claim_name": "models",
-    "fetcher_config_map": "models-fetcher-x",
-    "check_image": "py:3.12.8",
-}
+from tests.conftest import MODEL_VOLUME, PROPS_FIXTURE, strix, unlocked_source
 
 
 @pytest.fixture
 def answer() -> dict[str, Any]:
     """The real /props answer of the fixture's server (-c 8192 -np 4, the tiny model)."""
-    loaded: dict[str, Any] = json.loads(FIXTURE.read_text())
+    loaded: dict[str, Any] = json.loads(PROPS_FIXTURE.read_text())
     return loaded
 
 
 def fixture_server_args(values: dict[str, Any], **flags: Any) -> Any:
     """The strix-halo stack's server args, with the flags the fixture's server ran with."""
     stack = strix(values)
-    args: Any = server_args(stack, unlocked_source(stack), VOLUME)  # type: ignore[arg-type]
+    args: Any = server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
     args["flags"] = {
         **args["flags"],
         "model_path": "/tmp/llm-infra-props/models/tiny-00001-of-00003.gguf",
