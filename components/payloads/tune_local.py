@@ -164,10 +164,8 @@ def judge_loaded(
 ) -> None:
     """A loaded server's gate, first decode, verify and figures, into `result` (its first
     rejection stops the rest). `died(stage)` says whether the server has died, and how."""
-    problems = gate_problems(load_log, backend, gpu_layers)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        result.rejection = f"{FAILED_GATE}: {problems[0]}{more}"
+    result.rejection = gate_rejection(load_log, backend, gpu_layers)
+    if result.rejection:
         return
     result.rejection = first_decode_problem(base_url, api_key, died)
     if result.rejection:
@@ -295,6 +293,16 @@ def gate_problems(text: str, backend: str, gpu_layers: str | None) -> list[str]:
         return degradation_findings(gpu_gate.parse_load_log(text).degraded)
     expect = None if gpu_layers in (None, "all", "-1") else int(gpu_layers or 0)
     return gpu_gate.check_log(text, expect, device_prefix=prefix).problems
+
+
+def gate_rejection(text: str, backend: str, gpu_layers: str | None) -> str | None:
+    """The rejection a load gets from the gate: its first finding and how many more; None when
+    the gate passes."""
+    problems = gate_problems(text, backend, gpu_layers)
+    if not problems:
+        return None
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"{FAILED_GATE}: {problems[0]}{more}"
 
 
 def load_candidates(path: Path) -> list[LocalCandidate]:

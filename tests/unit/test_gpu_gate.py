@@ -85,6 +85,7 @@ def test_deepseek4_passes_with_all_its_layers(tmp_path: Path) -> None:
     [
         "llama43-no-visible-devices.load.log",  # GGML_VK_VISIBLE_DEVICES=""
         "llama43-driver-hidden.load.log",  # VK_DRIVER_FILES pointing nowhere
+        "llama43-vulkan-disabled-env.load.log",  # GGML_DISABLE_VULKAN=1 (on an H100)
         "deepseek4-driver-hidden.load.log",
     ],
 )
@@ -211,6 +212,21 @@ def test_a_log_still_loading_says_so(tmp_path: Path) -> None:
     probe = probe_on(tmp_path, head, 40)
     assert probe.returncode == 1 and "still loading" in probe.stdout
     assert "FAIL" not in probe.stdout
+
+
+def test_ggml_disable_vulkan_is_caught_by_what_the_static_build_does_print() -> None:
+    # b11434 logs "Vulkan backend disabled by GGML_DISABLE_VULKAN ..." at debug level while the
+    # backend registry starts (ggml/src/ggml-backend-reg.cpp:134), before llama-server's log
+    # settings apply: the H100 capture at -lv 4 holds no line naming the variable. The console's
+    # no-GPU warning and the load log's missing offload line are what the gate sees.
+    load = fixture("llama43-vulkan-disabled-env.load.log")
+    console = fixture("llama43-vulkan-disabled-env.console.log")
+    assert "GGML_DISABLE_VULKAN" not in load + console
+    assert console.startswith("warning: no usable GPU found, --gpu-layers option will be ignored")
+    result = gpu_gate.check_log(console + "\n" + load, 40)
+    assert not result.ok
+    assert "no usable GPU found" in result.problems[0]
+    assert any("no GPU was used" in problem for problem in result.problems)
 
 
 def test_no_gpu_warning_fails_even_with_offload_lines() -> None:
