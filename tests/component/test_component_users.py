@@ -16,6 +16,7 @@ from components.validation import ComponentInputError
 from infra.component_users import memory_plan, store_files_from_lock
 from infra.config import ConfigError
 from infra.render import run_program
+from tests.support.component_inputs import MODEL_VOLUME
 from tests.support.examples import python_example
 from tests.support.tiny_gguf import header_summary, write_tiny_split_model
 
@@ -106,12 +107,7 @@ def server_args(gpu_layers: int = 2, ctx_size: int = 256) -> Any:
             "top_p": 0.95,
             "threads": 2,
         },
-        "model": {
-            "claim_name": "models",
-            "fetcher_config_map": "models-fetcher",
-            "check_image": "python:3.12.8-slim-bookworm",
-            "run_as_user": 10001,
-        },
+        "model": dict(MODEL_VOLUME),
         "node_selector": {"kubernetes.io/hostname": "nucbox"},
         "resources": {"limits": {"memory": "12Gi"}},
         "probes": {"startup": probe, "readiness": probe, "liveness": probe},

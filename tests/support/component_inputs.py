@@ -27,6 +27,15 @@ FREE_TEXT = {"api_key", "hf_token", "private_key", "verify_expectations"}
 """Inputs that are data, not syntax: secrets and recorded expectations go into files."""
 
 
+MODEL_VOLUME: dict[str, Any] = {
+    "claim_name": "models",
+    "fetcher_config_map": "models-fetcher",
+    "check_image": "python:3.12.8-slim-bookworm",
+    "run_as_user": 10001,
+}
+"""A server's model volume as a GgufModelStore's `model_volume` gives it."""
+
+
 def _probe() -> dict[str, Any]:
     return {
         "path": "/health",
@@ -65,12 +74,7 @@ def llama_server() -> dict[str, Any]:
             "tensor_split": [0.5, 0.5],
             "metrics": True,
         },
-        "model": {
-            "claim_name": "models",
-            "fetcher_config_map": "models-fetcher",
-            "check_image": "python:3.12.8-slim-bookworm",
-            "run_as_user": 10001,
-        },
+        "model": dict(MODEL_VOLUME),
         "node_selector": {"kubernetes.io/hostname": "nucbox"},
         "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "32Gi"}},
         "probes": {"startup": _probe(), "readiness": _probe(), "liveness": _probe()},
