@@ -209,10 +209,15 @@ def preflight_script(
         " | tr '\\n' ' ' || true)",
         f"llama_server={shlex.quote(llama_server)}",
         'variant=""',
+        # llama-server logs from a thread of its own and may exit before the line is written
+        # (about 1 run in 150 on a busy 2-core machine): a missing line is asked for again.
         'if [ -x "$llama_server" ]; then',
-        '  variant=$(timeout 60 "$llama_server" -lv 4 --list-devices 2>&1'
+        "  for _ in 1 2 3; do",
+        '    variant=$(timeout 60 "$llama_server" -lv 4 --list-devices 2>&1'
         " | sed -n 's|.*loaded CPU backend from .*libggml-cpu-\\([a-z0-9_.]*\\)\\.so.*|\\1|p'"
         " | head -n 1)",
+        '    [ -z "$variant" ] || break',
+        "  done",
         "fi",
         'echo "preflight: CPU features ${flags:-(none of avx2 avx512 amx)}; llama-server loads'
         ' the ${variant:-unknown} CPU variant"',

@@ -166,3 +166,27 @@ def test_the_job_runs_the_script_once_in_the_server_image_on_the_node(tmp_path: 
         k.endswith("/gpu") for k in plugin_pod["containers"][0]["resources"]["limits"]
     )
     assert plugin_pod["containers"][0]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_a_variant_line_lost_at_exit_is_asked_for_again(tmp_path: Path) -> None:
+    # llama-server logs from a thread of its own and may exit before its `loaded CPU backend`
+    # line is written: this stand-in drops it on its first two runs, as the real one sometimes
+    # does under load. The third run's line is the one reported, and the plan's check applies.
+    fake = node(tmp_path)
+    runs = tmp_path / "runs"
+    server = tmp_path / "lossy-llama-server"
+    server.write_text(
+        "#!/bin/sh\n"
+        f"echo x >> '{runs}'\n"
+        f"if [ \"$(wc -l < '{runs}')\" -ge 3 ]; then\n"
+        "  echo 'I load_backend: loaded CPU backend from /app/libggml-cpu-zen4.so' >&2\n"
+        "fi\n"
+        "echo 'Available devices:'\n"
+    )
+    server.chmod(0o755)
+    script = fake.script(check_devices=False, llama_server=str(server), cpu_variant="haswell")
+    result = run(script, tmp_path)
+    assert "llama-server loads the zen4 CPU variant" in result.stdout, result.stdout
+    assert runs.read_text().count("x") == 3
+    assert "CPU: llama-server loads the zen4 CPU variant on this node, the memory plan counts " \
+        "on haswell" in result.stderr  # fmt: skip
