@@ -46,7 +46,7 @@ def test_the_readme_inner_loop_is_what_ci_runs_less_the_contract_tier() -> None:
     test = (ROOT / ".ci" / "test").read_text()
     for step in steps[:3]:
         assert f"\n{step}\n" in test, step
-    assert '\npython -m pytest "$@"' in test
+    assert '\npython -m pytest -n auto --dist loadfile "$@"' in test
 
 
 def test_the_example_error_in_the_deploy_page_is_what_render_prints(tmp_path: Path) -> None:
