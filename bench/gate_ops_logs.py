@@ -1,6 +1,6 @@
 """Real llama-server b11434 load logs with and without op-level degradation, on the CPU build.
 
-    PYTHONPATH=. .venv/bin/python3 -m bench.gate_ops_logs --out tests/fixtures/gpu_gate/ops
+    .venv/bin/python -m bench.gate_ops_logs --out tests/fixtures/gpu_gate/ops
 
 An rpc-server on loopback plays the GPU (``tests.support.gate_server.run_rpc_gated_llama_server``:
 ``-ngl all`` puts every layer on ``RPC0[127.0.0.1:PORT]``), and each case adds the flags that

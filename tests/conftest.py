@@ -23,13 +23,13 @@ from tests.support import profiles
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
 TIERS = ("unit", "component", "contract", "e2e")
-MODEL_VOLUME = {
-    "run_as_user": 1000,
+MODEL_VOLUME: dict[str, Any] = {
     "claim_name": "models",
-    "fetcher_config_map": "models-fetcher-x",
-    "check_image": "py:3.12.8",
+    "fetcher_config_map": "models-fetcher",
+    "check_image": "python:3.12.8-slim-bookworm",
+    "run_as_user": 10001,
 }
-"""A model volume for the server's args where no GgufModelStore is built."""
+"""A server's model volume as a GgufModelStore's `model_volume` gives it."""
 PROPS_FIXTURE = ROOT / "tests" / "fixtures" / "llama_server_props" / "b11434-props.json"
 """The real /props answer of llama-server b11434 on the tiny model (-c 8192 -np 4)."""
 

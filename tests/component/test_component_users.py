@@ -16,7 +16,7 @@ from components.validation import ComponentInputError
 from infra.component_users import memory_plan, store_files_from_lock
 from infra.config import ConfigError
 from infra.render import run_program
-from tests.support.component_inputs import MODEL_VOLUME
+from tests.conftest import MODEL_VOLUME
 from tests.support.examples import python_example
 from tests.support.tiny_gguf import header_summary, write_tiny_split_model
 

@@ -20,20 +20,12 @@ from components.model_store.inputs import GgufModelStoreArgs
 from components.validation import known_type
 from components.vllm.component import VllmRocmServer
 from components.vllm.inputs import VllmRocmServerArgs
+from tests.conftest import MODEL_VOLUME
 from tests.support.vllm_samples import HOST_KEY, VLLM_IMAGE, sample_caddy, sample_flags
 
 Path_ = tuple[str | int, ...]
 FREE_TEXT = {"api_key", "hf_token", "private_key", "verify_expectations"}
 """Inputs that are data, not syntax: secrets and recorded expectations go into files."""
-
-
-MODEL_VOLUME: dict[str, Any] = {
-    "claim_name": "models",
-    "fetcher_config_map": "models-fetcher",
-    "check_image": "python:3.12.8-slim-bookworm",
-    "run_as_user": 10001,
-}
-"""A server's model volume as a GgufModelStore's `model_volume` gives it."""
 
 
 def _probe() -> dict[str, Any]:

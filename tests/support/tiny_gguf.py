@@ -15,6 +15,8 @@ import gguf
 import numpy as np
 import numpy.typing as npt
 
+from components.gguf_header import read_gguf_header, summarize
+
 ARCH = "llama"
 SEED = 20240731
 
@@ -345,8 +347,6 @@ def write_tiny_qwen3moe(
 
 def header_summary(paths: list[pathlib.Path]) -> dict[str, Any]:
     """The lock's header summary of GGUF files on disk, as `llm-infra lock` records it."""
-    from components.gguf_header import read_gguf_header, summarize
-
     headers = []
     for path in paths:
         with path.open("rb") as stream:
