@@ -183,3 +183,16 @@ def replace_value(argv: list[str], flag: str, value: str) -> list[str]:
 SAME_CPU_FRACTION = 0.1
 """The share of a recorded decode rate a re-run on the same CPU must reach (`verify`'s floor in
 the tests: a busy machine can halve a median, a CPU fallback is 4-5x slower)."""
+
+
+def same_cpu_floor(expectations: pathlib.Path) -> None:
+    """Lower a recorded expectation file's decode floor to :data:`SAME_CPU_FRACTION`.
+
+    Recorded and checked on one CPU, a tiny model decodes a case in a few milliseconds, so a
+    busy machine alone can halve the median. A real CPU fallback decodes 4-5x slower than its
+    GPU (tests/fixtures/gpu_gate/h200-run.txt: 23-26% of the recording); at a tenth only a fall
+    of that kind fails, not the machine's load.
+    """
+    doc = json.loads(expectations.read_text())
+    doc["tolerance"] = {**doc.get("tolerance", {}), "min_decode_fraction": SAME_CPU_FRACTION}
+    expectations.write_text(json.dumps(doc))
