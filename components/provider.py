@@ -40,6 +40,7 @@ from pulumi.provider.experimental.schema import generate_schema
 from pulumi.provider.experimental.util import camel_case
 from pulumi.provider.server import ComponentInitError
 
+from components.field_docs import field_docs
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
 from components.llamacpp.server import LlamaCppVulkanServer
@@ -124,6 +125,11 @@ class ArgsAnalyzer(Analyzer):
                 description=self.get_docstring(typ, name),
             )
         return super().analyze_property(arg, typ, name, optional=optional, **flags)
+
+    def get_docstring(self, typ: type, name: str) -> str | None:
+        """The field's docstring, also where `typ` inherits the field (the SDK reads only the
+        class's own body)."""
+        return field_docs(typ).get(name)
 
     def _enum(self, values: tuple[Any, ...], field: str, typ: type) -> TypeDefinition:
         name = _pascal(field)

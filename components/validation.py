@@ -25,14 +25,7 @@ from __future__ import annotations
 import functools
 import types
 from collections.abc import Callable
-from typing import (
-    Annotated,
-    Any,
-    Literal,
-    Union,
-    get_args,
-    get_origin,
-)
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import pulumi
 from pulumi.output import Unknown
@@ -54,8 +47,6 @@ from pydantic_core import PydanticUndefined
 from typing_extensions import is_typeddict
 
 from components.k8s.children import with_integers
-
-# typing's own is_typeddict misses typing_extensions' TypedDict (the fetcher's ModelFile).
 from components.validation_annotations import (
     Default,
     _plain_type,

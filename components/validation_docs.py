@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 import types
-from typing import (
-    Annotated,
-    Any,
-    Literal,
-    Union,
-    get_args,
-    get_origin,
-    get_type_hints,
-)
+from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import pulumi
 
-# typing's own is_typeddict misses typing_extensions' TypedDict (the fetcher's ModelFile).
 from components.validation_annotations import default_of, is_input, known_type, unwrapped
 from components.validation_problems import T
-
-# typing's own is_typeddict misses typing_extensions' TypedDict (the fetcher's ModelFile).
 
 
 def _type_text(annotation: Any) -> str:
@@ -64,9 +53,9 @@ def documented(args_type: type[T]) -> type[T]:
     """
     import inspect
 
-    from components.field_docs import class_field_docs
+    from components.field_docs import field_docs
 
-    docs = class_field_docs(args_type)
+    docs = field_docs(args_type)
     required: frozenset[str] = getattr(args_type, "__required_keys__", frozenset())
     lines = []
     hints = get_type_hints(

@@ -171,8 +171,26 @@ class ServerProbes(TypedDict):
     """When a hung server is restarted."""
 
 
+class GpuAccessArgs(TypedDict):
+    """How a pod of the server or of a worker reaches its GPU: the inputs both Args share."""
+
+    gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
+    """Host path of the DRM render nodes mounted in `privileged` mode."""
+    gpu_access: NotRequired[
+        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
+    ]
+    """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
+    `device-plugin` (no privileges at all); a `cpu` runtime mounts nothing and runs unprivileged."""
+    gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
+    """Extended resource requested in `device-plugin` mode."""
+    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
+    """Non-root uid in `device-plugin` mode."""
+    supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
+    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
+
+
 @documented
-class LlamaCppVulkanServerArgs(TypedDict):
+class LlamaCppVulkanServerArgs(GpuAccessArgs):
     """Inputs of LlamaCppVulkanServer."""
 
     namespace: Input[DnsLabel]
@@ -198,19 +216,6 @@ class LlamaCppVulkanServerArgs(TypedDict):
     """Startup, readiness and liveness probes."""
     service_port: NotRequired[Port]
     """Port of the Service; absent: the server port."""
-    gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
-    """Host path of the DRM render nodes mounted in `privileged` mode."""
-    gpu_access: NotRequired[
-        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
-    ]
-    """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
-    `device-plugin` (no privileges at all); a `cpu` runtime mounts nothing and runs unprivileged."""
-    gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
-    """Extended resource requested in `device-plugin` mode."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
-    """Non-root uid in `device-plugin` mode."""
-    supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
-    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
     api_key: NotRequired[Input[str] | None]
     """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
     Secret, read from a file.
@@ -247,7 +252,7 @@ class LlamaCppVulkanServerArgs(TypedDict):
 
 
 @documented
-class LlamaCppRpcWorkerArgs(TypedDict):
+class LlamaCppRpcWorkerArgs(GpuAccessArgs):
     """Inputs of LlamaCppRpcWorker."""
 
     namespace: Input[DnsLabel]
@@ -272,19 +277,6 @@ class LlamaCppRpcWorkerArgs(TypedDict):
     """rpc-server's port, of the container and the Service."""
     threads: NotRequired[Annotated[int, Field(ge=1, le=4096)] | None]
     """`-t`: CPU threads of rpc-server; absent: rpc-server's own count."""
-    gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
-    """Host path of the DRM render nodes mounted in `privileged` mode."""
-    gpu_access: NotRequired[
-        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
-    ]
-    """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
-    `device-plugin` (no privileges at all); a `cpu` runtime mounts nothing and runs unprivileged."""
-    gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
-    """Extended resource requested in `device-plugin` mode."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
-    """Non-root uid in `device-plugin` mode."""
-    supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
-    """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
 
 
 def startup_threshold_needed(probe: HttpProbe, load_seconds: float) -> int | None:

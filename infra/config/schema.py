@@ -16,7 +16,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel
 
-from components.field_docs import class_field_docs
+from components.field_docs import field_docs
 from infra.config.base import LOCATION_KEYS, NAMESPACE, SECRET_KEYS
 from infra.config.docker_host import DockerHostStack
 from infra.config.fleet import FleetStack
@@ -33,16 +33,6 @@ _SECURE = {
     "additionalProperties": False,
     "description": "a value Pulumi encrypted (`pulumi config set --secret`)",
 }
-
-
-def field_docs(model: type[BaseModel]) -> dict[str, str]:
-    """The docstring under each field of a model (and of its bases), by field name."""
-    docs: dict[str, str] = {}
-    for cls in reversed(model.__mro__):
-        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
-            continue
-        docs.update(class_field_docs(cls))
-    return docs
 
 
 def _models(model: type[BaseModel], found: dict[str, type[BaseModel]]) -> None:

@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import ast
 import copy
-import inspect
-import itertools
 import pydoc
 import re
 import subprocess
 import sys
-import textwrap
 import typing
 
 import pytest
 from typing_extensions import is_typeddict
 
 import components
+from components.field_docs import field_docs
 from components.k8s.pod_security import DEFAULT_UID
 from components.validation import checked_inputs, declared_defaults, with_defaults
 from tests.conftest import ROOT
@@ -111,19 +109,6 @@ def _input_types() -> list[type]:
     return seen
 
 
-def _field_docstrings(args_type: type) -> dict[str, str]:
-    """The docstring under each field of a TypedDict, from its source."""
-    body = ast.parse(textwrap.dedent(inspect.getsource(args_type))).body[0].body  # type: ignore[attr-defined]
-    return {
-        statement.target.id: str(following.value.value)
-        for statement, following in itertools.pairwise(body)
-        if isinstance(statement, ast.AnnAssign)
-        and isinstance(statement.target, ast.Name)
-        and isinstance(following, ast.Expr)
-        and isinstance(following.value, ast.Constant)
-    }
-
-
 def test_no_input_docstring_states_a_default() -> None:
     # A default's one home is its `Default(...)` declaration: a docstring repeating it drifts.
     types = _input_types()
@@ -131,7 +116,7 @@ def test_no_input_docstring_states_a_default() -> None:
     stated = [
         f"{args_type.__name__}.{field}: {doc!r}"
         for args_type in types
-        for field, doc in _field_docstrings(args_type).items()
+        for field, doc in field_docs(args_type).items()
         if re.search(r"\bdefault", doc, re.IGNORECASE)
     ]
     assert stated == []
