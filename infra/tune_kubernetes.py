@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from components.k8s.metadata import Meta
 from components.llamacpp.manifests import api_key_secret
 from components.llamacpp.runtimes import BUILTIN_RUNTIMES, Runtime, record_problems
 from components.llamacpp.tune_jobs import (
@@ -151,10 +152,8 @@ def tune_jobs(
     labels = {"app.kubernetes.io/managed-by": "llm-infra", "app.kubernetes.io/instance": name,
               "app.kubernetes.io/component": "tune"}  # fmt: skip
     files = runner_files(modules, expectations, per_job)
-    manifests: list[dict[str, Any]] = [
-        tune_config_map(config_map, namespace, labels, files),
-        tune_network_policy(config_map, namespace, labels),
-    ]
+    meta = Meta(config_map, namespace, labels)
+    manifests: list[dict[str, Any]] = [tune_config_map(meta, files), tune_network_policy(meta)]
     jobs = []
     for runtime in runtimes:
         jobs.append(job_name(name, runtime.name))

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 from components.grammars import Cidr, DnsLabel, LabelKey, LabelValue
-from components.k8s.metadata import object_head
+from components.k8s.metadata import Meta, object_head
 from components.validation import Problem, cross_field_rule, documented
 
 NETWORK_POLICY_API = "networking.k8s.io/v1"
@@ -32,9 +32,7 @@ def _one_kind_of_client(client: Mapping[str, Any]) -> list[Problem]:
 
 
 def network_policy(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
+    meta: Meta,
     pod_selector: dict[str, str],
     policy_types: list[str],
     ingress: list[dict[str, Any]],
@@ -48,17 +46,12 @@ def network_policy(
     }
     if egress is not None:
         spec["egress"] = egress
-    return {
-        **object_head(NETWORK_POLICY_API, "NetworkPolicy", name, namespace, labels),
-        "spec": spec,
-    }
+    return {**object_head(NETWORK_POLICY_API, "NetworkPolicy", meta), "spec": spec}
 
 
-def isolating_policy(
-    name: str, namespace: str, labels: dict[str, str], pod_selector: dict[str, str]
-) -> dict[str, Any]:
+def isolating_policy(meta: Meta, pod_selector: dict[str, str]) -> dict[str, Any]:
     """No traffic in or out of the selected pods."""
-    return network_policy(name, namespace, labels, pod_selector, ["Ingress", "Egress"], [], [])
+    return network_policy(meta, pod_selector, ["Ingress", "Egress"], [], [])
 
 
 def tcp_port(port: int) -> dict[str, Any]:
@@ -67,12 +60,7 @@ def tcp_port(port: int) -> dict[str, Any]:
 
 
 def ingress_policy(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    pod_selector: dict[str, str],
-    port: int,
-    clients: list[NetworkClient],
+    meta: Meta, pod_selector: dict[str, str], port: int, clients: list[NetworkClient]
 ) -> dict[str, Any]:
     """Admit traffic to the selected pods on one port, from the listed clients only."""
     peers = []
@@ -89,19 +77,13 @@ def ingress_policy(
             peer["podSelector"] = {"matchLabels": client["pod_labels"]}
         peers.append(peer)
     rules = [{"from": peers, "ports": [tcp_port(port)]}] if peers else []
-    return network_policy(name, namespace, labels, pod_selector, ["Ingress"], rules)
+    return network_policy(meta, pod_selector, ["Ingress"], rules)
 
 
-def egress_policy(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    pod_selector: dict[str, str],
-    ports: list[int],
-) -> dict[str, Any]:
+def egress_policy(meta: Meta, pod_selector: dict[str, str], ports: list[int]) -> dict[str, Any]:
     """Let the selected pods reach DNS and the given TCP ports (HTTPS), and nothing else."""
     egress = [
         {"ports": [{"port": 53, "protocol": "UDP"}, tcp_port(53)]},
         {"ports": [tcp_port(port) for port in sorted(set(ports))]},
     ]
-    return network_policy(name, namespace, labels, pod_selector, ["Egress", "Ingress"], [], egress)
+    return network_policy(meta, pod_selector, ["Egress", "Ingress"], [], egress)

@@ -3,16 +3,8 @@
 import hashlib
 from typing import Any
 
-from components.k8s.metadata import config_map, object_head
-from components.k8s.pod_security import (
-    SCRATCH_MOUNT,
-    checkov_skips,
-    image_skips,
-    restricted_container,
-    restricted_pod,
-    scratch_mount,
-    scratch_volume,
-)
+from components.k8s import pod_security
+from components.k8s.metadata import Meta, config_map, object_head
 from components.payloads import EXPECTED_PROPS_FILE, HTTP_POLICY_FILE, PROPS_FILE, VERIFY_MOUNT
 from components.payloads.props import props_text
 
@@ -41,9 +33,7 @@ def verify_digest(
 
 
 def verify_config_map(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
+    meta: Meta,
     expectations: str,
     verify_source: str,
     policy_source: str = "",
@@ -60,13 +50,40 @@ def verify_config_map(
         "expect.json": expectations,
         **({EXPECTED_PROPS_FILE: props_text(expected_props)} if expected_props is not None else {}),
     }
-    return config_map(name, namespace, labels, data, immutable=True)
+    return config_map(meta, data, immutable=True)
+
+
+def client_container(
+    name: str,
+    image: str,
+    command: list[str],
+    *,
+    env: list[dict[str, Any]],
+    api_key_secret: tuple[str, str] | None,
+    run_as_user: int,
+    resources: dict[str, Any],
+    mounts: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A container of a stock Python image that checks a server over HTTP: `env`, then the
+    server's API key (when it has one) from its Secret as LLM_INFRA_API_KEY; `mounts`, then the
+    scratch volume."""
+    if api_key_secret is not None:
+        secret, key = api_key_secret
+        key_ref = {"secretKeyRef": {"name": secret, "key": key}}
+        env = [*env, {"name": "LLM_INFRA_API_KEY", "valueFrom": key_ref}]
+    return {
+        "name": name,
+        "image": image,
+        "command": command,
+        "env": env,
+        "securityContext": pod_security.restricted_container(run_as_user),
+        "resources": resources,
+        "volumeMounts": [*mounts, pod_security.scratch_mount()],
+    }
 
 
 def verify_job(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
+    meta: Meta,
     *,
     image: str,
     config_map: str,
@@ -78,23 +95,35 @@ def verify_job(
 ) -> dict[str, Any]:
     """A Job that fails when the server's answers differ from the recorded reference, or (with
     `check_props`) when the server reports other properties than the ConfigMap's props.json."""
-    env: list[dict[str, Any]] = [
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
-        {"name": "HOME", "value": SCRATCH_MOUNT},
+    command = [
+        "python3",
+        f"{VERIFY_MOUNT}/verify.py",
+        url,
+        "--expect",
+        f"{VERIFY_MOUNT}/expect.json",
+        *(["--props", f"{VERIFY_MOUNT}/{EXPECTED_PROPS_FILE}"] if check_props else []),
+        *floor_args(min_decode_tps),
     ]
-    if api_key_secret is not None:
-        secret, key = api_key_secret
-        env.append(
-            {
-                "name": "LLM_INFRA_API_KEY",
-                "valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
-            }
-        )
-    pod_labels = {**labels, **verify_pod_labels(labels["app.kubernetes.io/instance"])}
+    container = client_container(
+        "verify",
+        image,
+        command,
+        env=[
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            {"name": "HOME", "value": pod_security.SCRATCH_MOUNT},
+        ],
+        api_key_secret=api_key_secret,
+        run_as_user=run_as_user,
+        resources={
+            "requests": {"cpu": "50m", "memory": "64Mi"},
+            "limits": {"cpu": "500m", "memory": "256Mi"},
+        },
+        mounts=[{"name": "verify", "mountPath": VERIFY_MOUNT, "readOnly": True}],
+    )
+    pod_labels = {**meta.labels, **verify_pod_labels(meta.labels["app.kubernetes.io/instance"])}
+    skips = pod_security.checkov_skips(pod_security.image_skips(image))
     return {
-        **object_head(
-            "batch/v1", "Job", name, namespace, labels, checkov_skips(image_skips(image))
-        ),
+        **object_head("batch/v1", "Job", meta, skips),
         "spec": {
             "backoffLimit": 2,
             "activeDeadlineSeconds": 900,
@@ -103,39 +132,11 @@ def verify_job(
                 "spec": {
                     "restartPolicy": "Never",
                     "automountServiceAccountToken": False,
-                    "securityContext": restricted_pod(),
-                    "containers": [
-                        {
-                            "name": "verify",
-                            "image": image,
-                            "command": [
-                                "python3",
-                                f"{VERIFY_MOUNT}/verify.py",
-                                url,
-                                "--expect",
-                                f"{VERIFY_MOUNT}/expect.json",
-                                *(
-                                    ["--props", f"{VERIFY_MOUNT}/{EXPECTED_PROPS_FILE}"]
-                                    if check_props
-                                    else []
-                                ),
-                                *floor_args(min_decode_tps),
-                            ],
-                            "env": env,
-                            "securityContext": restricted_container(run_as_user),
-                            "resources": {
-                                "requests": {"cpu": "50m", "memory": "64Mi"},
-                                "limits": {"cpu": "500m", "memory": "256Mi"},
-                            },
-                            "volumeMounts": [
-                                {"name": "verify", "mountPath": VERIFY_MOUNT, "readOnly": True},
-                                scratch_mount(),
-                            ],
-                        }
-                    ],
+                    "securityContext": pod_security.restricted_pod(),
+                    "containers": [container],
                     "volumes": [
                         {"name": "verify", "configMap": {"name": config_map, "defaultMode": 0o444}},
-                        scratch_volume(),
+                        pod_security.scratch_volume(),
                     ],
                 },
             },

@@ -3,9 +3,10 @@
 # Over ~400 lines: the server's container, pod, Deployment and Service builders share their
 # constants; how a pod reaches its GPU is gpu_access.py, the worker's objects rpc_manifests.py.
 
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from components.k8s.metadata import app_labels, object_head
+from components.k8s.metadata import Meta, app_labels, object_head
 from components.k8s.pod_security import (
     checkov_skips,
     image_skips,
@@ -123,6 +124,24 @@ def _number(value: float) -> str:
     return repr(float(value))
 
 
+_VALUED_FLAGS: list[tuple[str, Callable[[Any], str]]] = [
+    ("cache_type_k", str),
+    ("cache_type_v", str),
+    ("temperature", _number),
+    ("top_p", _number),
+    ("top_k", str),
+    ("min_p", _number),
+    ("threads", str),
+    ("rpc", ",".join),
+    ("tensor_split", lambda split: ",".join(f"{share:g}" for share in split)),
+    ("cache_ram_mib", str),
+    ("log_verbosity", str),
+    ("log_file", str),
+]
+"""The flags after `--cont-batching` that take a value, in argv order, each with how its value
+is written; one that is None or empty (no workers, no log file) is left out."""
+
+
 def llama_server_args(flags: LlamaServerFlags) -> list[str]:
     """The llama-server argv (flags only: the image's entrypoint is llama-server); each option
     as `FLAG_OPTIONS` names it (what an extra argument may not repeat)."""
@@ -139,32 +158,11 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
     argv += [option["ctx_size"], str(flags["ctx_size"])]
     argv += [option["parallel"], str(flags["parallel"])]
     argv.append(option["cont_batching"] if flags["cont_batching"] else "--no-cont-batching")
-    argv += [option["cache_type_k"], flags["cache_type_k"]]
-    argv += [option["cache_type_v"], flags["cache_type_v"]]
-    argv += [option["temperature"], _number(flags["temperature"])]
-    argv += [option["top_p"], _number(flags["top_p"])]
-    top_k = flags.get("top_k")
-    if top_k is not None:
-        argv += [option["top_k"], str(top_k)]
-    min_p = flags.get("min_p")
-    if min_p is not None:
-        argv += [option["min_p"], _number(min_p)]
-    argv += [option["threads"], str(flags["threads"])]
-    rpc = flags.get("rpc")
-    if rpc:
-        argv += [option["rpc"], ",".join(rpc)]
-    split = flags.get("tensor_split")
-    if split:
-        argv += [option["tensor_split"], ",".join(f"{share:g}" for share in split)]
-    cache_ram = flags.get("cache_ram_mib")
-    if cache_ram is not None:
-        argv += [option["cache_ram_mib"], str(cache_ram)]
-    verbosity = flags.get("log_verbosity")
-    if verbosity is not None:
-        argv += [option["log_verbosity"], str(verbosity)]
-    log_file = flags.get("log_file")
-    if log_file:
-        argv += [option["log_file"], log_file]
+    values: Mapping[str, object] = flags
+    for key, text in _VALUED_FLAGS:
+        value = values.get(key)
+        if value not in (None, "", []):
+            argv += [option[key], text(value)]
     if flags["metrics"]:
         argv.append(option["metrics"])
     if not flags["repack"]:
@@ -280,12 +278,11 @@ def progress_deadline_seconds(args: LlamaCppVulkanServerArgs) -> int:
     return IMAGE_PULL_ALLOWANCE_S + probe_window_seconds(args["probes"]["startup"])
 
 
-def server_deployment(
-    name: str, namespace: str, labels: dict[str, str], args: LlamaCppVulkanServerArgs
-) -> dict[str, Any]:
+def server_deployment(meta: Meta, args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The Deployment: one replica, Recreate (one GPU), a deadline that covers pull and load."""
+    name = meta.name
     model = args["model"]
-    selector = selector_labels(labels)
+    selector = selector_labels(meta.labels)
     deadline = progress_deadline_seconds(args)
     volumes = [
         *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
@@ -305,9 +302,7 @@ def server_deployment(
     if args.get("metrics") is not None:
         volumes.append(metrics_proxy_volume(name, proxy_source()))
     return {
-        **object_head(
-            "apps/v1", "Deployment", name, namespace, labels, checkov_skips(deployment_skips(args))
-        ),
+        **object_head("apps/v1", "Deployment", meta, checkov_skips(deployment_skips(args))),
         "spec": {
             "replicas": 1,
             # A rolling update would start a second pod that can never get the one GPU.
@@ -316,7 +311,7 @@ def server_deployment(
             "revisionHistoryLimit": 3,
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": _pod_metadata(labels, args),
+                "metadata": _pod_metadata(meta.labels, args),
                 "spec": {
                     "nodeSelector": args["node_selector"],
                     "affinity": gpu_pod_anti_affinity(),
@@ -391,11 +386,9 @@ def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
     return skips + image_skips(args["model"]["check_image"]) + gpu_skips(args)
 
 
-def server_service(
-    name: str, namespace: str, labels: dict[str, str], port: int, metrics: int | None = None
-) -> dict[str, Any]:
+def server_service(meta: Meta, port: int, metrics: int | None = None) -> dict[str, Any]:
     """ClusterIP Service in front of the server, with the metrics proxy's port when it has one."""
-    service = cluster_ip_service(name, namespace, labels, selector_labels(labels), "http", port)
+    service = cluster_ip_service(meta, selector_labels(meta.labels), "http", port)
     if metrics is not None:
         service["spec"]["ports"].append(
             {"name": METRICS_PORT_NAME, "port": metrics, "targetPort": METRICS_PORT_NAME,
@@ -405,24 +398,13 @@ def server_service(
 
 
 def cluster_ip_service(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    selector: dict[str, str],
-    port_name: str,
-    port: int,
+    meta: Meta, selector: dict[str, str], port_name: str, port: int
 ) -> dict[str, Any]:
     """A ClusterIP Service of one named container port."""
+    # The Deployment is already awaited until Ready; the Service need not wait again.
+    no_await = {"pulumi.com/skipAwait": "true"}
     return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": labels,
-            # The Deployment is already awaited until Ready; the Service need not wait again.
-            "annotations": {"pulumi.com/skipAwait": "true"},
-        },
+        **object_head("v1", "Service", meta, no_await),
         "spec": {
             "type": "ClusterIP",
             "selector": selector,

@@ -7,15 +7,9 @@ and lets the worker reach nothing; its Service carries labels of its own, never 
 
 from typing import Any
 
-from components.k8s.metadata import app_labels, object_head
+from components.k8s import pod_security
+from components.k8s.metadata import Meta, app_labels, object_head
 from components.k8s.network_policies import network_policy, tcp_port
-from components.k8s.pod_security import (
-    checkov_skips,
-    image_skips,
-    restricted_pod,
-    scratch_mount,
-    scratch_volume,
-)
 from components.llamacpp.gpu_access import (
     gpu_env,
     gpu_mounts,
@@ -78,31 +72,30 @@ def worker_container(args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
         "ports": [{"name": "rpc", "containerPort": args["port"], "protocol": "TCP"}],
         "resources": gpu_resources(args),
         "securityContext": gpu_security(args),
-        "volumeMounts": [scratch_mount(), *gpu_mounts(args)],
+        "volumeMounts": [pod_security.scratch_mount(), *gpu_mounts(args)],
     }
 
 
-def worker_deployment(
-    name: str, namespace: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs
-) -> dict[str, Any]:
+def worker_deployment(meta: Meta, args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
     """One replica pinned to its node, Recreate (one GPU: a second pod could never start)."""
-    volumes = [scratch_volume(), *gpu_volumes(args)]
-    skips = image_skips(args_runtime(args).pinned_image) + NO_PROBE_SKIPS + gpu_skips(args)
+    volumes = [pod_security.scratch_volume(), *gpu_volumes(args)]
+    image = args_runtime(args).pinned_image
+    skips = pod_security.image_skips(image) + NO_PROBE_SKIPS + gpu_skips(args)
     return {
-        **object_head("apps/v1", "Deployment", name, namespace, labels, checkov_skips(skips)),
+        **object_head("apps/v1", "Deployment", meta, pod_security.checkov_skips(skips)),
         "spec": {
             "replicas": 1,
             "strategy": {"type": "Recreate"},
             "revisionHistoryLimit": 3,
-            "selector": {"matchLabels": worker_selector(labels)},
+            "selector": {"matchLabels": worker_selector(meta.labels)},
             "template": {
-                "metadata": {"labels": {**labels, ROLE_LABEL: WORKER_ROLE}},
+                "metadata": {"labels": {**meta.labels, ROLE_LABEL: WORKER_ROLE}},
                 "spec": {
                     "nodeSelector": args["node_selector"],
                     "affinity": gpu_pod_anti_affinity(),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": restricted_pod(args.get("supplemental_groups")),
+                    "securityContext": pod_security.restricted_pod(args.get("supplemental_groups")),
                     "containers": [worker_container(args)],
                     "volumes": volumes,
                 },
@@ -111,23 +104,16 @@ def worker_deployment(
     }
 
 
-def worker_service(name: str, namespace: str, labels: dict[str, str], port: int) -> dict[str, Any]:
+def worker_service(meta: Meta, port: int) -> dict[str, Any]:
     """ClusterIP Service of one worker: its stable name in the head's `--rpc` list."""
-    return cluster_ip_service(name, namespace, labels, worker_selector(labels), "rpc", port)
+    return cluster_ip_service(meta, worker_selector(meta.labels), "rpc", port)
 
 
-def worker_policy(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    port: int,
-    head_pod_labels: dict[str, str],
-) -> dict[str, Any]:
+def worker_policy(meta: Meta, port: int, head_pod_labels: dict[str, str]) -> dict[str, Any]:
     """Ingress from the head's pods only, on the RPC port; no egress at all."""
     from_head = {
         "from": [{"podSelector": {"matchLabels": dict(head_pod_labels)}}],
         "ports": [tcp_port(port)],
     }
-    return network_policy(
-        name, namespace, labels, worker_selector(labels), ["Ingress", "Egress"], [from_head], []
-    )
+    selector = worker_selector(meta.labels)
+    return network_policy(meta, selector, ["Ingress", "Egress"], [from_head], [])

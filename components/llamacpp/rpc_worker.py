@@ -4,6 +4,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s.children import inherited_dependencies, manifest_args
+from components.k8s.metadata import Meta
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.rpc_manifests import (
     rpc_endpoint,
@@ -45,7 +46,7 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
             **manifest_args(
                 namespace.apply(
                     lambda ns: worker_policy(
-                        f"{name}-ingress", ns, labels, port, args["head_pod_labels"]
+                        Meta(f"{name}-ingress", ns, labels), port, args["head_pod_labels"]
                     )
                 ),
                 "metadata",
@@ -56,7 +57,7 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
         self.deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             **manifest_args(
-                namespace.apply(lambda ns: worker_deployment(name, ns, labels, args)),
+                namespace.apply(lambda ns: worker_deployment(Meta(name, ns, labels), args)),
                 "metadata",
                 "spec",
             ),
@@ -65,7 +66,7 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
         self.service = k8s.core.v1.Service(
             f"{name}-service",
             **manifest_args(
-                namespace.apply(lambda ns: worker_service(name, ns, labels, port)),
+                namespace.apply(lambda ns: worker_service(Meta(name, ns, labels), port)),
                 "metadata",
                 "spec",
             ),

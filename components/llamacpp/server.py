@@ -6,6 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s.children import after, inherited_dependencies, manifest_args
+from components.k8s.metadata import Meta
 from components.k8s.network_policies import ingress_policy
 from components.k8s.verify_job import (
     verify_config_map,
@@ -88,7 +89,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         """The metrics proxy's script; None without metrics."""
         if metrics is not None:
             proxy = namespace.apply(
-                lambda ns: metrics_proxy_config_map(name, ns, labels, proxy_source())
+                lambda ns: metrics_proxy_config_map(Meta(name, ns, labels), proxy_source())
             )
             self.metrics_proxy_config_map = k8s.core.v1.ConfigMap(
                 f"{name}-metrics-proxy",
@@ -101,16 +102,13 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             if child is not None
         ]
         stop_first = args["stop_before_model_change"]
-        deployment = pulumi.Output.all(namespace, model).apply(
-            lambda values: (
-                stop_before_model_change(
-                    server_deployment(name, values[0], labels, _with_model(args, values[1])),
-                    values[1],
-                )
-                if stop_first
-                else server_deployment(name, values[0], labels, _with_model(args, values[1]))
-            )
-        )
+
+        def deployment_of(values: list[Any]) -> dict[str, Any]:
+            ns, volume = values
+            deployment = server_deployment(Meta(name, ns, labels), _with_model(args, volume))
+            return stop_before_model_change(deployment, volume) if stop_first else deployment
+
+        deployment = pulumi.Output.all(namespace, model).apply(deployment_of)
         # The Deployment's own progressDeadlineSeconds, which pulumi-kubernetes must outwait.
         deadline = progress_deadline_seconds(args)
         self.deployment = k8s.apps.v1.Deployment(
@@ -134,7 +132,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         )
         scrape_port = metrics_port(metrics) if metrics is not None else None
         service = namespace.apply(
-            lambda ns: server_service(name, ns, labels, service_port, scrape_port)
+            lambda ns: server_service(Meta(name, ns, labels), service_port, scrape_port)
         )
         self.service = k8s.core.v1.Service(
             f"{name}-service",
@@ -150,7 +148,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
 
             def admitted(ns: str) -> dict[str, Any]:
                 policy = ingress_policy(
-                    f"{name}-ingress", ns, labels, selector_labels(labels), port, clients
+                    Meta(f"{name}-ingress", ns, labels), selector_labels(labels), port, clients
                 )
                 if expectations is not None:
                     # The verify Job, in the server's own namespace, must reach it too.
@@ -161,12 +159,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     # A NetworkPolicy admits ports, not paths: scrapers reach only the metrics
                     # proxy's port, which serves /metrics and nothing of the API.
                     scrapers = ingress_policy(
-                        name,
-                        ns,
-                        labels,
-                        {},
-                        metrics_port(metrics),
-                        list(metrics["scrapers"]),
+                        Meta(name, ns, labels), {}, metrics_port(metrics), list(metrics["scrapers"])
                     )["spec"]["ingress"]
                     policy["spec"]["ingress"] += scrapers
                 return policy
@@ -194,10 +187,9 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                 sources = verify_source + policy_source + props_source
                 digest = verify_digest(expectations, sources, built, props)
                 check_name = f"{name}-verify-{digest}"
+                check_meta = Meta(check_name, ns, labels)
                 job = verify_job(
-                    check_name,
-                    ns,
-                    labels,
+                    check_meta,
                     image=args.get("verify_image", volume["check_image"]),
                     config_map=check_name,
                     url=service_url(name, ns, service_port),
@@ -207,9 +199,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
                     check_props=True,
                 )
                 config_map = verify_config_map(
-                    check_name,
-                    ns,
-                    labels,
+                    check_meta,
                     expectations,
                     verify_source,
                     policy_source,
@@ -268,7 +258,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         kind = metrics.get("monitor_kind")
         if kind:
             monitor = namespace.apply(
-                lambda ns: service_monitor(name, ns, labels, selector_labels(labels), metrics)
+                lambda ns: service_monitor(Meta(name, ns, labels), selector_labels(labels), metrics)
             )
             self.monitor = k8s.apiextensions.CustomResource(
                 f"{name}-monitor",
@@ -282,7 +272,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
         if metrics["rules"]:
             rule = pulumi.Output.all(namespace, spec).apply(
                 lambda values: prometheus_rule(
-                    f"{name}-alerts", values[0], labels, values[1], metrics
+                    Meta(f"{name}-alerts", values[0], labels), values[1], metrics
                 )
             )
             self.prometheus_rule = k8s.apiextensions.CustomResource(
@@ -297,7 +287,7 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             home = metrics.get("dashboard_namespace")
             board = pulumi.Output.all(namespace, spec).apply(
                 lambda values: dashboard_config_map(
-                    f"{name}-dashboard", home or values[0], labels, values[1]
+                    Meta(f"{name}-dashboard", home or values[0], labels), values[1]
                 )
             )
             self.dashboard = k8s.core.v1.ConfigMap(

@@ -17,15 +17,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from components.k8s.metadata import config_map
+from components.k8s.metadata import Meta, config_map
 from components.k8s.network_policies import isolating_policy
-from components.k8s.pod_security import (
-    checkov_skips,
-    image_skips,
-    restricted_container,
-    scratch_mount,
-    scratch_volume,
-)
+from components.k8s.pod_security import checkov_skips, image_skips, scratch_volume
+from components.k8s.verify_job import client_container
 
 TUNE_MOUNT = "/opt/llm-infra-tune"
 """Where the runner finds its modules, its settings and the expectations."""
@@ -49,13 +44,11 @@ def config_key(path: str) -> str:
     return path.replace("/", "__")
 
 
-def tune_config_map(
-    name: str, namespace: str, labels: dict[str, str], files: dict[str, str]
-) -> dict[str, Any]:
+def tune_config_map(meta: Meta, files: dict[str, str]) -> dict[str, Any]:
     """The runner's files, by their path under the mount (`components/payloads/verify.py`,
     `job-NAME.json`, `expect.json`, ...)."""
     data = {config_key(path): text for path, text in sorted(files.items())}
-    return config_map(name, namespace, labels, data)
+    return config_map(meta, data)
 
 
 def _used_volumes(containers: list[dict[str, Any]]) -> set[str]:
@@ -91,35 +84,27 @@ def tune_job(
         for m in server.get("volumeMounts", [])
         if log.startswith(m["mountPath"].rstrip("/") + "/")
     )
-    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
-    if api_key_secret is not None:
-        secret, key = api_key_secret
-        env.append(
-            {
-                "name": "LLM_INFRA_API_KEY",
-                "valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
-            }
-        )
-    runner = {
-        "name": "tune",
-        "image": runner_image,
-        "command": [
-            "python3", "-I", f"{TUNE_MOUNT}/{RUNNER_FILE}",
-            "--settings", f"{TUNE_MOUNT}/job-{candidate}.json",
-            "--url", f"http://127.0.0.1:{port}", "--log", log,
-        ],
-        "env": env,
-        "securityContext": restricted_container(run_as_user),
-        "resources": {
+    command = [
+        "python3", "-I", f"{TUNE_MOUNT}/{RUNNER_FILE}",
+        "--settings", f"{TUNE_MOUNT}/job-{candidate}.json",
+        "--url", f"http://127.0.0.1:{port}", "--log", log,
+    ]  # fmt: skip
+    runner = client_container(
+        "tune",
+        runner_image,
+        command,
+        env=[{"name": "PYTHONUNBUFFERED", "value": "1"}],
+        api_key_secret=api_key_secret,
+        run_as_user=run_as_user,
+        resources={
             "requests": {"cpu": "100m", "memory": "128Mi"},
             "limits": {"cpu": "1000m", "memory": "512Mi"},
         },
-        "volumeMounts": [
+        mounts=[
             {"name": "tune", "mountPath": TUNE_MOUNT, "readOnly": True},
             {**log_mount, "readOnly": True},
-            scratch_mount(),
         ],
-    }  # fmt: skip
+    )
     pod["initContainers"] = [*pod.get("initContainers", []), server]
     pod["containers"] = [runner]
     pod["restartPolicy"] = "Never"
@@ -183,11 +168,11 @@ def runner_files(
     return files
 
 
-def tune_network_policy(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+def tune_network_policy(meta: Meta) -> dict[str, Any]:
     """No traffic in or out of the bake-off's pods: the runner reaches its server on the pod's
     loopback, which no NetworkPolicy governs, and nothing else needs the network."""
     tune_pods = {
-        "app.kubernetes.io/instance": labels["app.kubernetes.io/instance"],
+        "app.kubernetes.io/instance": meta.labels["app.kubernetes.io/instance"],
         "app.kubernetes.io/component": TUNE_COMPONENT,
     }
-    return isolating_policy(name, namespace, labels, tune_pods)
+    return isolating_policy(meta, tune_pods)

@@ -6,6 +6,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
+from components.k8s.metadata import Meta
 from components.k8s.network_policies import egress_policy
 from components.model_store.inputs import MODELS_MOUNT, GgufModelStoreArgs, ModelVolume
 from components.model_store.manifests import (
@@ -106,7 +107,7 @@ class GgufModelStore(pulumi.ComponentResource):
 
         pvc = pulumi.Output.all(namespace, args["storage_class"]).apply(
             lambda values: model_pvc(
-                names["pvc"], values[0], labels, args["volume_size"], values[1]
+                Meta(names["pvc"], values[0], labels), args["volume_size"], values[1]
             )
         )
         self.pvc = k8s.core.v1.PersistentVolumeClaim(
@@ -116,7 +117,7 @@ class GgufModelStore(pulumi.ComponentResource):
         )
         config_map = namespace.apply(
             lambda ns: fetcher_config_map(
-                names["config_map"], ns, labels, lock, fetcher_source, policy_source
+                Meta(names["config_map"], ns, labels), lock, fetcher_source, policy_source
             )
         )
         self.config_map = k8s.core.v1.ConfigMap(
@@ -137,9 +138,7 @@ class GgufModelStore(pulumi.ComponentResource):
             )
         job = namespace.apply(
             lambda ns: fetch_job(
-                names["job"],
-                ns,
-                labels,
+                Meta(names["job"], ns, labels),
                 image=args["fetch_image"],
                 claim_name=names["pvc"],
                 config_map=names["config_map"],
@@ -160,7 +159,7 @@ class GgufModelStore(pulumi.ComponentResource):
         if preflight is not None:
             check = namespace.apply(
                 lambda ns: store_preflight_job(
-                    name, ns, labels, preflight, files=args["files"],
+                    Meta(name, ns, labels), preflight, files=args["files"],
                     retired=args["retired_patterns"], upgrade=args["upgrade"],
                     claim_name=names["pvc"], node_selector=args["node_selector"],
                     run_as_user=run_as_user,
@@ -178,7 +177,9 @@ class GgufModelStore(pulumi.ComponentResource):
             )
             if args["network_policy"]:
                 closed = namespace.apply(
-                    lambda ns: preflight_network_policy(f"{name}-preflight-closed", ns, labels)
+                    lambda ns: preflight_network_policy(
+                        Meta(f"{name}-preflight-closed", ns, labels)
+                    )
                 )
                 k8s.networking.v1.NetworkPolicy(
                     f"{name}-preflight-closed",
@@ -212,9 +213,7 @@ class GgufModelStore(pulumi.ComponentResource):
         if args["network_policy"]:
             policy = namespace.apply(
                 lambda ns: egress_policy(
-                    f"{name}-fetch-egress",
-                    ns,
-                    labels,
+                    Meta(f"{name}-fetch-egress", ns, labels),
                     fetch_pod_labels(name),
                     [hub_port(args.get("hf_endpoint"))],
                 )

@@ -5,7 +5,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from components.k8s.metadata import app_labels, config_map, object_head
+from components.k8s.metadata import Meta, app_labels, config_map, object_head
 from components.k8s.pod_security import (
     DEFAULT_UID,
     SCRATCH_MOUNT,
@@ -60,12 +60,7 @@ def fetch_job_pattern(name: str) -> str:
 
 
 def fetcher_config_map(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    lock: dict[str, Any],
-    fetcher_source: str,
-    policy_source: str = "",
+    meta: Meta, lock: dict[str, Any], fetcher_source: str, policy_source: str = ""
 ) -> dict[str, Any]:
     """The fetcher's source and the lock, delivered to a stock Python image without pip."""
     data = {
@@ -73,15 +68,13 @@ def fetcher_config_map(
         **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
         LOCK_FILE: json.dumps(lock, indent=2, sort_keys=True) + "\n",
     }
-    return config_map(name, namespace, labels, data, immutable=True)
+    return config_map(meta, data, immutable=True)
 
 
-def model_pvc(
-    name: str, namespace: str, labels: dict[str, str], size: str, storage_class: str
-) -> dict[str, Any]:
+def model_pvc(meta: Meta, size: str, storage_class: str) -> dict[str, Any]:
     """The model volume: one node, read-write by the Job, read-only by the server."""
     return {
-        **object_head("v1", "PersistentVolumeClaim", name, namespace, labels),
+        **object_head("v1", "PersistentVolumeClaim", meta),
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "storageClassName": storage_class,
@@ -139,9 +132,7 @@ def model_check_container(image: str, run_as_user: int = DEFAULT_UID) -> dict[st
 
 
 def fetch_job(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
+    meta: Meta,
     *,
     image: str,
     claim_name: str,
@@ -179,14 +170,12 @@ def fetch_job(
             }
         )
     return {
-        **object_head(
-            "batch/v1", "Job", name, namespace, labels, checkov_skips(image_skips(image))
-        ),
+        **object_head("batch/v1", "Job", meta, checkov_skips(image_skips(image))),
         "spec": {
             "backoffLimit": 6,
             "activeDeadlineSeconds": timeout_seconds,
             "template": {
-                "metadata": {"labels": {**labels, "app.kubernetes.io/component": "fetch"}},
+                "metadata": {"labels": {**meta.labels, "app.kubernetes.io/component": "fetch"}},
                 "spec": {
                     "restartPolicy": "OnFailure",
                     "nodeSelector": node_selector,

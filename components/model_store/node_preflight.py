@@ -12,7 +12,7 @@ import hashlib
 import shlex
 from typing import Any
 
-from components.k8s.metadata import object_head
+from components.k8s.metadata import Meta, object_head
 from components.k8s.network_policies import isolating_policy
 from components.k8s.pod_security import (
     DEFAULT_UID,
@@ -248,9 +248,7 @@ def preflight_job_name(store_name: str, script: str, image: str) -> str:
 
 
 def preflight_job(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
+    meta: Meta,
     *,
     preflight: NodePreflight,
     script: str,
@@ -272,13 +270,13 @@ def preflight_job(
         volumes.append(dri_volume(preflight["gpu_device_path"]))
         skips += PRIVILEGED_SKIPS
     return {
-        **object_head("batch/v1", "Job", name, namespace, labels, checkov_skips(skips)),
+        **object_head("batch/v1", "Job", meta, checkov_skips(skips)),
         "spec": {
             # The node's facts do not change on a retry: fail once, with the numbers.
             "backoffLimit": 0,
             "activeDeadlineSeconds": PREFLIGHT_DEADLINE_S,
             "template": {
-                "metadata": {"labels": preflight_pod_labels(labels)},
+                "metadata": {"labels": preflight_pod_labels(meta.labels)},
                 "spec": {
                     "restartPolicy": "Never",
                     "nodeSelector": node_selector,
@@ -313,9 +311,7 @@ def preflight_job(
 
 
 def store_preflight_job(
-    store_name: str,
-    namespace: str,
-    labels: dict[str, str],
+    store: Meta,
     preflight: NodePreflight,
     *,
     files: list[ModelFile],
@@ -325,7 +321,8 @@ def store_preflight_job(
     node_selector: dict[str, str],
     run_as_user: int = DEFAULT_UID,
 ) -> dict[str, Any]:
-    """The preflight Job of a GgufModelStore: its files, retired patterns and upgrade mode."""
+    """The preflight Job of a GgufModelStore (`store` is its name, namespace and labels): its
+    files, retired patterns and upgrade mode."""
     need_gib = preflight.get("min_gpu_memory_gib")
     script = preflight_script(
         files=[(f["name"], f.get("size") or 0) for f in files],
@@ -336,9 +333,7 @@ def store_preflight_job(
         cpu_variant=preflight.get("cpu_variant"),
     )
     return preflight_job(
-        preflight_job_name(store_name, script, preflight["image"]),
-        namespace,
-        labels,
+        store.named(preflight_job_name(store.name, script, preflight["image"])),
         preflight=preflight,
         script=script,
         claim_name=claim_name,
@@ -352,6 +347,6 @@ def preflight_pod_labels(labels: dict[str, str]) -> dict[str, str]:
     return {**labels, "app.kubernetes.io/component": "preflight"}
 
 
-def preflight_network_policy(name: str, namespace: str, labels: dict[str, str]) -> dict[str, Any]:
+def preflight_network_policy(meta: Meta) -> dict[str, Any]:
     """The preflight pod talks to no one: no ingress, no egress (it reads sysfs and the disk)."""
-    return isolating_policy(name, namespace, labels, preflight_pod_labels(labels))
+    return isolating_policy(meta, preflight_pod_labels(meta.labels))

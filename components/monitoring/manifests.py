@@ -10,7 +10,7 @@ import functools
 import hashlib
 from typing import Any
 
-from components.k8s.metadata import config_map, object_head
+from components.k8s.metadata import Meta, config_map, object_head
 from components.k8s.pod_security import restricted_container
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.monitoring.dashboard import dashboard_json
@@ -58,12 +58,11 @@ def metrics_proxy_config_map_name(server: str, source: str) -> str:
     return f"{server}-metrics-proxy-{hashlib.sha256(source.encode()).hexdigest()[:10]}"
 
 
-def metrics_proxy_config_map(
-    server: str, namespace: str, labels: dict[str, str], source: str
-) -> dict[str, Any]:
-    """The proxy script, for the stock Python image of the model check."""
-    name = metrics_proxy_config_map_name(server, source)
-    return config_map(name, namespace, labels, {_PROXY_FILE: source}, immutable=True)
+def metrics_proxy_config_map(server: Meta, source: str) -> dict[str, Any]:
+    """The proxy script, for the stock Python image of the model check; in the server's
+    namespace, with its labels."""
+    meta = server.named(metrics_proxy_config_map_name(server.name, source))
+    return config_map(meta, {_PROXY_FILE: source}, immutable=True)
 
 
 def metrics_proxy_container(
@@ -136,11 +135,7 @@ def scrape_annotations(port: int) -> dict[str, str]:
 
 
 def service_monitor(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    selector: dict[str, str],
-    monitoring: KubernetesMonitoring,
+    meta: Meta, selector: dict[str, str], monitoring: KubernetesMonitoring
 ) -> dict[str, Any]:
     """A ServiceMonitor (or PodMonitor) that scrapes the metrics proxy's port at /metrics (no
     credential: the proxy holds the API key, the NetworkPolicy says who may scrape)."""
@@ -154,41 +149,29 @@ def service_monitor(
     }
     endpoints = "endpoints" if kind == "ServiceMonitor" else "podMetricsEndpoints"
     return {
-        **object_head(
-            MONITORING_API, kind, name, namespace, {**labels, **monitoring["monitor_labels"]}
-        ),
+        **object_head(MONITORING_API, kind, meta.labelled(monitoring["monitor_labels"])),
         "spec": {
             "jobLabel": JOB_LABEL,
             "selector": {"matchLabels": selector},
-            "namespaceSelector": {"matchNames": [namespace]},
+            "namespaceSelector": {"matchNames": [meta.namespace]},
             endpoints: [endpoint],
         },
     }
 
 
 def prometheus_rule(
-    name: str,
-    namespace: str,
-    labels: dict[str, str],
-    spec: MonitoringSpec,
-    monitoring: KubernetesMonitoring,
+    meta: Meta, spec: MonitoringSpec, monitoring: KubernetesMonitoring
 ) -> dict[str, Any]:
     """The server's alerts as a PrometheusRule."""
     return {
         **object_head(
-            MONITORING_API,
-            "PrometheusRule",
-            name,
-            namespace,
-            {**labels, **monitoring["monitor_labels"]},
+            MONITORING_API, "PrometheusRule", meta.labelled(monitoring["monitor_labels"])
         ),
         "spec": {"groups": rule_groups("llama-server", spec)},
     }
 
 
-def dashboard_config_map(
-    name: str, namespace: str, labels: dict[str, str], spec: MonitoringSpec
-) -> dict[str, Any]:
+def dashboard_config_map(meta: Meta, spec: MonitoringSpec) -> dict[str, Any]:
     """The Grafana dashboard in a ConfigMap for Grafana's sidecar (label `grafana_dashboard`)."""
-    data = {f"{name}.json": dashboard_json("llama-server", spec)}
-    return config_map(name, namespace, {**labels, DASHBOARD_LABEL: "1"}, data)
+    data = {f"{meta.name}.json": dashboard_json("llama-server", spec)}
+    return config_map(meta.labelled({DASHBOARD_LABEL: "1"}), data)

@@ -122,33 +122,28 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
+_ALWAYS = (
+    "served_model_name",
+    "host",
+    "port",
+    "tensor_parallel_size",
+    "max_model_len",
+    "max_num_batched_tokens",
+    "kv_cache_memory_bytes",
+    "kv_offloading_size_gib",
+    "kv_offloading_backend",
+)
+"""The flags `vllm serve` always gets, in argv order."""
+
+
 def vllm_serve_args(flags: VllmFlags, extra_args: Sequence[str] = ()) -> list[str]:
     """The full `vllm serve ...` argv (the API key is never here: it comes from the env file),
     each option as `FLAG_OPTIONS` names it, then the extra args."""
     option = FLAG_OPTIONS
-    argv = [
-        "vllm",
-        "serve",
-        flags["model"],
-        option["served_model_name"],
-        flags["served_model_name"],
-        option["host"],
-        flags["host"],
-        option["port"],
-        str(flags["port"]),
-        option["tensor_parallel_size"],
-        str(flags["tensor_parallel_size"]),
-        option["max_model_len"],
-        str(flags["max_model_len"]),
-        option["max_num_batched_tokens"],
-        str(flags["max_num_batched_tokens"]),
-        option["kv_cache_memory_bytes"],
-        str(flags["kv_cache_memory_bytes"]),
-        option["kv_offloading_size_gib"],
-        _number(flags["kv_offloading_size_gib"]),
-        option["kv_offloading_backend"],
-        flags["kv_offloading_backend"],
-    ]
+    argv = ["vllm", "serve", flags["model"]]
+    for key in _ALWAYS:
+        value = flags[key]  # type: ignore[literal-required]
+        argv += [option[key], _number(value) if isinstance(value, float) else str(value)]
     if flags.get("max_num_seqs") is not None:
         argv += [option["max_num_seqs"], str(flags.get("max_num_seqs"))]
     if flags.get("kv_cache_dtype"):

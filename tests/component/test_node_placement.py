@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from components.k8s.metadata import Meta
 from components.k8s.verify_job import verify_job
 from components.llamacpp.manifests import ROLE_LABEL, head_pod_labels, server_labels
 from components.llamacpp.rpc_manifests import worker_policy
@@ -131,10 +132,10 @@ def test_the_worker_policy_admits_the_head_pods_but_not_the_verify_job(
         d for d in rendered_split if d["kind"] == "Deployment" and d["metadata"]["name"] == HEAD
     )
     worker = {"app.kubernetes.io/name": "rpc-server", "app.kubernetes.io/instance": "w"}
-    policy = worker_policy("w-ingress", "llm", worker, 50052, head_pod_labels(HEAD))
+    policy = worker_policy(Meta("w-ingress", "llm", worker), 50052, head_pod_labels(HEAD))
     admitted = policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]
     job = verify_job(
-        f"{HEAD}-verify-0123abcd", "llm", server_labels(HEAD), image="python:3.12",
+        Meta(f"{HEAD}-verify-0123abcd", "llm", server_labels(HEAD)), image="python:3.12",
         config_map="cm", url="http://x:8080", api_key_secret=None, run_as_user=1000,
     )  # fmt: skip
     assert matches(admitted, head["spec"]["template"]["metadata"]["labels"])

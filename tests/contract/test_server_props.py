@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from components.k8s.metadata import Meta
 from components.k8s.verify_job import verify_config_map, verify_job
 from components.llamacpp.expected_props import expected_props
 from components.llamacpp.manifests import server_argv
@@ -120,11 +121,11 @@ def test_the_verify_jobs_own_files_check_props_behind_the_api_key(
     args = rendered_args(strix_halo_values, model)
     expected = expected_props(args)
     config_map = verify_config_map(
-        "check", "llm", {}, "{}", VERIFY_SOURCE.read_text(), HTTP_POLICY_SOURCE.read_text(),
+        Meta("check", "llm", {}), "{}", VERIFY_SOURCE.read_text(), HTTP_POLICY_SOURCE.read_text(),
         props_source=PROPS_SOURCE.read_text(), expected_props=expected,
     )  # fmt: skip
     job = verify_job(
-        "check", "llm", {"app.kubernetes.io/instance": "x"}, image="python:3.12",
+        Meta("check", "llm", {"app.kubernetes.io/instance": "x"}), image="python:3.12",
         config_map="check", url="URL", api_key_secret=None, run_as_user=1000, check_props=True,
     )  # fmt: skip
     mount = tmp_path / "verify"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from components.k8s.images import parse_image
+from components.k8s.metadata import Meta
 from components.k8s.network_policies import egress_policy, ingress_policy
 from components.k8s.pod_security import DEFAULT_DRI_DEVICE
 from components.llamacpp.inputs import LlamaServerFlags
@@ -30,6 +31,9 @@ from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import fetch_document, lock_digest
 from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import MODEL_VOLUME, strix, unlocked_source
+
+# The server these tests build: its name, namespace and labels.
+DS = Meta("ds", "llm", server_labels("ds"))
 
 # The seed's Deployment args, flag by flag.
 SEED_ARGV = [
@@ -83,7 +87,7 @@ def test_cache_ram_is_passed_only_when_configured(seed_server: Any) -> None:
 
 
 def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
-    deployment = server_deployment("ds", "llm", server_labels("ds"), seed_server)
+    deployment = server_deployment(DS, seed_server)
     pod = deployment["spec"]["template"]["spec"]
     container, proxy = pod["containers"]
     # With metrics, the metrics-only proxy runs beside the server.
@@ -118,9 +122,7 @@ def test_deployment_reproduces_seed_pod(seed_server: Any) -> None:
 
 
 def test_gpu_gate_makes_the_startup_probe_read_the_load_log(seed_server: Any) -> None:
-    pod = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]["template"][
-        "spec"
-    ]
+    pod = server_deployment(DS, seed_server)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     command = container["startupProbe"]["exec"]["command"]
     assert command[:2] == ["sh", "-c"]
@@ -128,15 +130,13 @@ def test_gpu_gate_makes_the_startup_probe_read_the_load_log(seed_server: Any) ->
     assert "want=40" in command[2] and "/logs/llama-server.log" in command[2]
     assert {"name": "logs", "emptyDir": {"sizeLimit": "4Gi"}} in pod["volumes"]
     without: Any = {**seed_server, "gpu_gate": False}
-    plain = server_deployment("ds", "llm", server_labels("ds"), without)["spec"]["template"]["spec"]
+    plain = server_deployment(DS, without)["spec"]["template"]["spec"]
     assert plain["containers"][0]["startupProbe"]["httpGet"]["path"] == "/health"
     assert plain["containers"][0]["args"] == [*SEED_ARGV, "--metrics"]
 
 
 def test_startup_probe_lets_the_load_run_before_liveness(seed_server: Any) -> None:
-    container = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"][
-        "template"
-    ]["spec"]["containers"][0]
+    container = server_deployment(DS, seed_server)["spec"]["template"]["spec"]["containers"][0]
     startup = container["startupProbe"]
     window = startup["initialDelaySeconds"] + startup["periodSeconds"] * startup["failureThreshold"]
     # Liveness only starts after startup succeeds: the seed's 300 s floor is covered and more.
@@ -145,16 +145,14 @@ def test_startup_probe_lets_the_load_run_before_liveness(seed_server: Any) -> No
 
 
 def test_deployment_is_recreate_with_a_deadline_covering_the_load(seed_server: Any) -> None:
-    spec = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]
+    spec = server_deployment(DS, seed_server)["spec"]
     assert spec["strategy"] == {"type": "Recreate"}
     assert spec["replicas"] == 1
     assert spec["progressDeadlineSeconds"] > probe_window_seconds(seed_server["probes"]["startup"])
 
 
 def test_model_volume_is_read_only_and_checked_before_start(seed_server: Any) -> None:
-    pod = server_deployment("ds", "llm", server_labels("ds"), seed_server)["spec"]["template"][
-        "spec"
-    ]
+    pod = server_deployment(DS, seed_server)["spec"]["template"]["spec"]
     models = next(v for v in pod["volumes"] if v["name"] == "models")
     assert models["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "models")
@@ -166,14 +164,14 @@ def test_model_volume_is_read_only_and_checked_before_start(seed_server: Any) ->
 
 
 def test_service_targets_the_server_port() -> None:
-    service = server_service("ds", "llm", server_labels("ds"), 8080)
+    service = server_service(DS, 8080)
     assert service["spec"]["ports"] == [
         {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP"}
     ]
 
 
 def test_service_with_metrics_targets_the_proxy_port_by_name() -> None:
-    service = server_service("ds", "llm", server_labels("ds"), 8080, 9464)
+    service = server_service(DS, 8080, 9464)
     assert service["spec"]["ports"][1] == {
         "name": "metrics", "port": 9464, "targetPort": "metrics", "protocol": "TCP"
     }  # fmt: skip
@@ -181,7 +179,7 @@ def test_service_with_metrics_targets_the_proxy_port_by_name() -> None:
 
 
 def test_pvc_uses_local_path_and_requested_size() -> None:
-    pvc = model_pvc("models", "llm", {}, "120Gi", "local-path")
+    pvc = model_pvc(Meta("models", "llm", {}), "120Gi", "local-path")
     assert pvc["spec"]["storageClassName"] == "local-path"
     assert pvc["spec"]["resources"]["requests"]["storage"] == "120Gi"
     assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
@@ -193,7 +191,7 @@ def test_job_runs_fetcher_on_the_server_node_with_token_from_secret(
     stack = strix(strix_halo_values)
     args = store_args(stack, unlocked_source(stack), None)
     job = fetch_job(
-        "models-fetch-1", "llm", {}, image=args["fetch_image"], claim_name="models",
+        Meta("models-fetch-1", "llm", {}), image=args["fetch_image"], claim_name="models",
         config_map="cm", node_selector=args["node_selector"], retired=["Qwen3.6*.gguf"],
         parallel=3, timeout_seconds=43200, hf_endpoint=None, token_secret="models-hf-token",
     )  # fmt: skip
@@ -214,7 +212,7 @@ def test_job_runs_fetcher_on_the_server_node_with_token_from_secret(
 
 def test_job_without_token_has_no_token_env() -> None:
     job = fetch_job(
-        "j", "llm", {}, image="python:3.12.8-slim", claim_name="models", config_map="cm",
+        Meta("j", "llm", {}), image="python:3.12.8-slim", claim_name="models", config_map="cm",
         node_selector={}, retired=[], parallel=1, timeout_seconds=60, hf_endpoint=None,
         token_secret=None,
     )  # fmt: skip
@@ -238,7 +236,7 @@ def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
 
 def test_config_map_carries_fetcher_and_lock() -> None:
     lock = fetch_document("o/r", "main", [{"path": "x.gguf", "name": "x.gguf"}])
-    config_map = fetcher_config_map("cm", "llm", {}, lock, FETCHER_SOURCE.read_text())
+    config_map = fetcher_config_map(Meta("cm", "llm", {}), lock, FETCHER_SOURCE.read_text())
     assert "def main(" in config_map["data"]["fetcher.py"]
     assert '"repo": "o/r"' in config_map["data"]["lock.json"]
     assert config_map["immutable"] is True
@@ -272,7 +270,7 @@ def test_device_plugin_mode_drops_every_privilege(seed_server: Any) -> None:
         "gpu_access": "device-plugin",
         "supplemental_groups": [991],
     }
-    pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
+    pod = server_deployment(DS, args)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     context = container["securityContext"]
     assert context["privileged"] is False
@@ -290,7 +288,7 @@ def test_a_non_root_server_can_read_its_api_key_file_through_the_pods_fs_group(
     seed_server: Any,
 ) -> None:
     args: Any = {**seed_server, "gpu_access": "device-plugin", "api_key": "sk-not-rendered"}
-    pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
+    pod = server_deployment(DS, args)["spec"]["template"]["spec"]
     user = pod["containers"][0]["securityContext"]["runAsUser"]
     # A Secret's files are root's: the non-root server reads the key as the fsGroup, mode 0440.
     assert pod["securityContext"]["fsGroup"] == user != 0
@@ -299,13 +297,13 @@ def test_a_non_root_server_can_read_its_api_key_file_through_the_pods_fs_group(
     assert secret_volume["secret"]["defaultMode"] == 0o440
     # A privileged server runs as root: owner-only, no fsGroup.
     root: Any = {**seed_server, "api_key": "sk-not-rendered"}
-    pod = server_deployment("ds", "llm", server_labels("ds"), root)["spec"]["template"]["spec"]
+    pod = server_deployment(DS, root)["spec"]["template"]["spec"]
     assert "fsGroup" not in pod["securityContext"]
 
 
 def test_api_key_is_a_file_from_a_secret_never_in_argv(seed_server: Any) -> None:
     args: Any = {**seed_server, "api_key": "sk-not-rendered"}
-    pod = server_deployment("ds", "llm", server_labels("ds"), args)["spec"]["template"]["spec"]
+    pod = server_deployment(DS, args)["spec"]["template"]["spec"]
     container, proxy = pod["containers"]
     assert container["args"][-2:] == ["--api-key-file", "/run/secrets/llama-server/api-key"]
     assert "sk-not-rendered" not in str(pod)
@@ -319,7 +317,7 @@ def test_api_key_is_a_file_from_a_secret_never_in_argv(seed_server: Any) -> None
 
 def test_ingress_policy_admits_only_the_clients_on_the_server_port() -> None:
     policy = ingress_policy(
-        "ds-ingress", "llm", {}, {"app": "ds"}, 8080,
+        Meta("ds-ingress", "llm", {}), {"app": "ds"}, 8080,
         [{"namespace": "litellm"}, {"namespace": "tools", "pod_labels": {"app": "bench"}}],
     )  # fmt: skip
     (rule,) = policy["spec"]["ingress"]
@@ -335,7 +333,7 @@ def test_ingress_policy_admits_only_the_clients_on_the_server_port() -> None:
 
 
 def test_fetch_egress_policy_allows_dns_and_the_hub_port_only() -> None:
-    policy = egress_policy("f", "llm", {}, {"app": "fetch"}, [hub_port(None)])
+    policy = egress_policy(Meta("f", "llm", {}), {"app": "fetch"}, [hub_port(None)])
     dns, hub = policy["spec"]["egress"]
     assert {p["port"] for p in dns["ports"]} == {53}
     assert hub["ports"] == [{"port": 443, "protocol": "TCP"}]
@@ -348,7 +346,7 @@ def test_ingress_policy_can_admit_a_node_network(strix_halo_values: dict[str, An
     strix_halo_values["network"] = {"allowCidrs": ["192.168.1.10/32"]}
     clients = allowed_clients(strix(strix_halo_values))
     assert clients == [{"namespace": "litellm", "pod_labels": {}}, {"cidr": "192.168.1.10/32"}]
-    policy = ingress_policy("ds-ingress", "llm", {}, {"app": "ds"}, 8080, clients)
+    policy = ingress_policy(Meta("ds-ingress", "llm", {}), {"app": "ds"}, 8080, clients)
     assert {"ipBlock": {"cidr": "192.168.1.10/32"}} in policy["spec"]["ingress"][0]["from"]
 
 
@@ -358,7 +356,7 @@ def test_job_passes_replace_to_the_fetcher_and_leaves_keep_to_its_default(
     upgrade: str, tail: list[str]
 ) -> None:
     job = fetch_job(
-        "j", "llm", {}, image="python:3.12.8-slim", claim_name="models", config_map="cm",
+        Meta("j", "llm", {}), image="python:3.12.8-slim", claim_name="models", config_map="cm",
         node_selector={}, retired=[], parallel=1, timeout_seconds=60, hf_endpoint=None,
         token_secret=None, upgrade=upgrade,
     )  # fmt: skip

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from components.k8s.metadata import Meta
 from components.model_store.inputs import NodePreflight
 from components.model_store.node_preflight import (
     preflight_job,
@@ -140,7 +141,7 @@ def test_the_job_runs_the_script_once_in_the_server_image_on_the_node(tmp_path: 
     )
     name = preflight_job_name("models", script, preflight["image"])
     job = preflight_job(
-        name, "llm", {"app": "x"}, preflight=preflight, script=script, claim_name="models",
+        Meta(name, "llm", {"app": "x"}), preflight=preflight, script=script, claim_name="models",
         node_selector={"hardware": "high-memory"},
     )  # fmt: skip
     assert name.startswith("models-node-") and len(name) == len("models-node-") + 8
@@ -156,8 +157,8 @@ def test_the_job_runs_the_script_once_in_the_server_image_on_the_node(tmp_path: 
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
     assert volumes["dev-dri"]["hostPath"]["path"] == "/dev/dri"
     plugin = preflight_job(
-        name, "llm", {}, preflight={**preflight, "gpu_access": "device-plugin"}, script=script,
-        claim_name="models", node_selector={},
+        Meta(name, "llm", {}), preflight={**preflight, "gpu_access": "device-plugin"},
+        script=script, claim_name="models", node_selector={},
     )  # fmt: skip
     plugin_pod = plugin["spec"]["template"]["spec"]
     assert "dev-dri" not in {v["name"] for v in plugin_pod["volumes"]}

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from components.k8s.metadata import Meta
 from components.model_store.manifests import fetch_job
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import EXIT_USAGE, token_over_http_problem
@@ -82,7 +83,7 @@ def test_lock_refuses_before_any_request() -> None:
 def test_the_fetch_job_states_it_only_when_allowed() -> None:
     def args(allowed: bool) -> list[str]:
         job = fetch_job(
-            "f", "llm", {}, image="python:3.12.8-slim-bookworm", claim_name="c",
+            Meta("f", "llm", {}), image="python:3.12.8-slim-bookworm", claim_name="c",
             config_map="cm", node_selector={}, retired=[], parallel=3, timeout_seconds=60,
             hf_endpoint=MIRROR, token_secret="s", allow_token_over_http=allowed,
         )  # fmt: skip
