@@ -11,6 +11,7 @@ import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,26 +42,23 @@ def _depths(text: str) -> tuple[int, ...]:
     return depths
 
 
-def _runs(text: str) -> int:
-    try:
-        runs = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if runs < MIN_RUNS:
-        raise argparse.ArgumentTypeError(
-            f"{runs}: at least {MIN_RUNS} runs, so that a median and a spread exist"
-        )
-    return runs
+def _at_least(least: int, why: str) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least `least` (`why` says why, when refused)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{value}: {why}")
+        return value
+
+    return parse
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value}: must be 1 or more")
-    return value
+_runs = _at_least(MIN_RUNS, f"at least {MIN_RUNS} runs, so that a median and a spread exist")
+_positive = _at_least(1, "must be 1 or more")
 
 
 def add_parser(sub: Subparsers) -> None:

@@ -189,14 +189,19 @@ def context_advice(inputs: LlamaCppPlanInputs, ctx: int | None) -> list[str]:
     ]
 
 
+def _use_text(device: Device, weights_of: str) -> str:
+    """`weights X for <weights_of>, KV cache Y, compute Z`: what a refusal says a device holds."""
+    items = device.items
+    return (
+        f"weights {fmt_size(items['weights'])} for {weights_of}, "
+        f"KV cache {fmt_size(items['kv_cache'])}, compute {fmt_size(items['compute'])}"
+    )
+
+
 def vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> tuple[str, list[Fix]]:
     """Why the GPU does not hold the plan, and the fixes that hold."""
     cap = vram.capacity_bytes or 0
-    items = vram.items
-    detail = (
-        f"weights {fmt_size(items['weights'])} for {gpu_text}, "
-        f"KV cache {fmt_size(items['kv_cache'])}, compute {fmt_size(items['compute'])}"
-    )
+    detail = _use_text(vram, gpu_text)
     fixes: list[Fix] = []
     best = max_gpu_layers(inputs)
     if best is not None:
@@ -218,8 +223,7 @@ def ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> tuple
     cap = ram.capacity_bytes or 0
     items = ram.items
     detail = (
-        f"weights {fmt_size(items['weights'])} for {cpu_text} + token_embd, "
-        f"KV cache {fmt_size(items['kv_cache'])}, compute {fmt_size(items['compute'])}, "
+        f"{_use_text(ram, cpu_text + ' + token_embd')}, "
         f"prompt cache {fmt_size(items['prompt_cache'])} (--cache-ram {inputs.cache_ram_mib}), "
         f"runtime {fmt_size(items['runtime'])}"
     )
