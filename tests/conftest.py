@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import FleetStack, KubernetesStack, StackConfig, parse_stack
+from infra.config import ConfigError, FleetStack, KubernetesStack, StackConfig, parse_stack
 from infra.lock import ModelSource, model_source
 from tests.support import profiles
 
@@ -72,3 +72,10 @@ def strix(values: dict[str, Any]) -> KubernetesStack:
     stack = parse_stack(values)
     assert isinstance(stack, KubernetesStack)
     return stack
+
+
+def problems_of(values: dict[str, Any]) -> list[str]:
+    """The problems `parse_stack` refuses `values` with (it must refuse them)."""
+    with pytest.raises(ConfigError) as caught:
+        parse_stack(values)
+    return caught.value.problems

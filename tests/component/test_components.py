@@ -45,6 +45,11 @@ def by_name(rendered: Rendered) -> dict[str, dict[str, Any]]:
     return {r["name"]: r for r in rendered.resources}
 
 
+@pytest.fixture
+def stack(strix_halo_values: dict[str, Any]) -> KubernetesStack:
+    return strix(strix_halo_values)
+
+
 def test_store_registers_protected_pvc_config_map_and_job(
     strix_halo_values: dict[str, Any],
 ) -> None:
@@ -92,8 +97,7 @@ def test_hf_token_becomes_a_secret_and_appears_nowhere_else(
     assert TOKEN not in json.dumps(rendered.manifests)
 
 
-def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str, Any]) -> None:
-    stack = strix(strix_halo_values)
+def test_component_outputs_are_typed_and_registered(stack: KubernetesStack) -> None:
     seen: dict[str, Any] = {}
 
     def build() -> None:
@@ -112,11 +116,8 @@ def test_component_outputs_are_typed_and_registered(strix_halo_values: dict[str,
     }
 
 
-def test_outputs_depend_on_the_children_that_make_them_true(
-    strix_halo_values: dict[str, Any],
-) -> None:
+def test_outputs_depend_on_the_children_that_make_them_true(stack: KubernetesStack) -> None:
     """A consumer of an output waits for the child it comes from, not only for the component."""
-    stack = strix(strix_halo_values)
 
     def build() -> None:
         store, args = store_and_server_args(stack)
@@ -137,11 +138,7 @@ def test_outputs_depend_on_the_children_that_make_them_true(
     }  # fmt: skip
 
 
-def test_namespace_from_another_resource_reaches_every_child(
-    strix_halo_values: dict[str, Any],
-) -> None:
-    stack = strix(strix_halo_values)
-
+def test_namespace_from_another_resource_reaches_every_child(stack: KubernetesStack) -> None:
     def build() -> None:
         namespace = k8s.core.v1.Namespace("ns", metadata={"name": "llm-team"})
         source = unlocked_source(stack)
@@ -160,11 +157,7 @@ def test_namespace_from_another_resource_reaches_every_child(
         assert child["inputs"]["metadata"]["namespace"] == "llm-team", child["name"]
 
 
-def test_integers_given_as_floats_reach_the_deployment_as_integers(
-    strix_halo_values: dict[str, Any],
-) -> None:
-    stack = strix(strix_halo_values)
-
+def test_integers_given_as_floats_reach_the_deployment_as_integers(stack: KubernetesStack) -> None:
     def build() -> None:
         _, args = store_and_server_args(stack)
         flags: dict[str, Any] = {**args["flags"], "port": 8080.0, "gpu_layers": 40.0}

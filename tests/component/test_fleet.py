@@ -34,20 +34,21 @@ def of_kind(docs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in docs if d["kind"] == kind}
 
 
-@pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fleet") / PAIR
-    result = render(PAIR, out)
+def rendered(tmp_path_factory: pytest.TempPathFactory, stack: str) -> Path:
+    out = tmp_path_factory.mktemp("fleet") / stack
+    result = render(stack, out)
     assert result.returncode == 0, result.stderr
     return out
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return rendered(tmp_path_factory, PAIR)
 
 
 @pytest.fixture(scope="module")
 def split(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("fleet") / SPLIT
-    result = render(SPLIT, out)
-    assert result.returncode == 0, result.stderr
-    return out
+    return rendered(tmp_path_factory, SPLIT)
 
 
 def test_each_server_of_a_fleet_gets_its_own_node_volume_and_fetch(pair: Path) -> None:

@@ -6,6 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ROOT
@@ -106,20 +107,23 @@ def test_render_refuses_a_stack_that_does_not_fit_vram(tmp_path: Path) -> None:
     assert plan(str(path)).returncode == 1
 
 
-def test_render_refuses_a_memory_limit_below_the_cpu_side(tmp_path: Path) -> None:
-    path = variant(tmp_path, "memory: 20Gi", "memory: 12Gi")
-    result = render(str(path), tmp_path / "out")
+@pytest.mark.parametrize(
+    ("old", "new", "refusal", "fix"),
+    [
+        ("memory: 20Gi", "memory: 12Gi", "plan: does not fit in the container memory limit",
+         "raise server.resources.limits.memory to at least"),
+        ("size: 120Gi", "size: 80Gi", "plan: does not fit on the model volume",
+         "raise store.size to at least"),
+    ],
+    ids=["memory-limit-below-the-cpu-side", "volume-too-small-for-the-model"],
+)  # fmt: skip
+def test_render_refuses_a_memory_limit_or_volume_too_small_naming_the_size_to_raise(
+    tmp_path: Path, old: str, new: str, refusal: str, fix: str
+) -> None:
+    result = render(str(variant(tmp_path, old, new)), tmp_path / "out")
     assert result.returncode == 2
-    assert "plan: does not fit in the container memory limit" in result.stderr
-    assert "raise server.resources.limits.memory to at least" in result.stderr
-
-
-def test_render_refuses_a_volume_too_small_for_the_model(tmp_path: Path) -> None:
-    path = variant(tmp_path, "size: 120Gi", "size: 80Gi")
-    result = render(str(path), tmp_path / "out")
-    assert result.returncode == 2
-    assert "plan: does not fit on the model volume" in result.stderr
-    assert "raise store.size to at least" in result.stderr
+    assert refusal in result.stderr
+    assert fix in result.stderr
 
 
 def test_plan_of_mi300x_counts_hbm_host_ram_and_disk() -> None:

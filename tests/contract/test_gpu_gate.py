@@ -53,17 +53,21 @@ def gpu_gate_cli(log: Path, url: str, *options: str) -> subprocess.CompletedProc
     )  # fmt: skip
 
 
+def server_log(model: Path, tmp_path: Path, *args: str, binary: str | None = None) -> str:
+    """What llama-server on `model` with `args` logs until it is healthy and stopped."""
+    log = tmp_path / "server.log"
+    with run_llama_server(tiny_server_argv(model, *args), log_path=log, binary=binary):
+        pass
+    return log.read_text()
+
+
 @pytest.fixture(scope="module")
 def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_tiny_split_model(tmp_path_factory.mktemp("gate-model"), "tiny", 3)[0]
 
 
 def test_cpu_build_at_lv4_is_reported_as_no_gpu(model: Path, tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    argv = tiny_server_argv(model, "-ngl", "40", "-lv", "4")
-    with run_llama_server(argv, log_path=log, binary=stock_llama_server_binary()):
-        pass
-    text = log.read_text()
+    text = server_log(model, tmp_path, "-ngl", "40", "-lv", "4", binary=stock_llama_server_binary())
     # What b11434 really prints here, so the parser is tested against the real format.
     assert "warning: no usable GPU found, --gpu-layers option will be ignored" in text
     assert "load_tensors:   CPU_Mapped model buffer size =" in text
@@ -82,10 +86,7 @@ def test_cpu_build_at_lv4_is_reported_as_no_gpu(model: Path, tmp_path: Path) -> 
 
 
 def test_cpu_build_at_default_verbosity_fails_and_asks_for_lv4(model: Path, tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
-    with run_llama_server(tiny_server_argv(model, "-ngl", "40"), log_path=log):
-        pass
-    text = log.read_text()
+    text = server_log(model, tmp_path, "-ngl", "40")
     assert "load_tensors" not in text  # libllama INFO is verbosity 4 in b11434
     result = gpu_gate.check_log(text, 40)
     assert not result.ok
@@ -97,10 +98,7 @@ def test_cpu_build_at_default_verbosity_fails_and_asks_for_lv4(model: Path, tmp_
 def test_a_build_with_the_rpc_backend_claims_an_offload_and_the_gate_still_fails(
     model: Path, tmp_path: Path
 ) -> None:
-    log = tmp_path / "server.log"
-    with run_llama_server(tiny_server_argv(model, "-ngl", "40", "-lv", "4"), log_path=log):
-        pass
-    text = log.read_text()
+    text = server_log(model, tmp_path, "-ngl", "40", "-lv", "4")
     # b11434 counts an RPC backend as a way to offload (llama_supports_gpu_offload): no warning,
     # and an "offloaded N/N layers" line although every buffer is on the CPU.
     assert "no usable GPU found" not in text
@@ -278,10 +276,7 @@ def test_the_cpu_runtimes_gate_passes_the_real_cpu_build_under_the_pods_wrapper(
 def test_a_cpu_build_with_the_rpc_backend_passes_the_cpu_gate_on_its_buffers(
     model: Path, tmp_path: Path
 ) -> None:
-    log = tmp_path / "server.log"
-    with run_llama_server(tiny_server_argv(model, "-ngl", "0", "-lv", "4"), log_path=log):
-        pass
-    text = log.read_text()
+    text = server_log(model, tmp_path, "-ngl", "0", "-lv", "4")
     # It logs the offload lines (an RPC backend counts as a way to offload): 0 layers, every
     # buffer on the CPU; the stock CPU build logs none. The buffers decide, for both.
     assert re.search(r"load_tensors: offloaded 0/\d+ layers to GPU", text)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,11 +10,7 @@ from tests.support.hub_emulator import Hub
 from tests.support.llama_server import get_json, run_llama_server, tiny_server_argv
 from tests.support.upgrade import FAULTS, OLD, SHAPES, failed_upgrade, upgrade_hub
 
-
-@pytest.fixture
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    with upgrade_hub(tmp_path_factory.mktemp("models")) as served:
-        yield served
+hub = pytest.fixture(upgrade_hub)
 
 
 @pytest.mark.parametrize("fault", FAULTS)

@@ -398,20 +398,23 @@ def test_progress_lines_give_bytes_of_total_rate_eta_and_shard(
     assert line.endswith(" 10.1/87.0 GiB (11%)  25.0 MiB/s  ETA 52m  shard 2/3\n"), line
 
 
-def set_size(lock: Path, index: int, size: int) -> None:
+def fetch_a_wrong_size(
+    hub: Hub, tmp_path: Path, delta: int
+) -> tuple[subprocess.CompletedProcess[str], int]:
+    """Fetch into tmp_path/models with a lock whose first file is `delta` bytes off the size
+    the hub serves: the fetch, and that size."""
+    lock, actual = write_lock(tmp_path, hub), len(hub.repos[REPO][PATHS[0]])
     document = json.loads(lock.read_text())
-    document["files"][index]["size"] = size
+    document["files"][0]["size"] = actual + delta
     lock.write_text(json.dumps(document))
+    return fetch(hub, lock, tmp_path / "models", "--parallel", "1"), actual
 
 
 @pytest.mark.parametrize("delta", [1, -1])
 def test_a_wrong_size_in_the_lock_is_one_request_and_the_size_error(
     hub: Hub, tmp_path: Path, delta: int
 ) -> None:
-    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
-    actual = len(hub.repos[REPO][PATHS[0]])
-    set_size(lock, 0, actual + delta)
-    result = fetch(hub, lock, dest, "--parallel", "1")
+    result, actual = fetch_a_wrong_size(hub, tmp_path, delta)
     assert result.returncode == 8, result.stdout
     assert (
         f"the hub serves {actual} bytes for {PATHS[0]}, the lock says {actual + delta}"
@@ -421,6 +424,7 @@ def test_a_wrong_size_in_the_lock_is_one_request_and_the_size_error(
     assert [p for p, _ in file_gets(hub) if p.endswith(PATHS[0])] == [
         f"/{REPO}/resolve/main/{PATHS[0]}"
     ]
+    dest = tmp_path / "models"
     # Refused on the headers: not a byte of the body was kept.
     assert not (dest / NAMES[0]).exists() and not (dest / f".{NAMES[0]}.part").exists()
 
@@ -429,11 +433,8 @@ def test_a_wrong_size_in_the_lock_is_one_request_and_the_size_error(
 def test_a_wrong_size_is_caught_without_a_length_header_after_one_download(
     hub: Hub, tmp_path: Path, delta: int
 ) -> None:
-    lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
-    actual = len(hub.repos[REPO][PATHS[0]])
-    set_size(lock, 0, actual + delta)
     hub.omit_length.add(PATHS[0])
-    result = fetch(hub, lock, dest, "--parallel", "1")
+    result, actual = fetch_a_wrong_size(hub, tmp_path, delta)
     assert result.returncode == 8, result.stdout
     if delta > 0:
         assert f"the hub serves {actual} bytes" in result.stdout
@@ -444,7 +445,7 @@ def test_a_wrong_size_is_caught_without_a_length_header_after_one_download(
     assert "downloading it again" not in result.stdout
     # One body: a short file is asked once more from its end, and the 416 names its size.
     assert hub.bytes_sent[PATHS[0]] == actual
-    assert not (dest / NAMES[0]).exists()
+    assert not (tmp_path / "models" / NAMES[0]).exists()
 
 
 def test_a_small_git_file_is_verified_by_its_sha256(hub: Hub, tmp_path: Path) -> None:

@@ -15,7 +15,6 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,11 +41,7 @@ from tests.support.upgrade import (
     write_lock,
 )
 
-
-@pytest.fixture
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
-    with upgrade_hub(tmp_path_factory.mktemp("models")) as served:
-        yield served
+hub = pytest.fixture(upgrade_hub)
 
 
 @pytest.mark.parametrize("fault", FAULTS)

@@ -154,17 +154,24 @@ _FILE_TYPES = {
 }
 
 
+def _add_sizes(
+    writer: gguf.GGUFWriter, spec: TinyLlamaSpec | TinyQwen3MoeSpec, context_length: int, n_ff: int
+) -> None:
+    """The sizes llama.cpp reads of either architecture: context, embedding, layers, FFN, heads."""
+    writer.add_context_length(context_length)
+    writer.add_embedding_length(spec.n_embd)
+    writer.add_block_count(spec.n_layer)
+    writer.add_feed_forward_length(n_ff)
+    writer.add_head_count(spec.n_head)
+    writer.add_head_count_kv(spec.n_head_kv)
+
+
 def _add_model_metadata(
     writer: gguf.GGUFWriter, vocab: _Vocab, spec: TinyLlamaSpec = DEFAULT_SPEC
 ) -> None:
     writer.add_name("tiny-llama-contract-test")
     writer.add_file_type(int(_FILE_TYPES[spec.weight_type]))
-    writer.add_context_length(CONTEXT_LENGTH)
-    writer.add_embedding_length(spec.n_embd)
-    writer.add_block_count(spec.n_layer)
-    writer.add_feed_forward_length(spec.n_ff)
-    writer.add_head_count(spec.n_head)
-    writer.add_head_count_kv(spec.n_head_kv)
+    _add_sizes(writer, spec, CONTEXT_LENGTH, spec.n_ff)
     writer.add_rope_dimension_count(spec.head_dim)
     writer.add_rope_freq_base(ROPE_FREQ_BASE)
     writer.add_layer_norm_rms_eps(RMS_EPS)
@@ -319,12 +326,7 @@ def write_tiny_qwen3moe(
     try:
         writer.add_name("tiny-qwen3moe-contract-test")
         writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
-        writer.add_context_length(s.context_length)
-        writer.add_embedding_length(s.n_embd)
-        writer.add_block_count(s.n_layer)
-        writer.add_feed_forward_length(s.n_ff_expert * s.n_expert_used)
-        writer.add_head_count(s.n_head)
-        writer.add_head_count_kv(s.n_head_kv)
+        _add_sizes(writer, s, s.context_length, s.n_ff_expert * s.n_expert_used)
         writer.add_key_length(s.head_dim)
         writer.add_value_length(s.head_dim)
         writer.add_rope_freq_base(ROPE_FREQ_BASE)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,9 +28,10 @@ def shards(directory: Path, prefix: str, seed: int) -> list[bytes]:
     return [p.read_bytes() for p in write_tiny_model_seeded(directory, prefix, 3, seed=seed)]
 
 
-@contextmanager
-def upgrade_hub(work: Path) -> Iterator[Hub]:
-    """The hub emulator with the old model, a new quant and a new revision of the old names."""
+def upgrade_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+    """The hub emulator with the old model, a new quant and a new revision of the old names, as
+    a module's fixture: `hub = pytest.fixture(upgrade_hub)`."""
+    work = tmp_path_factory.mktemp("models")
     old = shards(work / "old", "Tiny-UD-IQ1_M", seed=1)
     q2k = shards(work / "q2k", "Tiny-UD-Q2_K", seed=2)
     # The same names, other weights: as a new upstream revision of the same quant.

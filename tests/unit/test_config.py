@@ -6,14 +6,8 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, parse_stack, quantity_value
-from tests.conftest import strix
-
-
-def problems_of(values: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack(values)
-    return caught.value.problems
+from infra.config import quantity_value
+from tests.conftest import problems_of, strix
 
 
 def test_seed_stack_holds_every_seed_value(strix_halo_values: dict[str, Any]) -> None:

@@ -9,20 +9,14 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, missing_secrets, parse_stack
+from infra.config import missing_secrets, parse_stack
 from infra.config.docker_host import DockerHostStack
-from tests.conftest import stack_values
+from tests.conftest import problems_of, stack_values
 
 
 @pytest.fixture
 def values() -> dict[str, Any]:
     return copy.deepcopy(stack_values("mi300x"))
-
-
-def problems_of(values: dict[str, Any]) -> list[str]:
-    with pytest.raises(ConfigError) as caught:
-        parse_stack(values)
-    return caught.value.problems
 
 
 def test_seed_002_settings_are_the_stack(values: dict[str, Any]) -> None:

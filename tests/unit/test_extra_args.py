@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -27,12 +28,12 @@ from components.llamacpp.manifests import (
     server_argv,
     server_container,
 )
-from components.validation import input_problems, named, snake_path
+from components.validation import Problem, input_problems, named, snake_path
 from components.vllm import inputs as vllm_inputs
 from components.vllm.builders import compose_words, vllm_serve_args
 from infra.config import ConfigError, parse_stack
 from infra.config.inputs import STACK_KEYS
-from tests.conftest import stack_values
+from tests.conftest import problems_of, stack_values
 from tests.support.component_inputs import llama_server, vllm_server
 from tests.support.extra_args import kubelet_expanded
 from tests.support.profiles import examples
@@ -65,44 +66,33 @@ def problems_named(problems: list[tuple[Any, str]]) -> list[tuple[Any, str]]:
     return [(where, named(message, snake_path)) for where, message in problems]
 
 
-@settings(max_examples=examples(300))
-@given(
-    case=st.sampled_from(owned_cases(LLAMA, LLAMA_OWNED)),
-    underscore=st.booleans(),
-    inline=st.booleans(),
+@pytest.mark.parametrize(
+    ("table", "owned", "check"),
+    [
+        (LLAMA, LLAMA_OWNED, llama_inputs.extra_args_problems),
+        (VLLM, VLLM_OWNED, vllm_inputs.extra_args_problems),
+    ],
+    ids=["llama-server", "vllm"],
 )
-def test_an_owned_llama_server_option_is_refused_in_every_spelling_naming_its_input(
-    case: tuple[str, tuple[str, ...]], underscore: bool, inline: bool
+@settings(max_examples=examples(300))
+@given(data=st.data(), underscore=st.booleans(), inline=st.booleans())
+def test_an_owned_option_is_refused_in_every_spelling_naming_its_input(
+    table: OptionTable,
+    owned: dict[Option, tuple[str | int, ...]],
+    check: Callable[[list[str]], list[Problem]],
+    data: st.DataObject,
+    underscore: bool,
+    inline: bool,
 ) -> None:
-    spelling, where = case
-    option = LLAMA.lookup(spelling)
+    spelling, where = data.draw(st.sampled_from(owned_cases(table, owned)), label="case")
+    option = table.lookup(spelling)
     assert option is not None
     written = underscored(spelling) if underscore else spelling
-    problems = problems_named(llama_inputs.extra_args_problems(words_for(option, written, inline)))
+    problems = problems_named(check(words_for(option, written, inline)))
     assert problems, (written, inline)
     location, message = problems[0]
     assert location == (0,)
     assert f"rendered from {snake_path(where)}: set that instead" in message
-
-
-@settings(max_examples=examples(300))
-@given(
-    case=st.sampled_from(owned_cases(VLLM, VLLM_OWNED)),
-    underscore=st.booleans(),
-    inline=st.booleans(),
-)
-def test_an_owned_vllm_option_is_refused_in_every_spelling_naming_its_input(
-    case: tuple[str, tuple[str, ...]], underscore: bool, inline: bool
-) -> None:
-    spelling, where = case
-    option = VLLM.lookup(spelling)
-    assert option is not None
-    written = underscored(spelling) if underscore else spelling
-    (first, *_) = problems_named(
-        vllm_inputs.extra_args_problems(words_for(option, written, inline))
-    )
-    assert first[0] == (0,)
-    assert f"rendered from {snake_path(where)}: set that instead" in first[1]
 
 
 def unique_abbreviations(table: OptionTable, owned: Any) -> list[tuple[str, str]]:
@@ -127,35 +117,34 @@ def test_an_abbreviated_owned_vllm_option_is_refused_naming_its_input(
     assert f"abbreviates {option}, which " in message and "write options in full" in message
 
 
+def stack_problems(stack: str, table: OptionTable, option: str) -> list[str]:
+    """The problems of the stack with `option` (and its values) as its server's extra args."""
+    values = stack_values(stack)
+    found = table.lookup(option)
+    assert found is not None
+    values["server"]["extraArgs"] = words_for(found, option, inline=False)
+    return problems_of(values)
+
+
 @pytest.mark.parametrize(
     ("field", "option"), sorted(llama_inputs.FLAG_OPTIONS.items()), ids=lambda v: str(v)
 )
 def test_a_stack_file_names_the_key_that_sets_an_owned_llama_server_option(
     field: str, option: str
 ) -> None:
-    values = copy.deepcopy(stack_values("strix-halo"))
-    found = LLAMA.lookup(option)
-    assert found is not None
-    values["server"]["extraArgs"] = words_for(found, option, inline=False)
-    with pytest.raises(ConfigError) as caught:
-        parse_stack(values)
+    problems = stack_problems("strix-halo", LLAMA, option)
     key = STACK_KEYS["LlamaCppVulkanServer"][f"flags.{field}"]
-    assert f"server.extraArgs[0]: '{option}'" in caught.value.problems[0]
-    assert f"is rendered from {key}: set that instead" in caught.value.problems[0]
+    assert f"server.extraArgs[0]: '{option}'" in problems[0]
+    assert f"is rendered from {key}: set that instead" in problems[0]
 
 
 @pytest.mark.parametrize(
     ("field", "option"), sorted(vllm_inputs.FLAG_OPTIONS.items()), ids=lambda v: str(v)
 )
 def test_a_stack_file_names_the_key_that_sets_an_owned_vllm_option(field: str, option: str) -> None:
-    values = copy.deepcopy(stack_values("mi300x"))
-    found = VLLM.lookup(option)
-    assert found is not None
-    values["server"]["extraArgs"] = words_for(found, option, inline=False)
-    with pytest.raises(ConfigError) as caught:
-        parse_stack(values)
+    problems = stack_problems("mi300x", VLLM, option)
     key = STACK_KEYS["VllmRocmServer"].get(f"flags.{field}", "server")
-    (problem,) = [p for p in caught.value.problems if p.startswith("server.extraArgs")]
+    (problem,) = [p for p in problems if p.startswith("server.extraArgs")]
     assert problem.startswith(f"server.extraArgs[0]: '{option}'")
     assert f"is rendered from {key}" in problem
 
@@ -317,13 +306,14 @@ HOSTILE_VALUES = [
 ]  # fmt: skip
 
 
-@settings(max_examples=examples(200))
-@given(
-    value=st.one_of(
-        st.sampled_from(HOSTILE_VALUES),
-        st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=64),
-    )
+HOSTILE_VALUE = st.one_of(
+    st.sampled_from(HOSTILE_VALUES),
+    st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=64),
 )
+
+
+@settings(max_examples=examples(200))
+@given(value=HOSTILE_VALUE)
 def test_a_llama_server_value_with_metacharacters_reaches_the_server_as_one_exact_word(
     value: str,
 ) -> None:
@@ -341,12 +331,7 @@ def test_a_llama_server_value_with_metacharacters_reaches_the_server_as_one_exac
 
 
 @settings(max_examples=examples(200))
-@given(
-    value=st.one_of(
-        st.sampled_from(HOSTILE_VALUES),
-        st.text(st.characters(blacklist_categories=("Cc", "Cs", "Zl", "Zp")), max_size=64),
-    )
-)
+@given(value=HOSTILE_VALUE)
 def test_a_vllm_value_with_metacharacters_is_one_exact_word_of_the_compose_command(
     value: str,
 ) -> None:

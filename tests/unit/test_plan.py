@@ -6,7 +6,6 @@ import json
 import math
 import re
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -27,10 +26,10 @@ from infra.plan.llamacpp import (
     suggest,
 )
 from infra.plan.report import GB, GIB, MIB, PlanError
-from infra.plan.stack import llamacpp_inputs
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
 from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
+from tests.support.plan_samples import VULKAN_MEASURED
 
 # DeepSeek-V4-Flash as llama.cpp reads it: 43 layers, K-only head 512, one KV head, a
 # 128-token window, 2 uncompressed + 21 ratio-4 + 20 ratio-128 layers, indexer head 128.
@@ -223,27 +222,30 @@ def test_context_advice_never_goes_below_the_slots_minimum_context() -> None:
     assert "lower server.contextSize to at most 258048" in plain
 
 
+def suggested(pattern: str, message: str) -> int:
+    """The number a refusal's `message` suggests, the one group of `pattern`."""
+    match = re.search(pattern, message)
+    assert match, message
+    return int(match[1])
+
+
 def test_memory_limit_refusal_counts_the_prompt_cache_and_names_the_limit_to_raise() -> None:
     inputs = replace(SEED, memory_limit_bytes=12 * GIB)
-    plan = plan_llamacpp(inputs)
-    (message,) = plan.problems
+    (message,) = plan_llamacpp(inputs).problems
     assert message.startswith("plan: does not fit in the container memory limit: 17.4 GiB needed")
     assert "prompt cache 8.0 GiB (--cache-ram 8192)" in message
-    match = re.search(r"raise server\.resources\.limits\.memory to at least (\d+)Gi", message)
-    assert match
-    assert plan_llamacpp(replace(inputs, memory_limit_bytes=int(match[1]) * GIB)).fits
-    cache = re.search(r"set server\.cacheRam to at most (\d+) MiB", message)
-    assert cache
-    assert plan_llamacpp(replace(inputs, cache_ram_mib=int(cache[1]))).fits
+    limit = suggested(r"raise server\.resources\.limits\.memory to at least (\d+)Gi", message)
+    assert plan_llamacpp(replace(inputs, memory_limit_bytes=limit * GIB)).fits
+    cache = suggested(r"set server\.cacheRam to at most (\d+) MiB", message)
+    assert plan_llamacpp(replace(inputs, cache_ram_mib=cache)).fits
 
 
 def test_disk_refusal_names_the_volume_size_to_set() -> None:
     inputs = replace(SEED, disk_bytes=80 * GIB)
     (message,) = plan_llamacpp(inputs).problems
     assert message.startswith("plan: does not fit on the model volume: ")
-    match = re.search(r"raise store\.size to at least (\d+)Gi", message)
-    assert match
-    assert plan_llamacpp(replace(inputs, disk_bytes=int(match[1]) * GIB)).fits
+    size = suggested(r"raise store\.size to at least (\d+)Gi", message)
+    assert plan_llamacpp(replace(inputs, disk_bytes=size * GIB)).fits
 
 
 def test_suggest_returns_the_highest_gpu_layers_and_context_within_the_headroom() -> None:
@@ -325,18 +327,15 @@ def test_mi300x_hbm_refusal_names_the_kv_bytes_that_fit() -> None:
     inputs = VllmPlanInputs(kv_cache_memory_bytes=40 * GB)
     (message,) = plan_vllm(inputs).problems
     assert message.startswith("plan: does not fit in HBM: ")
-    match = re.search(r"lower server\.kvCacheMemoryBytes to at most (\d+)G", message)
-    assert match
-    assert plan_vllm(replace(inputs, kv_cache_memory_bytes=int(match[1]) * GB)).fits
+    kv = suggested(r"lower server\.kvCacheMemoryBytes to at most (\d+)G", message)
+    assert plan_vllm(replace(inputs, kv_cache_memory_bytes=kv * GB)).fits
 
 
 def test_mi300x_ram_and_disk_refusals() -> None:
     ram = plan_vllm(VllmPlanInputs(host_ram_bytes=100 * GIB)).problems
     assert len(ram) == 1 and ram[0].startswith("plan: does not fit in host RAM: 128.0 GiB needed")
-    match = re.search(r"set server\.kvOffloadingSize to at most (\d+)", ram[0])
-    assert match
-    fixed = VllmPlanInputs(host_ram_bytes=100 * GIB, cpu_kv_tier_bytes=int(match[1]) * GIB)
-    assert plan_vllm(fixed).fits
+    tier = suggested(r"set server\.kvOffloadingSize to at most (\d+)", ram[0])
+    assert plan_vllm(VllmPlanInputs(host_ram_bytes=100 * GIB, cpu_kv_tier_bytes=tier * GIB)).fits
     disk = plan_vllm(VllmPlanInputs(disk_bytes=200 * GB)).problems
     assert len(disk) == 1 and disk[0].startswith("plan: does not fit on disk: ")
 
@@ -344,26 +343,16 @@ def test_mi300x_ram_and_disk_refusals() -> None:
 NO_WEIGHT_SIZE = "model.sizeGib: required until the model is locked"
 
 
-def test_strix_halo_plan_without_lock_or_size_is_a_config_error(
-    strix_halo_values: dict[str, Any],
-) -> None:
-    del strix_halo_values["model"]["sizeGib"]
-    stack = strix(strix_halo_values)
-    with pytest.raises(ConfigError) as caught:
-        llamacpp_inputs(stack, unlocked_source(stack))
-    (problem,) = caught.value.problems
-    assert problem.startswith(NO_WEIGHT_SIZE)
-    assert "llm-infra lock STACK" in problem
-
-
-def test_mi300x_plan_without_lock_or_size_is_a_config_error() -> None:
-    values = stack_values("mi300x")
+@pytest.mark.parametrize("name", ["strix-halo", "mi300x"])
+def test_a_plan_without_lock_or_size_is_a_config_error(name: str) -> None:
+    values = stack_values(name)
     del values["model"]["sizeGib"]
     stack = parse_stack(values)
     with pytest.raises(ConfigError) as caught:
         stack_plan(stack, unlocked_source(stack))
     (problem,) = caught.value.problems
     assert problem.startswith(NO_WEIGHT_SIZE)
+    assert "llm-infra lock STACK" in problem
 
 
 @pytest.mark.parametrize("key", ["deepseek4.attention.head_count", "deepseek4.embedding_length"])
@@ -382,24 +371,11 @@ def test_compute_buffers_follow_the_per_slot_context_with_several_slots() -> Non
     # Measured on an H200 through Vulkan (b11434, n_embd 1024, n_ff 2048, every layer on the
     # GPU, F16 cache) at -c 65536 -ub 512 -np 2: 52.1 MiB on the GPU, 40.1 MiB on the host;
     # the graph attends over one slot's 32768 cells, not the whole 65536.
-    shape = AttentionShape(
-        kind="standard", n_layer=2, n_head_kv=(16, 16), head_k=64, head_v=64, n_head=16,
-        n_embd=1024, n_ff=2048, n_vocab=32000,
-    )  # fmt: skip
-    inputs = LlamaCppPlanInputs(
-        weights=ModelWeights.from_file_sizes(64 * MIB, 2),
-        attention=shape,
-        gpu_layers=3,
-        ctx_size=65536,
-        parallel=2,
-        vram_bytes=8 * GIB,
-        memory_limit_bytes=16 * GIB,
-    )
-    plan = plan_llamacpp(inputs)
+    plan = plan_llamacpp(replace(VULKAN_MEASURED, parallel=2))
     assert plan.devices["vram"].items["compute"] / MIB == pytest.approx(52.1, rel=0.06)
     assert plan.devices["ram"].items["compute"] / MIB == pytest.approx(40.1, rel=0.02)
     # One slot of the same 65536 tokens: the whole context is one slot's graph.
-    single = plan_llamacpp(replace(inputs, parallel=1))
+    single = plan_llamacpp(VULKAN_MEASURED)
     assert single.devices["ram"].items["compute"] - plan.devices["ram"].items["compute"] == (
         2 * 32768 * 512
     )

@@ -464,25 +464,22 @@ def test_an_extra_site_without_an_allowlist_fails(mi300x: Render) -> None:
     assert "site backdoor.example.com on :443: no remote_ip/client_ip allowlist" in message
 
 
-def test_a_route_injected_ahead_of_the_allowlist_fails(mi300x: Render) -> None:
-    # A `route` block is kept in place by Caddy: it runs before the allowlist's respond.
-    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace(
-        "\t# remote_ip is the TCP peer",
-        "\troute /v1/* {\n\t\treverse_proxy vllm:8000\n\t}\n\t# remote_ip is the TCP peer",
-    )
-    (message,) = caddy_messages(mi300x, caddyfile)
-    assert "a route runs ahead of the allowlist" in message
-
-
-def test_an_injected_handle_block_runs_ahead_of_the_allowlist_and_fails(
-    mi300x: Render,
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        # A `route` block is kept in place by Caddy: it runs before the allowlist's respond.
+        ("\t# remote_ip is the TCP peer",
+         "\troute /v1/* {\n\t\treverse_proxy vllm:8000\n\t}\n\t# remote_ip is the TCP peer"),
+        # Written after the allowlist, but Caddy orders `handle` before `respond`: it runs first.
+        ('respond @not_api "Not Found" 404',
+         'respond @not_api "Not Found" 404\n\thandle /v1/* {\n\t\treverse_proxy vllm:8000\n\t}'),
+    ],
+    ids=["route-injected-ahead", "handle-block-injected-after"],
+)  # fmt: skip
+def test_a_route_or_handle_block_injected_runs_ahead_of_the_allowlist_and_fails(
+    mi300x: Render, old: str, new: str
 ) -> None:
-    # Written after the allowlist, but Caddy orders `handle` before `respond`: it runs first.
-    caddyfile = mi300x[1]["/opt/llm/Caddyfile"].replace(
-        'respond @not_api "Not Found" 404',
-        'respond @not_api "Not Found" 404\n\thandle /v1/* {\n\t\treverse_proxy vllm:8000\n\t}',
-    )
-    (message,) = caddy_messages(mi300x, caddyfile)
+    (message,) = caddy_messages(mi300x, mi300x[1]["/opt/llm/Caddyfile"].replace(old, new))
     assert "a route runs ahead of the allowlist" in message
 
 

@@ -27,16 +27,13 @@ from components.llamacpp.runtimes import (
 )
 from components.payloads import gpu_gate
 from infra.config import ConfigError, parse_stack
-from infra.plan.deepseek4 import AttentionShape
 from infra.plan.llamacpp import (
-    LlamaCppPlanInputs,
-    ModelWeights,
     compute_buffer_bytes,
     plan_llamacpp,
 )
-from infra.plan.report import GIB, MIB
 from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
+from tests.support.plan_samples import VULKAN_MEASURED
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gpu_gate"
 OFFICIAL = "ghcr.io/ggml-org/llama.cpp"
@@ -223,17 +220,10 @@ def test_a_rocm_plan_says_its_compute_buffers_are_the_upper_bound_not_a_measurem
 
 
 def test_a_rocm_plan_takes_the_upper_bound_where_vulkan_has_a_measurement() -> None:
-    shape = AttentionShape(
-        kind="standard", n_layer=2, n_head_kv=(16, 16), head_k=64, head_v=64, n_head=16,
-        n_embd=1024, n_ff=2048, n_vocab=32000,
-    )  # fmt: skip
-    inputs = LlamaCppPlanInputs(
-        weights=ModelWeights.from_file_sizes(64 * MIB, 2), attention=shape, gpu_layers=3,
-        ctx_size=65536, vram_bytes=8 * GIB, memory_limit_bytes=16 * GIB,
-    )  # fmt: skip
-    vulkan = plan_llamacpp(inputs).devices["vram"].items["compute"]
-    rocm = plan_llamacpp(replace(inputs, runtime="rocm", gpu_device="ROCm0",
+    vulkan = plan_llamacpp(VULKAN_MEASURED).devices["vram"].items["compute"]
+    rocm = plan_llamacpp(replace(VULKAN_MEASURED, runtime="rocm", gpu_device="ROCm0",
                                  compute_estimate="upper-bound"))  # fmt: skip
+    shape = VULKAN_MEASURED.attention
     assert rocm.devices["vram"].items["compute"] == compute_buffer_bytes(shape, 65536, 512)
     assert rocm.devices["vram"].items["compute"] > vulkan
 
