@@ -18,6 +18,7 @@ is an update or a replacement is what the providers decide, read from their own 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass, field
@@ -82,14 +83,8 @@ class Change:
         return f"{self.display}: {self.action}{effects}"
 
     def to_json(self) -> dict[str, Any]:
-        """The change as the `-o json` shape has it."""
-        return {
-            "type": self.type,
-            "name": self.name,
-            "display": self.display,
-            "action": self.action,
-            "effects": self.effects,
-        }
+        """The change as the `-o json` shape has it: its fields, in their order."""
+        return dataclasses.asdict(self)
 
 
 def _get(value: Any, path: str) -> Any:

@@ -319,6 +319,8 @@ def build_parser(
     Only the modules of the commands in `full` are imported and register their options; the
     others stay one-line entries in the command list.
     """
+    from infra.cli.common import Subparsers
+
     modules = {COMMANDS[name].module for name in full}
     parser = Parser(
         prog="llm-infra",
@@ -336,7 +338,7 @@ def build_parser(
         if command.module in modules:
             module = importlib.import_module(f"infra.cli.{command.module}")
             register = getattr(module, "add_parsers", None) or module.add_parser
-            register(sub)
+            register(Subparsers(sub, {n: c.summary for n, c in COMMANDS.items()}))
             registered |= {n for n, c in COMMANDS.items() if c.module == command.module}
         else:
             sub.add_parser(name, help=command.summary)

@@ -103,9 +103,7 @@ def add_parser(sub: Subparsers) -> None:
     from infra.cli.common import add_stack_argument
     from infra.cli.verify import URL_HELP
 
-    parser = sub.add_parser(
-        "bench", help="measure decode, prefill, TTFT and concurrent throughput of the endpoint"
-    )
+    parser = sub.add_parser("bench")
     add_stack_argument(parser)
     parser.add_argument("--url", help=URL_HELP)
     parser.add_argument(

@@ -131,9 +131,7 @@ def _stack_files(stack: str | None) -> list[StackFile]:
 
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra check-litellm PATH [--stack STACK]`."""
-    parser = sub.add_parser(
-        "check-litellm", help="check that a litellm.yaml routes each stack's model name"
-    )
+    parser = sub.add_parser("check-litellm")
     parser.add_argument("path", type=Path, help="LiteLLM proxy config (litellm.yaml)")
     parser.add_argument(
         "--stack", help="stack name or stack file (default: every stacks/Pulumi.*.yaml)"

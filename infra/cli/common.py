@@ -5,15 +5,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from infra.config import ConfigError
 
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]
-else:
-    Subparsers = argparse._SubParsersAction
+
+class Subparsers:
+    """The command list a command module adds its parser to: each command's one-line help is
+    the command table's (`infra.cli.COMMANDS`), the one home of what `llm-infra --help` lists."""
+
+    def __init__(self, actions: argparse._SubParsersAction[Any], helps: Mapping[str, str]) -> None:
+        self._actions = actions
+        self._helps = helps
+
+    def add_parser(self, name: str) -> argparse.ArgumentParser:
+        """The parser of command `name`, listed with its help."""
+        parser: argparse.ArgumentParser = self._actions.add_parser(name, help=self._helps[name])
+        return parser
+
 
 EXIT_CONFIG = 2
 

@@ -157,9 +157,7 @@ def stack_comparison(
 
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra diff STACK [--against REF]` or `llm-infra diff --renders OLD NEW`."""
-    parser = sub.add_parser(
-        "diff", help="the render diff of a stack against a git ref (what the PR preview posts)"
-    )
+    parser = sub.add_parser("diff")
     parser.add_argument(
         "stack", nargs="?", help="stack name (stacks/Pulumi.NAME.yaml) or stack file"
     )

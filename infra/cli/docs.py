@@ -17,7 +17,7 @@ from infra.targets.registry import render_docs, stack_plan, with_tuned_runtimes
 
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra docs STACK [--out FILE] [--check]`."""
-    parser = sub.add_parser("docs", help=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser = sub.add_parser("docs")
     add_stack_argument(parser)
     parser.add_argument(
         "--output-file",

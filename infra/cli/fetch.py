@@ -8,11 +8,9 @@ from infra.cli.common import Subparsers
 
 def add_parsers(sub: Subparsers) -> None:
     """Register `fetch` and `check-model` with the fetcher's own options."""
-    fetch = sub.add_parser("fetch", help="download a locked model into a directory (resumable)")
+    fetch = sub.add_parser("fetch")
     fetcher.add_fetch_options(fetch)
     fetch.set_defaults(run=fetcher.run_fetch)
-    check = sub.add_parser(
-        "check-model", help="check that a directory holds the complete locked model"
-    )
+    check = sub.add_parser("check-model")
     fetcher.add_check_options(check)
     check.set_defaults(run=fetcher.run_check)

@@ -8,8 +8,6 @@ from infra.cli.common import Subparsers
 
 def add_parser(sub: Subparsers) -> None:
     """Register `gpu-gate` with the gate's own options."""
-    parser = sub.add_parser(
-        "gpu-gate", help="fail unless llama-server's load log shows the layers on a GPU"
-    )
+    parser = sub.add_parser("gpu-gate")
     gpu_gate.add_options(parser)
     parser.set_defaults(run=gpu_gate.run)

@@ -25,9 +25,7 @@ def add_parser(sub: Subparsers) -> None:
     def described(text: str) -> str:
         return textwrap.fill(text, width=79)
 
-    parser = sub.add_parser(
-        "hub", help="a stand-in Hugging Face hub on loopback, and header-only GGUF files for it"
-    )
+    parser = sub.add_parser("hub")
     actions = parser.add_subparsers(dest="hub_command", required=True, metavar="ACTION")
     serve = actions.add_parser(
         "serve",

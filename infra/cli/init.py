@@ -34,9 +34,7 @@ ENDPOINTS = (
 
 def add_parser(sub: Subparsers) -> None:
     """Register `init`."""
-    parser = sub.add_parser(
-        "init", help="a new stack and its lock for a model, from its repo and GGUF header"
-    )
+    parser = sub.add_parser("init")
     parser.add_argument("name", metavar="NAME", help="the stack's name: stacks/Pulumi.NAME.yaml")
     parser.add_argument("--repo", required=True, help="the model's repo, OWNER/NAME")
     parser.add_argument(

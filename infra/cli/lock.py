@@ -34,9 +34,7 @@ from infra.config.stack import ServerStack, StackFile
 
 def add_parser(sub: Subparsers) -> None:
     """Register `lock`."""
-    parser = sub.add_parser(
-        "lock", help="resolve the stack's model to a commit, files, sizes and sha256 (lock file)"
-    )
+    parser = sub.add_parser("lock")
     add_stack_argument(parser)
     parser.add_argument(
         "--endpoint",

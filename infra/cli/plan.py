@@ -21,7 +21,7 @@ from infra.plan.llamacpp import Suggestion
 
 def add_parser(sub: Subparsers) -> None:
     """Register `plan`."""
-    parser = sub.add_parser("plan", help="the memory and disk budget of a stack, and its verdict")
+    parser = sub.add_parser("plan")
     add_stack_argument(parser)
     add_output_option(parser, "plan")
     parser.add_argument(

@@ -19,9 +19,7 @@ from infra.config import ConfigError, read_stack_file
 
 def add_parser(sub: Subparsers) -> None:
     """Register `render`."""
-    parser = sub.add_parser(
-        "render", help="write what a stack would create (no cluster, no Pulumi CLI, no account)"
-    )
+    parser = sub.add_parser("render")
     add_stack_argument(parser)
     parser.add_argument("--out", type=Path, help="output directory (default: rendered/STACK)")
     add_output_option(parser, "render")

@@ -18,7 +18,7 @@ REFERENCE_FILE = Path("docs") / "configuration.md"
 
 def add_parsers(sub: Subparsers) -> None:
     """Register `schema` and `explain`."""
-    schema = sub.add_parser("schema", help="write the JSON Schema of a stack file (for editors)")
+    schema = sub.add_parser("schema")
     schema.add_argument(
         "--output-file",
         type=Path,
@@ -38,7 +38,7 @@ def add_parsers(sub: Subparsers) -> None:
         "--output-file) is not current",
     )
     schema.set_defaults(run=run_schema)
-    explain = sub.add_parser("explain", help="a stack key's type, default and docs")
+    explain = sub.add_parser("explain")
     explain.add_argument("key", help="a stack key, dotted (server.contextSize, store.size)")
     explain.set_defaults(run=run_explain)
 

@@ -63,7 +63,7 @@ _positive = _at_least(1, "must be 1 or more")
 
 def add_parser(sub: Subparsers) -> None:
     """Register `tune`."""
-    p = sub.add_parser("tune", help="the runtime bake-off on this machine; the winner's record")
+    p = sub.add_parser("tune")
     add_stack_argument(p)
     p.add_argument(
         "--server",

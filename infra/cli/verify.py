@@ -27,9 +27,7 @@ SERVER_HELP = (
 
 def add_parser(sub: Subparsers) -> None:
     """Register `verify`: the stack, --url, --server, and every option of the verify script."""
-    parser = sub.add_parser(
-        "verify", help="check the deployed endpoint's answers against the stack's expectations"
-    )
+    parser = sub.add_parser("verify")
     add_stack_argument(parser)
     parser.add_argument("--url", help=URL_HELP)
     parser.add_argument("--server", help=SERVER_HELP)
