@@ -100,11 +100,9 @@ def run(base_url: str, a: argparse.Namespace) -> int:
 
 def add_parser(sub: Subparsers) -> None:
     """Register `bench`: the stack, --url, and every option of the benchmark."""
-    from infra.cli.common import add_stack_argument
     from infra.cli.verify import URL_HELP
 
-    parser = sub.add_parser("bench")
-    add_stack_argument(parser)
+    parser = sub.add_stack_command("bench")
     parser.add_argument("--url", help=URL_HELP)
     parser.add_argument(
         "--server",

@@ -26,6 +26,12 @@ class Subparsers:
         parser: argparse.ArgumentParser = self._actions.add_parser(name, help=self._helps[name])
         return parser
 
+    def add_stack_command(self, name: str) -> argparse.ArgumentParser:
+        """The parser of command `name`, whose first argument is the STACK."""
+        parser = self.add_parser(name)
+        add_stack_argument(parser)
+        return parser
+
 
 EXIT_CONFIG = 2
 

@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from infra.cli.common import Subparsers, add_stack_argument, report_config_error
+from infra.cli.common import Subparsers, report_config_error
 from infra.config import ConfigError, project_root, read_stack_file
 from infra.lock import stack_model_sources
 from infra.reference.page import picture_path, render_plan_picture
@@ -17,8 +17,7 @@ from infra.targets.registry import render_docs, stack_plan, with_tuned_runtimes
 
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra docs STACK [--out FILE] [--check]`."""
-    parser = sub.add_parser("docs")
-    add_stack_argument(parser)
+    parser = sub.add_stack_command("docs")
     parser.add_argument(
         "--output-file",
         type=Path,

@@ -16,7 +16,6 @@ from components.payloads.fetcher import DEFAULT_ENDPOINT
 from infra.cli.common import (
     Subparsers,
     add_output_option,
-    add_stack_argument,
     print_json,
     report_config_error,
 )
@@ -34,8 +33,7 @@ from infra.config.stack import ServerStack, StackFile
 
 def add_parser(sub: Subparsers) -> None:
     """Register `lock`."""
-    parser = sub.add_parser("lock")
-    add_stack_argument(parser)
+    parser = sub.add_stack_command("lock")
     parser.add_argument(
         "--endpoint",
         metavar="URL",

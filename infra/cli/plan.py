@@ -10,7 +10,6 @@ from typing import Any
 from infra.cli.common import (
     Subparsers,
     add_output_option,
-    add_stack_argument,
     print_json,
     report_config_error,
 )
@@ -21,8 +20,7 @@ from infra.plan.llamacpp import Suggestion
 
 def add_parser(sub: Subparsers) -> None:
     """Register `plan`."""
-    parser = sub.add_parser("plan")
-    add_stack_argument(parser)
+    parser = sub.add_stack_command("plan")
     add_output_option(parser, "plan")
     parser.add_argument(
         "--json", dest="output", action="store_const", const="json", help="same as -o json"

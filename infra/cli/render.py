@@ -9,7 +9,6 @@ from pathlib import Path
 from infra.cli.common import (
     Subparsers,
     add_output_option,
-    add_stack_argument,
     print_json,
     report_config_error,
     shown_path,
@@ -19,8 +18,7 @@ from infra.config import ConfigError, read_stack_file
 
 def add_parser(sub: Subparsers) -> None:
     """Register `render`."""
-    parser = sub.add_parser("render")
-    add_stack_argument(parser)
+    parser = sub.add_stack_command("render")
     parser.add_argument("--out", type=Path, help="output directory (default: rendered/STACK)")
     add_output_option(parser, "render")
     parser.set_defaults(run=run)

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from infra.cli.common import (
     add_output_option,
-    add_stack_argument,
     print_json,
     report_config_error,
     shown_path,
@@ -63,8 +62,7 @@ _positive = _at_least(1, "must be 1 or more")
 
 def add_parser(sub: Subparsers) -> None:
     """Register `tune`."""
-    p = sub.add_parser("tune")
-    add_stack_argument(p)
+    p = sub.add_stack_command("tune")
     p.add_argument(
         "--server",
         help="a stack with servers: the server to tune, by name (default: the stack's one server)",

@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from components.payloads import verify
-from infra.cli.common import EXIT_CONFIG, Subparsers, add_stack_argument, report_config_error
+from infra.cli.common import EXIT_CONFIG, Subparsers, report_config_error
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,8 +27,7 @@ SERVER_HELP = (
 
 def add_parser(sub: Subparsers) -> None:
     """Register `verify`: the stack, --url, --server, and every option of the verify script."""
-    parser = sub.add_parser("verify")
-    add_stack_argument(parser)
+    parser = sub.add_stack_command("verify")
     parser.add_argument("--url", help=URL_HELP)
     parser.add_argument("--server", help=SERVER_HELP)
     verify.add_options(
