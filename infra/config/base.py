@@ -101,6 +101,15 @@ class Strict(BaseModel):
     )
 
 
+class NamespacePods(Strict):
+    """Pods of one namespace, optionally narrowed by pod labels (what a NetworkPolicy admits)."""
+
+    namespace: DnsLabel
+    """Namespace of the pods."""
+    pod_labels: dict[LabelKey, LabelValue] = {}
+    """Labels the pods must carry; empty: every pod of the namespace."""
+
+
 class SingleServer:
     """What every stack answers of its servers, for a stack of one server (its own).
 

@@ -22,8 +22,7 @@ from infra.config.base import (
     Identifier,
     ImageReference,
     KubeContext,
-    LabelKey,
-    LabelValue,
+    NamespacePods,
     Quantity,
     RepoModelSettings,
     SingleServer,
@@ -146,13 +145,8 @@ class MemorySettings(Strict):
     largest (AMX)."""
 
 
-class NetworkClientSettings(Strict):
-    """Pods allowed to reach the server: a namespace, optionally narrowed by pod labels."""
-
-    namespace: DnsLabel
-    """Namespace of the client pods."""
-    pod_labels: dict[LabelKey, LabelValue] = {}
-    """Labels the client pods must carry; empty: every pod of the namespace."""
+class NetworkClientSettings(NamespacePods):
+    """Client pods allowed to reach the server: a namespace, optionally narrowed by pod labels."""
 
 
 class NetworkSettings(Strict):

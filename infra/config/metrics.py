@@ -19,7 +19,16 @@ from components.monitoring.inputs import (
     AlertThresholds,
     ReferenceSpeeds,
 )
-from infra.config.base import Cidr, DnsLabel, ImageReference, LabelKey, LabelValue, Port, Strict
+from infra.config.base import (
+    Cidr,
+    DnsLabel,
+    ImageReference,
+    LabelKey,
+    LabelValue,
+    NamespacePods,
+    Port,
+    Strict,
+)
 
 ScrapeSeconds = Annotated[int, Field(ge=1, le=3600)]
 
@@ -60,13 +69,9 @@ class AlertSettings(Strict):
         }
 
 
-class ScraperSettings(Strict):
-    """Pods allowed to scrape `/metrics`: a namespace, optionally narrowed by pod labels."""
-
-    namespace: DnsLabel
-    """Namespace of the scraper pods (Prometheus's)."""
-    pod_labels: dict[LabelKey, LabelValue] = {}
-    """Labels the scraper pods must carry; empty: every pod of the namespace."""
+class ScraperSettings(NamespacePods):
+    """Pods allowed to scrape `/metrics` (Prometheus's): a namespace, optionally narrowed by pod
+    labels."""
 
 
 class KubernetesMetricsSettings(Strict):
