@@ -36,6 +36,11 @@ def dashboard_uid(spec: MonitoringSpec) -> str:
     return "llm-" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+def _sentence(text: str, note: str) -> str:
+    """`text (note).`, or `text.` without a note: a panel description."""
+    return f"{text} ({note})." if note else f"{text}."
+
+
 def _query(expr: str, legend: str, ref: str) -> prometheus.Dataquery:
     return prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref)
 
@@ -131,9 +136,7 @@ def server_dashboard(kind: ServerKind, spec: MonitoringSpec) -> dict[str, Any]:
         .with_panel(
             _series(
                 "Decode tok/s per stream",
-                "Decode speed of a stream while it generates"
-                + (f" ({'; '.join(decode_notes)})" if decode_notes else "")
-                + ".",
+                _sentence("Decode speed of a stream while it generates", "; ".join(decode_notes)),
                 "short",
                 [(s.decode_tps, "decode")],
                 lines=decode_lines,
@@ -143,9 +146,10 @@ def server_dashboard(kind: ServerKind, spec: MonitoringSpec) -> dict[str, Any]:
         .with_panel(
             _series(
                 "Generated tok/s, all streams",
-                "Tokens generated per second by every stream together"
-                + (f" (measured: {aggregate_note})" if aggregate_note else "")
-                + ".",
+                _sentence(
+                    "Tokens generated per second by every stream together",
+                    f"measured: {aggregate_note}" if aggregate_note else "",
+                ),
                 "short",
                 [(s.generated_tps, "generated")],
                 lines=aggregate_lines,
