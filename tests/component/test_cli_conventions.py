@@ -4,6 +4,7 @@ a closed pipe."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import signal
 import socket
@@ -16,16 +17,15 @@ import pytest
 
 from infra.cli import COMMANDS, EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, build_parser, package_version
 from tests.conftest import ROOT
-from tests.support.cli import as_at_a_terminal
+from tests.support.cli import as_at_a_terminal, run_cli
 
 PARSERS = build_parser()[1]
 
 
 def llm_infra(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    """`llm-infra ARGS` in this process, its help as wide as through a pipe (COLUMNS or 80)."""
+    env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "80")}
+    return run_cli(list(args), env=env, cwd=ROOT)
 
 
 def options_with_values(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import grpc  # type: ignore[import-untyped]  # grpcio ships no stubs; pulumi pulls it in
 import pytest
 from pulumi.provider.experimental.util import camel_case
+from pulumi.runtime.proto import provider_pb2_grpc
 from pydantic import BaseModel
 from pydantic.alias_generators import to_camel
 
@@ -43,7 +44,8 @@ from tests.support.hostile_input import (
     SECTIONS,
     Path_,
 )
-from tests.support.provider_deploy import Deployment, input_errors
+from tests.support.provider_deploy import PROJECT, STACK, Deployment, input_errors
+from tests.support.resource_monitor import ResourceMonitor, Served, serving
 
 
 def _strings(annotation: Any) -> Iterator[tuple[str, Any]]:
@@ -178,11 +180,15 @@ def key_of(path: Path_) -> str:
     return text
 
 
+STACK_VALUES = {stack: stack_values(stack) for stack in SECTIONS}
+"""Each stack file's values, read once: `with_value` edits a copy."""
+
+
 @pytest.mark.parametrize(("stack", "path", "kind", "value"), list(cases()))
 def test_a_stack_file_refuses_a_hostile_string_naming_its_key(
     stack: str, path: Path_, kind: str, value: str
 ) -> None:
-    edited = with_value(stack_values(stack), path, kind, value)
+    edited = with_value(STACK_VALUES[stack], path, kind, value)
     key = key_of(path[:-1] if kind.startswith("dict") else path).removesuffix("[0]")
     with pytest.raises(ConfigError) as caught:
         parse_stack(edited)
@@ -246,6 +252,22 @@ def test_a_python_constructor_refuses_a_hostile_string_naming_the_input(
         caught.value.problems
     )
     assert monitor.registrations == []
+
+
+@pytest.fixture(scope="module")
+def monitor() -> Iterator[Served]:
+    """One resource monitor for the module's previews, as the engine keeps one per deployment."""
+    with serving(ResourceMonitor(PROJECT, STACK, preview=True)) as served:
+        yield served
+
+
+@pytest.fixture
+def preview(provider: provider_pb2_grpc.ResourceProviderStub, monitor: Served) -> Deployment:
+    """A preview on the module's monitor, with nothing registered yet."""
+    deployment = Deployment(provider, monitor)
+    deployment.monitor.registrations.clear()
+    deployment.monitor.outputs.clear()
+    return deployment
 
 
 @pytest.mark.parametrize(("component", "path", "kind", "value"), COMPONENT_CASES)

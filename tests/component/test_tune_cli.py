@@ -4,19 +4,16 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 
 from tests.conftest import ROOT
+from tests.support.cli import run_cli
 
 
 def tune(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "infra.cli", "tune", "strix-halo", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=120,
-    )  # fmt: skip
+    return run_cli(["tune", "strix-halo", *args], cwd=ROOT)
 
 
 def test_a_bad_candidates_file_a_missing_model_and_no_expectations_are_each_named(

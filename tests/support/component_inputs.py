@@ -5,6 +5,7 @@ their string fields: what the hostile-input tests put their strings into.
 from __future__ import annotations
 
 import copy
+import functools
 import types
 import typing
 from collections.abc import Iterator
@@ -210,7 +211,9 @@ COMPONENTS: dict[str, tuple[type, type, Any]] = {
 """Each component: its class, its Args type, and its complete valid inputs."""
 
 
+@functools.cache
 def _hints(typed_dict: Any) -> dict[str, Any]:
+    """The type hints of an Args type (read once: every hostile case walks them)."""
     return typing.get_type_hints(typed_dict, include_extras=True)
 
 
