@@ -41,6 +41,15 @@ def add_stack_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("stack", help="stack name (stacks/Pulumi.NAME.yaml) or stack file")
 
 
+def add_generated_file_options(
+    parser: argparse.ArgumentParser, file_help: str, check_help: str
+) -> None:
+    """`--output-file FILE` and `--check`: a command that writes a generated file, or checks
+    that the checked-in one is current."""
+    parser.add_argument("--output-file", type=Path, metavar="FILE", help=file_help)
+    parser.add_argument("--check", action="store_true", help=check_help)
+
+
 OUTPUT_FORMATS = ("text", "json")
 
 

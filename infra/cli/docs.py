@@ -6,9 +6,8 @@ writes them or checks that the committed ones are current.
 
 import argparse
 import sys
-from pathlib import Path
 
-from infra.cli.common import Subparsers, report_config_error
+from infra.cli.common import Subparsers, add_generated_file_options, report_config_error
 from infra.config import ConfigError, project_root, read_stack_file
 from infra.lock import stack_model_sources
 from infra.reference.page import picture_path, render_plan_picture
@@ -18,14 +17,12 @@ from infra.targets.registry import render_docs, stack_plan, with_tuned_runtimes
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra docs STACK [--out FILE] [--check]`."""
     parser = sub.add_stack_command("docs")
-    parser.add_argument(
-        "--output-file",
-        type=Path,
-        metavar="FILE",
-        help="the page to write or check (default: docs/STACK.md); its plan picture goes "
-        "beside it (NAME.plan.svg)",
+    add_generated_file_options(
+        parser,
+        "the page to write or check (default: docs/STACK.md); its plan picture goes beside it "
+        "(NAME.plan.svg)",
+        "exit 1 when the file is stale",
     )
-    parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
     parser.set_defaults(run=run)
 
 

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from infra.cli.common import EXIT_CONFIG, Subparsers
+from infra.cli.common import EXIT_CONFIG, Subparsers, add_generated_file_options
 
 SCHEMA_FILE = Path("docs") / "stack.schema.json"
 """Where the checked-in schema lives (the stack files' yaml-language-server comment names it)."""
@@ -19,23 +19,17 @@ REFERENCE_FILE = Path("docs") / "configuration.md"
 def add_parsers(sub: Subparsers) -> None:
     """Register `schema` and `explain`."""
     schema = sub.add_parser("schema")
-    schema.add_argument(
-        "--output-file",
-        type=Path,
-        metavar="FILE",
-        help="write the schema to FILE (default: print it)",
+    add_generated_file_options(
+        schema,
+        "write the schema to FILE (default: print it)",
+        f"exit 1 when {SCHEMA_FILE} ({REFERENCE_FILE} with --format markdown; or --output-file) "
+        "is not current",
     )
     schema.add_argument(
         "--format",
         choices=("json", "markdown"),
         default="json",
         help=f"json: the schema ({SCHEMA_FILE}); markdown: the key reference ({REFERENCE_FILE})",
-    )
-    schema.add_argument(
-        "--check",
-        action="store_true",
-        help=f"exit 1 when {SCHEMA_FILE} ({REFERENCE_FILE} with --format markdown; or "
-        "--output-file) is not current",
     )
     schema.set_defaults(run=run_schema)
     explain = sub.add_parser("explain")
