@@ -22,21 +22,25 @@ def add_parser(sub: Subparsers) -> None:
     """Register `hub` and its subcommands."""
     from infra.cli import HelpFormatter
 
-    def described(text: str) -> str:
-        return textwrap.fill(text, width=79)
-
     parser = sub.add_parser("hub")
     actions = parser.add_subparsers(dest="hub_command", required=True, metavar="ACTION")
-    serve = actions.add_parser(
+
+    def action(name: str, summary: str, description: str) -> argparse.ArgumentParser:
+        """The parser of `hub NAME`: its line in the list, its description wrapped."""
+        return actions.add_parser(
+            name,
+            help=summary,
+            description=textwrap.fill(description, width=79),
+            formatter_class=HelpFormatter,
+        )
+
+    serve = action(
         "serve",
-        help="serve DIR/OWNER/NAME/... over the hub protocol on 127.0.0.1",
-        description=described(
-            "Serve the repos under DIR (DIR/OWNER/NAME/path/to/file) over the hub "
-            "protocol on 127.0.0.1 only, as huggingface_hub, `llm-infra lock`, `init` and `fetch` "
-            "speak it. The first line on stdout is HF_ENDPOINT=URL; Ctrl-C stops it. Each file is "
-            "hashed once (kept in DIR/.llm-infra-hub.json); restart after changing DIR."
-        ),
-        formatter_class=HelpFormatter,
+        "serve DIR/OWNER/NAME/... over the hub protocol on 127.0.0.1",
+        "Serve the repos under DIR (DIR/OWNER/NAME/path/to/file) over the hub "
+        "protocol on 127.0.0.1 only, as huggingface_hub, `llm-infra lock`, `init` and `fetch` "
+        "speak it. The first line on stdout is HF_ENDPOINT=URL; Ctrl-C stops it. Each file is "
+        "hashed once (kept in DIR/.llm-infra-hub.json); restart after changing DIR.",
     )
     serve.add_argument("dir", type=Path, metavar="DIR", help="the directory of repos")
     serve.add_argument(
@@ -51,28 +55,22 @@ def add_parser(sub: Subparsers) -> None:
     )
     serve.add_argument("--detached-child", action="store_true", help=argparse.SUPPRESS)
     serve.set_defaults(run=run_serve)
-    sample = actions.add_parser(
+    sample = action(
         "sample",
-        help="write a header-only GGUF of Qwen3-30B-A3B's shape into DIR",
-        description=described(
-            "Write DIR/Qwen/Qwen3-30B-A3B-GGUF/Qwen3-30B-A3B-Q4_K_M.gguf: the header of a "
-            "qwen3moe model of Qwen3-30B-A3B's shape at Q4_K_M (48 layers, 128 experts, "
-            "~17 GiB), at its full size, its data region a hole (a few MiB on disk)."
-        ),
-        formatter_class=HelpFormatter,
+        "write a header-only GGUF of Qwen3-30B-A3B's shape into DIR",
+        "Write DIR/Qwen/Qwen3-30B-A3B-GGUF/Qwen3-30B-A3B-Q4_K_M.gguf: the header of a "
+        "qwen3moe model of Qwen3-30B-A3B's shape at Q4_K_M (48 layers, 128 experts, "
+        "~17 GiB), at its full size, its data region a hole (a few MiB on disk).",
     )
     sample.add_argument("dir", type=Path, metavar="DIR", help="the directory of repos")
     sample.set_defaults(run=run_sample)
-    stub = actions.add_parser(
+    stub = action(
         "stub",
-        help="header-only copies of GGUF files at hand or on a hub",
-        description=described(
-            "Copy the header of each GGUF file (a path, or an http(s) URL read with "
-            "Range requests, HF_TOKEN sent over https only) byte for byte into OUT/NAME, at the "
-            "file's size with the data region a hole: a big model to serve with `hub serve` and "
-            "lock, plan and render offline."
-        ),
-        formatter_class=HelpFormatter,
+        "header-only copies of GGUF files at hand or on a hub",
+        "Copy the header of each GGUF file (a path, or an http(s) URL read with "
+        "Range requests, HF_TOKEN sent over https only) byte for byte into OUT/NAME, at the "
+        "file's size with the data region a hole: a big model to serve with `hub serve` and "
+        "lock, plan and render offline.",
     )
     stub.add_argument("sources", nargs="+", metavar="SOURCE", help="GGUF file paths or URLs")
     stub.add_argument(
