@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from infra.cli.common import Subparsers, add_output_option, print_json, report_config_error
+from infra.cli.common import Subparsers, print_json, report_config_error
 from infra.config import ConfigError, StackFile, project_root, read_stack_file
 from infra.targets import route, routes
 
@@ -131,12 +131,11 @@ def _stack_files(stack: str | None) -> list[StackFile]:
 
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra check-litellm PATH [--stack STACK]`."""
-    parser = sub.add_parser("check-litellm")
+    parser = sub.add_parser("check-litellm", output=True)
     parser.add_argument("path", type=Path, help="LiteLLM proxy config (litellm.yaml)")
     parser.add_argument(
         "--stack", help="stack name or stack file (default: every stacks/Pulumi.*.yaml)"
     )
-    add_output_option(parser, "check-litellm")
     parser.set_defaults(run=run)
 
 

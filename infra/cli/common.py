@@ -21,15 +21,20 @@ class Subparsers:
         self._actions = actions
         self._helps = helps
 
-    def add_parser(self, name: str) -> argparse.ArgumentParser:
-        """The parser of command `name`, listed with its help."""
+    def add_parser(self, name: str, *, output: bool = False) -> argparse.ArgumentParser:
+        """The parser of command `name`, listed with its help; with `output`, its `-o json`
+        document is described by `docs/json/NAME.schema.json`."""
         parser: argparse.ArgumentParser = self._actions.add_parser(name, help=self._helps[name])
+        if output:
+            _add_output_option(parser, name)
         return parser
 
-    def add_stack_command(self, name: str) -> argparse.ArgumentParser:
+    def add_stack_command(self, name: str, *, output: bool = False) -> argparse.ArgumentParser:
         """The parser of command `name`, whose first argument is the STACK."""
         parser = self.add_parser(name)
         add_stack_argument(parser)
+        if output:
+            _add_output_option(parser, name)
         return parser
 
 
@@ -53,7 +58,7 @@ def add_generated_file_options(
 OUTPUT_FORMATS = ("text", "json")
 
 
-def add_output_option(parser: argparse.ArgumentParser, schema: str) -> None:
+def _add_output_option(parser: argparse.ArgumentParser, schema: str) -> None:
     """`-o/--output text|json`: text for people, or one JSON document whose shape is documented
     by the JSON Schema `docs/json/SCHEMA.schema.json`."""
     parser.add_argument(

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from infra.cli.common import Subparsers, add_output_option, print_json
+from infra.cli.common import Subparsers, print_json
 from infra.config import names_a_file, resolve_stack
 from infra.render_diff import Change, render_changes, summary
 
@@ -157,7 +157,7 @@ def stack_comparison(
 
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra diff STACK [--against REF]` or `llm-infra diff --renders OLD NEW`."""
-    parser = sub.add_parser("diff")
+    parser = sub.add_parser("diff", output=True)
     parser.add_argument(
         "stack", nargs="?", help="stack name (stacks/Pulumi.NAME.yaml) or stack file"
     )
@@ -172,7 +172,6 @@ def add_parser(sub: Subparsers) -> None:
         metavar=("OLD", "NEW"),
         help="compare two render directories instead of rendering (default: render STACK)",
     )
-    add_output_option(parser, "diff")
     parser.set_defaults(run=run)
 
 

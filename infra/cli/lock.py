@@ -15,7 +15,6 @@ from pydantic import ConfigDict, ValidationError
 from components.payloads.fetcher import DEFAULT_ENDPOINT
 from infra.cli.common import (
     Subparsers,
-    add_output_option,
     print_json,
     report_config_error,
 )
@@ -33,7 +32,7 @@ from infra.config.stack import ServerStack, StackFile
 
 def add_parser(sub: Subparsers) -> None:
     """Register `lock`."""
-    parser = sub.add_stack_command("lock")
+    parser = sub.add_stack_command("lock", output=True)
     parser.add_argument(
         "--endpoint",
         metavar="URL",
@@ -47,7 +46,6 @@ def add_parser(sub: Subparsers) -> None:
         help="send the HF token to a plain-http endpoint (refused unless stated here or by the "
         "stack's store.allowTokenOverHttp)",
     )
-    add_output_option(parser, "lock")
     parser.set_defaults(run=run)
 
 

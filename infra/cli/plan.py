@@ -9,7 +9,6 @@ from typing import Any
 
 from infra.cli.common import (
     Subparsers,
-    add_output_option,
     print_json,
     report_config_error,
 )
@@ -20,8 +19,7 @@ from infra.plan.llamacpp import Suggestion
 
 def add_parser(sub: Subparsers) -> None:
     """Register `plan`."""
-    parser = sub.add_stack_command("plan")
-    add_output_option(parser, "plan")
+    parser = sub.add_stack_command("plan", output=True)
     parser.add_argument(
         "--json", dest="output", action="store_const", const="json", help="same as -o json"
     )

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from infra.cli.common import (
     Subparsers,
-    add_output_option,
     print_json,
     report_config_error,
     shown_path,
@@ -18,9 +17,8 @@ from infra.config import ConfigError, read_stack_file
 
 def add_parser(sub: Subparsers) -> None:
     """Register `render`."""
-    parser = sub.add_stack_command("render")
+    parser = sub.add_stack_command("render", output=True)
     parser.add_argument("--out", type=Path, help="output directory (default: rendered/STACK)")
-    add_output_option(parser, "render")
     parser.set_defaults(run=run)
 
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infra.cli.common import (
-    add_output_option,
     print_json,
     report_config_error,
     shown_path,
@@ -62,7 +61,7 @@ _positive = _at_least(1, "must be 1 or more")
 
 def add_parser(sub: Subparsers) -> None:
     """Register `tune`."""
-    p = sub.add_stack_command("tune")
+    p = sub.add_stack_command("tune", output=True)
     p.add_argument(
         "--server",
         help="a stack with servers: the server to tune, by name (default: the stack's one server)",
@@ -118,7 +117,6 @@ def add_parser(sub: Subparsers) -> None:
         help="where the record goes (default: STACK.tune.json beside the stack file)",
     )  # fmt: skip
     p.add_argument("--dry-run", action="store_true", help="print the table, write no record")
-    add_output_option(p, "tune")
     p.set_defaults(run=run)
 
 
