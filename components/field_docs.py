@@ -9,14 +9,28 @@ import sys
 import textwrap
 
 
+@functools.cache
+def _module_classes(module: str) -> dict[str, ast.ClassDef]:
+    """The top-level class statements of a module's source, by name (each source parsed once:
+    the Args types and config models are documented when their modules load)."""
+    try:
+        tree = ast.parse(inspect.getsource(sys.modules[module]))
+    except (OSError, TypeError, KeyError):
+        return {}
+    return {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+
+
 def _class_node(cls: type) -> ast.ClassDef | None:
     """The class statement of `cls`, or None where its source cannot be read."""
-    try:
+    node = _module_classes(cls.__module__).get(cls.__qualname__)
+    if node is not None:
+        return node
+    try:  # a class not at the top of its module
         tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):
         return None
-    node = tree.body[0]
-    return node if isinstance(node, ast.ClassDef) else None
+    found = tree.body[0]
+    return found if isinstance(found, ast.ClassDef) else None
 
 
 def _own_docs(node: ast.ClassDef) -> dict[str, str]:
