@@ -92,8 +92,14 @@ def _handler(hub: Hub) -> type[HubHandler]:
             step = 64 * 1024 if hub.throttle_bytes_per_s else 1024 * 1024
             for start in range(0, len(body), step):
                 chunk = body[start : start + step]
-                self.wfile.write(chunk)
+                # Counted before the write: a client done with the bytes may return, and its
+                # test read the count, before this thread runs again.
                 hub.bytes_sent[path] = hub.bytes_sent.get(path, 0) + len(chunk)
+                try:
+                    self.wfile.write(chunk)
+                except OSError:
+                    hub.bytes_sent[path] -= len(chunk)
+                    raise
                 if hub.throttle_bytes_per_s:
                     time.sleep(len(chunk) / hub.throttle_bytes_per_s)
 
