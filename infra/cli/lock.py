@@ -13,18 +13,8 @@ from typing import Any
 from pydantic import ConfigDict, ValidationError
 
 from components.payloads.fetcher import DEFAULT_ENDPOINT
-from infra.cli.common import (
-    Subparsers,
-    print_json,
-    report_config_error,
-)
-from infra.config import (
-    ConfigError,
-    RepoModelSettings,
-    StackConfig,
-    project_root,
-    read_stack_file,
-)
+from infra.cli.common import Subparsers, print_json, report_config_error
+from infra.config import ConfigError, RepoModelSettings, StackConfig, project_root, read_stack_file
 from infra.config.base import validation_problems
 from infra.config.kubernetes import HubSettings
 from infra.config.stack import ServerStack, StackFile

@@ -7,11 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from infra.cli.common import (
-    Subparsers,
-    print_json,
-    report_config_error,
-)
+from infra.cli.common import Subparsers, print_json, report_config_error
 from infra.config import ConfigError, parse_stack, read_stack_file
 from infra.config.server import ServerSettings
 from infra.plan.llamacpp import Suggestion

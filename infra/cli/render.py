@@ -6,12 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from infra.cli.common import (
-    Subparsers,
-    print_json,
-    report_config_error,
-    shown_path,
-)
+from infra.cli.common import Subparsers, print_json, report_config_error, shown_path
 from infra.config import ConfigError, read_stack_file
 
 

@@ -15,11 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from infra.cli.common import (
-    print_json,
-    report_config_error,
-    shown_path,
-)
+from infra.cli.common import print_json, report_config_error, shown_path
 
 if TYPE_CHECKING:
     from components.payloads.tune_figures import CandidateResult
