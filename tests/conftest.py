@@ -33,6 +33,9 @@ MODEL_VOLUME: dict[str, Any] = {
 PROPS_FIXTURE = ROOT / "tests" / "fixtures" / "llama_server_props" / "b11434-props.json"
 """The real /props answer of llama-server b11434 on the tiny model (-c 8192 -np 4)."""
 
+pytest_plugins = ["tests.support.upgrade"]
+"""Fixtures that more than one tier uses, beside the helpers they come with."""
+
 profiles.load()  # hypothesis: `dev` by default, `ci` in .ci/test (tests/support/profiles.py)
 
 

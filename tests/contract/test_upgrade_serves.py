@@ -4,22 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.support.hub_emulator import Hub
 from tests.support.llama_server import get_json, run_llama_server, tiny_server_argv
-from tests.support.upgrade import FAULTS, OLD, SHAPES, failed_upgrade, upgrade_hub
-
-hub = pytest.fixture(upgrade_hub)
+from tests.support.upgrade import OLD, FailedUpgrade
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("shape", SHAPES)
 def test_a_failed_upgrade_leaves_a_model_llama_server_still_serves(
-    hub: Hub, tmp_path: Path, shape: str, fault: str, monkeypatch: pytest.MonkeyPatch
+    a_failed_upgrade: FailedUpgrade, tmp_path: Path
 ) -> None:
-    upgrade = failed_upgrade(hub, tmp_path, shape, fault, monkeypatch)
-    first = upgrade.dest / OLD[0].rsplit("/", 1)[-1]
+    first = a_failed_upgrade.upgrade.dest / OLD[0].rsplit("/", 1)[-1]
     argv = tiny_server_argv(first, "--alias", "old-model", parallel=1)
     with run_llama_server(argv, timeout=60.0, log_path=tmp_path / "llama-server.log") as url:
         assert get_json(f"{url}/health") == (200, {"status": "ok"})

@@ -25,15 +25,14 @@ from components.payloads.fetcher import fetch as fetch_files
 from tests.support import small_disk
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.upgrade import (
-    FAULTS,
     NEW_REPO,
     OLD,
     OLD_REPO,
     SHAPES,
+    FailedUpgrade,
     Upgrade,
     assert_old_model_whole,
     check_model,
-    failed_upgrade,
     fetch,
     prepared,
     retire_args,
@@ -44,14 +43,10 @@ from tests.support.upgrade import (
 hub = pytest.fixture(upgrade_hub)
 
 
-@pytest.mark.parametrize("fault", FAULTS)
-@pytest.mark.parametrize("shape", SHAPES)
-def test_a_failed_upgrade_leaves_the_old_model_complete(
-    hub: Hub, tmp_path: Path, shape: str, fault: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    upgrade = failed_upgrade(hub, tmp_path, shape, fault, monkeypatch)
-    assert_old_model_whole(hub, upgrade)
-    if shape == "same names":
+def test_a_failed_upgrade_leaves_the_old_model_complete(a_failed_upgrade: FailedUpgrade) -> None:
+    upgrade = a_failed_upgrade.upgrade
+    assert_old_model_whole(a_failed_upgrade.hub, upgrade)
+    if a_failed_upgrade.shape == "same names":
         command = ["check-model", "--lock", str(upgrade.old_lock), "--dest", str(upgrade.dest)]
         cli = subprocess.run(
             [sys.executable, "-m", "infra.cli", *command],

@@ -1,10 +1,15 @@
-"""Model upgrades against the hub emulator: the repos, locks and the faults that stop an upgrade."""
+"""Model upgrades against the hub emulator: the repos, locks and the faults that stop an upgrade.
+
+A pytest plugin of the test suite (tests/conftest.py): `a_failed_upgrade` is every shape of
+upgrade stopped by every fault, for the tiers that each check what such an upgrade leaves.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +33,7 @@ def shards(directory: Path, prefix: str, seed: int) -> list[bytes]:
     return [p.read_bytes() for p in write_tiny_model_seeded(directory, prefix, 3, seed=seed)]
 
 
-def upgrade_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
+def upgrade_hub(tmp_path_factory: pytest.TempPathFactory) -> Generator[Hub, None, None]:
     """The hub emulator with the old model, a new quant and a new revision of the old names, as
     a module's fixture: `hub = pytest.fixture(upgrade_hub)`."""
     work = tmp_path_factory.mktemp("models")
@@ -134,3 +139,29 @@ def failed_upgrade(
         # What was verified waits under a hidden name; nothing took a final name.
         assert (upgrade.dest / f".{upgrade.new_name(0)}.ready").is_file()
     return upgrade
+
+
+@dataclass
+class FailedUpgrade:
+    """An upgrade a fault stopped, on a hub of its own: the old model is in `upgrade.dest`."""
+
+    hub: Hub
+    upgrade: Upgrade
+    shape: str
+    fault: str
+
+
+@pytest.fixture(params=[(shape, fault) for shape in SHAPES for fault in FAULTS], ids="-".join)
+def a_failed_upgrade(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[FailedUpgrade]:
+    """Each shape of upgrade (new names, same names) stopped by each fault."""
+    shape, fault = request.param
+    with contextlib.closing(upgrade_hub(tmp_path_factory)) as hubs:
+        hub = next(hubs)
+        yield FailedUpgrade(
+            hub, failed_upgrade(hub, tmp_path, shape, fault, monkeypatch), shape, fault
+        )
