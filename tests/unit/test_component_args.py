@@ -137,6 +137,15 @@ def test_help_shows_each_declared_default_with_its_value() -> None:
     assert shown >= 40
 
 
+def test_help_documents_the_inputs_an_args_type_inherits() -> None:
+    # The server's and the worker's GPU-access inputs are declared once, in a base TypedDict.
+    for args_type in (components.LlamaCppVulkanServerArgs, components.LlamaCppRpcWorkerArgs):
+        doc = args_type.__doc__ or ""
+        gpu_access = "gpu_access: 'privileged' | 'device-plugin', optional, default 'privileged'"
+        assert f"\n{gpu_access}\n" in doc
+        assert "\n    Host path of the DRM render nodes mounted in `privileged` mode.\n" in doc
+
+
 def test_fields_without_a_declared_default_show_none() -> None:
     doc = components.LlamaCppVulkanServerArgs.__doc__ or ""
     assert "\napi_key: str | None, optional\n" in doc
