@@ -102,7 +102,7 @@ def add_parser(sub: Subparsers) -> None:
     """Register `bench`: the stack, --url, and every option of the benchmark."""
     from infra.cli.verify import URL_HELP
 
-    parser = sub.add_stack_command("bench")
+    parser = sub.add_parser("bench", stack=True)
     parser.add_argument("--url", help=URL_HELP)
     parser.add_argument(
         "--server",

@@ -21,18 +21,15 @@ class Subparsers:
         self._actions = actions
         self._helps = helps
 
-    def add_parser(self, name: str, *, output: bool = False) -> argparse.ArgumentParser:
-        """The parser of command `name`, listed with its help; with `output`, its `-o json`
-        document is described by `docs/json/NAME.schema.json`."""
+    def add_parser(
+        self, name: str, *, stack: bool = False, output: bool = False
+    ) -> argparse.ArgumentParser:
+        """The parser of command `name`, listed with its help; with `stack`, its first argument
+        is the STACK; with `output`, its `-o json` document is described by
+        `docs/json/NAME.schema.json`."""
         parser: argparse.ArgumentParser = self._actions.add_parser(name, help=self._helps[name])
-        if output:
-            _add_output_option(parser, name)
-        return parser
-
-    def add_stack_command(self, name: str, *, output: bool = False) -> argparse.ArgumentParser:
-        """The parser of command `name`, whose first argument is the STACK."""
-        parser = self.add_parser(name)
-        add_stack_argument(parser)
+        if stack:
+            add_stack_argument(parser)
         if output:
             _add_output_option(parser, name)
         return parser

@@ -16,7 +16,7 @@ from infra.targets.registry import render_docs, stack_plan, with_tuned_runtimes
 
 def add_parser(sub: Subparsers) -> None:
     """`llm-infra docs STACK [--out FILE] [--check]`."""
-    parser = sub.add_stack_command("docs")
+    parser = sub.add_parser("docs", stack=True)
     add_generated_file_options(
         parser,
         "the page to write or check (default: docs/STACK.md); its plan picture goes beside it "

@@ -22,7 +22,7 @@ from infra.config.stack import ServerStack, StackFile
 
 def add_parser(sub: Subparsers) -> None:
     """Register `lock`."""
-    parser = sub.add_stack_command("lock", output=True)
+    parser = sub.add_parser("lock", stack=True, output=True)
     parser.add_argument(
         "--endpoint",
         metavar="URL",

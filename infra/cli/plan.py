@@ -15,7 +15,7 @@ from infra.plan.llamacpp import Suggestion
 
 def add_parser(sub: Subparsers) -> None:
     """Register `plan`."""
-    parser = sub.add_stack_command("plan", output=True)
+    parser = sub.add_parser("plan", stack=True, output=True)
     parser.add_argument(
         "--json", dest="output", action="store_const", const="json", help="same as -o json"
     )

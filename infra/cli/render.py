@@ -12,7 +12,7 @@ from infra.config import ConfigError, read_stack_file
 
 def add_parser(sub: Subparsers) -> None:
     """Register `render`."""
-    parser = sub.add_stack_command("render", output=True)
+    parser = sub.add_parser("render", stack=True, output=True)
     parser.add_argument("--out", type=Path, help="output directory (default: rendered/STACK)")
     parser.set_defaults(run=run)
 

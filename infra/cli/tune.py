@@ -57,7 +57,7 @@ _positive = _at_least(1, "must be 1 or more")
 
 def add_parser(sub: Subparsers) -> None:
     """Register `tune`."""
-    p = sub.add_stack_command("tune", output=True)
+    p = sub.add_parser("tune", stack=True, output=True)
     p.add_argument(
         "--server",
         help="a stack with servers: the server to tune, by name (default: the stack's one server)",

@@ -27,7 +27,7 @@ SERVER_HELP = (
 
 def add_parser(sub: Subparsers) -> None:
     """Register `verify`: the stack, --url, --server, and every option of the verify script."""
-    parser = sub.add_stack_command("verify")
+    parser = sub.add_parser("verify", stack=True)
     parser.add_argument("--url", help=URL_HELP)
     parser.add_argument("--server", help=SERVER_HELP)
     verify.add_options(
