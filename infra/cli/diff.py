@@ -6,11 +6,16 @@ what that restarts: `infra.render_diff`), then `diff -u -r -N` of the two render
 (without the render's marker file): the same text the preview workflow posts on a pull request
 (it runs `llm-infra diff --renders A B`). Exit status as diff's: 0 identical, 1 different,
 2 trouble (git, a failed render of the working tree).
+
+REF's render is kept in the user's cache (`infra.render_cache`) keyed by REF's tree and
+everything else a render reads, so diffing again against the same commit renders only the
+working tree; `--no-cache` renders REF again.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import os
 import shutil
 import subprocess
@@ -19,7 +24,9 @@ import tempfile
 from pathlib import Path
 
 from infra.cli.common import Subparsers, print_json
-from infra.config import names_a_file, resolve_stack
+from infra.config import names_a_file, resolve_stack, stack_file_in
+from infra.config.stack import PROJECT_ENV
+from infra.render_cache import cached_render, keep_render, render_key
 from infra.render_diff import Change, render_changes, summary
 
 # The file each render keeps for itself (what it wrote); no resource, so no diff shows it.
@@ -31,8 +38,6 @@ EXIT_SAME = 0
 EXIT_DIFFERENT = 1
 EXIT_TROUBLE = 2
 DEFAULT_REMOTE_REF = "origin/main"
-# What `llm-infra render` exits with when the stack is unknown or invalid.
-_RENDER_CONFIG_ERROR = 2
 
 
 class DiffError(Exception):
@@ -64,23 +69,32 @@ def default_ref(repo: Path) -> str:
     return DEFAULT_REMOTE_REF if probe.returncode == 0 else "HEAD"
 
 
+def stack_in_repo(stack: str, repo: Path) -> Path | None:
+    """STACK's file relative to the top of the repository; None for a file outside it."""
+    if not names_a_file(stack):
+        return stack_file_in(Path(), stack)
+    try:
+        return Path(stack).resolve().relative_to(repo.resolve())
+    except ValueError:
+        return None
+
+
 def stack_argument(stack: str, repo: Path, tree: Path) -> str:
     """STACK as the render in `tree` should see it: a stack name, or a path moved into tree."""
     if not names_a_file(stack):
         return stack
-    absolute = Path(stack).resolve()
-    try:
-        return str(tree / absolute.relative_to(repo.resolve()))
-    except ValueError:
-        # A stack file outside the repository is the same file for both renders.
-        return str(absolute)
+    inside = stack_in_repo(stack, repo)
+    # A stack file outside the repository is the same file for both renders.
+    return str(tree / inside) if inside is not None else str(Path(stack).resolve())
 
 
 def render_tree(tree: Path, stack: str, out: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m infra.cli render` with tree's own code (cwd and PYTHONPATH = tree)."""
+    """`python -m infra.cli render` with tree's own code and stacks (cwd, PYTHONPATH and the
+    project directory are tree)."""
     env = dict(os.environ)
     # tree first: an installed llm-infra (editable or not) must not supply REF's code.
     env["PYTHONPATH"] = os.pathsep.join([str(tree), *filter(None, [env.get("PYTHONPATH")])])
+    env[PROJECT_ENV] = str(tree)
     return subprocess.run(
         [sys.executable, "-m", "infra.cli", "render", stack, "--out", str(out)],
         cwd=tree, env=env, capture_output=True, text=True, check=False,
@@ -115,41 +129,71 @@ def compare_renders(workdir: Path, old: str, new: str) -> tuple[int, str, list[C
 
 
 def stack_diff(
-    stack: str, against: str | None = None, start: Path | None = None
+    stack: str, against: str | None = None, start: Path | None = None, *, cache: bool = True
 ) -> tuple[int, str]:
     """(exit status, summary and unified diff) of STACK's render at `against` versus the
     working tree."""
-    status, text, _ = stack_comparison(stack, against, start)
+    status, text, _ = stack_comparison(stack, against, start, cache=cache)
     return status, text
 
 
+def render_ref(repo: Path, ref: str, stack: str, out: Path, *, cache: bool) -> bool:
+    """Render STACK as commit REF has it into out, from a render of the same commit kept by an
+    earlier diff when there is one; False when REF has no such stack (nothing is written)."""
+    inside = stack_in_repo(stack, repo)
+    if inside is not None:
+        probe = subprocess.run(
+            ["git", "-C", str(repo), "cat-file", "-e", f"{ref}:{inside.as_posix()}"],
+            capture_output=True, check=False,
+        )  # fmt: skip
+        if probe.returncode != 0:
+            return False
+    key = None
+    if cache and inside is not None:
+        tree = git(repo, "rev-parse", ref + "^{tree}").strip()
+        # What the render inherits; render_tree sets the project variable to the tree itself.
+        inherited = {name: value for name, value in os.environ.items() if name != PROJECT_ENV}
+        key = render_key(tree, stack if not names_a_file(stack) else inside.as_posix(), inherited)
+        kept = cached_render(key)
+        if kept is not None:
+            shutil.copytree(kept, out, symlinks=True)
+            return True
+    with tempfile.TemporaryDirectory(prefix="llm-infra-ref-") as tmp:
+        worktree = Path(tmp) / "tree"
+        git(repo, "worktree", "add", "--detach", "--quiet", str(worktree), ref)
+        try:
+            base = render_tree(worktree, stack_argument(stack, repo, worktree), out)
+        finally:
+            git(repo, "worktree", "remove", "--force", str(worktree))
+    if base.returncode != 0:
+        raise DiffError(f"render of {stack} at {ref} failed:\n{base.stderr.strip()}")
+    if key is not None:
+        keep_render(key, out)
+    return True
+
+
 def stack_comparison(
-    stack: str, against: str | None = None, start: Path | None = None
+    stack: str, against: str | None = None, start: Path | None = None, *, cache: bool = True
 ) -> tuple[int, str, list[Change]]:
     """(exit status, text, resource changes) of STACK's render at `against` versus the
-    working tree."""
+    working tree. The two renders run at once."""
     repo = repo_root(start or Path.cwd())
     ref = against or default_ref(repo)
     git(repo, "rev-parse", "--verify", "--quiet", ref + "^{commit}")
     name = resolve_stack(stack)[0]
     with tempfile.TemporaryDirectory(prefix="llm-infra-diff-") as tmp:
         work = Path(tmp)
-        worktree = work / "ref"
-        git(repo, "worktree", "add", "--detach", "--quiet", str(worktree), ref)
-        try:
-            (work / "a").mkdir()
-            (work / "b").mkdir()
-            base = render_tree(worktree, stack_argument(stack, repo, worktree), work / "a" / name)
-            head = render_tree(repo, stack_argument(stack, repo, repo), work / "b" / name)
-        finally:
-            git(repo, "worktree", "remove", "--force", str(worktree))
+        (work / "a").mkdir()
+        (work / "b").mkdir()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+            head_render = pool.submit(
+                render_tree, repo, stack_argument(stack, repo, repo), work / "b" / name
+            )
+            base_render = pool.submit(render_ref, repo, ref, stack, work / "a" / name, cache=cache)
+            head = head_render.result()
+            base_render.result()  # a stack that is new in the working tree: every file is added
         if head.returncode != 0:
             raise DiffError(f"render of {stack} in the working tree failed:\n{head.stderr.strip()}")
-        if base.returncode == _RENDER_CONFIG_ERROR and "no stack file" in base.stderr:
-            # A stack that is new in the working tree: every file shows as added.
-            shutil.rmtree(work / "a" / name, ignore_errors=True)
-        elif base.returncode != 0:
-            raise DiffError(f"render of {stack} at {ref} failed:\n{base.stderr.strip()}")
         normalize_mtimes(work / "a")
         normalize_mtimes(work / "b")
         return compare_renders(work, f"a/{name}", f"b/{name}")
@@ -165,6 +209,12 @@ def add_parser(sub: Subparsers) -> None:
         "--against",
         metavar="REF",
         help=f"git ref to compare with (default: {DEFAULT_REMOTE_REF} if it exists, else HEAD)",
+    )
+    parser.add_argument(
+        "--no-cache",
+        dest="cache",
+        action="store_false",
+        help="render REF again instead of reusing its render kept by an earlier diff",
     )
     parser.add_argument(
         "--renders",
@@ -206,7 +256,7 @@ def run(args: argparse.Namespace) -> int:
         elif args.stack is None:
             raise DiffError("name a STACK (or --renders OLD NEW)")
         else:
-            status, text, changes = stack_comparison(args.stack, args.against)
+            status, text, changes = stack_comparison(args.stack, args.against, cache=args.cache)
     except DiffError as exc:
         print(f"llm-infra diff: {exc}", file=sys.stderr)
         return EXIT_TROUBLE

@@ -101,14 +101,14 @@ def run(args: argparse.Namespace) -> int:
     from infra import lock, new_stack, new_stack_docker_host, new_stack_text
     from infra.config import ConfigError, RepoModelSettings
     from infra.config.base import validation_problems
-    from infra.config.stack import checkout_root, lock_path_for
+    from infra.config.stack import checkout_root, lock_path_for, stack_file_in
 
     what = f"cannot init {args.name}"
     problems = usage_problems(args)
     if problems:
         return report_config_error(ConfigError(problems), what)
     root = checkout_root() or Path.cwd()
-    stack_path = root / "stacks" / f"Pulumi.{args.name}.yaml"
+    stack_path = stack_file_in(root, args.name)
     lock_path = lock_path_for(stack_path)
     existing = [path for path in (stack_path, lock_path) if path.exists()]
     if existing and not args.force:

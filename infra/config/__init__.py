@@ -30,6 +30,7 @@ from infra.config.stack import (
     project_root,
     read_stack_file,
     resolve_stack,
+    stack_file_in,
     tune_path_for,
 )
 
@@ -60,5 +61,6 @@ __all__ = [
     "quantity_value",
     "read_stack_file",
     "resolve_stack",
+    "stack_file_in",
     "tune_path_for",
 ]

@@ -168,6 +168,11 @@ def names_a_file(stack: str) -> bool:
     return path.suffix in (".yaml", ".yml") or path.exists()
 
 
+def stack_file_in(root: Path, name: str) -> Path:
+    """Where the stack named `name` lives in the checkout at root: `stacks/Pulumi.NAME.yaml`."""
+    return root / "stacks" / f"Pulumi.{name}.yaml"
+
+
 def resolve_stack(stack: str) -> tuple[str, Path]:
     """A stack name (`stacks/Pulumi.NAME.yaml`) or a path to a stack file → (name, path)."""
     path = Path(stack)
@@ -176,7 +181,7 @@ def resolve_stack(stack: str) -> tuple[str, Path]:
     # Outside a checkout a name means nothing: not the installed tree's stacks (the error says
     # how to point at a checkout).
     root = checkout_root() or Path.cwd().resolve()
-    return stack, root / "stacks" / f"Pulumi.{stack}.yaml"
+    return stack, stack_file_in(root, stack)
 
 
 def read_stack_file(stack: str | Path) -> StackFile:

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Protocol
 
+from infra.user_cache import cache_home
+
 CHUNK = 1024 * 1024
 LFS_SUFFIXES = (
     ".gguf", ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".onnx", ".h5", ".msgpack",
@@ -324,8 +326,7 @@ def file_digests(
 
 
 def _zero_tail_path() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "llm-infra" / "hub-sha256.json"
+    return cache_home() / "hub-sha256.json"
 
 
 def _zero_tail_cache() -> dict[str, Any]:

@@ -24,6 +24,31 @@ def run_git(repo: Path, *args: str) -> str:
     return result.stdout
 
 
+@pytest.fixture(scope="module")
+def render_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The module's cache of REF renders: tests that diff against the same commit share it."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
+@pytest.fixture(autouse=True)
+def _cache_of_this_module(render_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(render_cache))
+
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The trees `llm-infra diff` renders from, in order."""
+    seen: list[Path] = []
+    real = diff.render_tree
+
+    def counted(tree: Path, stack: str, out: Path) -> subprocess.CompletedProcess[str]:
+        seen.append(tree)
+        return real(tree, stack, out)
+
+    monkeypatch.setattr(diff, "render_tree", counted)
+    return seen
+
+
 @pytest.fixture
 def clone(tmp_path: Path) -> Path:
     """A clone of this repository's HEAD: its own working tree, worktrees and remotes."""
@@ -82,8 +107,9 @@ def test_ref_is_rendered_with_its_own_code(clone: Path) -> None:
     assert "+    app.kubernetes.io/managed-by: llm-infra-next\n" in out
 
 
-def test_worktree_of_the_ref_is_removed_afterwards(clone: Path) -> None:
-    diff.stack_diff("mi300x", "HEAD", start=clone)
+def test_worktree_of_the_ref_is_removed_afterwards(clone: Path, renders: list[Path]) -> None:
+    diff.stack_diff("mi300x", "HEAD", start=clone, cache=False)
+    assert len(renders) == 2  # one of them in a worktree of HEAD
     trees = [
         line.split(" ", 1)[1]
         for line in run_git(clone, "worktree", "list", "--porcelain").splitlines()
@@ -98,14 +124,6 @@ def test_stack_new_in_the_working_tree_shows_every_file_as_added(clone: Path) ->
     assert status == 1
     assert "+++ b/fresh/resources.json" in out
     assert not re.search(r"^-[^-]", out, re.MULTILINE), "nothing can be removed from nothing"
-
-
-def test_mi300x_file_change_shows_in_files_and_commands(clone: Path) -> None:
-    replace_in(clone / "stacks/Pulumi.mi300x.yaml", "198.51.100.0/24", "198.51.100.0/25")
-    status, out = diff.stack_diff("mi300x", "HEAD", start=clone)
-    assert status == 1
-    assert "+++ b/mi300x/files/opt/llm/Caddyfile" in out
-    assert "+\t@denied not remote_ip 198.51.100.0/25" in out
 
 
 def test_default_ref_is_origin_main_when_present_else_head(clone: Path) -> None:
@@ -154,3 +172,38 @@ def test_renders_compares_two_directories_and_colours_only_a_terminal(tmp_path: 
     first = text.splitlines()[0]
     assert first.startswith("\x1b[33m") and first.endswith("\x1b[0m")
     assert "\x1b[32m+" in text and "\x1b[31m-" in text
+
+
+def test_mi300x_file_change_shows_and_its_commit_is_rendered_once_until_its_tree_changes(
+    clone: Path, renders: list[Path]
+) -> None:
+    replace_in(clone / "stacks/Pulumi.mi300x.yaml", "198.51.100.0/24", "198.51.100.0/25")
+    first = diff.stack_diff("mi300x", "HEAD", start=clone)
+    assert first[0] == 1
+    assert "+++ b/mi300x/files/opt/llm/Caddyfile" in first[1]
+    assert "+\t@denied not remote_ip 198.51.100.0/25" in first[1]
+    # The same commit again: only the working tree is rendered, and the text is the same.
+    renders.clear()
+    assert diff.stack_diff("mi300x", "HEAD", start=clone) == first
+    assert renders == [clone]
+    # The change committed: HEAD names another tree, whose render is made and kept afresh (a
+    # render kept under the ref's name would show the old allowlist here).
+    run_git(clone, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "x")
+    renders.clear()
+    assert diff.stack_diff("mi300x", "HEAD", start=clone) == (0, "")
+    assert len(renders) == 2 and clone in renders
+    # --no-cache renders the commit again.
+    renders.clear()
+    assert diff.stack_diff("mi300x", "HEAD", start=clone, cache=False) == (0, "")
+    assert len(renders) == 2
+
+
+def test_each_side_reads_its_own_stacks_whatever_the_project_variable_says(
+    clone: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # LLM_INFRA_PROJECT points at another checkout: neither render may read that one's stacks.
+    monkeypatch.setenv("LLM_INFRA_PROJECT", str(ROOT))
+    replace_in(clone / "stacks/Pulumi.mi300x.yaml", "198.51.100.0/24", "198.51.100.0/25")
+    status, out = diff.stack_diff("mi300x", "HEAD", start=clone)
+    assert status == 1
+    assert "+\t@denied not remote_ip 198.51.100.0/25" in out
