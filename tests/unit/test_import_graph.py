@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT
 
 PACKAGES = ("components", "infra")
@@ -257,24 +259,29 @@ def sys_path_edits(root: Path, folders: tuple[str, ...]) -> list[str]:
     return found
 
 
-GRAPH = import_graph(ROOT)
+@pytest.fixture(scope="module")
+def graph() -> dict[str, list[Import]]:
+    """The project's import graph, built once for the module's tests (not at collection)."""
+    return import_graph(ROOT)
 
 
-def test_the_project_has_no_import_circle() -> None:
-    assert import_circles(GRAPH) == []
+def test_the_project_has_no_import_circle(graph: dict[str, list[Import]]) -> None:
+    assert import_circles(graph) == []
 
 
-def test_no_payload_reaches_pulumi_or_pydantic() -> None:
-    assert "components.payloads.verify" in payloads(GRAPH)
-    assert payloads_reaching_forbidden(GRAPH) == {}
+def test_no_payload_reaches_pulumi_or_pydantic(graph: dict[str, list[Import]]) -> None:
+    assert "components.payloads.verify" in payloads(graph)
+    assert payloads_reaching_forbidden(graph) == {}
 
 
-def test_the_payloads_import_only_the_standard_library_and_each_other() -> None:
-    assert payload_imports_outside_stdlib(GRAPH) == []
+def test_the_payloads_import_only_the_standard_library_and_each_other(
+    graph: dict[str, list[Import]],
+) -> None:
+    assert payload_imports_outside_stdlib(graph) == []
 
 
-def test_no_layer_below_the_command_line_imports_it() -> None:
-    assert command_line_importers(GRAPH) == []
+def test_no_layer_below_the_command_line_imports_it(graph: dict[str, list[Import]]) -> None:
+    assert command_line_importers(graph) == []
 
 
 PATH_EDITS = {
