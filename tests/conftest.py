@@ -52,9 +52,20 @@ def _parsed(text: str) -> Any:
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
+def stack_document(stack: str) -> dict[str, Any]:
+    """A stack file of stacks/ as parsed (a fresh copy: each file is parsed once)."""
+    return copy.deepcopy(_parsed((STACKS / f"Pulumi.{stack}.yaml").read_text()))
+
+
+def write_stack(path: Path, document: dict[str, Any]) -> Path:
+    """Write an (edited) stack document as a stack file (libyaml's emitter where PyYAML has it)."""
+    path.write_text(yaml.dump(document, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper)))
+    return path
+
+
 def stack_values(stack: str) -> dict[str, Any]:
     """The `llm-infra:` config values of a stack file, namespace stripped (a fresh copy)."""
-    document = copy.deepcopy(_parsed((STACKS / f"Pulumi.{stack}.yaml").read_text()))
+    document = stack_document(stack)
     return {key.split(":", 1)[1]: value for key, value in document["config"].items()}
 
 

@@ -8,13 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from infra import program
 from infra.config import ConfigError, read_stack_file
 from infra.render import run_program
 from infra.render_out import write
-from tests.conftest import ROOT, STACKS
+from tests.conftest import ROOT, STACKS, write_stack
 from tests.support.cli import run_cli
 from tests.support.stack_edits import DELETE, Edit, edited
 
@@ -170,8 +169,7 @@ def test_a_refused_stack_leaves_no_event_loop_open(
     tmp_path: Path, stack: str, edits: list[Edit], key: str
 ) -> None:
     """The refusal path of a fresh interpreter (the cases above run in this process)."""
-    path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(yaml.safe_dump(edited(stack, edits)))
+    path = write_stack(tmp_path / f"Pulumi.{stack}.yaml", edited(stack, edits))
     result = render_warning_of_unclosed_loops(path, tmp_path / "rendered")
     assert result.returncode == 2, result.stdout + result.stderr
     assert any(line.startswith(f"{key}:") for line in result.stderr.splitlines())
@@ -180,8 +178,7 @@ def test_a_refused_stack_leaves_no_event_loop_open(
 def render_problems(tmp_path: Path, stack: str, edits: list[Edit]) -> list[str]:
     """The problem lines of a render that must exit 2 (no traceback, nothing written), run in
     this process (a fresh interpreter's exit: test_a_refused_stack_leaves_no_event_loop_open)."""
-    path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(yaml.safe_dump(edited(stack, edits)))
+    path = write_stack(tmp_path / f"Pulumi.{stack}.yaml", edited(stack, edits))
     # Recorded expectations, for the stacks that ask for the post-up check.
     (tmp_path / f"{stack}.verify.json").write_text('{"version": 1, "cases": []}')
     out = tmp_path / "rendered"
@@ -253,8 +250,7 @@ def test_an_allowlist_of_the_world_renders_with_allow_world(tmp_path: Path) -> N
         ("caddy", "allowedCidrs", ["0.0.0.0/0", "::/0"]),
         ("caddy", "allowWorld", True),
     ]
-    path = tmp_path / "Pulumi.mi300x.yaml"
-    path.write_text(yaml.safe_dump(edited("mi300x", edits)))
+    path = write_stack(tmp_path / "Pulumi.mi300x.yaml", edited("mi300x", edits))
     result = render_warning_of_unclosed_loops(path, tmp_path / "r")
     assert result.returncode == 0, result.stderr
 
@@ -271,8 +267,7 @@ def test_secrets_appear_in_no_rendered_file_argv_env_or_log(
     stack: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     document = edited(stack, [("server", "apiKey", True)] if stack == "strix-halo" else [])
-    path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(yaml.safe_dump(document))
+    path = write_stack(tmp_path / f"Pulumi.{stack}.yaml", document)
     stack_file = read_stack_file(path)
     config, secret_keys = stack_file.config, stack_file.secret_keys
     config.update(SECRETS)

@@ -9,9 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import yaml
-
-from tests.conftest import ROOT
+from tests.conftest import ROOT, stack_document, write_stack
 from tests.support.cli import run_cli
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.tiny_gguf import write_tiny_split_model
@@ -40,16 +38,14 @@ def stack_file(
     tmp_path: Path, repo: str = REPO, files: str | list[str] = "UD-IQ1_M/*", rev: str = "main"
 ) -> Path:
     """The strix-halo stack pointed at the tiny 2-layer llama model of the emulator."""
-    document = yaml.safe_load((ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text())
+    document = stack_document("strix-halo")
     config = document["config"]
     model = config["llm-infra:model"]
     patterns = [files] if isinstance(files, str) else files
     model.update(repo=repo, revision=rev, files=patterns, architecture="llama", layers=2)
     model.pop("metadata")
     config["llm-infra:server"]["gpuLayers"] = 3
-    path = tmp_path / "Pulumi.tiny.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return path
+    return write_stack(tmp_path / "Pulumi.tiny.yaml", document)
 
 
 def cli(hub: Hub | None, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -6,12 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from infra import program
 from infra.config import read_stack_file
 from infra.render import Rendered, run_program
-from tests.conftest import STACKS
+from tests.conftest import stack_document, write_stack
 
 Edit = tuple[str, str, Any]  # (config key, dotted path inside it, new value or DELETE)
 
@@ -20,7 +18,7 @@ DELETE = object()
 
 
 def edited(stack: str, edits: list[Edit]) -> dict[str, Any]:
-    document: dict[str, Any] = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
+    document = stack_document(stack)
     config = document["config"]
     for key, path, value in edits:
         full = f"llm-infra:{key}"
@@ -42,8 +40,7 @@ SECRETS = {"llm-infra:apiKey": "sk-test-0123456789"}
 
 
 def rendered(stack: str, edits: list[Edit], tmp_path: Path, secrets: bool = False) -> Rendered:
-    path = tmp_path / f"Pulumi.{stack}.yaml"
-    path.write_text(yaml.safe_dump(edited(stack, edits)))
+    path = write_stack(tmp_path / f"Pulumi.{stack}.yaml", edited(stack, edits))
     stack_file = read_stack_file(path)
     config, keys = dict(stack_file.config), list(stack_file.secret_keys)
     if secrets:
