@@ -41,7 +41,7 @@ def test_the_readme_inner_loop_is_what_ci_runs_less_the_contract_tier() -> None:
     assert loop, "the README's inner-loop block"
     steps = loop[1].split(" && ")
     assert steps == [
-        "ruff check .", "ruff format --check .", "mypy", 'pytest -m "not contract" -n 2',
+        "ruff check .", "ruff format --check .", "mypy", 'pytest -m "not contract" -n 4',
     ]  # fmt: skip
     test = (ROOT / ".ci" / "test").read_text()
     for step in steps[:3]:
