@@ -156,8 +156,12 @@ def render_ref(repo: Path, ref: str, stack: str, out: Path, *, cache: bool) -> b
         key = render_key(tree, stack if not names_a_file(stack) else inside.as_posix(), inherited)
         kept = cached_render(key)
         if kept is not None:
-            shutil.copytree(kept, out, symlinks=True)
-            return True
+            try:
+                shutil.copytree(kept, out, symlinks=True)
+                return True
+            except OSError:
+                # Removed by another diff's pruning while it was read: render it again.
+                shutil.rmtree(out, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="llm-infra-ref-") as tmp:
         worktree = Path(tmp) / "tree"
         git(repo, "worktree", "add", "--detach", "--quiet", str(worktree), ref)
