@@ -173,7 +173,8 @@ COMMANDS: dict[str, Command] = {
         "diff",
         "what a change to a stack would change, resource by resource",
         "Render the stack here and at another git revision, then print one line per changed "
-        "resource (update or replace, pod restart) followed by the file diff.",
+        "resource (update or replace, pod restart) followed by the file diff. The revision's "
+        "render is kept in the user's cache and reused while its git tree is the same.",
         ("llm-infra diff strix-halo", "llm-infra diff mi300x --against origin/main -o json"),
         (
             (0, "no change"),
@@ -249,7 +250,8 @@ COMMANDS: dict[str, Command] = {
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """Descriptions and epilogs as written; each option's default after its help."""
+    """Descriptions and epilogs as written; each option's default after its help (not a
+    switch's: `--no-X` is off unless given)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
@@ -261,7 +263,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
             and action.default is not False
             and action.default != []
             and action.default is not argparse.SUPPRESS
-            and not isinstance(action, argparse._VersionAction | VersionAction)
+            and not isinstance(
+                action, argparse._VersionAction | VersionAction | argparse._StoreFalseAction
+            )
         ):
             text += " (default: %(default)s)"
         return text

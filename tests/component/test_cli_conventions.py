@@ -54,6 +54,11 @@ def test_each_command_help_has_a_description_every_default_examples_and_exit_cod
             assert "default" in (action.help or ""), (command, action.option_strings)
         else:
             assert f"default: {action.default}" in text, (command, action.option_strings, text)
+    # A switch is off unless given: its help names no default (`--no-cache` once said True).
+    for action in PARSERS[command]._actions:
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction):
+            help_text = " ".join((action.help or "").split())
+            assert f"{help_text} (default" not in text, (command, action.option_strings)
 
 
 @pytest.mark.parametrize("args", [["--version"], ["render", "--version"], ["fetch", "--version"]])
