@@ -1,7 +1,7 @@
 """Hostile strings in every string input, through every door.
 
 The refusals are unit tests of the grammars: each hostile string, in each string field of the
-stack file, of each component's Python constructor (under a fresh mock engine) and of each
+stack file, of each component's Python constructor (a fresh mock engine per input) and of each
 component over `provider/` (one provider process, Construct over gRPC as the engine sends it),
 is refused naming the field as that caller wrote it, before any resource exists.
 
