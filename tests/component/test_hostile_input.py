@@ -198,22 +198,25 @@ def test_a_stack_file_refuses_a_hostile_string_naming_its_key(
 # -- the components' own doors ----------------------------------------------------------------
 
 
-def component_cases() -> Iterator[Any]:
+def component_fields() -> Iterator[tuple[str, Path_, str]]:
+    """(component, input path, how a string goes there) for each string input, free text aside."""
     for component, (_, args_type, base) in COMPONENTS.items():
         for path, kind in input_strings(args_type, base()):
-            if path[-1] in FREE_TEXT:
-                continue
-            for index, value in enumerate(HOSTILE):
-                yield pytest.param(
-                    component,
-                    path,
-                    kind,
-                    value,
-                    id=f"{component}-{'.'.join(map(str, path))}-{kind}-{index}",
-                )
+            if path[-1] not in FREE_TEXT:
+                yield component, path, kind
 
 
-COMPONENT_CASES = list(component_cases())
+def field_id(component: str, path: Path_, kind: str) -> str:
+    return f"{component}-{'.'.join(map(str, path))}-{kind}"
+
+
+FIELDS = list(component_fields())
+COMPONENT_FIELDS = [pytest.param(*field, id=field_id(*field)) for field in FIELDS]
+COMPONENT_CASES = [
+    pytest.param(*field, value, id=f"{field_id(*field)}-{index}")
+    for field in FIELDS
+    for index, value in enumerate(HOSTILE)
+]
 
 
 def field_name(path: Path_, wire: bool) -> str:
@@ -234,15 +237,7 @@ def test_every_component_has_string_fields_in_the_corpus() -> None:
     assert len(COMPONENT_CASES) > 800
 
 
-FIELD_CASES = list(
-    dict.fromkeys(
-        pytest.param(component, path, kind, id=f"{component}-{'.'.join(map(str, path))}-{kind}")
-        for component, path, kind, _ in (case.values for case in COMPONENT_CASES)
-    )
-)
-
-
-@pytest.mark.parametrize(("component", "path", "kind"), FIELD_CASES)
+@pytest.mark.parametrize(("component", "path", "kind"), COMPONENT_FIELDS)
 def test_a_python_constructor_refuses_each_hostile_string_naming_the_input(
     component: str, path: Path_, kind: str
 ) -> None:
