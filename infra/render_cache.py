@@ -49,7 +49,7 @@ def _packages() -> tuple[str, ...]:
 
 
 def render_key(tree: str, stack: str, env: Mapping[str, str]) -> str:
-    """The cache key of the render of `stack` (as the render is given it, relative to the tree)
+    """The cache key of the render of the stack whose file is `stack` (its path in the tree)
     from git tree `tree`, run by this interpreter with `env`."""
     steering = {name: value for name, value in env.items() if name.startswith(_ENV_PREFIXES)}
     document = {

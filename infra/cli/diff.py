@@ -153,7 +153,7 @@ def render_ref(repo: Path, ref: str, stack: str, out: Path, *, cache: bool) -> b
         tree = git(repo, "rev-parse", ref + "^{tree}").strip()
         # What the render inherits; render_tree sets the project variable to the tree itself.
         inherited = {name: value for name, value in os.environ.items() if name != PROJECT_ENV}
-        key = render_key(tree, stack if not names_a_file(stack) else inside.as_posix(), inherited)
+        key = render_key(tree, inside.as_posix(), inherited)
         kept = cached_render(key)
         if kept is not None:
             try:

@@ -118,10 +118,13 @@ def test_worktree_of_the_ref_is_removed_afterwards(clone: Path, renders: list[Pa
     assert trees == [str(clone)]
 
 
-def test_stack_new_in_the_working_tree_shows_every_file_as_added(clone: Path) -> None:
+def test_stack_new_in_the_working_tree_shows_every_file_as_added(
+    clone: Path, renders: list[Path]
+) -> None:
     shutil.copy(clone / "stacks/Pulumi.strix-halo.yaml", clone / "stacks/Pulumi.fresh.yaml")
     status, out = diff.stack_diff("fresh", "HEAD", start=clone)
     assert status == 1
+    assert renders == [clone]  # HEAD has no such stack file: nothing to render there
     assert "+++ b/fresh/resources.json" in out
     assert not re.search(r"^-[^-]", out, re.MULTILINE), "nothing can be removed from nothing"
 
