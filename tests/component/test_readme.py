@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import tomllib
 from pathlib import Path
 
 import yaml
@@ -46,7 +47,10 @@ def test_the_readme_inner_loop_is_what_ci_runs_less_the_contract_tier() -> None:
     test = (ROOT / ".ci" / "test").read_text()
     for step in steps[:3]:
         assert f"\n{step}\n" in test, step
-    assert '\npython -m pytest -n auto --dist loadfile "$@"' in test
+    assert '\npython -m pytest -n auto "$@"' in test
+    # Both take whole files per worker (module fixtures start once) from the same addopts.
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--dist loadfile" in addopts["addopts"]
 
 
 def test_the_example_error_in_the_deploy_page_is_what_render_prints(tmp_path: Path) -> None:
