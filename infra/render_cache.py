@@ -1,12 +1,13 @@
-"""Renders of a git commit kept for the next `llm-infra diff`.
+"""Renders kept for the next `llm-infra diff`: a commit's, and a working tree's.
 
-A commit's render is a function of what the render reads: the commit's tree (code, stack files,
-locks; a `git worktree` of it holds nothing else), the stack named, the interpreter and the
-installed packages it imports, and the environment variables that steer Python, Pulumi or
-llm-infra. The key is the sha256 of exactly those, so a cached render is the render that would be
-made again; anything else (a stack file outside the repository, which the tree does not hold) is
-not cached. Entries are written aside and renamed into place, so a half-written one never counts;
-the least recently used beyond `KEEP` are removed.
+A render is a function of what the render reads: the commit's tree (code, stack files, locks; a
+`git worktree` of it holds nothing else) or the working tree's content (`working_tree_id` in
+`infra.cli.diff`), the stack named, the interpreter and the installed packages it imports, and
+the environment variables that steer Python, Pulumi or llm-infra. The key is the sha256 of
+exactly those, so a cached render is the render that would be made again; anything else (a stack
+file outside the repository, which no tree holds) is not cached. Entries are written aside and
+renamed into place, so a half-written one never counts; the least recently used beyond `KEEP`
+are removed.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def _packages() -> tuple[str, ...]:
 
 def render_key(tree: str, stack: str, env: Mapping[str, str]) -> str:
     """The cache key of the render of the stack whose file is `stack` (its path in the tree)
-    from git tree `tree`, run by this interpreter with `env`."""
+    from `tree` (a git tree id, or a working tree's id), run by this interpreter with `env`."""
     steering = {name: value for name, value in env.items() if name.startswith(_ENV_PREFIXES)}
     document = {
         "format": CACHE_FORMAT,

@@ -7,15 +7,17 @@ what that restarts: `infra.render_diff`), then `diff -u -r -N` of the two render
 (it runs `llm-infra diff --renders A B`). Exit status as diff's: 0 identical, 1 different,
 2 trouble (git, a failed render of the working tree).
 
-REF's render is kept in the user's cache (`infra.render_cache`) keyed by REF's tree and
-everything else a render reads, so diffing again against the same commit renders only the
-working tree; `--no-cache` renders REF again.
+Each side's render is kept in the user's cache (`infra.render_cache`), keyed by what the side
+holds (REF's tree; the working tree's HEAD tree and changed files) and everything else a render
+reads: diffing again renders only what changed since, and an unchanged working tree shares REF's
+render. `--no-cache` renders both sides again.
 """
 
 from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import hashlib
 import os
 import shutil
 import subprocess
@@ -38,6 +40,9 @@ EXIT_SAME = 0
 EXIT_DIFFERENT = 1
 EXIT_TROUBLE = 2
 DEFAULT_REMOTE_REF = "origin/main"
+# A changed working-tree file larger than this (a model left in the checkout) is not read to
+# key the working tree's render: that render is then not kept.
+WORKING_FILE_LIMIT = 16 * 1024 * 1024
 
 
 class DiffError(Exception):
@@ -137,31 +142,95 @@ def stack_diff(
     return status, text
 
 
-def render_ref(repo: Path, ref: str, stack: str, out: Path, *, cache: bool) -> bool:
-    """Render STACK as commit REF has it into out, from a render of the same commit kept by an
-    earlier diff when there is one; False when REF has no such stack (nothing is written)."""
+def working_tree_id(repo: Path) -> str | None:
+    """What the working tree holds, as an id a render can be kept under: HEAD's tree id when
+    nothing tracked changed and nothing untracked (and not ignored) is there, so an unchanged
+    checkout shares its commit's render; else a digest of HEAD's tree and each changed path's
+    state. None (never kept) without a HEAD, or with a changed file too large to read quickly."""
+    head = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", "HEAD^{tree}"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if head.returncode != 0:
+        return None
+    status = git(
+        repo,
+        "--no-optional-locks",  # a diff never writes the user's index
+        "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+    )  # fmt: skip
+    paths = sorted({entry[3:] for entry in status.split("\0") if entry})
+    if not paths:
+        return head.stdout.strip()
+    digest = hashlib.sha256(head.stdout.strip().encode())
+    for name in paths:
+        path = repo / name
+        digest.update(b"\0" + name.encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"link:" + os.readlink(path).encode())
+        elif path.is_file():
+            if path.stat().st_size > WORKING_FILE_LIMIT:
+                return None
+            mode = b"x:" if os.access(path, os.X_OK) else b"f:"
+            digest.update(mode + hashlib.sha256(path.read_bytes()).digest())
+        elif path.exists():
+            return None  # a nested repository or other non-file: not worth describing
+        else:
+            digest.update(b"gone")
+    return "worktree-" + digest.hexdigest()
+
+
+def kept_copy(key: str | None, out: Path) -> bool:
+    """Copy the render kept under key into out; False when there is none."""
+    kept = cached_render(key) if key is not None else None
+    if kept is None:
+        return False
+    try:
+        shutil.copytree(kept, out, symlinks=True)
+        return True
+    except OSError:
+        # Removed by another diff's pruning while it was read: render it again.
+        shutil.rmtree(out, ignore_errors=True)
+        return False
+
+
+def render_key_of(repo: Path, tree: str | None, stack: str) -> str | None:
+    """The cache key of STACK's render from tree (None: not kept)."""
     inside = stack_in_repo(stack, repo)
-    if inside is not None:
-        probe = subprocess.run(
-            ["git", "-C", str(repo), "cat-file", "-e", f"{ref}:{inside.as_posix()}"],
-            capture_output=True, check=False,
-        )  # fmt: skip
-        if probe.returncode != 0:
-            return False
-    key = None
-    if cache and inside is not None:
-        tree = git(repo, "rev-parse", ref + "^{tree}").strip()
-        # What the render inherits; render_tree sets the project variable to the tree itself.
-        inherited = {name: value for name, value in os.environ.items() if name != PROJECT_ENV}
-        key = render_key(tree, inside.as_posix(), inherited)
-        kept = cached_render(key)
-        if kept is not None:
-            try:
-                shutil.copytree(kept, out, symlinks=True)
-                return True
-            except OSError:
-                # Removed by another diff's pruning while it was read: render it again.
-                shutil.rmtree(out, ignore_errors=True)
+    if tree is None or inside is None:
+        return None  # a stack file outside the repository is not part of any tree
+    # What the render inherits; render_tree sets the project variable to the tree itself.
+    inherited = {name: value for name, value in os.environ.items() if name != PROJECT_ENV}
+    return render_key(tree, inside.as_posix(), inherited)
+
+
+def ref_has_stack(repo: Path, ref: str, stack: str) -> bool:
+    """Whether commit REF holds STACK's file (a file outside the repository: always)."""
+    inside = stack_in_repo(stack, repo)
+    if inside is None:
+        return True
+    probe = subprocess.run(
+        ["git", "-C", str(repo), "cat-file", "-e", f"{ref}:{inside.as_posix()}"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    return probe.returncode == 0
+
+
+def render_working_tree(repo: Path, stack: str, out: Path, key: str | None) -> None:
+    """Render STACK from the working tree into out, or copy its kept render."""
+    if kept_copy(key, out):
+        return
+    result = render_tree(repo, stack_argument(stack, repo, repo), out)
+    if result.returncode != 0:
+        raise DiffError(f"render of {stack} in the working tree failed:\n{result.stderr.strip()}")
+    if key is not None:
+        keep_render(key, out)
+
+
+def render_ref(repo: Path, ref: str, stack: str, out: Path, key: str | None) -> None:
+    """Render STACK as commit REF has it into out (in a `git worktree` of REF), or copy its
+    kept render."""
+    if kept_copy(key, out):
+        return
     with tempfile.TemporaryDirectory(prefix="llm-infra-ref-") as tmp:
         worktree = Path(tmp) / "tree"
         git(repo, "worktree", "add", "--detach", "--quiet", str(worktree), ref)
@@ -173,31 +242,39 @@ def render_ref(repo: Path, ref: str, stack: str, out: Path, *, cache: bool) -> b
         raise DiffError(f"render of {stack} at {ref} failed:\n{base.stderr.strip()}")
     if key is not None:
         keep_render(key, out)
-    return True
 
 
 def stack_comparison(
     stack: str, against: str | None = None, start: Path | None = None, *, cache: bool = True
 ) -> tuple[int, str, list[Change]]:
     """(exit status, text, resource changes) of STACK's render at `against` versus the
-    working tree. The two renders run at once."""
+    working tree. The two renders run at once; a working tree that holds REF's tree is
+    rendered once for both sides."""
     repo = repo_root(start or Path.cwd())
     ref = against or default_ref(repo)
     git(repo, "rev-parse", "--verify", "--quiet", ref + "^{commit}")
     name = resolve_stack(stack)[0]
+    has_ref = ref_has_stack(repo, ref, stack)
+    head_key = ref_key = None
+    if cache:
+        head_key = render_key_of(repo, working_tree_id(repo), stack)
+        ref_key = render_key_of(repo, git(repo, "rev-parse", ref + "^{tree}").strip(), stack)
     with tempfile.TemporaryDirectory(prefix="llm-infra-diff-") as tmp:
         work = Path(tmp)
         (work / "a").mkdir()
         (work / "b").mkdir()
-        with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-            head_render = pool.submit(
-                render_tree, repo, stack_argument(stack, repo, repo), work / "b" / name
-            )
-            base_render = pool.submit(render_ref, repo, ref, stack, work / "a" / name, cache=cache)
-            head = head_render.result()
-            base_render.result()  # a stack that is new in the working tree: every file is added
-        if head.returncode != 0:
-            raise DiffError(f"render of {stack} in the working tree failed:\n{head.stderr.strip()}")
+        old, new = work / "a" / name, work / "b" / name
+        if has_ref and head_key is not None and head_key == ref_key:
+            render_working_tree(repo, stack, new, head_key)
+            shutil.copytree(new, old, symlinks=True)
+        else:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+                head = pool.submit(render_working_tree, repo, stack, new, head_key)
+                # A stack that is new in the working tree: nothing at REF, every file is added.
+                base = pool.submit(render_ref, repo, ref, stack, old, ref_key) if has_ref else None
+                head.result()
+                if base is not None:
+                    base.result()
         normalize_mtimes(work / "a")
         normalize_mtimes(work / "b")
         return compare_renders(work, f"a/{name}", f"b/{name}")
@@ -218,7 +295,7 @@ def add_parser(sub: Subparsers) -> None:
         "--no-cache",
         dest="cache",
         action="store_false",
-        help="render REF again instead of reusing its render kept by an earlier diff",
+        help="render both sides again instead of reusing renders kept by an earlier diff",
     )
     parser.add_argument(
         "--renders",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -65,11 +66,59 @@ def replace_in(path: Path, old: str, new: str) -> None:
 
 
 def test_unchanged_working_tree_prints_nothing_and_exits_0(
-    clone: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    clone: Path,
+    renders: list[Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "empty-cache"))
     monkeypatch.chdir(clone)
     assert cli.main(["diff", "strix-halo", "--against", "HEAD"]) == 0
     assert capsys.readouterr().out == ""
+    # The working tree holds HEAD's tree: one render serves both sides, and is kept.
+    assert renders == [clone]
+    renders.clear()
+    assert cli.main(["diff", "strix-halo", "--against", "HEAD"]) == 0
+    assert renders == []
+
+
+def test_the_working_tree_id_follows_changed_and_untracked_files_not_ignored_ones(
+    clone: Path,
+) -> None:
+    head = run_git(clone, "rev-parse", "HEAD^{tree}").strip()
+    assert diff.working_tree_id(clone) == head
+    (clone / "rendered").mkdir()
+    (clone / "rendered" / "out.yaml").write_text("ignored\n")
+    assert diff.working_tree_id(clone) == head
+    stack = clone / "stacks/Pulumi.mi300x.yaml"
+    original = stack.read_text()
+    replace_in(stack, "198.51.100.0/24", "198.51.100.0/25")
+    edited = diff.working_tree_id(clone)
+    assert edited not in (None, head)
+    assert diff.working_tree_id(clone) == edited  # the same content, the same id
+    replace_in(stack, "198.51.100.0/25", "198.51.100.0/26")
+    assert diff.working_tree_id(clone) not in (None, head, edited)
+    stack.write_text(original)
+    assert diff.working_tree_id(clone) == head
+    (clone / "stacks/Pulumi.new.yaml").write_text("config: {}\n")
+    untracked = diff.working_tree_id(clone)
+    assert untracked not in (None, head)
+    (clone / "stacks/Pulumi.new.yaml").chmod(0o755)
+    assert diff.working_tree_id(clone) not in (None, head, untracked)
+    (clone / "stacks/Pulumi.new.yaml").unlink()
+    (clone / "README.md").unlink()
+    assert diff.working_tree_id(clone) not in (None, head)
+    # A large file (a model left in the checkout) is not read: that working tree is not kept.
+    with (clone / "model.gguf").open("wb") as big:
+        big.truncate(diff.WORKING_FILE_LIMIT + 1)
+    assert diff.working_tree_id(clone) is None
+    # A diff never writes the index: a plain git status would refresh a touched file's entry.
+    index = clone / ".git/index"
+    before = index.read_bytes()
+    os.utime(clone / "pyproject.toml", (1, 1))
+    diff.working_tree_id(clone)
+    assert index.read_bytes() == before
 
 
 def test_changed_stack_value_shows_the_flag_and_exits_1(
@@ -101,7 +150,8 @@ def test_ref_is_rendered_with_its_own_code(clone: Path) -> None:
         '"app.kubernetes.io/managed-by": "llm-infra"',
         '"app.kubernetes.io/managed-by": "llm-infra-next"',
     )
-    status, out = diff.stack_diff("strix-halo", "HEAD", start=clone)
+    # Not from the cache: a render of HEAD kept by another test proves nothing about this one.
+    status, out = diff.stack_diff("strix-halo", "HEAD", start=clone, cache=False)
     assert status == 1
     assert "-    app.kubernetes.io/managed-by: llm-infra\n" in out
     assert "+    app.kubernetes.io/managed-by: llm-infra-next\n" in out
@@ -177,7 +227,7 @@ def test_renders_compares_two_directories_and_colours_only_a_terminal(tmp_path: 
     assert "\x1b[32m+" in text and "\x1b[31m-" in text
 
 
-def test_mi300x_file_change_shows_and_its_commit_is_rendered_once_until_its_tree_changes(
+def test_mi300x_file_change_shows_and_each_side_is_rendered_once_until_it_changes(
     clone: Path, renders: list[Path]
 ) -> None:
     replace_in(clone / "stacks/Pulumi.mi300x.yaml", "198.51.100.0/24", "198.51.100.0/25")
@@ -185,17 +235,23 @@ def test_mi300x_file_change_shows_and_its_commit_is_rendered_once_until_its_tree
     assert first[0] == 1
     assert "+++ b/mi300x/files/opt/llm/Caddyfile" in first[1]
     assert "+\t@denied not remote_ip 198.51.100.0/25" in first[1]
-    # The same commit again: only the working tree is rendered, and the text is the same.
+    # The same commit and working tree again: both renders are kept, the text is the same.
     renders.clear()
     assert diff.stack_diff("mi300x", "HEAD", start=clone) == first
+    assert renders == []
+    # Another edit: the working tree is rendered again, the commit's render is reused.
+    replace_in(clone / "stacks/Pulumi.mi300x.yaml", "198.51.100.0/25", "198.51.100.0/26")
+    second = diff.stack_diff("mi300x", "HEAD", start=clone)
     assert renders == [clone]
-    # The change committed: HEAD names another tree, whose render is made and kept afresh (a
-    # render kept under the ref's name would show the old allowlist here).
+    assert "+\t@denied not remote_ip 198.51.100.0/26" in second[1]
+    # The change committed: HEAD names another tree, which the working tree now holds; its render
+    # is made once for both sides (a render kept under the ref's name would show the old allowlist
+    # on one side here).
     run_git(clone, "-c", "user.name=t", "-c", "user.email=t@example.invalid", "commit", "-qam", "x")
     renders.clear()
     assert diff.stack_diff("mi300x", "HEAD", start=clone) == (0, "")
-    assert len(renders) == 2 and clone in renders
-    # --no-cache renders the commit again.
+    assert renders == [clone]
+    # --no-cache renders both sides again.
     renders.clear()
     assert diff.stack_diff("mi300x", "HEAD", start=clone, cache=False) == (0, "")
     assert len(renders) == 2
@@ -207,6 +263,7 @@ def test_each_side_reads_its_own_stacks_whatever_the_project_variable_says(
     # LLM_INFRA_PROJECT points at another checkout: neither render may read that one's stacks.
     monkeypatch.setenv("LLM_INFRA_PROJECT", str(ROOT))
     replace_in(clone / "stacks/Pulumi.mi300x.yaml", "198.51.100.0/24", "198.51.100.0/25")
-    status, out = diff.stack_diff("mi300x", "HEAD", start=clone)
+    # Both sides rendered here (kept renders were made without the variable).
+    status, out = diff.stack_diff("mi300x", "HEAD", start=clone, cache=False)
     assert status == 1
     assert "+\t@denied not remote_ip 198.51.100.0/25" in out
