@@ -10,7 +10,7 @@ what that restarts: `infra.render_diff`), then `diff -u -r -N` of the two render
 Each side's render is kept in the user's cache (`infra.render_cache`), keyed by what the side
 holds (REF's tree; the working tree's HEAD tree and changed files) and everything else a render
 reads: diffing again renders only what changed since, and an unchanged working tree shares REF's
-render. `--no-cache` renders both sides again.
+render. `--no-cache` renders again instead of reusing kept renders.
 """
 
 from __future__ import annotations
@@ -249,22 +249,22 @@ def stack_comparison(
 ) -> tuple[int, str, list[Change]]:
     """(exit status, text, resource changes) of STACK's render at `against` versus the
     working tree. The two renders run at once; a working tree that holds REF's tree is
-    rendered once for both sides."""
+    rendered once for both sides (with or without the cache)."""
     repo = repo_root(start or Path.cwd())
     ref = against or default_ref(repo)
     git(repo, "rev-parse", "--verify", "--quiet", ref + "^{commit}")
     name = resolve_stack(stack)[0]
     has_ref = ref_has_stack(repo, ref, stack)
-    head_key = ref_key = None
-    if cache:
-        head_key = render_key_of(repo, working_tree_id(repo), stack)
-        ref_key = render_key_of(repo, git(repo, "rev-parse", ref + "^{tree}").strip(), stack)
+    head_tree = working_tree_id(repo)
+    ref_tree = git(repo, "rev-parse", ref + "^{tree}").strip()
+    head_key = render_key_of(repo, head_tree, stack) if cache else None
+    ref_key = render_key_of(repo, ref_tree, stack) if cache else None
     with tempfile.TemporaryDirectory(prefix="llm-infra-diff-") as tmp:
         work = Path(tmp)
         (work / "a").mkdir()
         (work / "b").mkdir()
         old, new = work / "a" / name, work / "b" / name
-        if has_ref and head_key is not None and head_key == ref_key:
+        if has_ref and head_tree == ref_tree:
             render_working_tree(repo, stack, new, head_key)
             shutil.copytree(new, old, symlinks=True)
         else:
@@ -295,7 +295,7 @@ def add_parser(sub: Subparsers) -> None:
         "--no-cache",
         dest="cache",
         action="store_false",
-        help="render both sides again instead of reusing renders kept by an earlier diff",
+        help="render again instead of reusing renders kept by an earlier diff",
     )
     parser.add_argument(
         "--renders",
