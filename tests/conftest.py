@@ -3,13 +3,17 @@
 The tier marker of a test follows its directory: every test under ``tests/unit`` is marked
 ``unit``, ``tests/component`` ``component``, ``tests/contract`` ``contract`` (it runs real
 third-party software: llama-server, Caddy, kubernetes-validate, ...) and ``tests/e2e`` ``e2e``.
-Nobody sets these markers by hand; a test that needs real software lives in ``tests/contract``.
+Nobody sets these markers by hand; a test that needs real software lives in ``tests/contract``,
+and outside it starting one of those programs (``THIRD_PARTY``) is an error.
 """
 
 from __future__ import annotations
 
 import copy
 import functools
+import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,13 @@ from tests.support import profiles
 ROOT = Path(__file__).resolve().parent.parent
 STACKS = ROOT / "stacks"
 TIERS = ("unit", "component", "contract", "e2e")
+THIRD_PARTY = frozenset(
+    {
+        "actionlint", "caddy", "checkov", "ggml-rpc-server", "kubernetes-validate", "llama-server",
+        "node", "promtool", "rpc-server", "shellcheck", "test-llama-archs", "vllm",
+    }
+)  # fmt: skip
+"""The real third-party programs the renders are held to: only tests/contract starts them."""
 MODEL_VOLUME: dict[str, Any] = {
     "claim_name": "models",
     "fetcher_config_map": "models-fetcher",
@@ -33,7 +44,7 @@ MODEL_VOLUME: dict[str, Any] = {
 PROPS_FIXTURE = ROOT / "tests" / "fixtures" / "llama_server_props" / "b11434-props.json"
 """The real /props answer of llama-server b11434 on the tiny model (-c 8192 -np 4)."""
 
-pytest_plugins = ["tests.support.upgrade"]
+pytest_plugins = ["tests.support.policy", "tests.support.upgrade"]
 """Fixtures that more than one tier uses, beside the helpers they come with."""
 
 profiles.load()  # hypothesis: `dev` by default, `ci` in .ci/test (tests/support/profiles.py)
@@ -45,6 +56,37 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.relative_to(ROOT).parts
         if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[1]))
+
+
+_running_tier: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Note the running test's tier (its fixtures' setup included) for `_tier_guard`."""
+    parts = item.path.relative_to(ROOT).parts
+    _running_tier[:] = [parts[1]] if len(parts) > 2 and parts[1] in TIERS else []
+    yield
+    _running_tier.clear()
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _tier_guard(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
+    """Popen that refuses a THIRD_PARTY program outside the contract tier: a test that runs
+    one belongs there, so `-m "not contract"` runs none of them."""
+    argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+    program = os.path.basename(os.fsdecode(argv[0]).split()[0]) if argv else ""
+    if program in THIRD_PARTY and _running_tier and _running_tier[0] != "contract":
+        raise RuntimeError(
+            f"{program} is third-party software: a {_running_tier[0]} test may not run it "
+            "(move the test to tests/contract)"
+        )
+    _popen_init(self, args, *rest, **options)
+
+
+subprocess.Popen.__init__ = _tier_guard  # type: ignore[method-assign]
 
 
 @functools.cache
