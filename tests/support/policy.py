@@ -27,14 +27,14 @@ def render_dirs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture
-def strix(render_dirs: dict[str, Path]) -> Render:
+def strix_render(render_dirs: dict[str, Path]) -> Render:
     """A mutable copy of the strix-halo render."""
     resources, files = validators.load_render(render_dirs["strix-halo"])
     return copy.deepcopy(resources), files
 
 
 @pytest.fixture
-def mi300x(render_dirs: dict[str, Path]) -> Render:
+def mi300x_render(render_dirs: dict[str, Path]) -> Render:
     """A mutable copy of the mi300x render."""
     resources, files = validators.load_render(render_dirs["mi300x"])
     return copy.deepcopy(resources), files
@@ -88,9 +88,9 @@ def run_policy(name: str, args: ResourceValidationArgs) -> list[str]:
     return reported
 
 
-def caddy_messages(mi300x: Render, caddyfile: str) -> list[str]:
+def caddy_messages(mi300x_render: Render, caddyfile: str) -> list[str]:
     """The caddy-allowlist rule's messages for the mi300x render with this Caddyfile."""
-    resources, files = mi300x
+    resources, files = mi300x_render
     return [
         m
         for m in messages(resources, {**files, "/opt/llm/Caddyfile": caddyfile})

@@ -46,15 +46,17 @@ def test_a_failing_render_lists_each_violation_then_the_count(
     assert all("[model-pvc-protected]" in line for line in lines[:-1])
 
 
-def test_real_renders_contain_what_the_policies_inspect(strix: Render, mi300x: Render) -> None:
+def test_real_renders_contain_what_the_policies_inspect(
+    strix_render: Render, mi300x_render: Render
+) -> None:
     # Guards against passing by finding nothing: each rule has something to look at.
-    assert resources.containers(named(strix[0], "-deployment"))
-    assert named(strix[0], "models-pvc")["options"]["protect"] is True
-    assert {"/opt/llm/compose.yaml", "/opt/llm/Caddyfile"} <= set(mi300x[1])
+    assert resources.containers(named(strix_render[0], "-deployment"))
+    assert named(strix_render[0], "models-pvc")["options"]["protect"] is True
+    assert {"/opt/llm/compose.yaml", "/opt/llm/Caddyfile"} <= set(mi300x_render[1])
 
 
-def test_floating_image_tag_fails(strix: Render) -> None:
-    resources, files = strix
+def test_floating_image_tag_fails(strix_render: Render) -> None:
+    resources, files = strix_render
     server_container(resources)["image"] = "ghcr.io/ggml-org/llama.cpp:server-vulkan"
     assert messages(resources, files) == [
         "[images-pinned] deepseek-v4-flash-0731-deployment: container llama-server image "
@@ -83,15 +85,15 @@ def test_floating_image_tag_fails(strix: Render) -> None:
     ],
 )
 def test_a_compose_file_edit_fails_its_policy(
-    mi300x: Render, old: str, new: str, message: str
+    mi300x_render: Render, old: str, new: str, message: str
 ) -> None:
-    resources, files = mi300x
+    resources, files = mi300x_render
     edited(files, "/opt/llm/compose.yaml", old, new)
     assert messages(resources, files, allow_world=True) == [message]
 
 
-def test_startup_probe_shorter_than_the_load_fails(strix: Render) -> None:
-    resources, files = strix
+def test_startup_probe_shorter_than_the_load_fails(strix_render: Render) -> None:
+    resources, files = strix_render
     server_container(resources)["startupProbe"]["failureThreshold"] = 10
     assert messages(resources, files) == [
         "[gpu-server-probes] deepseek-v4-flash-0731-deployment: container llama-server: "
@@ -107,8 +109,8 @@ def test_min_load_is_configurable(render_dirs: dict[str, Path]) -> None:
     assert "startupProbe allows 1800s" in violation.message
 
 
-def test_gpu_server_without_startup_probe_falls_back_to_liveness(strix: Render) -> None:
-    resources, files = strix
+def test_gpu_server_without_startup_probe_falls_back_to_liveness(strix_render: Render) -> None:
+    resources, files = strix_render
     container = server_container(resources)
     del container["startupProbe"]
     # The liveness probe alone allows 0 + 30 x 5 = 150 s: it would kill a loading server.
@@ -120,8 +122,8 @@ def test_gpu_server_without_startup_probe_falls_back_to_liveness(strix: Render) 
     )
 
 
-def test_compose_up_wait_timeout_shorter_than_the_load_fails(mi300x: Render) -> None:
-    resources, files = mi300x
+def test_compose_up_wait_timeout_shorter_than_the_load_fails(mi300x_render: Render) -> None:
+    resources, files = mi300x_render
     up = named(resources, "vllm-up")
     up["inputs"]["create"] = up["inputs"]["create"].replace(
         "--wait-timeout 3600", "--wait-timeout 60"
@@ -132,8 +134,8 @@ def test_compose_up_wait_timeout_shorter_than_the_load_fails(mi300x: Render) -> 
     ]
 
 
-def test_hf_token_literal_in_env_fails(strix: Render) -> None:
-    resources, files = strix
+def test_hf_token_literal_in_env_fails(strix_render: Render) -> None:
+    resources, files = strix_render
     server_container(resources)["env"].append({"name": "HF_TOKEN", "value": "hf_" + "a" * 34})
     assert messages(resources, files) == [
         "[no-secret-literals] deepseek-v4-flash-0731-deployment: container llama-server: env "
@@ -142,8 +144,8 @@ def test_hf_token_literal_in_env_fails(strix: Render) -> None:
     ]
 
 
-def test_env_from_a_secret_and_api_key_from_a_variable_pass(strix: Render) -> None:
-    resources, files = strix
+def test_env_from_a_secret_and_api_key_from_a_variable_pass(strix_render: Render) -> None:
+    resources, files = strix_render
     container = server_container(resources)
     ref = {"secretKeyRef": {"name": "llm-api-key", "key": "key"}}
     container["env"].append({"name": "LLAMA_API_KEY", "valueFrom": ref})
@@ -151,8 +153,8 @@ def test_env_from_a_secret_and_api_key_from_a_variable_pass(strix: Render) -> No
     assert messages(resources, files) == []
 
 
-def test_api_key_flag_with_a_literal_fails(strix: Render) -> None:
-    resources, files = strix
+def test_api_key_flag_with_a_literal_fails(strix_render: Render) -> None:
+    resources, files = strix_render
     server_container(resources)["args"] += ["--api-key=sk-" + "x" * 24]
     assert messages(resources, files) == [
         "[no-secret-literals] deepseek-v4-flash-0731-deployment: container llama-server: "
@@ -163,8 +165,8 @@ def test_api_key_flag_with_a_literal_fails(strix: Render) -> None:
     ]
 
 
-def test_secret_literals_in_compose_and_scripts_fail(mi300x: Render) -> None:
-    resources, files = mi300x
+def test_secret_literals_in_compose_and_scripts_fail(mi300x_render: Render) -> None:
+    resources, files = mi300x_render
     edited(
         files,
         "/opt/llm/compose.yaml",
@@ -181,8 +183,8 @@ def test_secret_literals_in_compose_and_scripts_fail(mi300x: Render) -> None:
     ]
 
 
-def test_unprotected_model_pvc_fails(strix: Render) -> None:
-    resources, files = strix
+def test_unprotected_model_pvc_fails(strix_render: Render) -> None:
+    resources, files = strix_render
     del named(resources, "models-pvc")["options"]["protect"]
     assert messages(resources, files) == [
         "[model-pvc-protected] models-pvc: a model PVC without `protect`: a replace or destroy "
@@ -209,15 +211,15 @@ def test_pack_has_one_policy_per_validator() -> None:
     assert tuple(p.name for p in pack.policies()) == validators.POLICY_NAMES
 
 
-def test_pack_reads_protect_from_the_resource_options(strix: Render) -> None:
-    pvc = named(strix[0], "models-pvc")
+def test_pack_reads_protect_from_the_resource_options(strix_render: Render) -> None:
+    pvc = named(strix_render[0], "models-pvc")
     kind = "kubernetes:core/v1:PersistentVolumeClaim"
     assert run_policy("model-pvc-protected", policy_args(kind, pvc["inputs"], protect=True)) == []
     assert len(run_policy("model-pvc-protected", policy_args(kind, pvc["inputs"]))) == 1
 
 
-def test_pack_passes_min_load_seconds_from_its_config(strix: Render) -> None:
-    deployment = named(strix[0], "-deployment")
+def test_pack_passes_min_load_seconds_from_its_config(strix_render: Render) -> None:
+    deployment = named(strix_render[0], "-deployment")
     kind = "kubernetes:apps/v1:Deployment"
     assert run_policy("gpu-server-probes", policy_args(kind, deployment["inputs"])) == []
     strict = policy_args(kind, deployment["inputs"], minLoadSeconds=3600)
@@ -260,8 +262,8 @@ def test_pack_serves_its_policies_to_the_pulumi_engine(tmp_path: Path) -> None:
     assert tuple(p.name for p in info.policies) == validators.POLICY_NAMES
 
 
-def test_a_run_to_completion_job_in_the_server_image_is_no_gpu_server(strix: Render) -> None:
-    resources, files = strix
+def test_a_run_to_completion_job_in_the_server_image_is_no_gpu_server(strix_render: Render) -> None:
+    resources, files = strix_render
     deployment = named(resources, "deepseek-v4-flash-0731-deployment")
     job: dict[str, Any] = {
         "type": "kubernetes:batch/v1:Job",
