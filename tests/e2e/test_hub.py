@@ -15,8 +15,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.hf_api import RepoFile
 
 from components.gguf_header import read_gguf_header, summarize
 from infra.hub.gguf_stub import (
@@ -51,6 +49,10 @@ def served_dir(tmp_path: Path) -> Path:
 def test_huggingface_hub_lists_and_downloads_a_served_directory(
     served_dir: Path, tmp_path: Path
 ) -> None:
+    # Imported here: huggingface_hub (with httpx) costs each pytest worker a quarter second.
+    from huggingface_hub import HfApi, hf_hub_download
+    from huggingface_hub.hf_api import RepoFile
+
     source = DirectoryRepos(served_dir)
     assert sorted(source.skipped) == [
         "has space.txt: not a plain file with a lockable name",
