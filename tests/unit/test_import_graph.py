@@ -8,6 +8,8 @@ Read from the import statements themselves (`ast`), so an import inside a functi
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,11 +94,18 @@ def _statements(tree: ast.AST) -> Statements:
     yield from walk(tree, False, False)
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """A module's syntax tree (parsed once: the graph and the sys.path check read the same
+    files)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def imports(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
     """What module `name` (at `path`) imports: project modules by name, others by top name."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: list[Import] = []
-    for statement, type_only, optional in _statements(ast.parse(path.read_text(), str(path))):
+    for statement, type_only, optional in _statements(parsed(path)):
         if isinstance(statement, ast.Import):
             targets = [alias.name for alias in statement.names]
         else:
@@ -233,6 +242,9 @@ def command_line_importers(graph: dict[str, list[Import]]) -> list[str]:
     ]
 
 
+SYS_PATH = re.compile(r"\bsys\s*\.\s*path\b")
+
+
 def sys_path_edits(root: Path, folders: tuple[str, ...]) -> list[str]:
     """`file:line` of every statement that changes `sys.path` (insert, append, extend, assign,
     slice-assign): modules are imported by name, from the checkout's root or the installed
@@ -240,7 +252,9 @@ def sys_path_edits(root: Path, folders: tuple[str, ...]) -> list[str]:
     found = []
     for folder in folders:
         for path in sorted((root / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text())):
+            if not SYS_PATH.search(path.read_text()):
+                continue  # no `sys.path` anywhere in its text: nothing to parse for
+            for node in ast.walk(parsed(path)):
                 target: ast.expr | None = None
                 if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                     target = node.func.value
