@@ -113,11 +113,11 @@ def interrupt_when_connected(
     args: list[str], server: socket.socket
 ) -> subprocess.CompletedProcess[str]:
     """Run the command, wait until it has connected to the server, then press Ctrl-C."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "infra.cli", *args],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=as_at_a_terminal,
-    )  # fmt: skip
+    with as_at_a_terminal():
+        process = subprocess.Popen(
+            [sys.executable, "-m", "infra.cli", *args],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
     connection, _ = server.accept()
     with connection:
         process.send_signal(signal.SIGINT)

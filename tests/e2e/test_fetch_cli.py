@@ -85,10 +85,11 @@ def test_ctrl_c_stops_at_once_keeps_the_bytes_and_the_next_run_resumes(
 ) -> None:
     lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
     argv = fetch_argv(hub, lock, dest, "--parallel", "1")
-    process = subprocess.Popen(
-        argv, cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, preexec_fn=as_at_a_terminal,
-    )  # fmt: skip
+    with as_at_a_terminal():
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
     deadline = time.monotonic() + 60
     while part_bytes(dest) < 2**20 and time.monotonic() < deadline:
         time.sleep(0.05)

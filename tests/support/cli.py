@@ -94,9 +94,18 @@ def llm_infra(*args: str, cwd: Path | str = ROOT) -> subprocess.CompletedProcess
     return run_cli(list(args), cwd=cwd)
 
 
-def as_at_a_terminal() -> None:
-    """`preexec_fn` of a child that a test presses Ctrl-C at: SIGINT's default disposition, as a
-    terminal's foreground job has it. A shell starts background jobs with SIGINT ignored, a
-    child inherits that, and Python then installs no KeyboardInterrupt handler: run from such a
-    job (`nohup ... &`), the test would press Ctrl-C at a command that cannot hear it."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+@contextlib.contextmanager
+def as_at_a_terminal() -> Iterator[None]:
+    """Around starting a child that a test presses Ctrl-C at: SIGINT as a terminal's foreground
+    job has it. A shell starts background jobs with SIGINT ignored, a child inherits that, and
+    Python then installs no KeyboardInterrupt handler: run from such a job (`nohup ... &`), the
+    test would press Ctrl-C at a command that cannot hear it. A signal the parent handles is back
+    to its default in the child after exec, so this sets a handler here, in the parent, for the
+    start: a `preexec_fn` runs Python between fork and exec, which can hang the child when
+    another thread (gRPC's) held a lock at the fork."""
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
