@@ -19,6 +19,7 @@ from components.payloads import FETCHER_SOURCE, fetcher
 from components.payloads.fetcher import FetchError, Lock, fetch_document, load_lock
 from components.payloads.fetcher import fetch as fetch_files
 from tests.support.hub_emulator import Hub, run_fetcher, running_hub
+from tests.support.upgrade import check_model
 
 REPO = "unsloth/Tiny-GGUF"
 NAMES = [f"Tiny-UD-IQ1_M-0000{i}-of-00003.gguf" for i in (1, 2, 3)]
@@ -54,10 +55,6 @@ def fetch(
     hub: Hub, lock: Path, dest: Path, *extra: str, token: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return run_fetcher(hub, "fetch", "--lock", str(lock), "--dest", str(dest), *extra, token=token)
-
-
-def check(hub: Hub, lock: Path, dest: Path) -> subprocess.CompletedProcess[str]:
-    return run_fetcher(hub, "check", "--lock", str(lock), "--dest", str(dest))
 
 
 def start_fetcher(hub: Hub, lock: Path, dest: Path, stdout: int) -> subprocess.Popen[str]:
@@ -96,7 +93,9 @@ def test_fetch_places_every_shard_and_the_check_passes(hub: Hub, tmp_path: Path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert_complete(hub, dest)
     assert "all 3 files complete" in result.stdout
-    assert check(hub, lock, dest).returncode == 0
+    # The check as the server's init container runs it: the script, in a process of its own.
+    check = run_fetcher(hub, "check", "--lock", str(lock), "--dest", str(dest))
+    assert check.returncode == 0, check.stdout + check.stderr
 
 
 def test_second_fetch_downloads_nothing(hub: Hub, tmp_path: Path) -> None:
@@ -136,7 +135,7 @@ def test_dropped_download_never_appears_under_its_final_name(hub: Hub, tmp_path:
     assert result.returncode == 3, result.stdout
     assert not (dest / NAMES[2]).exists()
     assert (dest / f".{NAMES[2]}.part").stat().st_size == 5_000
-    assert check(hub, lock, dest).returncode == 1
+    assert check_model(lock, dest).returncode == 1
 
 
 def test_retired_models_are_deleted_but_never_the_current_ones(hub: Hub, tmp_path: Path) -> None:
@@ -216,7 +215,7 @@ def test_persistent_corruption_fails_with_nothing_under_the_final_name(
     assert "does not match the lock" in result.stdout
     assert not (dest / NAMES[0]).exists()
     assert not (dest / f".{NAMES[0]}.part").exists()
-    assert check(hub, lock, dest).returncode == 1
+    assert check_model(lock, dest).returncode == 1
 
 
 def test_not_enough_disk_fails_before_downloading(hub: Hub, tmp_path: Path) -> None:
@@ -233,10 +232,10 @@ def test_not_enough_disk_fails_before_downloading(hub: Hub, tmp_path: Path) -> N
 def test_check_fails_without_marker_and_on_a_missing_shard(hub: Hub, tmp_path: Path) -> None:
     lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
     dest.mkdir()
-    assert check(hub, lock, dest).returncode == 1
+    assert check_model(lock, dest).returncode == 1
     assert fetch(hub, lock, dest).returncode == 0
     (dest / NAMES[2]).unlink()
-    result = check(hub, lock, dest)
+    result = check_model(lock, dest)
     assert result.returncode == 1
     assert f"{NAMES[2]}: missing" in result.stdout
 

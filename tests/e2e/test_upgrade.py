@@ -100,8 +100,8 @@ def test_a_good_upgrade_switches_and_retires_only_after_the_new_set_is_verified(
     for index, path in enumerate(upgrade.new_paths):
         name = upgrade.new_name(index)
         assert (upgrade.dest / name).read_bytes() == hub.repos[upgrade.new_repo][path]
-    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 0
-    old_check = check_model(hub, upgrade.old_lock, upgrade.dest)
+    assert check_model(upgrade.new_lock, upgrade.dest).returncode == 0
+    old_check = check_model(upgrade.old_lock, upgrade.dest)
     assert old_check.returncode == 1
     if shape == "new names":
         assert len(retired) == 3 and min(retired) > marker
@@ -128,7 +128,7 @@ def test_an_upgrade_killed_midway_keeps_the_old_model_and_resumes(hub: Hub, tmp_
     result = fetch(hub, upgrade.new_lock, upgrade.dest)
     assert result.returncode == 0, result.stdout
     assert sum(hub.bytes_sent.values()) < total
-    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 0
+    assert check_model(upgrade.new_lock, upgrade.dest).returncode == 0
 
 
 def test_replace_deletes_the_old_model_first_only_when_both_do_not_fit(
@@ -151,7 +151,7 @@ def test_replace_deletes_the_old_model_first_only_when_both_do_not_fit(
     completes = [i for i, line in enumerate(lines) if ": complete (" in line]
     assert len(retired) == 3 and max(retired) < min(completes)
     assert "upgrade: replace" in "\n".join(lines[: min(retired)])
-    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 0
+    assert check_model(upgrade.new_lock, upgrade.dest).returncode == 0
 
 
 def test_replace_keeps_the_old_model_while_a_server_still_maps_it_on_a_disk_too_small_for_both(

@@ -17,6 +17,7 @@ import pytest
 
 from components.payloads.fetcher import FetchError, fetch_document, load_lock
 from components.payloads.fetcher import fetch as fetch_files
+from tests.support.cli import run_cli
 from tests.support.hub_emulator import Hub, run_fetcher, running_hub
 from tests.support.tiny_gguf import write_tiny_model_seeded
 
@@ -82,9 +83,10 @@ def fetch(hub: Hub, lock: Path, dest: Path, *extra: str) -> subprocess.Completed
     return run_fetcher(hub, "fetch", "--lock", str(lock), "--dest", str(dest), *extra)
 
 
-def check_model(hub: Hub, lock: Path, dest: Path) -> subprocess.CompletedProcess[str]:
-    """The server's init check (`llm-infra check-model`), as the pod runs it: fetcher.py check."""
-    return run_fetcher(hub, "check", "--lock", str(lock), "--dest", str(dest))
+def check_model(lock: Path, dest: Path) -> subprocess.CompletedProcess[str]:
+    """The server's init check, `llm-infra check-model` in this process: the fetcher's own
+    `check` (what the pod runs as `fetcher.py check`), which reads only the lock and the files."""
+    return run_cli(["check-model", "--lock", str(lock), "--dest", str(dest)])
 
 
 def prepared(hub: Hub, tmp_path: Path, shape: str) -> Upgrade:
@@ -105,9 +107,9 @@ def retire_args(upgrade: Upgrade) -> list[str]:
 def assert_old_model_whole(hub: Hub, upgrade: Upgrade) -> None:
     for path in OLD:
         assert (upgrade.dest / path.rsplit("/", 1)[-1]).read_bytes() == hub.repos[OLD_REPO][path]
-    result = check_model(hub, upgrade.old_lock, upgrade.dest)
+    result = check_model(upgrade.old_lock, upgrade.dest)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert check_model(hub, upgrade.new_lock, upgrade.dest).returncode == 1
+    assert check_model(upgrade.new_lock, upgrade.dest).returncode == 1
 
 
 def failed_upgrade(
