@@ -1,7 +1,8 @@
 """Import one file as a module by path (standard library only).
 
-For files outside any package (``bench/*.py``, the examples); the packages' own modules are
-imported by name (``components/__init__`` is lazy: the payloads need no pulumi).
+For a file outside any package (the Python example program, as `pulumi up` runs it); the
+packages' own modules and bench's are imported by name (``components/__init__`` is lazy: the
+payloads need no pulumi).
 """
 
 from __future__ import annotations
