@@ -72,16 +72,16 @@ def test_unchanged_working_tree_prints_nothing_and_exits_0(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(clone)
-    assert cli.main(["diff", "strix-halo", "--against", "HEAD"]) == 0
+    assert cli.main(["diff", "mi300x", "--against", "HEAD"]) == 0
     assert capsys.readouterr().out == ""
     # The working tree holds HEAD's tree: one render serves both sides (none where another test
     # of the module kept HEAD's render), and it is kept.
     assert renders in ([], [clone])
     renders.clear()
-    assert cli.main(["diff", "strix-halo", "--against", "HEAD"]) == 0
+    assert cli.main(["diff", "mi300x", "--against", "HEAD"]) == 0
     assert renders == []
     # --no-cache renders again, still once for both sides.
-    assert cli.main(["diff", "strix-halo", "--against", "HEAD", "--no-cache"]) == 0
+    assert cli.main(["diff", "mi300x", "--against", "HEAD", "--no-cache"]) == 0
     assert renders == [clone]
 
 
@@ -175,7 +175,7 @@ def test_ref_is_rendered_with_its_own_code_and_stacks_in_a_worktree_removed_afte
 def test_stack_new_in_the_working_tree_shows_every_file_as_added(
     clone: Path, renders: list[Path]
 ) -> None:
-    shutil.copy(clone / "stacks/Pulumi.strix-halo.yaml", clone / "stacks/Pulumi.fresh.yaml")
+    shutil.copy(clone / "stacks/Pulumi.mi300x.yaml", clone / "stacks/Pulumi.fresh.yaml")
     status, out = diff.stack_diff("fresh", "HEAD", start=clone)
     assert status == 1
     assert renders == [clone]  # HEAD has no such stack file: nothing to render there
