@@ -84,8 +84,12 @@ _popen_init = subprocess.Popen.__init__
 def _tier_guard(self: subprocess.Popen[Any], args: Any, *rest: Any, **options: Any) -> None:
     """Popen that refuses a THIRD_PARTY program outside the contract tier: a test that runs
     one belongs there, so `-m "not contract"` runs none of them."""
-    argv = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
-    program = os.path.basename(os.fsdecode(argv[0]).split()[0]) if argv else ""
+    if isinstance(args, str | bytes):  # a command line (shell=True): its first word
+        words = os.fsdecode(args).split()
+        program = os.path.basename(words[0]) if words else ""
+    else:
+        argv = [args] if isinstance(args, os.PathLike) else list(args)
+        program = os.path.basename(os.fsdecode(argv[0])) if argv else ""
     if program in THIRD_PARTY and _running_tier and _running_tier[0] != "contract":
         raise RuntimeError(
             f"{program} is third-party software: a {_running_tier[0]} test may not run it "

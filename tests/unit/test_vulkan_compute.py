@@ -33,17 +33,19 @@ Buffer = tuple[int, int, int, int, int, str, str, float]
 """(n_embd, n_ff, ctx, ubatch, ngl, cache type, device, MiB) of one reserved buffer."""
 
 
+def run_of(member: str) -> Run:
+    """The run a log of the archive is of, from its name."""
+    match = compute.LOG_NAME.fullmatch(Path(member).name)
+    assert match, member
+    e, ff, c, ub, ngl = (int(v) for v in match.groups()[:5])
+    return (e, ff, c, ub, ngl, match[6])
+
+
 def logged_runs() -> list[Run]:
     """The runs the archive holds, from its member names (listed, not parsed: every pytest worker
     collects this module, and parsing the 84 logs takes a third of a second)."""
-    runs = []
     with tarfile.open(LOGS) as archive:
-        for name in archive.getnames():
-            match = compute.LOG_NAME.fullmatch(Path(name).name)
-            assert match, name
-            e, ff, c, ub, ngl = (int(v) for v in match.groups()[:5])
-            runs.append((e, ff, c, ub, ngl, match[6]))
-    return sorted(runs)
+        return sorted(run_of(name) for name in archive.getnames())
 
 
 @functools.cache
@@ -52,13 +54,10 @@ def reserved() -> dict[tuple[Run, str], float]:
     buffers = {}
     with tarfile.open(LOGS) as archive:
         for member in archive.getmembers():
-            match = compute.LOG_NAME.fullmatch(Path(member.name).name)
-            assert match, member.name
             file = archive.extractfile(member)
             assert file is not None
             logged = parse_load_log(file.read().decode()).compute_buffers_mib
-            e, ff, c, ub, ngl = (int(v) for v in match.groups()[:5])
-            run = (e, ff, c, ub, ngl, match[6])
+            run = run_of(member.name)
             buffers.update({(run, device): mib for device, mib in logged.items()})
     return buffers
 
