@@ -45,7 +45,9 @@ alignment padding between tensors in the file.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -108,6 +110,7 @@ Scalar = int | float | bool | str
 MetadataValue = Scalar | list[Scalar] | list[Any]
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
+_ARCHITECTURE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # Tensors llama.cpp reads as the input layer (row lookups, never a matrix product).
 INPUT_TENSORS = ("token_embd.", "position_embd.", "token_types.")
 # {arch}.<suffix> keys the planner (and a reader of the lock) needs; deepseek4 keeps all.
@@ -123,6 +126,35 @@ _GENERAL_KEYS = ("general.architecture", "general.file_type", "general.alignment
 
 class GgufError(ValueError):
     """The stream is not a GGUF file this reader understands, or it ended early."""
+
+
+# Bounds a header must keep before anything is allocated or read for it. A real model file's
+# header is well inside them (DeepSeek-V4: 1,900 tensors, ~50 keys, a 20 KiB chat template,
+# 129,280 vocab strings); a hostile one declares 2^40 of something to exhaust memory or time.
+MAX_KEY_BYTES = 65535
+"""A metadata key (the GGUF spec: at most 65535 bytes)."""
+MAX_STRING_BYTES = 16 * 1024 * 1024
+"""A stored metadata string (chat templates run to tens of KiB)."""
+MAX_KV = 1 << 16
+"""Metadata keys of one file."""
+MAX_TENSORS = 1 << 20
+"""Tensors of one file."""
+MAX_ARRAY_ELEMENTS = 1 << 26
+"""Elements of one metadata array (the largest vocabularies hold ~260,000 tokens)."""
+MAX_ARRAY_DEPTH = 2
+"""Arrays of arrays (llama.cpp's own files use one level)."""
+MAX_DIMS = 4
+"""A tensor's dimensions (ggml's GGML_MAX_DIMS)."""
+MAX_TENSOR_NAME_BYTES = 4096
+MAX_ELEMENTS = 1 << 50
+"""Elements of one tensor (a petabyte of F32 weights)."""
+MAX_LAYERS = 4096
+"""Repeating layers of one model (the largest models have ~200)."""
+MAX_ALIGNMENT = 1 << 20
+MAX_METADATA_INT = 1 << 32
+"""A planning key's integer (context lengths reach ~10^7, vocabularies ~2.6x10^5)."""
+MAX_HEADER_BYTES = 64 * 1024 * 1024
+"""The whole header, metadata and tensor infos (the largest tokenizers take ~10 MiB)."""
 
 
 class Readable(Protocol):
@@ -172,6 +204,8 @@ class GgufHeader:
     """Byte offset where the tensor data starts (the header's length, padded to alignment)."""
     array_lengths: dict[str, int] = field(default_factory=dict)
     """Element count of every metadata array, including those not stored."""
+    offsets: dict[str, int] = field(default_factory=dict)
+    """The byte where each metadata key starts, for messages about its value."""
 
     @property
     def architecture(self) -> str | None:
@@ -207,22 +241,71 @@ def row_bytes(type_name: str, n: int) -> int:
     return tensor_nbytes(tid, (n,))
 
 
+def stream_size(stream: object) -> int | None:
+    """The stream's total size where it can tell (a regular file, or a `size` attribute)."""
+    size = getattr(stream, "size", None)
+    if isinstance(size, int) and not isinstance(size, bool):
+        return size
+    fileno = getattr(stream, "fileno", None)
+    if callable(fileno):
+        try:
+            info = os.fstat(fileno())
+        except (OSError, ValueError):
+            return None
+        if stat.S_ISREG(info.st_mode):
+            position = stream.tell() if callable(getattr(stream, "tell", None)) else 0  # type: ignore[attr-defined]
+            return int(info.st_size - position)
+    return None
+
+
 class _Reader:
-    """Sequential little- or big-endian reads that count the bytes consumed."""
+    """Sequential little- or big-endian reads that count the bytes consumed and check every
+    declared count and length against the bytes left and the bounds above before reading."""
 
     def __init__(self, stream: Readable) -> None:
         self.stream = stream
         self.position = 0
         self.order = "<"
+        self.size = stream_size(stream)
+        self.where = "the file header"
+        """What is being read (a metadata key, a tensor), for messages."""
+        self.where_at = 0
+
+    def at(self, where: str) -> None:
+        self.where, self.where_at = where, self.position
+
+    def fail(self, problem: str, at: int | None = None) -> GgufError:
+        offset = self.position if at is None else at
+        return GgufError(f"{self.where} (from byte {self.where_at}): {problem} at byte {offset}")
+
+    def need(self, count: int, each: int, what: str, most: int) -> None:
+        """Refuse `count` items of at least `each` bytes that cannot fit or pass `most`."""
+        if count > most:
+            raise self.fail(f"{what} {count} is more than {most}")
+        if self.size is not None and count * each > self.size - self.position:
+            raise self.fail(
+                f"{what} {count} needs at least {count * each} bytes; "
+                f"{max(self.size - self.position, 0)} are left in the file"
+            )
 
     def read(self, n: int) -> bytes:
+        if self.position + n > MAX_HEADER_BYTES:
+            raise self.fail(f"the header runs past {MAX_HEADER_BYTES} bytes")
+        if self.size is not None and n > self.size - self.position:
+            raise self.fail(
+                f"{n} bytes declared, {max(self.size - self.position, 0)} left in the file"
+            )
         data = self.stream.read(n)
         if len(data) != n:
-            raise GgufError(f"unexpected end of file at byte {self.position + len(data)}")
+            raise self.fail("unexpected end of file", self.position + len(data))
         self.position += n
         return data
 
     def skip(self, n: int) -> None:
+        if self.size is not None and n > self.size - self.position:
+            raise self.fail(
+                f"{n} bytes declared, {max(self.size - self.position, 0)} left in the file"
+            )
         while n > 0:
             chunk = min(n, _SKIP_CHUNK)
             self.read(chunk)
@@ -231,44 +314,61 @@ class _Reader:
     def unpack(self, fmt: str) -> Any:
         return struct.unpack(self.order + fmt, self.read(struct.calcsize(fmt)))[0]
 
-    def string(self) -> str:
+    def string(self, most: int = MAX_STRING_BYTES, what: str = "string length") -> str:
         length: int = self.unpack("Q")
+        self.need(length, 1, what, most)
         return self.read(length).decode("utf-8", errors="replace")
 
     def skip_string(self) -> None:
-        self.skip(self.unpack("Q"))
+        length: int = self.unpack("Q")
+        self.need(length, 1, "string length", MAX_STRING_BYTES)
+        self.skip(length)
 
     def value(self, vtype: int) -> Scalar:
         if vtype == _STRING:
             return self.string()
         if vtype not in _SCALARS:
-            raise GgufError(f"unknown metadata value type {vtype} at byte {self.position}")
+            raise self.fail(f"unknown metadata value type {vtype}")
         value: Scalar = self.unpack(_SCALARS[vtype])
         return value
 
-    def array(self) -> tuple[list[Any] | None, int]:
+    def array(self, depth: int = 1) -> tuple[list[Any] | None, int]:
         """An array: its values if short (else None), and its element count."""
+        if depth > MAX_ARRAY_DEPTH:
+            raise self.fail(f"arrays nested more than {MAX_ARRAY_DEPTH} deep")
         etype: int = self.unpack("I")
         count: int = self.unpack("Q")
+        if etype == _ARRAY:
+            least = 12  # an element type and a count
+        elif etype == _STRING:
+            least = 8  # a length
+        elif etype in _SCALARS:
+            least = struct.calcsize(_SCALARS[etype])
+        else:
+            raise self.fail(f"unknown array element type {etype}")
+        self.need(count, least, "array length", MAX_ARRAY_ELEMENTS)
         if count < MAX_STORED_ARRAY:
             if etype == _ARRAY:
-                return [self.array()[0] for _ in range(count)], count
+                return [self.array(depth + 1)[0] for _ in range(count)], count
             return [self.value(etype) for _ in range(count)], count
         if etype == _STRING:
             for _ in range(count):
                 self.skip_string()
         elif etype == _ARRAY:
             for _ in range(count):
-                self.array()
-        elif etype in _SCALARS:
-            self.skip(count * struct.calcsize(_SCALARS[etype]))
+                self.array(depth + 1)
         else:
-            raise GgufError(f"unknown array element type {etype} at byte {self.position}")
+            self.skip(count * least)
         return None, count
 
 
 def read_gguf_header(stream: BinaryIO | Readable) -> GgufHeader:
-    """Parse a GGUF header from the stream's current position, reading no tensor data."""
+    """Parse a GGUF header from the stream's current position, reading no tensor data.
+
+    Every count and length the header declares is checked against the bytes left in the stream
+    (where its size is known) and against the bounds above before it is read: a malformed or
+    hostile header is a GgufError naming the key or tensor and the byte offset, never a large
+    allocation."""
     reader = _Reader(stream)
     if reader.read(4) != GGUF_MAGIC:
         raise GgufError("not a GGUF file (bad magic)")
@@ -282,10 +382,18 @@ def read_gguf_header(stream: BinaryIO | Readable) -> GgufHeader:
         raise GgufError(f"unsupported GGUF version {version} (supported: 2, 3)")
     tensor_count: int = reader.unpack("Q")
     kv_count: int = reader.unpack("Q")
+    # A key-value pair is at least a key length, a one-byte key, a type and a one-byte value.
+    reader.need(kv_count, 14, "metadata key count", MAX_KV)
+    # A tensor info is at least a name length and name, one dimension, a type and an offset.
+    reader.need(tensor_count, 29, "tensor count", MAX_TENSORS)
     metadata: dict[str, MetadataValue] = {}
     array_lengths: dict[str, int] = {}
-    for _ in range(kv_count):
-        key = reader.string()
+    offsets: dict[str, int] = {}
+    for index in range(kv_count):
+        reader.at(f"metadata key #{index}")
+        key = reader.string(MAX_KEY_BYTES, "key length")
+        offsets.setdefault(key, reader.where_at)
+        reader.at(f"metadata key {shorten_name(key)!r}")
         vtype: int = reader.unpack("I")
         if vtype == _ARRAY:
             values, count = reader.array()
@@ -295,16 +403,39 @@ def read_gguf_header(stream: BinaryIO | Readable) -> GgufHeader:
         else:
             metadata[key] = reader.value(vtype)
     tensors = []
-    for _ in range(tensor_count):
-        name = reader.string()
+    for index in range(tensor_count):
+        reader.at(f"tensor #{index}")
+        name = reader.string(MAX_TENSOR_NAME_BYTES, "tensor name length")
+        reader.at(f"tensor {shorten_name(name)!r}")
+        layer = _LAYER.match(name)
+        if layer and int(layer[1]) >= MAX_LAYERS:
+            raise reader.fail(f"layer index {layer[1]} is past {MAX_LAYERS - 1}")
         n_dims: int = reader.unpack("I")
+        if not 1 <= n_dims <= MAX_DIMS:
+            raise reader.fail(f"{n_dims} dimensions (1 to {MAX_DIMS})")
         dims = tuple(int(reader.unpack("Q")) for _ in range(n_dims))
+        if math.prod(dims) > MAX_ELEMENTS:
+            raise reader.fail(f"shape {'x'.join(map(str, dims))} has more than 2^50 elements")
         ggml_type: int = reader.unpack("I")
+        if ggml_type not in GGML_TYPES:
+            raise reader.fail(f"unknown ggml type {ggml_type}")
+        if dims[0] % GGML_TYPES[ggml_type][1]:
+            raise reader.fail(
+                f"a row of {dims[0]} elements is not a multiple of "
+                f"{GGML_TYPES[ggml_type][0]}'s block size {GGML_TYPES[ggml_type][1]}"
+            )
         offset: int = reader.unpack("Q")
         tensors.append(TensorInfo(name=name, dims=dims, ggml_type=ggml_type, offset=offset))
     alignment = metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-    if not isinstance(alignment, int) or isinstance(alignment, bool) or alignment <= 0:
-        raise GgufError(f"general.alignment {alignment!r} is not a positive integer")
+    if (
+        not isinstance(alignment, int)
+        or isinstance(alignment, bool)
+        or not 0 < alignment <= MAX_ALIGNMENT
+    ):
+        raise GgufError(
+            f"metadata key 'general.alignment' (from byte {offsets['general.alignment']}): "
+            f"{shorten_name(repr(alignment))} is not an integer from 1 to {MAX_ALIGNMENT}"
+        )
     data_offset = -(-reader.position // alignment) * alignment
     return GgufHeader(
         version=version,
@@ -314,7 +445,13 @@ def read_gguf_header(stream: BinaryIO | Readable) -> GgufHeader:
         alignment=alignment,
         data_offset=data_offset,
         array_lengths=array_lengths,
+        offsets=offsets,
     )
+
+
+def shorten_name(text: str, limit: int = 80) -> str:
+    """A key or tensor name from a file, cut to what a message can carry."""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
 def _planning_key(key: str, arch: str) -> bool:
@@ -339,6 +476,24 @@ def _jsonable(value: MetadataValue) -> Any:
     return value
 
 
+def check_layers(header: GgufHeader) -> int | None:
+    """The header's `{arch}.block_count` where it is an integer (None where it has none),
+    refused outside 1..MAX_LAYERS: a summary holds one entry per layer."""
+    arch = header.architecture
+    if arch is None:
+        return None
+    key = f"{arch}.block_count"
+    block_count = header.metadata.get(key)
+    if not isinstance(block_count, int) or isinstance(block_count, bool):
+        return None
+    if not 0 < block_count <= MAX_LAYERS:
+        raise GgufError(
+            f"metadata key {shorten_name(key)!r} (from byte {header.offsets.get(key, '?')}): "
+            f"{block_count} layers (1 to {MAX_LAYERS})"
+        )
+    return block_count
+
+
 def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
     """The JSON-able planning summary of a (split) model (schema in the module docstring)."""
     if not headers:
@@ -347,8 +502,26 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
     arch = first.architecture
     if arch is None:
         raise GgufError("no shard has general.architecture")
+    if not _ARCHITECTURE.fullmatch(arch):
+        raise GgufError(
+            f"metadata key 'general.architecture' (from byte "
+            f"{first.offsets.get('general.architecture', '?')}): {shorten_name(repr(arch))} is not "
+            "an architecture name (lower-case letters, digits, '_' and '-', at most 64)"
+        )
     metadata: Mapping[str, MetadataValue] = first.metadata
     subset = {k: _jsonable(v) for k, v in sorted(metadata.items()) if _planning_key(k, arch)}
+    for key, value in subset.items():
+        values = value if isinstance(value, list) else [value]
+        wild = next(
+            (v for v in values if isinstance(v, int) and not isinstance(v, bool)
+             and abs(v) > MAX_METADATA_INT),
+            None,
+        )  # fmt: skip
+        if wild is not None:
+            raise GgufError(
+                f"metadata key {shorten_name(key)!r} (from byte {first.offsets.get(key, '?')}): "
+                f"{wild} is past what any model has (at most {MAX_METADATA_INT})"
+            )
     layer_bytes: dict[int, int] = {}
     other: dict[str, int] = {}
     matmul: dict[str, dict[str, int]] = {}
@@ -361,6 +534,11 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
             match = _LAYER.match(tensor.name)
             if match:
                 index = int(match[1])
+                if index >= MAX_LAYERS:
+                    raise GgufError(
+                        f"tensor {shorten_name(tensor.name)!r}: layer {index} is past the "
+                        f"largest layer index this reader takes ({MAX_LAYERS - 1})"
+                    )
                 layer_bytes[index] = layer_bytes.get(index, 0) + tensor.nbytes
             else:
                 other[tensor.name] = other.get(tensor.name, 0) + tensor.nbytes
@@ -369,9 +547,9 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
                 where = matmul.setdefault(match[1] if match else "output", {})
                 key = tensor_key(tensor.type_name, tensor.dims)
                 where[key] = where.get(key, 0) + 1
-    block_count = metadata.get(f"{arch}.block_count")
+    block_count = check_layers(first)
     n_layers = max([*layer_bytes, -1]) + 1
-    if isinstance(block_count, int) and not isinstance(block_count, bool):
+    if block_count is not None:
         n_layers = max(n_layers, block_count)
     vocab = first.array_lengths.get("tokenizer.ggml.tokens")
     if vocab is None and isinstance(metadata.get(f"{arch}.vocab_size"), int):

@@ -7,6 +7,8 @@ import hashlib
 import urllib.parse
 from typing import Any
 
+from pydantic import ValidationError
+
 from components.payloads import http_policy
 from components.payloads.fetcher import (
     DEFAULT_ENDPOINT,
@@ -191,16 +193,27 @@ def resolve_lock(
         problems = shard_set_problems([f["name"] for f in gguf], key="model.files")
         if problems:
             raise ConfigError(problems)
-        summary = gguf_summary([url(f["path"]) for f in gguf], token)
-    return ModelLock(
-        version=LOCK_VERSION,  # type: ignore[arg-type]
-        repo=model.repo,
-        revision=commit,
-        requested_revision=model.revision,
-        patterns=list(model.files),
-        files=files,
-        gguf=summary,
-    )
+        sizes = [f["size"] if f["size"] is not None else -1 for f in gguf]
+        summary = gguf_summary([url(f["path"]) for f in gguf], token, sizes)
+    try:
+        return ModelLock(
+            version=LOCK_VERSION,  # type: ignore[arg-type]
+            repo=model.repo,
+            revision=commit,
+            requested_revision=model.revision,
+            patterns=list(model.files),
+            files=files,
+            gguf=summary,
+        )
+    except ValidationError as exc:
+        # What the hub or a header sent, outside what a lock file may hold.
+        raise ConfigError(
+            [
+                f"model.files: {model.repo}@{commit[:12]} cannot be locked: "
+                f"{'.'.join(str(p) for p in error['loc'])}: {error['msg']}"
+                for error in exc.errors()[:10]
+            ]
+        ) from None
 
 
 SMALL_FILE_LIMIT = 64 * 1024 * 1024
@@ -234,9 +247,14 @@ def small_file_sha256(url: str, size: int, token: str | None) -> str:
 class RangeReader:
     """A forward-only file over HTTP Range requests: reads only what the caller consumes."""
 
-    def __init__(self, url: str, token: str | None, first_block: int = 64 * 1024) -> None:
+    def __init__(
+        self, url: str, token: str | None, first_block: int = 64 * 1024, size: int | None = None
+    ) -> None:
         self.url = url
         self.token = token
+        self.size = size
+        """The file's size: the repo tree's, else the first answer's Content-Range total. The
+        header reader checks every length the header declares against it."""
         self.offset = 0
         self.buffer = bytearray()
         self.position = 0
@@ -256,6 +274,9 @@ class RangeReader:
             ok=(200, 206),
         ) as response:
             data = response.read_all()
+            if self.size is None and response.status == 206:
+                total = response.headers.get("Content-Range", "").rpartition("/")[2].strip()
+                self.size = int(total) if total.isdigit() else None
         if not data:
             raise EOFError(f"{self.url}: ended at byte {start}")
         self.fetched += len(data)
@@ -266,7 +287,9 @@ class RangeReader:
         self.block = min(self.block * 2, 16 * 1024 * 1024)
 
     def read(self, n: int = -1, /) -> bytes:
-        """The next n bytes."""
+        """The next n bytes (fewer at the end of the file)."""
+        if self.size is not None:
+            n = min(n, max(self.size - self.offset, 0))
         while len(self.buffer) - self.position < n:
             self._fetch()
         end = len(self.buffer) if n < 0 else self.position + n
@@ -276,14 +299,18 @@ class RangeReader:
         return data
 
 
-def gguf_summary(urls: list[str], token: str | None) -> dict[str, Any]:
-    """The planning summary of GGUF shards, from their headers only (no weight bytes)."""
+def gguf_summary(
+    urls: list[str], token: str | None, sizes: list[int] | None = None
+) -> dict[str, Any]:
+    """The planning summary of GGUF shards, from their headers only (no weight bytes).
+    `sizes`: each file's size in the repo tree, which bounds what its header may declare."""
     from components.gguf_header import GgufError, read_gguf_header, summarize
 
     headers = []
-    for url in urls:
+    for index, url in enumerate(urls):
+        size = sizes[index] if sizes is not None and sizes[index] >= 0 else None
         try:
-            headers.append(read_gguf_header(RangeReader(url, token)))
+            headers.append(read_gguf_header(RangeReader(url, token, size=size)))
         except (GgufError, EOFError, http_policy.HttpError) as exc:
             problem = (
                 f"model.files: cannot read the GGUF header of {http_policy.shorten(url)}: {exc}"
@@ -291,4 +318,8 @@ def gguf_summary(urls: list[str], token: str | None) -> dict[str, Any]:
             if isinstance(exc, http_policy.HttpError) and _network_fault(exc):
                 raise HubUnreachable(problem) from None
             raise ConfigError([problem]) from None
-    return summarize(headers)
+    try:
+        return summarize(headers)
+    except GgufError as exc:
+        names = ", ".join(http_policy.shorten(url.rsplit("/", 1)[-1], 80) for url in urls)
+        raise ConfigError([f"model.files: the GGUF header of {names}: {exc}"]) from None

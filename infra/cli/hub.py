@@ -182,9 +182,19 @@ def run_stub(args: argparse.Namespace) -> int:
         name = urllib.parse.unquote(urllib.parse.urlsplit(source).path.rsplit("/", 1)[-1])
         if not remote:
             name = Path(source).name
-        if not name.endswith(".gguf") or name.startswith(".") or "\\" in name:
-            return _problem(f"{source}: not a .gguf file name")
+        if (
+            not name.endswith(".gguf")
+            or name.startswith(".")
+            or any(c in name for c in "/\\\0")
+            or any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in name)
+        ):
+            return _problem(
+                f"{source}: not a .gguf file name ({name!r}: a name of its own, no folder, "
+                "no leading dot)"
+            )
         target = args.out / name
+        if target.parent.resolve() != args.out.resolve():
+            return _problem(f"{source}: {name!r} would land outside --out {args.out}")
         try:
             if remote:
                 token = os.environ.get("HF_TOKEN") if source.startswith("https://") else None

@@ -59,7 +59,12 @@ def run(args: argparse.Namespace) -> int:
                 except (OSError, GgufError) as exc:
                     problem = f"--gguf: cannot read the GGUF header of {shard}: {exc}"
                     raise ConfigError([problem]) from None
-            header = summarize(headers)
+            try:
+                header = summarize(headers)
+            except GgufError as exc:
+                raise ConfigError(
+                    [f"--gguf: the GGUF header of {', '.join(args.gguf)}: {exc}"]
+                ) from None
         single = target_of(stack).llamacpp_server(stack)
         if args.suggest and single is None:
             raise ConfigError(

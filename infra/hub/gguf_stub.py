@@ -24,7 +24,9 @@ from components.gguf_header import (
     GGML_TYPE_IDS,
     GgufHeader,
     Readable,
+    check_layers,
     read_gguf_header,
+    stream_size,
     tensor_nbytes,
 )
 
@@ -129,10 +131,15 @@ def write_sparse(target: Path, header: bytes, size: int) -> Path:
         raise ValueError(f"{target}: size {size} is smaller than its header ({len(header)} bytes)")
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = target.with_name(f".{target.name}.tmp")
-    with temporary.open("wb") as handle:
-        handle.write(header)
-        handle.truncate(size)
-    temporary.replace(target)
+    try:
+        with temporary.open("wb") as handle:
+            handle.write(header)
+            handle.truncate(size)
+        temporary.replace(target)
+    except BaseException:
+        # A full disk or a file-size limit leaves no half-written copy behind.
+        temporary.unlink(missing_ok=True)
+        raise
     return target
 
 
@@ -142,6 +149,7 @@ class _Recorder:
     def __init__(self, stream: Readable) -> None:
         self.stream = stream
         self.data = bytearray()
+        self.size = stream_size(stream)
 
     def read(self, n: int = -1, /) -> bytes:
         block = self.stream.read(n)
@@ -162,6 +170,7 @@ def copy_header(source: Readable, target: Path, size: int | None = None) -> tupl
     the size."""
     recorder = _Recorder(source)
     header = read_gguf_header(recorder)
+    check_layers(header)
     padding = header.data_offset - len(recorder.data)
     whole = declared_size(header) if size is None else size
     if whole < declared_size(header):

@@ -1,0 +1,128 @@
+"""A hostile GGUF header through every door that reads one (`plan --gguf`, `hub stub`, `lock`,
+`init`): each case runs in its own process under a 512 MiB address-space limit and exits 2 naming
+the file, the key or tensor and the byte offset, with no traceback and nothing left behind."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.hostile_gguf import HOSTILE_HEADERS, VALUE_HEADERS, full
+from tests.support.hub_emulator import Hub, running_hub
+from tests.support.lock_hub import stack_file
+from tests.support.project import new_project, project_env
+
+ADDRESS_SPACE = 512 * 2**20
+REPO = "acme/Hostile-GGUF"
+CASES = sorted(HOSTILE_HEADERS)
+# A header copy refuses what the reader refuses and a layer count it cannot hold; the values
+# only a summary judges (VALUE_HEADERS, a negative layer count) are copied as they are.
+STUB_CASES = sorted(set(CASES) - set(VALUE_HEADERS) - {"block-count-negative"})
+
+
+def limited(cwd: Path, *args: str, endpoint: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`llm-infra ARGS` as its own process under the address-space limit."""
+    return subprocess.run(
+        ["prlimit", f"--as={ADDRESS_SPACE}", "--", sys.executable, "-m", "infra.cli", *args],
+        cwd=cwd, env=project_env(endpoint), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], case: str, file: str) -> None:
+    said = result.stdout + result.stderr
+    assert result.returncode == 2, said
+    assert "Traceback" not in said and "MemoryError" not in said, said
+    key = HOSTILE_HEADERS[case][1]
+    assert file in said, f"the file is not named: {said}"
+    assert key in said, f"{key!r} is not named: {said}"
+    assert "byte" in said, f"no offset: {said}"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("hostile")
+    for case, (data, _) in HOSTILE_HEADERS.items():
+        (folder / f"{case}.gguf").write_bytes(data)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def hub() -> Iterator[Hub]:
+    repos = {
+        f"{REPO}-{i}": {"M.gguf": data} for i, (data, _) in enumerate(HOSTILE_HEADERS.values())
+    }
+    with running_hub(Hub(repos=repos)) as served:
+        yield served
+
+
+def repo_of(case: str) -> str:
+    return f"{REPO}-{list(HOSTILE_HEADERS).index(case)}"
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_plan_gguf_refuses_the_header(case: str, files: Path, tmp_path: Path) -> None:
+    stack = stack_file(tmp_path)
+    shard = files / f"{case}.gguf"
+    assert_refused(limited(tmp_path, "plan", str(stack), "--gguf", str(shard)), case, shard.name)
+
+
+@pytest.mark.parametrize("case", STUB_CASES)
+def test_hub_stub_refuses_the_header_and_leaves_nothing(
+    case: str, files: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    shard = files / f"{case}.gguf"
+    assert_refused(
+        limited(tmp_path, "hub", "stub", str(shard), "--out", str(out)), case, shard.name
+    )
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_lock_refuses_the_header(case: str, hub: Hub, tmp_path: Path) -> None:
+    stack = stack_file(tmp_path, repo=repo_of(case), files="M.gguf")
+    assert_refused(limited(tmp_path, "lock", str(stack), endpoint=hub.url), case, "M.gguf")
+    assert not (tmp_path / "tiny.lock.json").exists()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_init_refuses_the_header(case: str, hub: Hub, tmp_path: Path) -> None:
+    project = new_project(tmp_path / "project")
+    args = ("init", "hostile", "--repo", repo_of(case), "--file", "M.gguf")
+    assert_refused(limited(project, *args, endpoint=hub.url), case, "M.gguf")
+    assert list((project / "stacks").glob("*")) == [] if (project / "stacks").exists() else True
+
+
+def test_hub_stub_never_writes_outside_out(tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b" / "out"
+    out.mkdir(parents=True)
+    # The URL's last segment decodes to a path that climbs out of --out.
+    url = "http://127.0.0.1:9/repo/resolve/main/x%2F..%2F..%2Fescaped.gguf"
+    result = limited(tmp_path, "hub", "stub", url, "--out", str(out))
+    assert result.returncode == 2, result.stderr
+    assert "not a .gguf file name" in result.stderr and "Traceback" not in result.stderr
+    assert not list(tmp_path.rglob("escaped.gguf")) and list(out.iterdir()) == []
+
+
+def test_hub_stub_leaves_no_temporary_file_when_the_write_fails(tmp_path: Path) -> None:
+    source = tmp_path / "model.gguf"
+    with source.open("wb") as handle:
+        handle.write(full())
+        handle.truncate(1 << 20)
+    out = tmp_path / "out"
+    out.mkdir()
+    # The copy is as large as its source (1 MiB): past a 64 KiB file-size limit its extension
+    # fails with "File too large", as on a filesystem or quota that small.
+    result = subprocess.run(
+        ["prlimit", "--fsize=65536", "--", sys.executable, "-m", "infra.cli", "hub", "stub",
+         str(source), "--out", str(out)],
+        cwd=tmp_path, env=project_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "File too large" in result.stderr and "Traceback" not in result.stderr
+    assert list(out.iterdir()) == []
