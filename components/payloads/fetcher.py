@@ -1273,11 +1273,11 @@ def _interrupted(lock: Lock | None, dest: Path) -> int:
 
 def endpoint_problem(url: str) -> str | None:
     """Why a hub endpoint is refused, or None: http(s)://host[:port][/path], nothing else."""
-    parsed = urllib.parse.urlsplit(url)
     try:
-        parsed.port  # noqa: B018 (raises on a port that is not a number)
-    except ValueError:
-        return f"{url!r}: the port is not a number"
+        http_policy.parse_url(url)
+    except http_policy.HttpError as exc:
+        return str(exc)
+    parsed = urllib.parse.urlsplit(url)
     if (
         parsed.scheme not in ("http", "https")
         or not parsed.hostname

@@ -13,16 +13,17 @@ print the same text: ``decode_failure(kind, detail)``.
 
 from __future__ import annotations
 
-import http.client
 import os
-import urllib.error
-import urllib.request
+
+from components.payloads import http_policy
 
 DECODE_PATH = "/completion"
 DECODE_BODY = '{"prompt": "Hello", "n_predict": 1, "cache_prompt": false}'
 """One prompt token or two and one generated token: the whole graph runs once."""
 DECODE_TIMEOUT_S = 120
 """The first decode may compile the backend's kernels (Vulkan pipelines) before it answers."""
+MAX_ANSWER = 1024 * 1024
+"""A one-token completion's answer is a few hundred bytes."""
 API_KEY_ENV = "LLAMA_API_KEY"
 """The variable llama-server reads its key from (common/arg.cpp, ``--api-key``)."""
 
@@ -82,27 +83,33 @@ def read_api_key(path: str | None) -> str | None:
 def first_decode(
     base_url: str, api_key: str | None = None, timeout: float = DECODE_TIMEOUT_S
 ) -> str | None:
-    """Send the one-token request; None when answered with 200, else the failure line."""
-    headers = {"Content-Type": "application/json"}
-    if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
-    request = urllib.request.Request(
-        base_url.rstrip("/") + DECODE_PATH, DECODE_BODY.encode(), headers, method="POST"
+    """Send the one-token request; None when answered with 200, else the failure line.
+
+    Under the one HTTP client policy (``http_policy``): llama-server never redirects, so a
+    redirect is a failure and the key never leaves for another host; a malformed URL is a
+    failure naming it."""
+    limits = http_policy.Limits(
+        max_redirects=0, head_timeout_s=timeout, stall_s=timeout, deadline_s=timeout + 30
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            response.read()
+        with http_policy.request(
+            base_url.rstrip("/") + DECODE_PATH,
+            method="POST",
+            headers={"Content-Type": "application/json"},
+            token=api_key,
+            body=DECODE_BODY.encode(),
+            max_body=MAX_ANSWER,
+            limits=limits,
+        ) as response:
+            response.read_all()
             return None
-    except urllib.error.HTTPError as exc:
-        return decode_failure(http_failure_kind(exc.code), str(exc.code))
-    except TimeoutError:
-        return decode_failure("timeout", f"{timeout:g}")
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, ConnectionRefusedError):
+    except http_policy.HttpError as exc:
+        if exc.status is not None:
+            return decode_failure(http_failure_kind(exc.status), str(exc.status))
+        if exc.kind == "refused":
             return decode_failure("refused")
-        if isinstance(exc.reason, TimeoutError):
+        if exc.kind == "timeout":
             return decode_failure("timeout", f"{timeout:g}")
-        return decode_failure("dropped")
-    except (ConnectionError, http.client.HTTPException):
-        # RemoteDisconnected, a reset, a truncated answer: the process went away mid-request.
+        if exc.kind in ("url", "redirect"):
+            return f"{WHAT}{exc}; {REJECTED_CAUSE}"
         return decode_failure("dropped")

@@ -57,10 +57,21 @@ class HttpError(Exception):
     """A request that failed: `status` when the peer answered one, `retryable` when another
     try can help."""
 
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        kind: str = "",
+    ):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.kind = kind or ("status" if status is not None else "other")
+        """What failed, for a caller that tells its reader more: `status`, `url` (malformed),
+        `refused` (nothing listens), `timeout` (a deadline or a stall), `dropped` (the
+        connection closed before a whole answer), `redirect`, `other`."""
 
 
 class TooLarge(HttpError):
@@ -161,9 +172,9 @@ class Response:
         self._raw.close()
         self._connection.close()
 
-    def _fail(self, what: str, retryable: bool = True) -> HttpError:
+    def _fail(self, what: str, retryable: bool = True, kind: str = "dropped") -> HttpError:
         self.close()
-        return HttpError(f"{shorten(self.url)}: {what}", retryable=retryable)
+        return HttpError(f"{shorten(self.url)}: {what}", retryable=retryable, kind=kind)
 
     def read1(self, size: int = 1024 * 1024) -> bytes:
         """Whatever has arrived (up to size), never past the body limit; b"" at the end."""
@@ -182,7 +193,7 @@ class Response:
             what = shorten(str(exc) or type(exc).__name__)
             raise self._fail(f"malformed body framing: {what}") from None
         except TimeoutError:
-            raise self._fail(f"no data for {self._limits.stall_s:g} s") from None
+            raise self._fail(f"no data for {self._limits.stall_s:g} s", kind="timeout") from None
         except OSError as exc:
             raise self._fail(self._watchdog.fired or f"connection error: {exc}") from None
         if not block:
@@ -257,6 +268,37 @@ class Response:
                 )
 
 
+def parse_url(url: str, schemes: tuple[str, ...] = ("http", "https")) -> urllib.parse.SplitResult:
+    """The URL's parts, or an HttpError naming the URL and what is wrong with it (a port out of
+    range or not a number, a broken IPv6 literal, a label longer than DNS allows, a control
+    character): never a ValueError or UnicodeError from the standard library later."""
+    where = shorten(url)
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
+        raise HttpError(f"{where}: not a valid URL (a space or control character)", kind="url")
+    try:
+        parts = urllib.parse.urlsplit(url)
+        port = parts.port
+        host = parts.hostname
+    except ValueError as exc:
+        raise HttpError(f"{where}: not a valid URL ({exc})", kind="url") from None
+    if parts.scheme not in schemes or not host:
+        raise HttpError(f"{where}: not an {' or '.join(schemes)} URL with a host", kind="url")
+    if port == 0:
+        raise HttpError(f"{where}: not a valid URL (port 0)", kind="url")
+    if ":" not in host:  # an IPv6 literal was checked by urlsplit
+        try:
+            ascii_host = host.encode("idna").decode("ascii")
+        except UnicodeError as exc:
+            raise HttpError(f"{where}: not a valid host name ({exc})", kind="url") from None
+        labels = ascii_host.rstrip(".").split(".")
+        if len(ascii_host) > 253 or any(not 0 < len(label) <= 63 for label in labels):
+            raise HttpError(
+                f"{where}: not a valid host name (labels of 1 to 63 characters, 253 in all)",
+                kind="url",
+            )
+    return parts
+
+
 def _connect(parts: urllib.parse.SplitResult, limits: Limits) -> http.client.HTTPConnection:
     host = parts.hostname or ""
     if parts.scheme == "https":
@@ -289,9 +331,7 @@ def request(
     """
     limits = limits or Limits()
     started = time.monotonic()
-    first = urllib.parse.urlsplit(url)
-    if first.scheme not in ("http", "https") or not first.hostname:
-        raise HttpError(f"{shorten(url)}: not an http(s) URL")
+    first = parse_url(url)
     origin = _origin(first)
     current, parts = url, first
     send_token = bool(token)
@@ -308,15 +348,19 @@ def request(
         location = answer.headers.get("Location")
         answer.close()
         if not location:
-            raise HttpError(f"{shorten(current)}: HTTP {answer.status} without a Location")
-        following = urllib.parse.urljoin(current, location.strip())
-        parts = urllib.parse.urlsplit(following)
-        allowed = ("https", "http") if first.scheme == "http" else ("https",)
-        if parts.scheme not in allowed or not parts.hostname:
             raise HttpError(
-                f"{shorten(current)}: redirects to {shorten(following)}; only "
-                f"{' or '.join(allowed)} URLs are followed"
+                f"{shorten(current)}: HTTP {answer.status} without a Location", kind="redirect"
             )
+        allowed = ("https", "http") if first.scheme == "http" else ("https",)
+        try:
+            following = urllib.parse.urljoin(current, location.strip())
+            parts = parse_url(following, allowed)
+        except (HttpError, ValueError) as exc:
+            raise HttpError(
+                f"{shorten(current)}: redirects to {shorten(location.strip())}, not followed "
+                f"({exc}); only {' or '.join(allowed)} URLs are followed",
+                kind="redirect",
+            ) from None
         if _origin(parts) != origin:
             send_token = False  # the credential stays with its host
         if answer.status == 303 or (answer.status in (301, 302) and method == "POST"):
@@ -324,7 +368,7 @@ def request(
         current = following
         if hop == limits.max_redirects:
             break
-    raise HttpError(f"{shorten(url)}: more than {limits.max_redirects} redirects")
+    raise HttpError(f"{shorten(url)}: more than {limits.max_redirects} redirects", kind="redirect")
 
 
 def _status_error(answer: Response) -> HttpError:
@@ -357,7 +401,7 @@ def _exchange(
     left = None if limits.deadline_s is None else limits.deadline_s - (time.monotonic() - started)
     if left is not None and left <= 0:
         raise HttpError(f"{where}: no answer within the {limits.deadline_s:g} s deadline",
-                        retryable=True)  # fmt: skip
+                        retryable=True, kind="timeout")  # fmt: skip
     connection = _connect(parts, limits)
     watchdog = _Watchdog()
     sock: socket.socket | None = None
@@ -376,7 +420,7 @@ def _exchange(
         raise _connect_error(where, parts, limits, exc, watchdog.fired) from None
     if watchdog.fired:
         connection.close()
-        raise HttpError(f"{where}: {watchdog.fired}", retryable=True)
+        raise HttpError(f"{where}: {watchdog.fired}", retryable=True, kind="timeout")
     head = sum(len(k) + len(v) + 4 for k, v in raw.headers.items())
     if head > limits.max_head_bytes:
         watchdog.cancel()
@@ -403,7 +447,7 @@ def _connect_error(
 ) -> HttpError:
     """The message (and whether a retry can help) for a failure before the response head."""
     if fired:
-        return HttpError(f"{where}: {fired}", retryable=True)
+        return HttpError(f"{where}: {fired}", retryable=True, kind="timeout")
     if isinstance(exc, socket.gaierror):
         return HttpError(f"{where}: cannot resolve {parts.hostname!r}: {exc.strerror}")
     if isinstance(exc, ssl.SSLCertVerificationError):
@@ -411,7 +455,9 @@ def _connect_error(
     if isinstance(exc, http.client.LineTooLong):
         return HttpError(f"{where}: a header line is longer than the client reads", retryable=True)
     if isinstance(exc, http.client.RemoteDisconnected):
-        return HttpError(f"{where}: the connection closed before an answer", retryable=True)
+        return HttpError(
+            f"{where}: the connection closed before an answer", retryable=True, kind="dropped"
+        )
     if isinstance(exc, http.client.BadStatusLine):
         return HttpError(
             f"{where}: not an HTTP status line: {shorten(str(exc), 80)}", retryable=True
@@ -419,6 +465,9 @@ def _connect_error(
     if isinstance(exc, http.client.HTTPException):
         return HttpError(f"{where}: malformed answer: {shorten(str(exc), 80)}", retryable=True)
     if isinstance(exc, TimeoutError):
-        return HttpError(f"{where}: no answer for {limits.stall_s:g} s", retryable=True)
+        return HttpError(
+            f"{where}: no answer for {limits.stall_s:g} s", retryable=True, kind="timeout"
+        )
     assert isinstance(exc, OSError)
-    return HttpError(f"{where}: cannot connect: {exc.strerror or exc}", retryable=True)
+    kind = "refused" if isinstance(exc, ConnectionRefusedError) else "dropped"
+    return HttpError(f"{where}: cannot connect: {exc.strerror or exc}", retryable=True, kind=kind)

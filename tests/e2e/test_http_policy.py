@@ -24,6 +24,7 @@ from components.payloads import (
     VERIFY_SOURCE,
     bench_client,
     fetcher,
+    gate_decode,
     verify,
 )
 from components.payloads import http_policy as hp
@@ -529,3 +530,70 @@ def test_bench_stops_an_endless_sse_line_in_bounded_memory() -> None:
     assert results[0].error is not None
     assert f"longer than {bench_client.MAX_SSE_LINE} bytes" in results[0].error
     assert peak < 8 * bench_client.MAX_SSE_LINE
+
+
+MALFORMED_URLS = {
+    "port-out-of-range": "http://127.0.0.1:99999",
+    "port-not-a-number": "http://127.0.0.1:abc",
+    "broken-ipv6": "http://[::1",
+    "label-too-long": "http://" + "a" * 64 + ".example",
+    "space": "http://127.0.0.1 :8080",
+}
+
+
+@pytest.mark.parametrize("url", MALFORMED_URLS.values(), ids=MALFORMED_URLS.keys())
+def test_a_malformed_url_is_an_error_naming_it(url: str) -> None:
+    with pytest.raises(hp.HttpError) as caught:
+        hp.request(url + "/x")
+    assert url.split("//", 1)[1][:20] in str(caught.value)
+    assert caught.value.kind == "url" and not caught.value.retryable
+
+
+@pytest.mark.parametrize("url", MALFORMED_URLS.values(), ids=MALFORMED_URLS.keys())
+def test_a_redirect_to_a_malformed_url_is_an_error_naming_it(url: str) -> None:
+    with peers.serve(peers.redirect(lambda seen: url + "/y")) as origin:
+        error = failure(origin.url + "/x")
+    assert "redirects to" in str(error) and "not followed" in str(error)
+    assert error.kind == "redirect"
+
+
+@pytest.mark.parametrize("url", MALFORMED_URLS.values(), ids=MALFORMED_URLS.keys())
+def test_every_client_ends_a_malformed_url_with_a_clear_error(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The fetcher (its endpoint), verify, bench and the GPU gate's first decode.
+    lock = lock_file(tmp_path, dict(list(FILES.items())[:1]))
+    code = fetcher.main(["fetch", "--lock", str(lock), "--dest", str(tmp_path / "m"),
+                         "--endpoint", url, "--retries", "1"])  # fmt: skip
+    said = capsys.readouterr()
+    assert code in (2, fetcher.EXIT_NETWORK), said
+    assert "Traceback" not in said.out + said.err
+    with pytest.raises(verify.EndpointError, match="not a valid"):
+        verify.model_id(url)
+    result = bench_client.stream_chat(url, {"model": "m"})
+    assert not result.ok and result.error is not None and "not a valid" in result.error
+    failed = gate_decode.first_decode(url)
+    assert failed is not None and failed.startswith(gate_decode.WHAT) and "not a valid" in failed
+
+
+def test_the_first_decode_follows_no_redirect_and_keeps_the_key_home() -> None:
+    with (
+        peers.serve(peers.answer(200, b"{}"), host="127.0.0.2") as other,
+        peers.serve(peers.redirect(to(other), status=302)) as server,
+    ):
+        failed = gate_decode.first_decode(server.url, "sk-key", timeout=5)
+    assert failed is not None and failed.startswith(gate_decode.WHAT), failed
+    assert server.authorizations() == ["Bearer sk-key"]
+    assert other.seen == []
+
+
+def test_the_first_decode_names_a_refused_connection_and_a_status() -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    assert gate_decode.first_decode(f"http://127.0.0.1:{port}") == gate_decode.decode_failure(
+        "refused"
+    )
+    with peers.serve(peers.answer(503, b"loading")) as server:
+        failed = gate_decode.first_decode(server.url, timeout=5)
+    assert failed == gate_decode.decode_failure("server-error", "503")
