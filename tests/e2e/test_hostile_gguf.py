@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from infra.lock_resolve import MAX_API_ANSWER
+from tests.support import hostile_http as peers
 from tests.support.hostile_gguf import HOSTILE_HEADERS, VALUE_HEADERS, full
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.lock_hub import stack_file
@@ -126,3 +129,43 @@ def test_hub_stub_leaves_no_temporary_file_when_the_write_fails(tmp_path: Path) 
     assert result.returncode == 2, result.stderr
     assert "File too large" in result.stderr and "Traceback" not in result.stderr
     assert list(out.iterdir()) == []
+
+
+def gzip_bomb(inflated: int = 1 << 30) -> bytes:
+    """A gzip stream of `inflated` bytes of JSON whitespace then `{}` (~1 MiB compressed)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = b" " * (1 << 20)
+    parts = [packer.compress(block) for _ in range(inflated >> 20)]
+    return b"".join(parts) + packer.compress(b"{}") + packer.flush()
+
+
+@pytest.fixture(scope="module")
+def bomb() -> bytes:
+    return gzip_bomb()
+
+
+@pytest.mark.parametrize("command", ["lock", "init"])
+def test_a_compressed_hub_answer_is_refused_not_inflated(
+    command: str, bomb: bytes, tmp_path: Path
+) -> None:
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    with peers.serve(peers.answer(200, bomb, headers)) as hub:
+        if command == "lock":
+            args: tuple[str, ...] = ("lock", str(stack_file(tmp_path, repo="acme/m")))
+        else:
+            args = ("init", "x", "--repo", "acme/m", "--file", "M.gguf")
+        result = limited(new_project(tmp_path / "p"), *args, endpoint=hub.url)
+    said = result.stdout + result.stderr
+    assert result.returncode == 2, said
+    assert "gzip-encoded" in said and "Traceback" not in said and "MemoryError" not in said
+    assert all(seen.headers.get("accept-encoding") == "identity" for seen in hub.seen)
+
+
+def test_a_hub_answer_past_the_cap_is_refused(tmp_path: Path) -> None:
+    endless = b"[" + b" " * (MAX_API_ANSWER + 1024) + b"]"
+    with peers.serve(peers.answer(200, endless)) as hub:
+        result = limited(tmp_path, "lock", str(stack_file(tmp_path, repo="acme/m")),
+                         endpoint=hub.url)  # fmt: skip
+    said = result.stdout + result.stderr
+    assert result.returncode == 2, said
+    assert f"past {MAX_API_ANSWER} bytes" in said and "Traceback" not in said
