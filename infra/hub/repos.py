@@ -11,6 +11,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any, BinaryIO, Protocol
 
 from infra.user_cache import cache_home
@@ -158,7 +159,7 @@ class DirectoryRepos:
         for name, folder in self._repo_folders():
             files: dict[str, HubFile] = {}
             for path, file in self._files(folder):
-                stat = file.stat()
+                stat = file.lstat()
                 key = f"{name}/{path}"
                 entry = known.get(key)
                 if not (
@@ -176,7 +177,7 @@ class DirectoryRepos:
                     entry["sha256"],
                     entry["git_oid"],
                     bool(entry["lfs"]),
-                    self._reader(file, stat.st_size, stat.st_mtime_ns),
+                    self._reader(file, stat),
                 )
             if files:
                 repos[name] = Repo(commit_id(files), files)
@@ -230,13 +231,26 @@ class DirectoryRepos:
         oid = blob if blob is not None else git_blob_oid(lfs_pointer(digest, size))
         return {"size": size, "sha256": digest, "git_oid": oid, "lfs": lfs}
 
-    def _reader(
-        self, file: Path, size: int, mtime_ns: int
-    ) -> Callable[[int, int], Iterator[bytes]]:
+    def _reader(self, file: Path, scanned: os.stat_result) -> Callable[[int, int], Iterator[bytes]]:
+        """Reads of the very file the hub scanned: opened without following a link, and the
+        file opened must be the same one (device, inode, size, modification time), so a link or
+        another file swapped in after the start is refused, never served (the change time tells a
+        new file that took the old one's inode, size and modification time)."""
+        known = (scanned.st_dev, scanned.st_ino, scanned.st_size, scanned.st_mtime_ns,
+                 scanned.st_ctime_ns)  # fmt: skip
+
         def read(start: int, end: int) -> Iterator[bytes]:
-            with file.open("rb") as handle:
+            try:
+                fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:
+                raise FileChanged(
+                    f"{file} changed since the hub started ({exc.strerror})"
+                ) from None
+            with os.fdopen(fd, "rb") as handle:
                 stat = os.fstat(handle.fileno())
-                if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+                opened = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns,
+                          stat.st_ctime_ns)  # fmt: skip
+                if not S_ISREG(stat.st_mode) or opened != known:
                     raise FileChanged(f"{file} changed since the hub started: restart it")
                 handle.seek(start)
                 left = end - start

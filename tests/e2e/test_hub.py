@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from infra.hub.gguf_stub import (
     declared_size,
     write_sample,
 )
-from infra.hub.repos import DirectoryRepos, file_digests
+from infra.hub.repos import DirectoryRepos, FileChanged, file_digests
 from infra.hub.server import HubServer, serving
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.project import project_env
@@ -231,3 +232,29 @@ def test_hub_refuses_bad_input_with_exit_2(tmp_path: Path, args: list[str], mess
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("swap", ["link", "other-file"])
+def test_hub_serve_never_serves_a_file_swapped_in_after_the_start(
+    tmp_path: Path, swap: str
+) -> None:
+    root = tmp_path / "hub"
+    served = root / "acme" / "m" / "model.gguf"
+    served.parent.mkdir(parents=True)
+    served.write_bytes(b"GGUF" + bytes(4092))
+    secret = tmp_path / "secret.gguf"
+    secret.write_bytes(b"SECRET" + bytes(4090))
+    repos = DirectoryRepos(root)
+    mtime = served.stat().st_mtime_ns
+    served.unlink()
+    if swap == "link":
+        served.symlink_to(secret)
+    else:
+        shutil.copyfile(secret, served)
+    # Same size and modification time as the file the hub described.
+    os.utime(secret, ns=(mtime, mtime))
+    os.utime(served, ns=(mtime, mtime), follow_symlinks=False)
+    repo = repos.repo("acme/m")
+    assert repo is not None
+    with pytest.raises(FileChanged, match="changed since the hub started"):
+        b"".join(repo.files["model.gguf"].read(0, 4096))
