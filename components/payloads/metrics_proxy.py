@@ -7,15 +7,23 @@ through it), never forwards a client's headers, and keeps the API key (from the 
 a Kubernetes Secret) inside the pod. Scrapers need no credential of their own: the
 NetworkPolicy names who they are.
 
+Bounded against slow and many peers: a client must send its whole request head (request line
+and headers) within HEAD_DEADLINE_S of connecting, whatever it trickles (a byte every few
+seconds included), and at most MAX_CONNECTIONS clients are served at once; a connection past
+the cap is closed at once, before anything is read.
+
 Stdlib only: it runs in the stock Python image of the model check.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import os
+import socket
 import sys
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 METRICS_PATH = "/metrics"
@@ -25,7 +33,11 @@ BODY_LIMIT = 16 * 2**20
 """A llama-server exposition is a few KiB; a larger answer is not metrics."""
 UPSTREAM_TIMEOUT_S = 10.0
 CLIENT_TIMEOUT_S = 15.0
-"""A client that sends its request line and headers slower than this is dropped."""
+"""The longest wait for any byte of a client's request."""
+HEAD_DEADLINE_S = 10.0
+"""The whole request head (request line and headers), from the connect."""
+MAX_CONNECTIONS = 32
+"""Clients served at once (a few scrapers scrape every few seconds)."""
 
 
 class TooLarge(Exception):
@@ -37,10 +49,37 @@ class MetricsProxy(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, port: int, upstream_port: int, api_key: str | None) -> None:
+    def __init__(
+        self,
+        port: int,
+        upstream_port: int,
+        api_key: str | None,
+        *,
+        head_deadline_s: float = HEAD_DEADLINE_S,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.upstream_port = upstream_port
         self.api_key = api_key
+        self.head_deadline_s = head_deadline_s
+        self.slots = threading.BoundedSemaphore(max_connections)
         super().__init__(("", port), Handler)
+
+    def process_request(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        """A thread per client while a slot is free; past the cap the connection is closed."""
+        if not self.slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: socket.socket, client_address: object) -> None:  # type: ignore[override]
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def upstream_headers(self) -> dict[str, str]:
         """The headers of the request to llama-server: the key, and nothing of the client's."""
@@ -55,6 +94,27 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "llm-infra-metrics-proxy"
     sys_version = ""
     timeout = CLIENT_TIMEOUT_S
+
+    def setup(self) -> None:
+        super().setup()
+        # The head's deadline: past it the socket is shut, which ends any read in progress.
+        self._deadline = threading.Timer(self.server.head_deadline_s, self._cut)
+        self._deadline.daemon = True
+        self._deadline.start()
+
+    def _cut(self) -> None:
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        if parsed:
+            self._deadline.cancel()
+        return parsed
+
+    def finish(self) -> None:
+        self._deadline.cancel()
+        super().finish()
 
     def do_GET(self) -> None:
         if self.path.split("?", 1)[0] != METRICS_PATH:

@@ -4,12 +4,15 @@ tests/contract/test_metrics_prometheus.py."""
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -125,3 +128,57 @@ def test_a_server_that_is_not_listening_is_a_502() -> None:
     for url in proxy_url(free_port()):
         status, body = get(f"{url}/metrics")
         assert status == 502 and body.startswith(b"llama-server did not answer")
+
+
+def limited_proxy(upstream_port: int, **bounds: Any) -> Iterator[MetricsProxy]:
+    proxy = MetricsProxy(free_port(), upstream_port, KEY, **bounds)
+    serving(proxy)
+    try:
+        yield proxy
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def connect(proxy: MetricsProxy) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", proxy.server_address[1]), timeout=10)
+
+
+def test_a_client_trickling_its_request_head_is_cut_at_the_head_deadline(upstream: int) -> None:
+    for proxy in limited_proxy(upstream, head_deadline_s=1.0):
+        with connect(proxy) as client:
+            started = time.monotonic()
+            cut = None
+            # A byte every 0.2 s: each read is quick, the head never ends.
+            for byte in b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 100:
+                try:
+                    client.send(bytes([byte]))
+                    time.sleep(0.2)
+                    client.settimeout(0.01)
+                    if client.recv(1) == b"":
+                        cut = time.monotonic() - started
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    cut = time.monotonic() - started
+                    break
+            assert cut is not None and 0.9 < cut < 3.0, cut
+    assert Upstream.seen == []
+
+
+def test_connections_past_the_cap_are_closed_and_the_slots_come_back(upstream: int) -> None:
+    for proxy in limited_proxy(upstream, head_deadline_s=3.0, max_connections=4):
+        clients = [connect(proxy) for _ in range(10)]
+        time.sleep(0.3)
+        closed = 0
+        for client in clients:
+            client.settimeout(0.1)
+            with contextlib.suppress(TimeoutError):  # a timeout: held, waiting for a head
+                closed += client.recv(1) == b""
+        assert closed == 6
+        for client in clients:
+            client.close()
+        time.sleep(3.5)  # the held ones reach their deadline
+        status, body = get(f"http://127.0.0.1:{proxy.server_address[1]}/metrics")
+        assert status == 200 and body == EXPOSITION
