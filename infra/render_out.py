@@ -125,11 +125,23 @@ def _refuse_symlink(out: Path, name: str) -> None:
         )
 
 
+MAX_MARKER_BYTES = 1024 * 1024
+"""The largest render marker read (a render's list of files is a few KiB)."""
+
+
 def _marker_names(out: Path, marker: Path) -> list[str]:
     """The marker's list, which must be exactly `{"written": [relative path, ...]}`."""
     shape = f'{RENDER_MARKER} is not {{"written": [relative file path, ...]}}'
     try:
-        document = json.loads(marker.read_bytes()[: 1024 * 1024 + 1])
+        with marker.open("rb") as handle:
+            raw = handle.read(MAX_MARKER_BYTES + 1)
+        if len(raw) > MAX_MARKER_BYTES:
+            raise ValueError(f"larger than {MAX_MARKER_BYTES} bytes")
+        document = json.loads(raw)
+    except RecursionError:
+        raise RenderOutError(
+            [f"--out {out}: unreadable {RENDER_MARKER} (nested too deeply); nothing was written"]
+        ) from None
     except (OSError, ValueError) as exc:
         raise RenderOutError([f"--out {out}: unreadable {RENDER_MARKER} ({exc})"]) from None
     if not isinstance(document, dict) or set(document) != {"written"}:

@@ -1276,7 +1276,8 @@ def endpoint_problem(url: str) -> str | None:
     try:
         http_policy.parse_url(url)
     except http_policy.HttpError as exc:
-        return str(exc)
+        reason = str(exc).removeprefix(f"{http_policy.shorten(url)}: ")
+        return f"{quoted(url)} is not a hub URL (http(s)://host[:port][/path]): {reason}"
     parsed = urllib.parse.urlsplit(url)
     if (
         parsed.scheme not in ("http", "https")

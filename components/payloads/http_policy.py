@@ -83,6 +83,19 @@ def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
 
 
+_UNSAFE = {
+    **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (0x09, 0x0A)},
+    # Bidirectional overrides and isolates: they reorder what a terminal shows.
+    **{c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+}
+
+
+def printable(text: str) -> str:
+    """Text from a peer, safe to print on a terminal or in a log: control characters (C0 but
+    tab and newline, DEL, C1) and bidirectional overrides shown as escapes, never sent raw."""
+    return text.translate(_UNSAFE)
+
+
 def _origin(parts: urllib.parse.SplitResult) -> tuple[str, int]:
     default = 443 if parts.scheme == "https" else 80
     return (parts.hostname or "").lower(), parts.port or default

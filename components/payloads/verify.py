@@ -612,20 +612,24 @@ def add_options(parser: argparse.ArgumentParser, *, default_expect: str | None =
     )
 
 
+def say(*parts: object, file: Any = None) -> None:
+    """print(), with a peer's control characters shown as escapes."""
+    print(*(http_policy.printable(str(part)) for part in parts), file=file)
+
+
 def run(
     base_url: str, args: argparse.Namespace, expected_props: dict[str, Any] | None = None
 ) -> int:
     """Record or check the expectations against the endpoint; 0 all pass, 1 fail, 2 bad input.
 
     `expected_props` (else `--props`): what the server must report of itself; checked when
-    verifying (not when recording)."""
+    verifying (not when recording). What the server sent is printed with its control characters
+    escaped (`http_policy.printable`)."""
     if args.api_key_env_file:
         try:
             args.api_key = key_from_env_file(args.api_key_env_file)
         except (OSError, KeyError) as exc:
-            print(
-                f"llm-infra verify: no API key in {args.api_key_env_file}: {exc}", file=sys.stderr
-            )
+            say(f"llm-infra verify: no API key in {args.api_key_env_file}: {exc}", file=sys.stderr)
             return 2
     try:
         if args.record:
@@ -635,7 +639,7 @@ def run(
         if expected_props is None and args.props is not None:
             expected_props = props.load_props(args.props)
     except (OSError, ValueError) as exc:
-        print(f"llm-infra verify: {exc}", file=sys.stderr)
+        say(f"llm-infra verify: {exc}", file=sys.stderr)
         return 2
     if args.model:
         doc["model"] = args.model
@@ -645,25 +649,25 @@ def run(
         if args.record:
             recorded = record(base_url, doc, api_key=args.api_key)
             args.expect.write_text(json.dumps(recorded, indent=2, ensure_ascii=False) + "\n")
-            print(f"recorded {len(recorded['cases'])} cases to {args.expect}")
+            say(f"recorded {len(recorded['cases'])} cases to {args.expect}")
             return 0
         props_ok = True
         if expected_props is not None:
             props_ok, lines = props_lines(base_url, expected_props, api_key=args.api_key)
-            print("\n".join(lines))
+            say("\n".join(lines))
         results = verify(base_url, doc, api_key=args.api_key)
     except (EndpointError, OSError, KeyError) as exc:
-        print(f"llm-infra verify: {exc}", file=sys.stderr)
+        say(f"llm-infra verify: {exc}", file=sys.stderr)
         return 1
-    print(format_table(results))
+    say(format_table(results))
     ok = props_ok and all(r.ok for r in results)
     fraction = {**DEFAULT_TOLERANCE, **doc.get("tolerance", {})}["min_decode_fraction"]
     problem, line = recorded_speed_problem(results, doc, float(fraction))
-    print(problem or line)
+    say(problem or line)
     ok = ok and problem is None
     if args.min_decode_tps is not None:
         problem = decode_floor_problem(results, args.min_decode_tps)
-        print(problem or f"decode speed: at or above the floor of {args.min_decode_tps:g} tok/s")
+        say(problem or f"decode speed: at or above the floor of {args.min_decode_tps:g} tok/s")
         ok = ok and problem is None
     return 0 if ok else 1
 

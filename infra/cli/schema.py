@@ -65,7 +65,18 @@ def run_schema(args: argparse.Namespace) -> int:
             return 1
         return 0
     if args.output_file:
-        args.output_file.write_text(text)
+        temporary = args.output_file.with_name(f".{args.output_file.name}.tmp")
+        try:
+            temporary.write_text(text)
+            temporary.replace(args.output_file)
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            print(
+                f"llm-infra schema: cannot write {args.output_file} ({exc.strerror or exc}); "
+                "it is left as it was",
+                file=sys.stderr,
+            )
+            return EXIT_CONFIG
         print(f"wrote {args.output_file}")
         return 0
     sys.stdout.write(text)

@@ -191,3 +191,21 @@ def test_a_marker_not_of_the_documented_shape_is_refused(tmp_path: Path, marker:
     with pytest.raises(RenderOutError, match=re.escape(RENDER_MARKER)):
         write(host_render({}), out)
     assert (out / "resources.json").is_file()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"written": [' + b'"a",' * 400_000 + b'"a"]}', "larger than 1048576 bytes"),
+    ],
+    ids=["nested", "huge"],
+)
+def test_a_hostile_marker_is_refused_reading_no_more_than_its_limit(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    out = rendered_once(tmp_path)
+    (out / RENDER_MARKER).write_bytes(content)
+    with pytest.raises(RenderOutError, match=message):
+        write(host_render({}), out)
+    assert (out / "resources.json").is_file()

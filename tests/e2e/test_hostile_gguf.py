@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.lock_resolve import MAX_API_ANSWER
+from infra.hub_client import MAX_API_ANSWER
 from tests.support import hostile_http as peers
 from tests.support.hostile_gguf import HOSTILE_HEADERS, VALUE_HEADERS, full
 from tests.support.hub_emulator import Hub, running_hub

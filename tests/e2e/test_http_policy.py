@@ -597,3 +597,24 @@ def test_the_first_decode_names_a_refused_connection_and_a_status() -> None:
     with peers.serve(peers.answer(503, b"loading")) as server:
         failed = gate_decode.first_decode(server.url, timeout=5)
     assert failed == gate_decode.decode_failure("server-error", "503")
+
+
+def test_verify_prints_a_servers_control_characters_as_escapes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def script(conn: socket.socket, seen: Seen) -> None:
+        # A status line carrying a C1 CSI, an ESC sequence and a bidi override.
+        conn.sendall("XTTP/1.1 200 \x9b31m\x1b[2Jok\u202e\r\n\r\n".encode())
+
+    expect = tmp_path / "expect.json"
+    expect.write_text(json.dumps(verify.new_expectations()))
+    with peers.serve(script) as api:
+        code = verify.main([api.url, "--expect", str(expect)])
+    said = capsys.readouterr()
+    shown = said.out + said.err
+    assert code == 1
+    assert "not an HTTP status line" in shown
+    assert not any(c in shown for c in "\x9b\x1b\x80"), repr(shown)
+    assert "\\x9b" in shown and "\\x1b" in shown
+    # Text that reaches verify decoded (a JSON answer) may carry bidirectional overrides too.
+    assert hp.printable("a\u202eb\x85c\td\ne") == "a\\u202eb\\x85c\td\ne"

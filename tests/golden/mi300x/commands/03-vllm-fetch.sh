@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 set -euo pipefail
-# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 0ba0bab4a2d1f8b14b92f4fb4c0a5815e97f45164dd165bf6af1e795c26003ef
+# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 5f2bb03e17a5572326adf2a38944b73d5a2483109180bd5953a314273a5015bc
 mkdir -p /opt/llm/models/DeepSeek-V4-Flash-0731
 # As the SSH user, so the model files are not root's.
 docker run --rm --user "$(id -u):$(id -g)" --network host \
