@@ -830,22 +830,33 @@ def _delete(dest: Path, paths: list[Path], lock: Lock, why: str) -> None:
         log(f"retired {path.name} ({size} bytes){why}")
 
 
-def in_use(path: Path) -> bool:
-    """True when any process on this node (any pod: the kernel keeps one count per file) has
-    the file open or mapped, so deleting it would free no space.
+LEASE_REFUSED = {
+    errno.EACCES: "the file belongs to another user (server.runAsUser changed?)",
+    errno.EPERM: "the file belongs to another user (server.runAsUser changed?)",
+    errno.EINVAL: "this file system grants no leases",
+    errno.ENOLCK: "this file system grants no leases",
+}
+
+
+def in_use(path: Path) -> bool | str:
+    """Whether any process on this node (any pod: the kernel keeps one count per file) has the
+    file open or mapped, so deleting it would free no space: True, False, or why it cannot be
+    told (a string).
 
     A write lease is granted only on a file nobody else has open; a mapping keeps the file
     open until it is unmapped. Where the lease cannot be asked (another owner, a file system
-    without leases) the answer is False and the space measured after the unlink decides.
+    without leases) nothing proves the file unused: the caller keeps it.
     """
     try:
         descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
+    except OSError as exc:
+        return f"it cannot be opened ({exc.strerror})"
     try:
         fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_WRLCK)
     except OSError as exc:
-        return exc.errno in (errno.EAGAIN, errno.EBUSY)
+        if exc.errno in (errno.EAGAIN, errno.EBUSY):
+            return True
+        return LEASE_REFUSED.get(exc.errno or 0, f"a write lease was refused ({exc.strerror})")
     else:
         fcntl.fcntl(descriptor, fcntl.F_SETLEASE, fcntl.F_UNLCK)
         return False
@@ -862,10 +873,22 @@ def _replace_old(
     free_space: Callable[[Path], int],
 ) -> None:
     """Delete the old model's files, then measure the disk again: a file still open or mapped
-    (the old server, in any pod) is never deleted, and when the unlink did not free enough
-    (a process nobody could see still holds a file), nothing more is deleted and the download
-    does not start."""
-    held = [path for path in old if in_use(path)]
+    (the old server, in any pod), or one no lease can prove unused, is never deleted, and when
+    the unlink did not free enough, nothing more is deleted and the download does not start."""
+    states = {path: in_use(path) for path in old}
+    unknown = [(path, why) for path, why in states.items() if isinstance(why, str)]
+    if unknown:
+        path, why = unknown[0]
+        raise FetchError(
+            f"disk full: {_gib(needed)} needed, {_gib(free)} free in {dest}, and whether "
+            f"{path.name}{f' and {len(unknown) - 1} more' if len(unknown) > 1 else ''} of the "
+            f"old model is still open cannot be told: no write lease could be taken ({why}); "
+            "the old model is kept (nothing was deleted). Stop the old server and delete its "
+            "files yourself, grow the volume to hold both models, or run the fetch as the "
+            "files' owner",
+            EXIT_DISK,
+        )
+    held = [path for path, state in states.items() if state is True]
     if held:
         raise FetchError(
             f"disk full: {_gib(needed)} needed, {_gib(free)} free in {dest}, and "

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,12 +24,15 @@ import pytest
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import FetchError, load_lock
 from components.payloads.fetcher import fetch as fetch_files
+from tests.conftest import ROOT
 from tests.support import small_disk
 from tests.support.hub_emulator import Hub, running_hub
+from tests.support.project import project_env
 from tests.support.upgrade import (
     NEW_REPO,
     OLD,
     OLD_REPO,
+    RETIRE_OLD,
     SHAPES,
     FailedUpgrade,
     Upgrade,
@@ -206,8 +211,9 @@ def test_replace_keeps_the_old_model_while_a_server_still_maps_it_on_a_disk_too_
 def test_replace_measures_the_disk_after_the_unlink_and_deletes_nothing_more(
     hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A holder no lease could see (another owner, a file system without leases): the space
-    the unlink should have freed never appears, so the download does not start."""
+    """The space the unlink should have freed never appears (a lease was granted, but another
+    hard link keeps the blocks, say), so nothing more is deleted and the download does not
+    start."""
     upgrade = prepared(hub, tmp_path, "new names")
     lock = load_lock(upgrade.new_lock)
     needed = sum(f.get("size") or 0 for f in lock.files)
@@ -219,3 +225,45 @@ def test_replace_measures_the_disk_after_the_unlink_and_deletes_nothing_more(
     assert short.value.exit_code == 7
     assert "nothing more is deleted and the download did not start" in str(short.value)
     assert [r for r in hub.requests if r[0] == "GET"] == []
+
+
+# Run as another user (nobody) than the old model's owner: the kernel refuses that user a write
+# lease on the files (EACCES), as after server.runAsUser changed. The disk is made too small for
+# both models by the same free-space stand-in as above; the lease refusal is the kernel's own.
+AS_ANOTHER_USER = """
+import sys
+from pathlib import Path
+from components.payloads.fetcher import FetchError, fetch, load_lock
+lock_path, dest, retire = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
+lock = load_lock(Path(lock_path))
+needed = sum(f.get("size") or 0 for f in lock.files)
+try:
+    fetch(lock, dest, 1, [retire], upgrade="replace", free_space=lambda _: needed - 1)
+except FetchError as exc:
+    print(exc)
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_replace_keeps_an_old_model_no_lease_can_prove_unused(hub: Hub) -> None:
+    work = Path(tempfile.mkdtemp(prefix="lease-"))
+    try:
+        work.chmod(0o755)
+        upgrade = prepared(hub, work, "new names")
+        # The other user may write and delete everything there: only the lease stops it.
+        for path in (upgrade.dest, *upgrade.dest.rglob("*")):
+            path.chmod(0o777 if path.is_dir() else 0o666)
+        hub.requests.clear()
+        result = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+             "-c", AS_ANOTHER_USER, str(upgrade.new_lock), str(upgrade.dest), RETIRE_OLD],
+            cwd=ROOT, env={**project_env(hub.url), "HOME": str(work)}, capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 7, result.stdout + result.stderr
+        assert "no write lease could be taken" in result.stdout
+        assert "belongs to another user" in result.stdout and "nothing was deleted" in result.stdout
+        assert_old_model_whole(hub, upgrade)
+        assert [r for r in hub.requests if r[0] == "GET"] == []
+    finally:
+        shutil.rmtree(work)
