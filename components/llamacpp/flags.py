@@ -7,6 +7,7 @@ from typing import Annotated, Literal, NotRequired, TypedDict, get_args
 
 from pydantic import Field
 
+from components import option_categories
 from components.extra_args import (
     llama_server_options,
     owned_spellings,
@@ -152,8 +153,10 @@ REFUSED_OPTIONS: dict[str, str] = {
     "--ssl-cert-file": "llama-server would speak HTTPS, which the probes, the Service's clients "
     "and the metrics proxy do not",
     "--api-prefix": "it moves every endpoint, the probes' /health included",
+    **option_categories.refusals(option_categories.LLAMA_SERVER),
 }
-"""Options llama-server knows that a deployment must not pass, each with the reason."""
+"""Options llama-server knows that a deployment must not pass, each with the reason (those
+that open the server by category: `components/option_categories.py`)."""
 
 
 TENSOR_OVERRIDE_OPTIONS = ("--override-tensor", "--spec-draft-override-tensor")

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal, NotRequired, TypedDict
 import pulumi
 from pydantic import Field
 
+from components import option_categories
 from components.addresses import covers_every_address
 from components.extra_args import (
     ExtraArgs,
@@ -224,8 +225,10 @@ REFUSED_OPTIONS: dict[str, str] = {
     "--uds": "vLLM would listen on a socket file, not the port Caddy forwards to",
     "--ssl-keyfile": "vLLM would speak HTTPS, and Caddy forwards HTTP to it",
     "--ssl-certfile": "vLLM would speak HTTPS, and Caddy forwards HTTP to it",
+    **option_categories.refusals(option_categories.VLLM_SERVE),
 }
-"""Options vLLM knows that this deployment must not pass, each with the reason."""
+"""Options vLLM knows that this deployment must not pass, each with the reason (those that
+open the server by category: `components/option_categories.py`)."""
 
 
 def extra_args_problems(words: list[str]) -> list[Problem]:

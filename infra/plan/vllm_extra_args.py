@@ -118,8 +118,8 @@ UNCOUNTABLE: Mapping[str, str] = {
 NEUTRAL: frozenset[str] = frozenset(
     {
         # ModelConfig: names, tokenization, sampling output, checks.
-        "--tokenizer", "--tokenizer-mode", "--trust-remote-code", "--seed",
-        "--allowed-local-media-path", "--allowed-media-domains", "--revision", "--code-revision",
+        "--tokenizer", "--tokenizer-mode", "--seed",
+        "--allowed-media-domains", "--revision", "--code-revision",
         "--tokenizer-revision", "--allow-deprecated-quantization", "--enforce-eager",
         "--enable-return-routed-experts", "--return-sampling-mask", "--max-logprobs",
         "--logprobs-mode", "--use-fp64-gumbel", "--enable-trace-replay",
@@ -127,7 +127,7 @@ NEUTRAL: frozenset[str] = frozenset(
         "--enable-prompt-embeds", "--config-format", "--pooler-config", "--generation-config",
         "--override-generation-config", "--sleep-mode-backend", "--sleep-mode-offload-cudagraph",
         "--sleep-preserve-parameter-names", "--enable-cumem-allocator",
-        "--enable-nccl-comm-suspend", "--model-impl", "--logits-processors",
+        "--enable-nccl-comm-suspend", "--model-impl",
         "--io-processor-plugin", "--renderer-num-workers",
         # LoadConfig: how the same bytes are read.
         "--load-format", "--download-dir", "--safetensors-load-strategy",
@@ -150,7 +150,7 @@ NEUTRAL: frozenset[str] = frozenset(
         "--dp-sync-interval", "--dbo-prefill-token-threshold",
         "--disable-nccl-for-dp-synchronization", "--expert-placement-strategy",
         "--max-parallel-loading-workers", "--ray-workers-use-nsight",
-        "--disable-custom-all-reduce", "--worker-cls", "--worker-extension-cls",
+        "--disable-custom-all-reduce",
         "--enable-fault-tolerance", "--fault-tolerance-config",
         # CacheConfig within --kv-cache-memory-bytes: how the same bytes are used.
         "--block-size", "--gpu-memory-utilization", "--prefix-caching-hash-algo",

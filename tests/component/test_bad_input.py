@@ -67,6 +67,12 @@ CASES: list[tuple[str, str, list[Edit], str]] = [
     ("extra arg the plan cannot count", "strix-halo", [("server", "extraArgs", ["--no-kv-offload"])], "plan: server.extraArgs[0]"),
     ("vllm extra arg the program renders", "mi300x", [("server", "extraArgs", ["--max_model_len=8192"])], "server.extraArgs[0]"),
     ("vllm extra arg abbreviated", "mi300x", [("server", "extraArgs", ["--max-model", "8192"])], "server.extraArgs[0]"),
+    # Options that open the server are the component's refusal: memory.check false changes nothing.
+    ("extra arg that runs tools", "strix-halo", [("memory", "check", False), ("server", "extraArgs", ["--tools", "all"])], "server.extraArgs[0]"),
+    ("extra arg that serves files", "strix-halo", [("memory", "check", False), ("server", "extraArgs", ["--path", "/"])], "server.extraArgs[0]"),
+    ("extra arg that downloads a draft", "strix-halo", [("memory", "check", False), ("server", "extraArgs", ["-hfd", "x/y"])], "server.extraArgs[0]"),
+    ("vllm extra arg that loads code", "mi300x", [("memory", "check", False), ("server", "extraArgs", ["--trust-remote-code"])], "server.extraArgs[0]"),
+    ("vllm extra arg that serves host files", "mi300x", [("memory", "check", False), ("server", "extraArgs", ["--allowed-local-media-path", "/"])], "server.extraArgs[0]"),
     ("vllm image without digest", "mi300x", [("server", "allowFloatingImage", False)], "server.image"),
     ("empty allowlist", "mi300x", [("caddy", "allowedCidrs", [])], "caddy.allowedCidrs"),
     ("malformed CIDR", "mi300x", [("caddy", "allowedCidrs", ["10.0.0.0/33"])], "caddy.allowedCidrs[0]"),

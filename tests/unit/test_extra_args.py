@@ -13,6 +13,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from components import extra_args, option_categories
 from components.extra_args import (
     MAX_WORD,
     Option,
@@ -234,7 +235,7 @@ def test_words_the_servers_accept_pass() -> None:
     )
     assert vllm_inputs.extra_args_problems(
         ["--enforce-eager", "--max-log-len=200", "--hf-overrides.rope_theta", "1e6",
-         "--allowed-origins", "https://a.example", "--middleware", "m1"]
+         "--allowed-origins", "https://a.example", "--disable-log-stats"]
     ) == []  # fmt: skip
 
 
@@ -418,3 +419,27 @@ def test_log_disable_beside_the_gpu_gate_is_refused_naming_the_gate() -> None:
     ]
     values["server"]["gpuGate"] = False
     assert parse_stack(values).server.extra_args == ["--log-disable"]  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("server", "table", "categories"),
+    [
+        ("llama", "llama_server_options", option_categories.LLAMA_SERVER),
+        ("vllm", "vllm_serve_options", option_categories.VLLM_SERVE),
+    ],
+)
+def test_every_option_that_opens_the_server_is_refused_in_every_spelling(
+    server: str, table: str, categories: dict[str, str]
+) -> None:
+    options = getattr(extra_args, table)()
+    check = (
+        llama_inputs.extra_args_problems if server == "llama" else vllm_inputs.extra_args_problems
+    )
+    for spelling, category in categories.items():
+        option = options.lookup(spelling)
+        assert option is not None, f"{spelling} is not an option of {options.software}"
+        for name in option.names:
+            words = [name] + (["x"] if option.values == 1 else [])
+            problems = problems_named(check(words))
+            assert problems and problems[0][0] == (0,), (name, problems)
+            assert "is refused: " + option_categories.REASONS[category] in problems[0][1], problems

@@ -207,7 +207,7 @@ def test_the_plans_own_settings_follow_the_words(
         (["-nkvo"], "keeps the KV cache in host RAM"),
         (["--lora", "/models/a.gguf"], "adapter weights"),
         (["--mmproj", "/models/p.gguf"], "multimodal projector"),
-        (["--spec-draft-model", "/models/d.gguf"], "draft model"),
+        (["--ctx-checkpoints", "4"], "context checkpoints"),
         (["--override-kv", "llama.block_count=int:2"], "model metadata"),
         (["--split-mode", "row"], "otherwise than by layer"),
     ],
