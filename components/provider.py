@@ -19,8 +19,10 @@ A component's refusal of its inputs reaches the engine as InputPropertiesError, 
 under the input's schema (camelCase) path.
 """
 
+import difflib
 import inspect
 import json
+import math
 import re
 from importlib import metadata
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -248,14 +250,26 @@ class LlmInfraProvider(ComponentProvider):
     ) -> dict[str, Any]:
         """Schema names to Python names, required inputs checked, whatever form values take."""
         mapped: dict[str, Any] = {}
+        if isinstance(inputs, dict):
+            unknown = sorted(key for key in inputs if key not in properties)
+            if unknown:
+                raise _refused(
+                    component_name,
+                    [
+                        (
+                            f"{property_path}.{key}" if property_path else key,
+                            f"'{key}' is not an input of "
+                            f"{property_path or component_name}{_did_you_mean(key, properties)}",
+                        )
+                        for key in unknown
+                    ],
+                )
         for schema_name, prop in properties.items():
             path = f"{property_path}.{schema_name}" if property_path else schema_name
             value = inputs.get(schema_name) if isinstance(inputs, dict) else None
             if value is None:
                 if not prop.optional:
-                    raise pulumi.InputPropertyError(
-                        path, f"Missing required input '{path}' on '{component_name}'"
-                    )
+                    raise _refused(component_name, [(path, f"Missing required input '{path}'")])
                 continue
             mapped[mapping[schema_name]] = self._map_value(value, prop, component_name, path)
         return mapped
@@ -264,11 +278,25 @@ class LlmInfraProvider(ComponentProvider):
         self, value: Any, prop: PropertyDefinition, component_name: str, path: str
     ) -> Any:
         if prop.plain and isinstance(value, pulumi.Output | Unknown):
-            raise pulumi.InputPropertyError(
-                path,
-                f"'{path}' must be known before the deployment (it decides what "
-                f"'{component_name}' creates): pass a value, not another resource's output",
+            raise _refused(
+                component_name,
+                [
+                    (
+                        path,
+                        f"'{path}' must be known before the deployment (it decides what "
+                        f"'{component_name}' creates): pass a value, not another resource's "
+                        "output",
+                    )
+                ],
             )
+        if isinstance(value, float) and not isinstance(value, bool):
+            if not math.isfinite(value) or abs(value) > MAX_NUMBER:
+                raise _refused(
+                    component_name,
+                    [(path, f"{value!r} is not a number an input takes (finite, at most 2^53)")],
+                )
+            if prop.type == PropertyType.INTEGER and not value.is_integer():
+                raise _refused(component_name, [(path, f"{value!r} is not a whole number")])
         if isinstance(value, pulumi.Output):
             return value.apply(lambda known: self._map_value(known, prop, component_name, path))
         if isinstance(value, Unknown):
@@ -295,6 +323,29 @@ class LlmInfraProvider(ComponentProvider):
                 for key, item in value.items()
             }
         return value
+
+
+MAX_NUMBER = float(2**53)
+"""The largest number an input takes: the wire's doubles are exact integers up to here."""
+
+
+def _refused(component: str, errors: list[tuple[str, str]]) -> pulumi.InputPropertiesError:
+    """A refusal of inputs as the engine shows it: a message listing each input, and the
+    inputs by path (as the caller wrote them)."""
+    lines = "".join(f"\n{path}: {reason}" for path, reason in errors)
+    return pulumi.InputPropertiesError(
+        f"invalid inputs of {component}:{lines}",
+        [{"property_path": path, "reason": reason} for path, reason in errors],
+    )
+
+
+def _did_you_mean(key: str, properties: dict[str, Any]) -> str:
+    close = difflib.get_close_matches(key, list(properties), n=1, cutoff=0.6)
+    if not close:
+        close = [name for name in properties if name.lower() == key.lower()]
+    return (
+        f" (did you mean '{close[0]}'?)" if close else f" (inputs: {', '.join(sorted(properties))})"
+    )
 
 
 _SCHEMA_TYPES: dict[str, tuple[type, ...]] = {

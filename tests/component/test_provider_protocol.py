@@ -239,11 +239,45 @@ def test_a_plain_input_that_is_not_known_is_refused_naming_it(preview: Deploymen
     assert [r.name for r in preview.monitor.registrations if r.type == LLAMA] == []
 
 
-def test_a_fraction_where_an_integer_is_declared_is_an_error_naming_it(preview: Deployment) -> None:
-    flags = {**EXAMPLE["resources"]["qwen"]["properties"]["flags"], "gpuLayers": 37.5}
+FLAGS = EXAMPLE["resources"]["qwen"]["properties"]["flags"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "path", "reason"),
+    [
+        ({"flags": {**FLAGS, "gpuLayers": 37.5}}, "flags.gpuLayers", "37.5 is not a whole number"),
+        ({"flags": {**FLAGS, "gpuLayers": float("nan")}}, "flags.gpuLayers", "nan is not a number"),
+        ({"flags": {**FLAGS, "gpuLayers": float("inf")}}, "flags.gpuLayers", "inf is not a number"),
+        ({"flags": {**FLAGS, "gpuLayers": 1e30}}, "flags.gpuLayers", "1e+30 is not a number"),
+        ({"apikey": "sk-x"}, "apikey",
+         "'apikey' is not an input of LlamaCppVulkanServer (did you mean 'apiKey'?)"),
+        ({"flags": {**FLAGS, "gpuLayer": 5}}, "flags.gpuLayer",
+         "'gpuLayer' is not an input of flags (did you mean 'gpuLayers'?)"),
+    ],
+    ids=["fraction", "nan", "inf", "huge", "undeclared", "undeclared-nested"],
+)  # fmt: skip
+def test_an_input_the_schema_refuses_is_refused_at_once_naming_it_as_written(
+    preview: Deployment, overrides: dict[str, Any], path: str, reason: str
+) -> None:
     with pytest.raises(grpc.RpcError) as caught:
-        preview.server(preview.store(), flags=flags)
-    assert "args.flags.gpu_layers: 37.5 is not a whole number" in caught.value.details()
+        preview.server(preview.store(), **overrides)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    errors = input_errors(caught.value)
+    assert (path, reason) in [(p, r[: len(reason)]) for p, r in errors], errors
+    assert f"{path}: " in caught.value.details()
+    assert [r.name for r in preview.monitor.registrations if r.type == LLAMA] == []
+
+
+def test_a_refusal_found_inside_an_apply_keeps_its_inputs_path(preview: Deployment) -> None:
+    # `connection` holds a secret (the SSH key): it is resolved, and validated, in an apply.
+    inputs = vllm_inputs()
+    inputs["connection"]["port"] = 99999
+    with pytest.raises(grpc.RpcError) as caught:
+        preview.construct(VLLM, "mi300x", inputs)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    ((path, reason),) = input_errors(caught.value)
+    assert path == "connection.port" and "less than or equal to 65535" in reason
+    assert "connection.port: 99999" in caught.value.details()
 
 
 def test_a_missing_required_input_is_refused_naming_it(preview: Deployment) -> None:

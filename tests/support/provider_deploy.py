@@ -63,6 +63,7 @@ class Deployment:
         inputs: dict[str, Any],
         input_dependencies: dict[str, list[str]] | None = None,
         dependencies: tuple[str, ...] = (),
+        timeout: float = 60,
     ) -> provider_pb2.ConstructResponse:
         return construct(
             self.provider,
@@ -76,6 +77,7 @@ class Deployment:
             preview=self.monitor.preview,
             input_dependencies=input_dependencies,
             dependencies=dependencies,
+            timeout=timeout,
         )
 
     def children(self, parent_urn: str) -> dict[str, Registration]:
@@ -90,6 +92,7 @@ class Deployment:
         self,
         store: provider_pb2.ConstructResponse,
         input_dependencies: dict[str, list[str]] | None = None,
+        timeout: float = 60,
         **overrides: Any,
     ) -> provider_pb2.ConstructResponse:
         """The YAML example's `qwen`, its `${models.*}` taken from the store's outputs."""
@@ -105,6 +108,7 @@ class Deployment:
             # What the engine records for `${models.claimName}` inside `model`.
             input_dependencies={"model": [store.urn], **(input_dependencies or {})},
             dependencies=(store.urn,),
+            timeout=timeout,
         )
 
 

@@ -101,6 +101,7 @@ def construct(
     preview: bool,
     input_dependencies: Mapping[str, Sequence[str]] | None = None,
     dependencies: Sequence[str] = (),
+    timeout: float = 60,
 ) -> provider_pb2.ConstructResponse:
     """One Construct call, as the engine makes it for a program's remote component."""
     response: provider_pb2.ConstructResponse = provider.Construct(
@@ -122,7 +123,7 @@ def construct(
             dependencies=list(dependencies),
             accepts_output_values=True,
         ),
-        timeout=60,
+        timeout=timeout,
     )
     return response
 
