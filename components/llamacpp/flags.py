@@ -140,23 +140,8 @@ OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
     **dict.fromkeys(MODEL_PRESETS, ("flags", "model_path")),
 }
 """Every option the program sets (one spelling each) → the input it comes from."""
-REFUSED_OPTIONS: dict[str, str] = {
-    "--hf-token": "a secret in argv is visible in the pod spec and to every process; the "
-    "model comes from the store, which holds the token",
-    "--help": "llama-server prints and exits instead of serving",
-    "--version": "llama-server prints and exits instead of serving",
-    "--list-devices": "llama-server prints and exits instead of serving",
-    "--completion-bash": "llama-server prints and exits instead of serving",
-    "--cache-list": "llama-server prints and exits instead of serving",
-    "--ssl-key-file": "llama-server would speak HTTPS, which the probes, the Service's clients "
-    "and the metrics proxy do not",
-    "--ssl-cert-file": "llama-server would speak HTTPS, which the probes, the Service's clients "
-    "and the metrics proxy do not",
-    "--api-prefix": "it moves every endpoint, the probes' /health included",
-    **option_categories.refusals(option_categories.LLAMA_SERVER),
-}
-"""Options llama-server knows that a deployment must not pass, each with the reason (those
-that open the server by category: `components/option_categories.py`)."""
+REFUSED_OPTIONS = option_categories.LLAMA_SERVER_REFUSED
+"""Options llama-server knows that a deployment must not pass (`option_categories`)."""
 
 
 TENSOR_OVERRIDE_OPTIONS = ("--override-tensor", "--spec-draft-override-tensor")

@@ -214,21 +214,8 @@ OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
     "--api-key": ("api_key",),
 }
 """Every option the program sets (one spelling each) → the input it comes from."""
-REFUSED_OPTIONS: dict[str, str] = {
-    "--config": "it reads more options from a file on the host that the program does not "
-    "ship: give them here",
-    "--hf-token": "a secret in argv is visible in the compose file and to every process; the "
-    "weights are on the host already (HF_HUB_OFFLINE)",
-    "--help": "vllm serve prints and exits instead of serving",
-    "--headless": "no API server would answer Caddy",
-    "--grpc": "vLLM would serve gRPC, not the HTTP API Caddy forwards",
-    "--uds": "vLLM would listen on a socket file, not the port Caddy forwards to",
-    "--ssl-keyfile": "vLLM would speak HTTPS, and Caddy forwards HTTP to it",
-    "--ssl-certfile": "vLLM would speak HTTPS, and Caddy forwards HTTP to it",
-    **option_categories.refusals(option_categories.VLLM_SERVE),
-}
-"""Options vLLM knows that this deployment must not pass, each with the reason (those that
-open the server by category: `components/option_categories.py`)."""
+REFUSED_OPTIONS = option_categories.VLLM_SERVE_REFUSED
+"""Options vLLM knows that this deployment must not pass (`components/option_categories.py`)."""
 
 
 def extra_args_problems(words: list[str]) -> list[Problem]:

@@ -30,7 +30,12 @@ from typing import Any, TypeVar
 from components.extra_args import ExtraArg, llama_server_options, owned_spellings, parse_extra_args
 from components.gguf_header import INPUT_TENSORS, tensor_key_bytes
 from components.llamacpp.inputs import OWNED_OPTIONS, REFUSED_OPTIONS
+from components.option_categories import LLAMA_SERVER_UNCOUNTABLE, PROJECTOR
 from infra.plan.repack import MatmulWeight
+
+UNCOUNTABLE = LLAMA_SERVER_UNCOUNTABLE
+"""Options that change memory in ways the plan cannot count, each with the reason (the one
+table of refusals: `components/option_categories.py`)."""
 
 FFN_EXPS_REGEX = r"\.ffn_(up|down|gate|gate_up)_(ch|)exps"
 """llama.cpp b11434's `LLM_FFN_EXPS_REGEX`: the expert weights `--cpu-moe` keeps on the CPU."""
@@ -48,45 +53,15 @@ COUNTED = frozenset(
 """Options the plan counts (by `Option.name`)."""
 MOVES_TENSORS = frozenset({"--override-tensor", "--cpu-moe", "--n-cpu-moe", "--n-cpu-ffn"})
 
-_DRAFT = "a draft model's weights, KV cache and compute"
-_ADAPTER = "adapter weights the lock does not describe"
-_PROJECTOR = "a multimodal projector's weights and compute"
 _KV_ON_HOST = (
     "it keeps the KV cache in host RAM, and the plan puts each layer's cache on that layer's device"
 )
 _NO_OP_OFFLOAD = "it changes which device runs the CPU layers' large batches (compute buffers)"
-UNCOUNTABLE: Mapping[str, str] = {
-    "--no-host": "it lets weights go to extra buffer types the plan does not place",
-    "--device": "it chooses the devices, and the plan places layers on the node's GPU",
-    "--split-mode": "it splits weights and KV across GPUs otherwise than by layer",
-    "--main-gpu": "it moves what the plan places on the GPU",
-    "--override-kv": "it changes the model metadata (layers, heads, lengths) the plan reads "
-    "from the GGUF header",
-    "--lora": _ADAPTER,
-    "--lora-scaled": _ADAPTER,
-    "--control-vector": _ADAPTER,
-    "--control-vector-scaled": _ADAPTER,
-    "--control-vector-layer-range": _ADAPTER,
-    "--mmproj": _PROJECTOR,
-    "--spec-type": "speculative decoding adds a draft (a model, the MTP layers or an n-gram "
-    "cache) with caches of its own",
-    "--spec-default": "speculative decoding adds a draft with caches of its own",
-    "--kv-unified-per-slot": "it sizes the KV cache per slot instead of from -c",
-    "--ctx-checkpoints": "context checkpoints keep copies of the KV cache in host RAM",
-    "--checkpoint-min-step": "context checkpoints keep copies of the KV cache in host RAM",
-    "--lookup-cache-static": "it loads an n-gram lookup cache into host RAM",
-    "--lookup-cache-dynamic": "it loads an n-gram lookup cache into host RAM",
-    "--pooling": "it runs an embedding graph, not the generation graph the plan estimates",
-    "--embedding": "it runs an embedding graph, not the generation graph the plan estimates",
-    "--rerank": "it runs a reranking graph, not the generation graph the plan estimates",
-    "--backend-sampling": "it samples on the GPU, in buffers the plan does not estimate",
-}
-"""Options that change memory in ways the plan cannot count, each with the reason."""
 UNCOUNTABLE_SPELLINGS: Mapping[str, str] = {
     "-nkvo": _KV_ON_HOST,
     "--no-kv-offload": _KV_ON_HOST,
     "--no-op-offload": _NO_OP_OFFLOAD,
-    "--mmproj-auto": _PROJECTOR,
+    "--mmproj-auto": PROJECTOR,
 }
 """One spelling of an option otherwise neutral: the default (`-kvo`) is, its opposite not."""
 NEUTRAL_SPELLINGS_OF = frozenset({"--kv-offload", "--op-offload", "--mmproj-auto"})

@@ -13,108 +13,21 @@ passed unread).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from components.extra_args import owned_spellings, parse_extra_args, vllm_serve_options
+from components.option_categories import VLLM_SERVE_UNCOUNTABLE
 from components.vllm.inputs import OWNED_OPTIONS, REFUSED_OPTIONS
+
+UNCOUNTABLE = VLLM_SERVE_UNCOUNTABLE
+"""Options that change memory in ways the plan cannot count, each with the reason (the one
+table of refusals: `components/option_categories.py`)."""
 
 NEUTRAL_GROUPS = frozenset(
     {"Frontend", "LoggingConfig", "ObservabilityConfig", "StructuredOutputsConfig", "options"}
 )
 """Groups that configure the HTTP front end, logs and metrics: no memory the plan budgets."""
 
-_WEIGHTS = "it changes the weights' size or place (the plan counts the checkpoint's bytes in HBM)"
-_GPUS = "it spreads the model over more GPUs or processes (the plan is one GPU's)"
-_ADAPTERS = "LoRA adapters take HBM the plan does not count"
-_GRAPHS = "it changes the CUDA/HIP graphs and their memory beyond the activation reserve"
-_CACHE = "it sizes a cache the plan does not count"
-_MM = "the multimodal encoder's caches and buffers are not in the plan"
-UNCOUNTABLE: Mapping[str, str] = {
-    # options
-    "--api-server-count": "more API server processes take host RAM the plan does not count",
-    # ModelConfig
-    "--runner": "it runs another kind of model (pooling) than the plan's",
-    "--convert": "it runs another kind of model (pooling) than the plan's",
-    "--dtype": _WEIGHTS,
-    "--quantization": _WEIGHTS,
-    "--quantization-config": _WEIGHTS,
-    "--hf-config-path": "it reads another model configuration than the checkpoint's",
-    "--hf-overrides": "it changes the model configuration the plan's weights come from",
-    "--model-class-overrides": "it loads another model class than the checkpoint's",
-    "--enable-sleep-mode": "sleep mode moves the weights to host RAM, which the plan does not "
-    "count",
-    # ParallelConfig
-    "--pipeline-parallel-size": _GPUS,
-    "--nnodes": _GPUS,
-    "--node-rank": _GPUS,
-    "--device-ids": _GPUS,
-    "--decode-context-parallel-size": _GPUS,
-    "--prefill-context-parallel-size": _GPUS,
-    "--data-parallel-size": _GPUS,
-    "--data-parallel-rank": _GPUS,
-    "--data-parallel-start-rank": _GPUS,
-    "--data-parallel-size-local": _GPUS,
-    "--data-parallel-hybrid-lb": _GPUS,
-    "--data-parallel-external-lb": _GPUS,
-    "--data-parallel-multi-port-external-lb": _GPUS,
-    "--enable-expert-parallel": _GPUS,
-    "--enable-elastic-ep": _GPUS,
-    "--elastic-ep-max-dp-size": _GPUS,
-    "--enable-eplb": "redundant experts take HBM the plan does not count",
-    "--eplb-config": "redundant experts take HBM the plan does not count",
-    "--enable-dbo": "dual-batch overlap keeps two micro-batches' activations",
-    "--ubatch-size": "dual-batch overlap keeps two micro-batches' activations",
-    # CacheConfig
-    "--num-gpu-blocks-override": "it sizes the KV cache otherwise than --kv-cache-memory-bytes",
-    "--mamba-cache-dtype": _CACHE,
-    "--mamba-ssm-cache-dtype": _CACHE,
-    "--mamba-block-size": _CACHE,
-    "--mamba-cache-mode": _CACHE,
-    "--enable-mamba-shared-prefix-checkpoint": _CACHE,
-    "--replayssm-buffer-len": _CACHE,
-    "--use-replayssm": _CACHE,
-    # OffloadConfig
-    "--offload-backend": _WEIGHTS,
-    "--cpu-offload-gb": _WEIGHTS,
-    "--cpu-offload-params": _WEIGHTS,
-    "--offload-group-size": _WEIGHTS,
-    "--offload-num-in-group": _WEIGHTS,
-    "--offload-prefetch-step": _WEIGHTS,
-    "--offload-params": _WEIGHTS,
-    # MultiModalConfig
-    "--limit-mm-per-prompt": _MM,
-    "--mm-processor-cache-gb": _MM,
-    "--mm-processor-cache-type": _MM,
-    "--mm-shm-cache-max-object-size-mb": _MM,
-    "--mm-encoder-tp-mode": _MM,
-    "--mm-ipc-gpu-memory-gb": _MM,
-    "--mm-tensor-ipc": _MM,
-    "--mm-processor-device": _MM,
-    # LoRAConfig
-    "--enable-lora": _ADAPTERS,
-    "--max-loras": _ADAPTERS,
-    "--max-lora-rank": _ADAPTERS,
-    "--max-cpu-loras": "LoRA adapters cached in host RAM are not in the plan",
-    "--fully-sharded-loras": _ADAPTERS,
-    "--default-mm-loras": _ADAPTERS,
-    # SchedulerConfig
-    "--max-num-scheduled-tokens": "it changes the tokens a step holds activations for",
-    "--scheduler-reserve-full-isl": "it changes what the scheduler holds in the KV cache",
-    # CompilationConfig, VllmConfig
-    "--cudagraph-capture-sizes": _GRAPHS,
-    "--max-cudagraph-capture-size": _GRAPHS,
-    "--compilation-config": _GRAPHS,
-    "--optimization-level": _GRAPHS,
-    "--performance-mode": _GRAPHS,
-    "--kv-transfer-config": "a KV connector keeps KV caches elsewhere (host RAM, disk)",
-    "--ec-transfer-config": "an encoder-cache connector keeps caches the plan does not count",
-    "--ec-manager-config": "the encoder cache takes memory the plan does not count",
-    "--diffusion-config": "it runs a diffusion model, not the plan's",
-    "--engram-config": "engram memory is not in the plan",
-    "--weight-transfer-config": _WEIGHTS,
-    "--additional-config": "platform options the plan cannot read",
-}
-"""Options of the engine's groups that change memory in ways the plan cannot count."""
 NEUTRAL: frozenset[str] = frozenset(
     {
         # ModelConfig: names, tokenization, sampling output, checks.

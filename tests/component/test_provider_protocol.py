@@ -359,3 +359,25 @@ def test_the_stack_files_inputs_through_the_provider_render_what_the_stack_file_
         assert through_provider.keys() == from_stack_file.keys()
         for child, inputs in from_stack_file.items():
             assert through_provider[child] == inputs, child
+
+
+@pytest.mark.parametrize(
+    ("component", "words", "reason"),
+    [
+        ("llama", ["--tools", "all"], "run tools or commands"),
+        ("llama", ["--spec-draft-hf", "x/y"], "downloads a model at start"),
+        ("vllm", ["--trust-remote-code"], "loads Python code"),
+    ],
+)
+def test_an_extra_arg_that_opens_the_server_is_refused_over_the_provider(
+    preview: Deployment, component: str, words: list[str], reason: str
+) -> None:
+    with pytest.raises(grpc.RpcError) as caught:
+        if component == "llama":
+            preview.server(preview.store(), extraArgs=words)
+        else:
+            preview.construct(VLLM, "mi300x", {**vllm_inputs(), "extraArgs": words})
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    errors = input_errors(caught.value)
+    assert [path for path, _ in errors] == ["extraArgs[0]"], errors
+    assert "is refused: " in errors[0][1] and reason in errors[0][1]

@@ -443,3 +443,25 @@ def test_every_option_that_opens_the_server_is_refused_in_every_spelling(
             problems = problems_named(check(words))
             assert problems and problems[0][0] == (0,), (name, problems)
             assert "is refused: " + option_categories.REASONS[category] in problems[0][1], problems
+
+
+@pytest.mark.parametrize(
+    ("table", "refused", "uncountable"),
+    [
+        ("llama_server_options", option_categories.LLAMA_SERVER_REFUSED,
+         option_categories.LLAMA_SERVER_UNCOUNTABLE),
+        ("vllm_serve_options", option_categories.VLLM_SERVE_REFUSED,
+         option_categories.VLLM_SERVE_UNCOUNTABLE),
+    ],
+)  # fmt: skip
+def test_the_refusal_table_names_options_of_the_pinned_server_once(
+    table: str, refused: dict[str, str], uncountable: dict[str, str]
+) -> None:
+    options = getattr(extra_args, table)()
+    component = {options.lookup(s) for s in refused}
+    plan = {options.lookup(s) for s in uncountable}
+    assert None not in component | plan, [
+        s for s in [*refused, *uncountable] if not options.lookup(s)
+    ]
+    assert len(component) == len(refused) and len(plan) == len(uncountable)
+    assert not component & plan, sorted(o.name for o in component & plan if o)
