@@ -28,6 +28,7 @@ from tests.support.provider_host import ROOT, provider_plugin
 from tests.support.resource_monitor import Engine, ResourceMonitor, serving
 
 CONSTRUCTS = 200
+KINDS = 9
 ANSWER_WITHIN_S = 10.0
 STORE_PROPERTIES = EXAMPLE["resources"]["models"]["properties"]
 FLAGS = EXAMPLE["resources"]["qwen"]["properties"]["flags"]
@@ -78,6 +79,11 @@ def kinds(deployment: Deployment, index: int) -> list[tuple[str, Callable[[], An
             {**STORE_PROPERTIES, "files": [{"path": "x$(touch y).json",
                                              "name": "x$(touch y).json"}]},
             timeout=ANSWER_WITHIN_S), "files[0]"),
+        ("lock-name", lambda: deployment.construct(
+            VLLM, f"v-{index}",
+            vllm_with(modelLock__files=[{"path": "x$(touch y).json", "name": "x$(touch y).json",
+                                         "size": 1, "sha256": "1" * 64}]),
+            timeout=ANSWER_WITHIN_S), "modelLock.files[0]"),
     ]  # fmt: skip
 
 
@@ -88,7 +94,7 @@ def test_every_construct_of_a_long_mixed_stream_is_answered_in_time(
     for index in range(CONSTRUCTS):
         with serving(ResourceMonitor(PROJECT, STACK, preview=bool(index % 2))) as served:
             deployment = Deployment(own_provider, served)
-            what, call, refused = kinds(deployment, index)[index % 8]
+            what, call, refused = kinds(deployment, index)[index % KINDS]
             started = time.monotonic()
             try:
                 call()
