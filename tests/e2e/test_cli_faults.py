@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from infra.render_out import RENDER_MARKER
+from tests.conftest import ROOT
 from tests.support.project import project_env
 
 
@@ -25,3 +29,28 @@ def test_schema_output_file_on_a_full_disk_keeps_the_old_file(tmp_path: Path) ->
     assert "Traceback" not in result.stderr
     assert target.read_text() == "{}\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["stack.schema.json"]
+
+
+@pytest.mark.parametrize(
+    ("marker", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "nested too deeply"),
+        (b'{"written": ["' + b"a" * (64 << 20) + b'"]}', "larger than 1048576 bytes"),
+    ],
+    ids=["nested", "64-MiB"],
+)
+def test_a_hostile_render_marker_is_refused_in_bounded_memory(
+    tmp_path: Path, marker: bytes, message: str
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / RENDER_MARKER).write_bytes(marker)
+    result = subprocess.run(
+        ["prlimit", f"--as={512 * 2**20}", "--", sys.executable, "-m", "infra.cli", "render",
+         "strix-halo", "--out", str(out)],
+        cwd=ROOT, env=project_env(), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert RENDER_MARKER in result.stderr and message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert sorted(p.name for p in out.iterdir()) == [RENDER_MARKER]
