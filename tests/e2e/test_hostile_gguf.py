@@ -1,18 +1,23 @@
 """A hostile GGUF header through every door that reads one (`plan --gguf`, `hub stub`, `lock`,
-`init`): each case runs in its own process under a 512 MiB address-space limit and exits 2 naming
-the file, the key or tensor and the byte offset, with no traceback and nothing left behind."""
+`init`): each door reads every case in a process of its own under a 512 MiB address-space limit,
+and each case exits 2 naming the file, the key or tensor and the byte offset, with no traceback
+and nothing left behind."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zlib
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from infra.hub_client import MAX_API_ANSWER
+from tests.conftest import ROOT
 from tests.support import hostile_http as peers
 from tests.support.hostile_gguf import HOSTILE_HEADERS, VALUE_HEADERS, full
 from tests.support.hub_emulator import Hub, running_hub
@@ -35,7 +40,25 @@ def limited(cwd: Path, *args: str, endpoint: str | None = None) -> subprocess.Co
     )  # fmt: skip
 
 
-def assert_refused(result: subprocess.CompletedProcess[str], case: str, file: str) -> None:
+def batch(runs: list[dict[str, Any]], endpoint: str | None = None) -> list[Result]:
+    """Each run (`argv`, `cwd`) of one door in one process under the address-space limit."""
+    done = subprocess.run(
+        ["prlimit", f"--as={ADDRESS_SPACE}", "--", sys.executable, "-m", "tests.support.cli_batch"],
+        input=json.dumps(runs), cwd=ROOT, env=project_env(endpoint), capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return [Result(*result) for result in json.loads(done.stdout)]
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def assert_refused(result: Result | subprocess.CompletedProcess[str], case: str, file: str) -> None:
     said = result.stdout + result.stderr
     assert result.returncode == 2, said
     assert "Traceback" not in said and "MemoryError" not in said, said
@@ -66,39 +89,79 @@ def repo_of(case: str) -> str:
     return f"{REPO}-{list(HOSTILE_HEADERS).index(case)}"
 
 
+@pytest.fixture(scope="module")
+def plan_results(files: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Result]:
+    work = tmp_path_factory.mktemp("plan")
+    stack = stack_file(work)
+    runs = [{"argv": ["plan", str(stack), "--gguf", str(files / f"{case}.gguf")], "cwd": str(work)}
+            for case in CASES]  # fmt: skip
+    return dict(zip(CASES, batch(runs), strict=True))
+
+
+@pytest.fixture(scope="module")
+def stub_results(
+    files: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Result, Path]]:
+    out = tmp_path_factory.mktemp("stub")
+    runs = [{"argv": ["hub", "stub", str(files / f"{case}.gguf"), "--out", str(out / case)],
+             "cwd": str(out)} for case in STUB_CASES]  # fmt: skip
+    for case in STUB_CASES:
+        (out / case).mkdir()
+    results = batch(runs)
+    return {case: (results[i], out / case) for i, case in enumerate(STUB_CASES)}
+
+
+@pytest.fixture(scope="module")
+def lock_results(
+    hub: Hub, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Result, Path]]:
+    work = tmp_path_factory.mktemp("lock")
+    runs = []
+    for case in CASES:
+        (work / case).mkdir()
+        stack = stack_file(work / case, repo=repo_of(case), files="M.gguf")
+        runs.append({"argv": ["lock", str(stack)], "cwd": str(work / case)})
+    results = batch(runs, hub.url)
+    return {case: (results[i], work / case) for i, case in enumerate(CASES)}
+
+
+@pytest.fixture(scope="module")
+def init_results(
+    hub: Hub, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Result, Path]]:
+    work = tmp_path_factory.mktemp("init")
+    runs = [{"argv": ["init", "hostile", "--repo", repo_of(case), "--file", "M.gguf"],
+             "cwd": str(new_project(work / case))} for case in CASES]  # fmt: skip
+    results = batch(runs, hub.url)
+    return {case: (results[i], work / case) for i, case in enumerate(CASES)}
+
+
 @pytest.mark.parametrize("case", CASES)
-def test_plan_gguf_refuses_the_header(case: str, files: Path, tmp_path: Path) -> None:
-    stack = stack_file(tmp_path)
-    shard = files / f"{case}.gguf"
-    assert_refused(limited(tmp_path, "plan", str(stack), "--gguf", str(shard)), case, shard.name)
+def test_plan_gguf_refuses_the_header(case: str, plan_results: dict[str, Result]) -> None:
+    assert_refused(plan_results[case], case, f"{case}.gguf")
 
 
 @pytest.mark.parametrize("case", STUB_CASES)
 def test_hub_stub_refuses_the_header_and_leaves_nothing(
-    case: str, files: Path, tmp_path: Path
+    case: str, stub_results: dict[str, tuple[Result, Path]]
 ) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    shard = files / f"{case}.gguf"
-    assert_refused(
-        limited(tmp_path, "hub", "stub", str(shard), "--out", str(out)), case, shard.name
-    )
+    result, out = stub_results[case]
+    assert_refused(result, case, f"{case}.gguf")
     assert list(out.iterdir()) == []
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_lock_refuses_the_header(case: str, hub: Hub, tmp_path: Path) -> None:
-    stack = stack_file(tmp_path, repo=repo_of(case), files="M.gguf")
-    assert_refused(limited(tmp_path, "lock", str(stack), endpoint=hub.url), case, "M.gguf")
-    assert not (tmp_path / "tiny.lock.json").exists()
+def test_lock_refuses_the_header(case: str, lock_results: dict[str, tuple[Result, Path]]) -> None:
+    result, work = lock_results[case]
+    assert_refused(result, case, "M.gguf")
+    assert not (work / "tiny.lock.json").exists()
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_init_refuses_the_header(case: str, hub: Hub, tmp_path: Path) -> None:
-    project = new_project(tmp_path / "project")
-    args = ("init", "hostile", "--repo", repo_of(case), "--file", "M.gguf")
-    assert_refused(limited(project, *args, endpoint=hub.url), case, "M.gguf")
-    assert list((project / "stacks").glob("*")) == [] if (project / "stacks").exists() else True
+def test_init_refuses_the_header(case: str, init_results: dict[str, tuple[Result, Path]]) -> None:
+    result, project = init_results[case]
+    assert_refused(result, case, "M.gguf")
+    assert not list(project.glob("stacks/*"))
 
 
 def test_hub_stub_never_writes_outside_out(tmp_path: Path) -> None:
