@@ -150,6 +150,30 @@ def test_hub_stub_refuses_the_header_and_leaves_nothing(
     assert list(out.iterdir()) == []
 
 
+@pytest.fixture(scope="module")
+def remote_stub_results(
+    hub: Hub, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[Result, Path]]:
+    out = tmp_path_factory.mktemp("remote-stub")
+    runs = []
+    for case in STUB_CASES:
+        (out / case).mkdir()
+        url = f"{hub.url}/{repo_of(case)}/resolve/main/M.gguf"
+        runs.append({"argv": ["hub", "stub", url, "--out", str(out / case)], "cwd": str(out)})
+    results = batch(runs, hub.url)
+    return {case: (results[i], out / case) for i, case in enumerate(STUB_CASES)}
+
+
+@pytest.mark.parametrize("case", STUB_CASES)
+def test_hub_stub_of_a_url_refuses_the_header_and_leaves_nothing(
+    case: str, remote_stub_results: dict[str, tuple[Result, Path]]
+) -> None:
+    # Over HTTP Range reads the file's size comes from the first answer's Content-Range.
+    result, out = remote_stub_results[case]
+    assert_refused(result, case, "M.gguf")
+    assert list(out.iterdir()) == []
+
+
 @pytest.mark.parametrize("case", CASES)
 def test_lock_refuses_the_header(case: str, lock_results: dict[str, tuple[Result, Path]]) -> None:
     result, work = lock_results[case]
