@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +96,38 @@ class ScrapedVllm:
     spec: MonitoringSpec
 
 
+READY_WITHIN_S = 120.0
+
+
+def wait_for_ready(process: subprocess.Popen[str]) -> None:
+    """Until the exporter prints `ready`, past whatever torch and vLLM log before it (a
+    warning line, say); a failure names what it printed, without waiting for an exit that a
+    server never makes."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    seen: list[str] = []
+    deadline = time.monotonic() + READY_WITHIN_S
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
+            break
+        if line.strip() == "ready":
+            return
+        if not line:
+            break
+        seen.append(line)
+    process.kill()
+    pytest.fail(f"the exporter never printed ready within {READY_WITHIN_S:g} s: {''.join(seen)}")
+
+
 @pytest.fixture(scope="module")
 def scraped_vllm(mi300x: Path) -> Iterator[ScrapedVllm]:
     """vLLM's own stat logger scraped by a real Prometheus under the rendered job and path."""
@@ -115,9 +150,7 @@ def scraped_vllm(mi300x: Path) -> Iterator[ScrapedVllm]:
         env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
     )  # fmt: skip
     try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.strip() == "ready", line + process.stdout.read()
+        wait_for_ready(process)
         # The rendered job, scraped directly: the Caddy metrics site in front of it is tested
         # live in test_caddy.
         config = {
