@@ -85,14 +85,16 @@ def shorten(text: str, limit: int = MESSAGE_CHARS) -> str:
 
 _UNSAFE = {
     **{c: f"\\x{c:02x}" for c in (*range(0x20), *range(0x7F, 0xA0)) if c not in (0x09, 0x0A)},
-    # Bidirectional overrides and isolates: they reorder what a terminal shows.
-    **{c: f"\\u{c:04x}" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A))},
+    # Line and paragraph separators (a reader splitting lines splits there), bidirectional
+    # overrides and isolates (they reorder what a terminal shows).
+    **{c: f"\\u{c:04x}" for c in (0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))},
 }
 
 
 def printable(text: str) -> str:
     """Text from a peer, safe to print on a terminal or in a log: control characters (C0 but
-    tab and newline, DEL, C1) and bidirectional overrides shown as escapes, never sent raw."""
+    tab and newline, DEL, C1), line separators and bidirectional overrides shown as escapes,
+    never sent raw."""
     return text.translate(_UNSAFE)
 
 

@@ -617,4 +617,4 @@ def test_verify_prints_a_servers_control_characters_as_escapes(
     assert not any(c in shown for c in "\x9b\x1b\x80"), repr(shown)
     assert "\\x9b" in shown and "\\x1b" in shown
     # Text that reaches verify decoded (a JSON answer) may carry bidirectional overrides too.
-    assert hp.printable("a\u202eb\x85c\td\ne") == "a\\u202eb\\x85c\td\ne"
+    assert hp.printable("a\u202eb\x85c\td\ne\u2028f") == "a\\u202eb\\x85c\td\ne\\u2028f"

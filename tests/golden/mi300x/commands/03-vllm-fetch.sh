@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 set -euo pipefail
-# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 dc489f23a56e2a95ef719fee9377d6f4c8911b7183b74b5bb7b0a26a31cab75c
+# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 9024e5584f6408f361fbcad82e381393870808428c07178105b53bd9256348b3
 mkdir -p /opt/llm/models/DeepSeek-V4-Flash-0731
 # As the SSH user, so the model files are not root's.
 docker run --rm --user "$(id -u):$(id -g)" --network host \
