@@ -70,7 +70,8 @@ def tune_record_problems(
             want = "null (a single-server stack)" if server is None else repr(server)
             problems.append(f"server: {named!r}, but the record is read for server {want}")
     for key in ("current", "winner"):
-        if key in document:
+        # null: no current runtime was named; no candidate passed (the record says so)
+        if document.get(key) is not None:
             problems += [_field(key, f, m) for f, m in record_problems(document[key])]
     candidates = document.get("candidates")
     if "candidates" in document and not isinstance(candidates, list):
@@ -134,7 +135,15 @@ def read_tune_record(
 
 def load_tune_record(path: Path, stack: str | None = None, server: str | None = None) -> Runtime:
     """The winner of the tune record at `path` (pinned `image@digest` when it has a digest)."""
-    return Runtime.from_record(read_tune_record(path, stack, server)["winner"])
+    winner = read_tune_record(path, stack, server)["winner"]
+    if winner is None:
+        raise ConfigError(
+            [
+                f"{path}: names no winner (no candidate passed the bake-off): run llm-infra "
+                "tune again, or set server.runtime to a runtime of your choice"
+            ]
+        )
+    return Runtime.from_record(winner)
 
 
 def tuned_server(stack: KubernetesStack, lock_path: Path) -> KubernetesStack:

@@ -10,8 +10,12 @@ them stop the server first (its node's GPU and memory hold its model) and bring 
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from components.k8s.metadata import Meta
 from components.llamacpp.manifests import api_key_secret
@@ -133,6 +137,9 @@ def tune_jobs(
     if problems:
         raise ConfigError(problems)
     modules = shipped_modules(RUNNER_MODULE)
+    # The run's nonce: each runner starts its result line with it, and `--collect` reads only
+    # lines that do (a server's log cannot know it).
+    nonce = secrets.token_hex(16)
     per_job: dict[str, dict[str, Any]] = {}
     for index, runtime in enumerate(runtimes):
         args = next(
@@ -146,6 +153,7 @@ def tune_jobs(
             "current": index == 0,
             "gpuLayers": args[args.index("-ngl") + 1] if "-ngl" in args else None,
             "expect": f"{TUNE_MOUNT}/{EXPECT_FILE}",
+            "nonce": nonce,
         }
     config_map = f"{name}-tune"
     namespace = chosen.kubernetes.namespace
@@ -199,6 +207,24 @@ def steps(jobs: TuneJobs, out: str, stack: str) -> list[str]:
 
 
 CONFIG_FILE = "00-tune-config.yaml"
+
+
+def run_nonce(folder: Path) -> str:
+    """The nonce of the run whose Jobs `tune --kubernetes` wrote into `folder` (its settings in
+    the ConfigMap of CONFIG_FILE); ValueError when there is none."""
+    path = folder / CONFIG_FILE
+    try:
+        documents = list(yaml.safe_load_all(path.read_text()))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    for document in documents:
+        data = document.get("data", {}) if isinstance(document, dict) else {}
+        for key, text in data.items():
+            if key.startswith("job-") and key.endswith(".json"):
+                nonce = json.loads(text).get("nonce")
+                if isinstance(nonce, str) and nonce.isalnum():
+                    return nonce
+    raise ValueError(f"{path} holds no run nonce (write the Jobs again with tune --kubernetes)")
 
 
 def job_file(index: int, job: str) -> str:

@@ -14,6 +14,7 @@ Standard library only.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,25 @@ FAILED_GATE = "failed the gate"
 CRASHED_FIRST_DECODE = "crashed at the first decode"
 FAILED_VERIFY = "failed verify"
 FAILED_MEASURING = "could not be measured"
+
+
+CANDIDATE_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?")
+"""A candidate's name: what a Job, a log file and the record are named by (a DNS label's
+letters, at most 40, so `SERVER-tune-NAME` still fits one)."""
+MAX_TOKENS_PER_S = 1_000_000.0
+"""The fixed ceiling of any measured figure (tok/s), until the plan declares each device's
+memory bandwidth: no device decodes or prefills a million tokens a second of one stream, so a
+figure above it (or not finite) is a broken or forged measurement, never a fast candidate."""
+
+
+def name_problem(name: object) -> str | None:
+    """Why a candidate name is refused, or None."""
+    if not isinstance(name, str) or not CANDIDATE_NAME.fullmatch(name):
+        return (
+            f"{str(name)[:80]!r} is not a candidate name (lower-case letters, digits, '.' and "
+            "'-', at most 40, starting and ending with a letter or digit)"
+        )
+    return None
 
 
 @dataclass
@@ -59,6 +79,9 @@ class CandidateResult:
     def from_json(cls, doc: dict[str, Any]) -> CandidateResult:
         """A result as a Job printed it (`to_json` and its `rejection`), before the verdict."""
         load = doc.get("loadSeconds")
+        problem = name_problem(doc.get("name"))
+        if problem:
+            raise ValueError(problem)
         return cls(
             name=str(doc["name"]),
             runtime=dict(doc["runtime"]),
@@ -80,7 +103,30 @@ class CandidateResult:
         }
 
 
+def figures_problem(result: CandidateResult) -> str | None:
+    """A figure no device makes: not finite, negative, or above MAX_TOKENS_PER_S."""
+    for figures in result.depths:
+        for what, series in (
+            ("decode", figures.decode), ("decode (server)", figures.decode_server),
+            ("prefill", figures.prefill), ("prefill (server)", figures.prefill_server),
+        ):  # fmt: skip
+            for value in series.values:
+                if not math.isfinite(value) or not 0 <= value <= MAX_TOKENS_PER_S:
+                    return (
+                        f"{FAILED_MEASURING}: a {what} figure of {value!r} tok/s at depth "
+                        f"{figures.depth} is impossible (finite, 0 to {MAX_TOKENS_PER_S:,.0f})"
+                    )
+    if result.load_seconds is not None and not (
+        math.isfinite(result.load_seconds) and result.load_seconds >= 0
+    ):
+        return f"{FAILED_MEASURING}: a load time of {result.load_seconds!r} s is impossible"
+    return None
+
+
 def _measured_problem(result: CandidateResult, depths: list[int]) -> str | None:
+    problem = figures_problem(result)
+    if problem:
+        return problem
     for depth in depths:
         if result.decode(depth) is None:
             errors = [e for d in result.depths if d.depth == depth for e in d.errors]

@@ -6,8 +6,11 @@ It reads its settings from a file (`job.json`: the candidate's name and runtime,
 the current runtime, what the stack renders for `-ngl`, the depths, runs and token counts), waits
 for `/health`, reads the load log from the volume it shares with the server, and runs
 `tune_local.judge_loaded`: the gate, the first decode, verify against the stack's expectations,
-the figures. It prints one line, `RESULT_PREFIX` and the result as JSON, which `llm-infra tune
-STACK --collect` reads from the Job's log. Standard library only.
+the figures. It prints one line, `RESULT_PREFIX`, the run's nonce and the result as JSON, which
+`llm-infra tune STACK --collect` reads from the Job's log: only a line that starts with the prefix
+and the nonce `tune --kubernetes` generated for the run (in each Job's settings, never in text the
+server prints), split at newlines only, one per candidate. Whatever the server logged (a model's
+chat template, an error line it quotes) cannot write a result. Standard library only.
 """
 
 from __future__ import annotations
@@ -98,14 +101,25 @@ def run_job(
     return result
 
 
-def results_in_log(text: str) -> list[CandidateResult]:
-    """The results a Job's log carries (one per Job; the last wins if it ran twice)."""
+def result_line(nonce: str, result: CandidateResult) -> str:
+    """The runner's one result line."""
+    document = {**result.to_json(), "rejection": result.rejection}
+    return f"{RESULT_PREFIX}{nonce} {json.dumps(document, sort_keys=True)}"
+
+
+def results_in_log(text: str, nonce: str) -> list[CandidateResult]:
+    """The results a Job's log carries: lines that start with RESULT_PREFIX and this run's
+    nonce (split at newlines only: a carriage return, a record separator or U+2028 in what the
+    server printed starts no line here); two for one candidate are an error."""
+    marker = f"{RESULT_PREFIX}{nonce} "
     found: dict[str, CandidateResult] = {}
-    for line in text.splitlines():
-        at = line.find(RESULT_PREFIX)
-        if at >= 0:
-            result = CandidateResult.from_json(json.loads(line[at + len(RESULT_PREFIX) :]))
-            found[result.name] = result
+    for line in text.split("\n"):
+        if not line.startswith(marker):
+            continue
+        result = CandidateResult.from_json(json.loads(line[len(marker) :]))
+        if result.name in found:
+            raise ValueError(f"two result lines for the candidate {result.name!r}")
+        found[result.name] = result
     return list(found.values())
 
 
@@ -116,11 +130,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", type=Path, required=True, help="the sidecar's load log")
     args = parser.parse_args(argv)
     settings = json.loads(args.settings.read_text())
+    nonce = settings.get("nonce")
+    if not isinstance(nonce, str) or not nonce.isalnum():
+        print(f"tune: {args.settings}: no run nonce (write the Jobs again)", file=sys.stderr)
+        return 2
     api_key = os.environ.get(verify.API_KEY_ENV) or None
     result = run_job(settings, args.url, args.log, api_key)
-    document = {**result.to_json(), "rejection": result.rejection}
-    print(RESULT_PREFIX + json.dumps(document, sort_keys=True), flush=True)
-    print(f"tune: {result.name}: {result.rejection or 'measured'}", file=sys.stderr)
+    print(result_line(nonce, result), flush=True)
+    said = verify.http_policy.printable(result.rejection or "measured")
+    print(f"tune: {result.name}: {said}", file=sys.stderr)
     return 0
 
 

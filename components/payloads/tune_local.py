@@ -30,13 +30,16 @@ from components.payloads.tune_figures import (
     FAILED_VERIFY,
     OUT_OF_MEMORY,
     CandidateResult,
+    name_problem,
 )
 from components.payloads.tune_measure import depths_for, measure_depth
 
 # What llama.cpp b11434 and the kernel say when memory runs out (ggml-backend.cpp's
-# "failed to allocate", llama-model-loader's "unable to allocate", Vulkan's
-# ErrorOutOfDeviceMemory, the kernel's SIGKILL from the OOM killer).
+# "failed to allocate", llama-model-loader's "unable to allocate", common/fit.cpp's memory fit
+# giving up before it aborts, Vulkan's ErrorOutOfDeviceMemory, the kernel's SIGKILL from the
+# OOM killer).
 OOM_MARKERS = (
+    "failed to fit params to free device memory",
     "failed to allocate",
     "unable to allocate",
     "out of memory",
@@ -319,8 +322,10 @@ def load_candidates(path: Path) -> list[LocalCandidate]:
         if unknown:
             raise ValueError(f"{where}: unknown keys {sorted(unknown)}")
         name, runtime, command = item.get("name"), item.get("runtime"), item.get("command")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"{where}: name must be a non-empty string")
+        problem = name_problem(name)
+        if problem:
+            raise ValueError(f"{where}: name {problem}")
+        assert isinstance(name, str)
         if (
             not isinstance(runtime, dict)
             or runtime.get("backend") not in gpu_gate.BACKEND_DEVICE_PREFIX

@@ -273,11 +273,20 @@ def _kubernetes(args: argparse.Namespace, stack_file: StackFile) -> int:
 def _collected(logs: list[Path]) -> list[CandidateResult]:
     from components.payloads.tune_job import results_in_log
     from infra.config import ConfigError
+    from infra.tune_kubernetes import CONFIG_FILE, run_nonce
 
     results, problems = [], []
     for log in logs:
         try:
-            found = results_in_log(log.read_text(errors="replace"))
+            nonce = run_nonce(log.parent)
+        except ValueError as exc:
+            problems.append(
+                f"--collect: {log}: {exc} (keep each Job's log in the folder tune --kubernetes "
+                f"wrote, beside {CONFIG_FILE}, as its steps do)"
+            )
+            continue
+        try:
+            found = results_in_log(log.read_text(errors="replace"), nonce)
         except OSError as exc:
             problems.append(f"--collect: {log}: {exc.strerror or exc}")
             continue
@@ -290,6 +299,11 @@ def _collected(logs: list[Path]) -> list[CandidateResult]:
                 "-c tune)"
             )
         results += found
+    names = [r.name for r in results]
+    problems += [
+        f"--collect: two results for the candidate {name!r}" for name in sorted(set(names))
+        if names.count(name) > 1
+    ]  # fmt: skip
     if problems:
         raise ConfigError(problems)
     return results

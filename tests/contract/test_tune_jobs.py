@@ -154,11 +154,12 @@ def test_the_shipped_runner_alone_judges_a_real_server_and_collect_writes_the_re
     finally:
         tune_local.stop(server)
     assert runner.returncode == 0, runner.stderr
-    (result,) = results_in_log(runner.stdout)
+    (result,) = results_in_log(runner.stdout, settings["nonce"])
     assert result.rejection is None and result.current
     assert [d.depth for d in result.depths] == [0, 256]
     assert all(len(d.decode_server.values) == 3 for d in result.depths)
-    logfile = tmp_path / "vulkan.log"
+    # As the steps keep it: beside the Jobs, whose settings hold the run's nonce.
+    logfile = jobs / "deepseek-v4-flash-0731-tune-vulkan.log"
     logfile.write_text(runner.stdout)
     out = tmp_path / "strix-halo.tune.json"
     collected = tune("--collect", str(logfile), "--output-file", str(out))
@@ -168,8 +169,8 @@ def test_the_shipped_runner_alone_judges_a_real_server_and_collect_writes_the_re
     assert record["candidates"][0]["verdict"] == "kept"
 
 
-def test_collect_names_a_log_without_a_result(tmp_path: Path) -> None:
-    log = tmp_path / "job.log"
+def test_collect_names_a_log_without_a_result(jobs: Path) -> None:
+    log = jobs / "unfinished.log"
     log.write_text("tune: loading\n")
     result = tune("--collect", str(log))
     assert result.returncode == 2

@@ -3,6 +3,8 @@ than the spread at every depth; rejections keep their reason; the table shows ev
 
 from __future__ import annotations
 
+import pytest
+
 from components.payloads.tune_figures import (
     KEPT,
     REJECTED,
@@ -11,6 +13,7 @@ from components.payloads.tune_figures import (
     CandidateResult,
     decide,
     format_table,
+    name_problem,
     tune_record,
 )
 from components.payloads.tune_measure import DepthFigures, Series, depths_for
@@ -122,3 +125,18 @@ def test_a_depth_beyond_the_slot_becomes_the_deepest_that_fits() -> None:
     assert depths_for(131072, (0, 32768, 65536), prefill=512, decode=64) == [0, 32768, 65536]
     assert depths_for(4096, (0, 32768), prefill=512, decode=64) == [0, 3072]
     assert depths_for(600, (0, 1024), prefill=512, decode=64) == [0, 23]
+
+
+@pytest.mark.parametrize("figure", [float("nan"), float("inf"), 1e308, -5.0])
+def test_an_impossible_figure_is_a_rejection_never_a_winner(figure: float) -> None:
+    current = result("vulkan", {0: [9.0, 9.1, 9.0]}, current=True)
+    forged = result("rocm", {0: [figure, figure, figure]})
+    assert decide([current, forged], [0]) is current
+    assert forged.verdict == REJECTED
+    assert "is impossible" in forged.reason and repr(figure) in forged.reason
+
+
+@pytest.mark.parametrize("name", ["../x", "a/b", "X", "-a", "a" * 41, "", "a b", "a\nb"])
+def test_a_candidate_name_outside_the_grammar_is_refused(name: str) -> None:
+    problem = name_problem(name)
+    assert problem is not None and "is not a candidate name" in problem
