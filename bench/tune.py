@@ -9,8 +9,10 @@ strix-halo``, or ``llm-infra tune``'s own); ``CANDIDATES.json`` is the ``--local
 against the current candidate. ``--gpu BINARY`` makes the GPU set: the stack as rendered
 (``-ngl 40``, current), every layer on the GPU (``-ngl 99``), a really slower one (``-ngl 20``)
 and the same build with the Vulkan driver hidden (the CPU fallback the gate rejects), on the
-43-layer random llama of the gate's fixtures (in a temporary folder). Prints the table and
-writes ``DIR/tune.json`` (the record) and each candidate's logs.
+43-layer random llama of ``--seed`` (in a temporary folder), plus the wrong runtimes verify must
+reject: another seed's weights, the same weights in Q4_0 and a wrong chat template. Before the
+candidates are judged the current one checks itself (the record's ``selfCheck``). Prints the
+table and writes ``DIR/tune.json`` (the record) and each candidate's logs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from components.payloads import tune_figures, tune_local, verify
 from tests.support.llama_server import free_port
+from tests.support.verify_models import with_random_model_tolerance
 
 VULKAN: dict[str, Any] = {
     "name": "vulkan",
@@ -34,17 +37,53 @@ VULKAN: dict[str, Any] = {
 }
 
 
-def gpu_candidates(binary: str) -> list[tune_local.LocalCandidate]:
-    """The stack as rendered against more and fewer offloaded layers and the driver hidden."""
+def gpu_candidates(binary: str, wrong: dict[str, Path]) -> list[tune_local.LocalCandidate]:
+    """The stack as rendered against more and fewer offloaded layers, a larger ubatch, the
+    driver hidden, and the planted wrong runtimes (`wrong`: name to the model file it loads)
+    that verify must reject whatever their speed."""
     command = [binary]
     return [
         tune_local.LocalCandidate("vulkan-ngl-40", VULKAN, command, current=True),
         tune_local.LocalCandidate("vulkan-ngl-99", VULKAN, command, set_args={"-ngl": "99"}),
+        tune_local.LocalCandidate(
+            "vulkan-ngl-99-ub-1024",
+            VULKAN,
+            command,
+            set_args={"-ngl": "99", "-ub": "1024", "-b": "1024"},
+        ),
         tune_local.LocalCandidate("vulkan-ngl-20", VULKAN, command, set_args={"-ngl": "20"}),
         tune_local.LocalCandidate(
             "driver-hidden", VULKAN, command, env={"VK_DRIVER_FILES": "/nonexistent.json"}
         ),
+        *(
+            tune_local.LocalCandidate(name, VULKAN, command, set_args={"-m": str(model)})
+            for name, model in wrong.items()
+        ),
+        tune_local.LocalCandidate(
+            "wrong-template", VULKAN, command, set_args={"--chat-template": "chatml"}
+        ),
     ]
+
+
+def gpu_models(seed: int) -> tuple[Path, dict[str, Path]]:
+    """The 43-layer random llama of `seed` (F16), and the wrong models planted beside it:
+    another seed's weights, and the same weights in Q4_0 (12 bits a weight below F16)."""
+    import gguf
+
+    from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model_seeded
+
+    folder = Path(tempfile.mkdtemp())
+    q4 = type(LLAMA43_SPEC)(
+        **{**LLAMA43_SPEC.__dict__, "weight_type": gguf.GGMLQuantizationType.Q4_0}
+    )
+    model = write_tiny_model_seeded(folder / "f16", "llama43", 1, LLAMA43_SPEC, seed=seed)[0]
+    wrong = {
+        "wrong-weights": write_tiny_model_seeded(
+            folder / "other", "llama43", 1, LLAMA43_SPEC, seed=seed + 1000
+        )[0],
+        "wrong-quant-q4-0": write_tiny_model_seeded(folder / "q4", "llama43", 1, q4, seed=seed)[0],
+    }
+    return model, wrong
 
 
 def main() -> int:
@@ -53,7 +92,11 @@ def main() -> int:
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--candidates", type=Path, help="llm-infra tune's --local file")
     which.add_argument("--gpu", metavar="BINARY", help="the GPU set on this llama-server")
-    p.add_argument("--model", type=Path, help="the model (default with --gpu: the llama43 one)")
+    p.add_argument("--model", type=Path, help="the model (--candidates only)")
+    p.add_argument(
+        "--seed", type=int, default=20240731,
+        help="--gpu: the seed of the 43-layer random llama (default: the gate fixtures')",
+    )  # fmt: skip
     p.add_argument("--expect", type=Path, help="verify expectations (default: recorded first)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--depths", default="0,32768,65536")
@@ -64,11 +107,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stack_args = json.loads(args.argv.read_text())
     if args.gpu:
-        candidates = gpu_candidates(args.gpu)
-        if args.model is None:
-            from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model
-
-            args.model = write_tiny_model(Path(tempfile.mkdtemp()), "llama43", 1, LLAMA43_SPEC)[0]
+        args.model, wrong = gpu_models(args.seed)
+        candidates = gpu_candidates(args.gpu, wrong)
     else:
         candidates = tune_local.load_candidates(args.candidates)
     if args.model is None:
@@ -77,9 +117,12 @@ def main() -> int:
         expectations = verify.load_expectations(args.expect)
     else:
         current = next((c for c in candidates if c.current), candidates[0])
+        # The --gpu models are random-weight ones: flat, so checked by their own thresholds.
+        into = with_random_model_tolerance(verify.new_expectations()) if args.gpu else None
         expectations = tune_local.record_expectations(
-            current, stack_args, model=args.model, port=free_port(), log=args.out / "record.log"
-        )
+            current, stack_args, model=args.model, port=free_port(), log=args.out / "record.log",
+            into=into,
+        )  # fmt: skip
         (args.out / "expect.json").write_text(json.dumps(expectations, indent=1))
     results = []
     for candidate in candidates:
@@ -93,7 +136,14 @@ def main() -> int:
     measured = sorted({d.depth for r in results for d in r.depths})
     winner = tune_figures.decide(results, measured)
     record = tune_figures.tune_record(
-        "strix-halo", None, results, winner, depths=measured, runs=args.runs, where="local"
+        "strix-halo",
+        None,
+        results,
+        winner,
+        depths=measured,
+        runs=args.runs,
+        where="local",
+        correctness=verify.rule_line(verify.tolerance_of(expectations)),
     )
     (args.out / "tune.json").write_text(json.dumps(record, indent=2) + "\n")
     print(tune_figures.format_table(results, measured))

@@ -40,6 +40,10 @@ _KEYS = (
     "candidates",
 )  # fmt: skip
 _CANDIDATE_KEYS = ("name", "runtime", "current", "verdict", "reason", "loadSeconds", "figures")
+_OPTIONAL_KEYS = ("correctness",)
+"""Verify's rule with its thresholds (records written before it have none)."""
+_OPTIONAL_CANDIDATE_KEYS = ("selfCheck",)
+"""The current runtime's check against its own expectations (only the current has one)."""
 
 
 def tune_record_problems(
@@ -49,9 +53,14 @@ def tune_record_problems(
     for when given."""
     if not isinstance(document, dict):
         return [f"not a JSON object with {', '.join(_KEYS)}"]
+    allowed = _KEYS + _OPTIONAL_KEYS
     problems = [
-        f"{key}: unknown key (allowed: {', '.join(_KEYS)})" for key in document if key not in _KEYS
+        f"{key}: unknown key (allowed: {', '.join(allowed)})"
+        for key in document
+        if key not in allowed
     ]
+    if "correctness" in document and not isinstance(document["correctness"], str):
+        problems.append(f"correctness: {document['correctness']!r:.80} is not a string")
     problems += [f"{key}: is required" for key in _KEYS if key not in document]
     version = document.get("version")
     if "version" in document and (type(version) is not int or version != TUNE_VERSION):
@@ -96,7 +105,18 @@ def _field(key: str, field: str, message: str) -> str:
 def _candidate_problems(key: str, candidate: object) -> list[str]:
     if not isinstance(candidate, dict):
         return [f"{key}: not an object with {', '.join(_CANDIDATE_KEYS)}"]
-    problems = [f"{key}.{k}: unknown key" for k in candidate if k not in _CANDIDATE_KEYS]
+    problems = [
+        f"{key}.{k}: unknown key"
+        for k in candidate
+        if k not in _CANDIDATE_KEYS + _OPTIONAL_CANDIDATE_KEYS
+    ]
+    if "selfCheck" in candidate:
+        from components.payloads.tune_figures import _self_check_of
+
+        try:
+            _self_check_of(candidate["selfCheck"])
+        except ValueError as exc:
+            problems.append(f"{key}.{exc}")
     problems += [f"{key}.{k}: is required" for k in _CANDIDATE_KEYS if k not in candidate]
     if "runtime" in candidate:
         problems += [

@@ -31,6 +31,7 @@ FAILED_GATE = "failed the gate"
 CRASHED_FIRST_DECODE = "crashed at the first decode"
 FAILED_VERIFY = "failed verify"
 FAILED_MEASURING = "could not be measured"
+NOT_JUDGED = "not judged"
 
 
 CANDIDATE_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?")
@@ -65,6 +66,9 @@ class CandidateResult:
     load_seconds: float | None = None
     verdict: str = ""
     reason: str = ""
+    self_check: dict[str, Any] | None = None
+    """The current runtime's verify against the expectations before it is judged (tune_local's
+    `self_check_summary`); a failure means nothing can be judged by that rule."""
 
     def decode(self, depth: int) -> Series | None:
         """The decode series that decides at a depth: the server's own timings (they hold no
@@ -89,10 +93,11 @@ class CandidateResult:
             rejection=doc.get("rejection"),
             depths=[DepthFigures.from_json(d) for d in doc["figures"]],
             load_seconds=None if load is None else float(load),
+            self_check=_self_check_of(doc.get("selfCheck")),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "name": self.name,
             "runtime": self.runtime,
             "current": self.current,
@@ -101,6 +106,34 @@ class CandidateResult:
             "loadSeconds": None if self.load_seconds is None else round(self.load_seconds, 1),
             "figures": [d.to_json() for d in self.depths],
         }
+        if self.self_check is not None:
+            out["selfCheck"] = self.self_check
+        return out
+
+
+SELF_CHECK_KEYS = {"passed": bool, "compared": int, "total": int, "ties": int}
+
+
+def _self_check_of(doc: object) -> dict[str, Any] | None:
+    """A result line's self-check, its fields typed (None: the candidate ran none)."""
+    if doc is None:
+        return None
+    if not isinstance(doc, dict):
+        raise ValueError(f"selfCheck: {doc!r:.80} is not an object")
+    for key, kind in SELF_CHECK_KEYS.items():
+        if type(doc.get(key)) is not kind:
+            raise ValueError(f"selfCheck.{key}: {doc.get(key)!r:.80} is not a {kind.__name__}")
+    problem = doc.get("problem")
+    if problem is not None and not isinstance(problem, str):
+        raise ValueError(f"selfCheck.problem: {problem!r:.80} is not a string")
+    delta = doc.get("maxLogprobDelta")
+    if delta is not None and not (isinstance(delta, (int, float)) and math.isfinite(delta)):
+        raise ValueError(f"selfCheck.maxLogprobDelta: {delta!r:.80} is not a finite number")
+    return {
+        **{key: doc[key] for key in SELF_CHECK_KEYS},
+        "maxLogprobDelta": delta,
+        "problem": problem,
+    }
 
 
 def figures_problem(result: CandidateResult) -> str | None:
@@ -167,6 +200,12 @@ def decide(results: list[CandidateResult], depths: list[int]) -> CandidateResult
         if result.rejection is not None:
             result.verdict, result.reason = REJECTED, result.rejection
     current = next((r for r in results if r.current), None)
+    if current is not None and current.self_check and not current.self_check["passed"]:
+        # The rule cannot tell this runtime from itself: nothing it passes or fails means much.
+        why = f"{NOT_JUDGED}: {current.name} fails its own check ({current.self_check['problem']})"
+        for result in results:
+            result.verdict, result.reason = REJECTED, why
+        return None
     if not passed:
         return None
     if current is None or current.rejection is not None:
@@ -211,9 +250,12 @@ def tune_record(
     depths: list[int],
     runs: int,
     where: str,
+    correctness: str | None = None,
 ) -> dict[str, Any]:
-    """The reviewed record, `stacks/STACK.tune.json`."""
+    """The reviewed record, `stacks/STACK.tune.json`; `correctness` is verify's rule with its
+    thresholds (`verify.rule_line`), which every candidate passed or failed."""
     current = next((r for r in results if r.current), None)
+    extra = {} if correctness is None else {"correctness": correctness}
     return {
         "version": RECORD_VERSION,
         "stack": stack,
@@ -226,6 +268,7 @@ def tune_record(
         "current": None if current is None else current.runtime,
         "winner": None if winner is None else winner.runtime,
         "candidates": [r.to_json() for r in results],
+        **extra,
     }
 
 

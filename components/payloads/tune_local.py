@@ -173,12 +173,19 @@ def judge_loaded(
     result.rejection = first_decode_problem(base_url, api_key, died)
     if result.rejection:
         return
-    failed = [r for r in verify.verify(base_url, expectations, api_key=api_key) if not r.ok]
-    if failed:
-        first = failed[0]
-        result.rejection = f"{FAILED_VERIFY}: {len(failed)} case(s), {first.case_id}: " + "; ".join(
-            first.problems
+    if result.current:
+        # Before anything is judged by the rule, the current runtime against itself: its own
+        # expectations, a run apart (the record, or the stack's recording, was another).
+        result.self_check = self_check_summary(
+            verify.verify(base_url, expectations, api_key=api_key), expectations
         )
+        if not result.self_check["passed"]:
+            result.rejection = f"{FAILED_VERIFY}: {result.self_check['problem']}"
+            return
+    result.rejection = verify_rejection(
+        verify.verify(base_url, expectations, api_key=api_key), expectations
+    )
+    if result.rejection:
         return
     props = verify.request_json(base_url, "/props", api_key=api_key, timeout=30.0)
     slot_context = int(props.get("default_generation_settings", {}).get("n_ctx", 0))
@@ -198,6 +205,36 @@ def judge_loaded(
         result.rejection = died(f"at depth {depth}")
         if result.rejection:
             return
+
+
+def verify_rejection(results: list[verify.CaseResult], expectations: dict[str, Any]) -> str | None:
+    """Why verify's results reject a candidate (the decisive rule, docs/verify-and-bench.md):
+    the first failed case, else too little compared; None when it passes."""
+    failed = [r for r in results if not r.ok]
+    if failed:
+        first = failed[0]
+        return f"{FAILED_VERIFY}: {len(failed)} case(s), {first.case_id}: " + "; ".join(
+            first.problems
+        )
+    evidence = verify.evidence_problem(results, verify.tolerance_of(expectations))
+    return None if evidence is None else f"{FAILED_VERIFY}: {evidence}"
+
+
+def self_check_summary(
+    results: list[verify.CaseResult], expectations: dict[str, Any]
+) -> dict[str, Any]:
+    """The current runtime's agreement with its own expectations, as the record keeps it."""
+    counted = [r.agreement for r in results if r.agreement is not None]
+    deltas = [r.max_logprob_delta for r in results if r.max_logprob_delta is not None]
+    problem = verify_rejection(results, expectations)
+    return {
+        "passed": problem is None,
+        "compared": sum(a for a, _ in counted),
+        "total": sum(t for _, t in counted),
+        "ties": sum(r.tie is not None for r in results),
+        "maxLogprobDelta": round(max(deltas), 6) if deltas else None,
+        "problem": None if problem is None else problem.removeprefix(f"{FAILED_VERIFY}: "),
+    }
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -268,9 +305,11 @@ def record_expectations(
     port: int,
     log: Path,
     load_timeout: float = 600.0,
+    into: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Verify's expectations recorded against a candidate started with the stack's flags (the
-    current runtime, on a machine with no recorded expectations for this model)."""
+    current runtime, on a machine with no recorded expectations for this model), into the
+    document `into` (its cases and tolerance; default: `verify.new_expectations()`)."""
     argv = candidate_argv(stack_args, candidate, model=model, port=port, log=log)
     process = subprocess.Popen(
         argv, env={**os.environ, **candidate.env}, stdout=subprocess.DEVNULL,
@@ -282,7 +321,7 @@ def record_expectations(
             raise RuntimeError(
                 f"{candidate.name} did not load to record expectations: {_tail(log)}"
             )
-        return verify.record(url, verify.new_expectations())
+        return verify.record(url, into or verify.new_expectations())
     finally:
         stop(process)
 

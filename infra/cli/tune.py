@@ -322,7 +322,7 @@ def _finish(
     winner = tune_figures.decide(results, depths)
     record = tune_figures.tune_record(
         stack_file.name, args.server, results, winner, depths=depths, runs=max(runs, MIN_RUNS),
-        where=where,
+        where=where, correctness=_correctness(args, stack_file),
     )  # fmt: skip
     wrong = tune_record_problems(record, stack_file.name, args.server)
     if wrong:  # the writer and the reader (`server.runtime: tuned`) disagree: a bug of ours
@@ -334,13 +334,31 @@ def _finish(
         print_json(record)
     else:
         print(tune_figures.format_table(results, depths))
-        if winner is None:
+        current = next((r for r in results if r.current), None)
+        if current and current.self_check and not current.self_check["passed"]:
+            print(
+                f"{current.name} fails its own check ({current.self_check['problem']}): no "
+                "candidate is judged; record the expectations again against this runtime "
+                "(llm-infra verify STACK --url URL --record), or see docs/verify-and-bench.md"
+            )
+        elif winner is None:
             print("no candidate passed: the record names no winner")
         else:
             print(f"winner: {winner.name} ({winner.reason})")
         if not args.dry_run:
             print(f"wrote {shown_path(out)}: review it, then `server.runtime: tuned` uses it")
     return 0 if winner is not None else 1
+
+
+def _correctness(args: argparse.Namespace, stack_file: StackFile) -> str | None:
+    """Verify's rule and thresholds from the expectations every candidate was held to."""
+    from components.payloads import verify
+    from infra.config import ConfigError
+
+    try:
+        return verify.rule_line(verify.tolerance_of(_expectations(args, stack_file)))
+    except ConfigError:  # --collect with the expectations elsewhere: the Jobs carried them
+        return None
 
 
 def _free_port() -> int:

@@ -140,3 +140,52 @@ def test_an_impossible_figure_is_a_rejection_never_a_winner(figure: float) -> No
 def test_a_candidate_name_outside_the_grammar_is_refused(name: str) -> None:
     problem = name_problem(name)
     assert problem is not None and "is not a candidate name" in problem
+
+
+def self_check(passed: bool) -> dict[str, object]:
+    return {
+        "passed": passed, "compared": 150 if passed else 20, "total": 192,
+        "ties": 1, "maxLogprobDelta": 0.004,
+        "problem": None if passed else "compared 20 of 192 reference tokens before the near-ties",
+    }  # fmt: skip
+
+
+def test_when_the_current_runtime_fails_its_own_check_nothing_is_judged() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0]}, current=True)
+    current.self_check = self_check(False)
+    current.rejection = "failed verify: compared 20 of 192"
+    faster = result("rocm", {0: [16.0, 16.0, 16.0]})
+    assert decide([current, faster], [0]) is None
+    assert faster.verdict == REJECTED
+    assert faster.reason.startswith("not judged: vulkan fails its own check (compared 20 of 192")
+
+
+def test_a_current_runtime_that_passes_its_own_check_is_judged_as_before() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0]}, current=True)
+    current.self_check = self_check(True)
+    faster = result("rocm", {0: [16.0, 16.0, 16.0]})
+    assert decide([current, faster], [0]) is faster
+
+
+def test_the_record_keeps_the_self_check_and_the_rule() -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0]}, current=True)
+    current.self_check = self_check(True)
+    winner = decide([current], [0])
+    record = tune_record(
+        "strix-halo", None, [current], winner, depths=[0], runs=3, where="local",
+        correctness="rule: greedy tokens agree wherever ...",
+    )  # fmt: skip
+    assert record["correctness"] == "rule: greedy tokens agree wherever ..."
+    assert record["candidates"][0]["selfCheck"] == self_check(True)
+    assert CandidateResult.from_json(record["candidates"][0]).self_check == self_check(True)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [{"passed": "yes"}, {"compared": 1.5}, {"maxLogprobDelta": float("nan")}, {"problem": 3}],
+)
+def test_a_malformed_self_check_in_a_result_line_is_refused(forged: dict[str, object]) -> None:
+    current = result("vulkan", {0: [9.0, 9.0, 9.0]}, current=True)
+    current.self_check = {**self_check(True), **forged}
+    with pytest.raises(ValueError, match="selfCheck"):
+        CandidateResult.from_json(current.to_json())

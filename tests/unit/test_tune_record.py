@@ -60,6 +60,9 @@ def test_the_winner_is_read_pinned_to_its_digest(tmp_path: Path) -> None:
          "winner: is not the runtime of the candidate whose verdict is 'winner'"),
         ({"candidates": [{"runtime": VULKAN, "verdict": "kept"}]},
          "candidates[0].reason: is required"),
+        ({"correctness": {"margin": 0.5}}, "correctness: {'margin': 0.5} is not a string"),
+        ({"candidates": [{"runtime": VULKAN, "verdict": "kept", "selfCheck": {"passed": 1}}]},
+         "candidates[0].selfCheck.passed: 1 is not a bool"),
     ],
 )  # fmt: skip
 def test_a_malformed_record_names_the_field(changes: dict[str, Any], problem: str) -> None:
@@ -113,3 +116,12 @@ def test_a_fleet_server_reads_its_own_record(tmp_path: Path) -> None:
     assert isinstance(resolved, FleetStack)
     assert resolved.server_stacks()[1].server.effective_runtime.backend == "rocm"
     assert resolved.server_stacks()[0].server.effective_runtime.backend == "vulkan"
+
+
+def test_a_record_with_the_rule_and_the_self_check_is_read(tmp_path: Path) -> None:
+    document = record(correctness="rule: greedy tokens agree wherever ...")
+    document["candidates"][-1]["selfCheck"] = {
+        "passed": True, "compared": 190, "total": 192, "ties": 1, "maxLogprobDelta": 0.01,
+        "problem": None,
+    }  # fmt: skip
+    assert tune_record_problems(document, "strix-halo", None) == []

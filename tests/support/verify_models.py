@@ -1,0 +1,41 @@
+"""Random-weight models for the decisive rule of `verify`, and the thresholds they are checked by.
+
+A random-weight model is flat: its top-1 beats its top-2 by a few hundredths of a nat where a
+real checkpoint is decisive by several nats, so the default thresholds (set for real
+checkpoints, docs/verify-and-bench.md) would call every position a near-tie. Expectations
+recorded from these models carry `RANDOM_MODEL_TOLERANCE` instead, measured with
+`bench/verify_rule.py` (equivalent runtimes against wrong ones, on the CPU build and on a GPU).
+"""
+
+from __future__ import annotations
+
+import gguf
+
+from components.payloads import verify
+from tests.support.tiny_gguf import TinyLlamaSpec
+
+SMALL_F16 = TinyLlamaSpec(
+    n_layer=4, n_embd=256, n_head=4, n_head_kv=4, n_ff=512,
+    weight_type=gguf.GGMLQuantizationType.F16,
+)  # fmt: skip
+"""Four layers of 256, F16: large enough that CPU variants differ in the last bits (a near-tie
+flips), small enough to load and answer in a second on two cores."""
+
+RANDOM_MODEL_TOLERANCE: dict[str, float] = {
+    **verify.DEFAULT_TOLERANCE,
+    "decisive_margin": 0.01,
+    "logprob_abs": 0.01,
+}
+"""The rule's thresholds for a random-weight model (nats)."""
+
+
+def with_random_model_tolerance(doc: dict[str, object]) -> dict[str, object]:
+    """An expectations document checked by the random-model thresholds."""
+    return {**doc, "tolerance": {**RANDOM_MODEL_TOLERANCE, **_speed(doc)}}
+
+
+def _speed(doc: dict[str, object]) -> dict[str, float]:
+    tolerance = doc.get("tolerance")
+    if isinstance(tolerance, dict) and "min_decode_fraction" in tolerance:
+        return {"min_decode_fraction": float(tolerance["min_decode_fraction"])}
+    return {}

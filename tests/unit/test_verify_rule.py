@@ -1,0 +1,184 @@
+"""The decisive rule of `verify` (docs/verify-and-bench.md) on token steps with known margins.
+
+The real runtimes (equivalent kernels that flip a near-tie, wrong weights, a wrong template)
+are in tests/contract/test_verify.py; here each clause of the rule on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.payloads import verify
+from components.payloads.tune_local import verify_rejection
+
+TOLERANCE = dict(verify.DEFAULT_TOLERANCE)
+MARGIN = TOLERANCE["decisive_margin"]
+
+
+def step(
+    token_id: int, *alternatives: tuple[int, float], chosen_lp: float = -0.1
+) -> verify.TokenStep:
+    """A greedy step choosing `token_id` with `chosen_lp`, listing the alternatives after it."""
+    top = [(f"t{token_id}", chosen_lp)] + [(f"t{i}", lp) for i, lp in alternatives]
+    ids = [token_id] + [i for i, _ in alternatives]
+    return verify.TokenStep(f"t{token_id}", chosen_lp, top, token_id, ids)
+
+
+def case_of(reference: list[verify.TokenStep], text: str) -> dict[str, Any]:
+    return {
+        "id": "c",
+        "expect": {"exact": text},
+        "reference": {"steps": [s.to_json() for s in reference]},
+    }
+
+
+def decisive(token_id: int) -> verify.TokenStep:
+    return step(token_id, (900, -0.1 - 3 * MARGIN))
+
+
+def near_tie(token_id: int, runner_up: int) -> verify.TokenStep:
+    return step(token_id, (runner_up, -0.1 - MARGIN / 10))
+
+
+def text(steps: list[verify.TokenStep]) -> str:
+    return "".join(s.token for s in steps)
+
+
+def test_the_same_tokens_pass_with_the_whole_reference_compared() -> None:
+    ref = [decisive(1), decisive(2), decisive(3)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(ref), ref), TOLERANCE
+    )
+    assert result.ok and result.agreement == (3, 3) and result.tie is None
+
+
+def test_a_flip_at_a_near_tie_to_the_runner_up_is_noise_and_ends_the_comparison() -> None:
+    ref = [decisive(1), near_tie(2, 7), decisive(3), decisive(4)]
+    got = [decisive(1), near_tie(7, 2), decisive(5), decisive(6)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(got), got), TOLERANCE
+    )
+    assert result.ok, result.problems
+    assert result.agreement == (1, 4)
+    assert result.tie is not None and result.tie.position == 1
+    assert result.text_ok  # the text agrees up to the tie
+
+
+def test_a_divergence_where_the_reference_was_decisive_fails_naming_the_margin() -> None:
+    ref = [decisive(1), decisive(2), decisive(3)]
+    got = [decisive(1), step(900, (2, -0.2)), decisive(3)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(got), got), TOLERANCE
+    )
+    assert not result.ok
+    assert "diverges at token 1 of 3" in result.problems[0]
+    assert f"by {3 * MARGIN:.3f} nats" in result.problems[0]
+
+
+def test_a_near_tie_flipped_to_a_token_the_reference_never_ranked_fails() -> None:
+    ref = [decisive(1), near_tie(2, 7), decisive(3)]
+    got = [decisive(1), step(555, (2, -0.2)), decisive(3)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(got), got), TOLERANCE
+    )
+    assert not result.ok
+    assert "a token the reference did not rank" in result.problems[0]
+
+
+def test_a_margin_just_at_the_threshold_is_decisive() -> None:
+    ref = [step(1, (2, -0.1 - MARGIN)), decisive(3)]
+    got = [step(2, (1, -0.1 - MARGIN / 10)), decisive(3)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(got), got), TOLERANCE
+    )
+    assert not result.ok
+
+
+def test_a_wider_tolerance_in_the_file_is_the_threshold_used() -> None:
+    ref = [step(1, (2, -0.1 - MARGIN)), decisive(3)]
+    got = [step(2, (1, -0.2)), decisive(3)]
+    wide = {**TOLERANCE, "decisive_margin": 2 * MARGIN}
+    result = verify.check_case(case_of(ref, text(ref)), verify.Completion(text(got), got), wide)
+    assert result.ok, result.problems
+
+
+def test_a_text_that_differs_before_the_tie_fails() -> None:
+    ref = [decisive(1), near_tie(2, 7), decisive(3)]
+    got = [decisive(1), near_tie(7, 2), decisive(3)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion("X" + text(got), got), TOLERANCE
+    )
+    assert result.text_ok is False and not result.ok
+
+
+def test_without_a_tie_the_whole_text_must_match() -> None:
+    ref = [decisive(1), decisive(2)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(ref) + "!", ref), TOLERANCE
+    )
+    assert result.text_ok is False and not result.ok
+
+
+def test_an_answer_ending_at_a_near_tie_is_noise_ending_at_a_decisive_step_is_not() -> None:
+    ref = [decisive(1), near_tie(2, 7), decisive(3)]
+    ended_at_tie = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(ref[:1]), ref[:1]), TOLERANCE
+    )
+    assert ended_at_tie.ok and ended_at_tie.tie is not None
+    ended_early = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(ref[:2]), ref[:2]), TOLERANCE
+    )
+    assert not ended_early.ok
+
+
+def test_the_logprob_tolerance_still_applies_where_the_tokens_agree() -> None:
+    ref = [decisive(1), decisive(2)]
+    got = [decisive(1), step(2, (900, -5.0), chosen_lp=-0.1 - 2 * TOLERANCE["logprob_abs"])]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(got), got), TOLERANCE
+    )
+    assert any("logprob differs" in p for p in result.problems)
+
+
+def test_a_step_listing_one_token_counts_as_decisive() -> None:
+    ref = [decisive(5), verify.TokenStep("t1", -0.1, [("t1", -0.1)], 1, [1]), decisive(2)]
+    got = ref[:1]  # ended where the reference named one candidate
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(got), got), TOLERANCE
+    )
+    assert not result.ok and "unknown nats" in result.problems[0]
+
+
+def results_with(compared: int, total: int) -> list[verify.CaseResult]:
+    return [verify.CaseResult("c", "", agreement=(compared, total))]
+
+
+def test_ties_so_early_that_under_the_share_is_compared_fail_as_too_little_evidence() -> None:
+    share = TOLERANCE["min_compared"]
+    total = 100
+    low = int(share * total) - 1
+    assert verify.evidence_problem(results_with(low, total), TOLERANCE) is not None
+    assert verify.evidence_problem(results_with(low + 1, total), TOLERANCE) is None
+
+
+def test_tune_rejects_a_candidate_on_too_little_evidence_as_failed_verify() -> None:
+    doc = {"tolerance": TOLERANCE}
+    rejection = verify_rejection(results_with(1, 100), doc)
+    assert rejection is not None and rejection.startswith("failed verify: compared 1 of 100")
+    assert verify_rejection(results_with(100, 100), doc) is None
+
+
+def test_the_table_shows_where_a_tie_ended_the_comparison() -> None:
+    ref = [decisive(1), near_tie(2, 7), decisive(3)]
+    got = [decisive(1), near_tie(7, 2), decisive(3)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion(text(got), got), TOLERANCE
+    )
+    assert f"1/3 (tie {MARGIN / 10:.3f})" in verify.format_table([result])
+
+
+def test_an_old_file_without_the_rule_gets_the_default_thresholds() -> None:
+    old = {"tolerance": {"logprob_abs": 0.5, "min_top1_agreement": 1.0}}
+    tolerance = verify.tolerance_of(old)
+    assert tolerance["decisive_margin"] == MARGIN
+    assert f">= {MARGIN:g} nats" in verify.rule_line(tolerance)
