@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from components.grammars import (
     QUANTITY_PATTERN,
     AbsolutePath,
+    Architecture,
     Cidr,
     DnsLabel,
     Email,
@@ -44,6 +45,7 @@ from components.validation import error_messages
 
 __all__ = [
     "AbsolutePath",
+    "Architecture",
     "Cidr",
     "DnsLabel",
     "Email",

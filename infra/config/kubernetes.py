@@ -16,10 +16,10 @@ from components.llamacpp.inputs import (
 )
 from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
 from infra.config.base import (
+    Architecture,
     Cidr,
     DnsLabel,
     HttpUrl,
-    Identifier,
     ImageReference,
     KubeContext,
     NamespacePods,
@@ -59,7 +59,7 @@ class KubernetesSettings(Strict):
 class ModelSettings(RepoModelSettings):
     """A GGUF model: one quant's files, with the structure the memory plan needs."""
 
-    architecture: Identifier | None = None
+    architecture: Architecture | None = None
     """GGUF `general.architecture` (`deepseek4`, `qwen3moe`, `llama`, ...). Read from the
     lock's GGUF header once the model is locked; needed only before that, and where set it
     must agree with the header."""

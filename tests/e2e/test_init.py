@@ -272,3 +272,46 @@ def test_bad_input_names_the_option(
     assert "Traceback" not in result.stderr
     assert bool(hub.requests) == fetched
     assert not (project / "stacks").exists()
+
+
+def gpt_oss_shards(folder: Path) -> dict[str, bytes]:
+    """A tiny model under llama.cpp's own name `gpt-oss` (a hyphen in the architecture): its
+    header keys are `gpt-oss.*`, its tensors llama-shaped (init and lock read the header)."""
+    import gguf
+    import numpy as np
+
+    path = folder / "Tiny-GptOss-Q8_0.gguf"
+    writer = gguf.GGUFWriter(path, "gpt-oss")
+    writer.add_block_count(2)
+    writer.add_context_length(8192)
+    writer.add_embedding_length(64)
+    writer.add_feed_forward_length(128)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(2)
+    writer.add_key_length(32)
+    writer.add_value_length(32)
+    for block in range(2):
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            writer.add_tensor(f"blk.{block}.{name}.weight", np.zeros((64, 64), np.float32))
+    writer.add_tensor("token_embd.weight", np.zeros((256, 64), np.float32))
+    writer.add_tensor("output.weight", np.zeros((256, 64), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return {f"Q8_0/{path.name}": path.read_bytes()}
+
+
+def test_an_architecture_named_with_a_hyphen_inits_and_locks(project: Path, tmp_path: Path) -> None:
+    repo = "acme/Tiny-GptOss-GGUF"
+    with running_hub(Hub(repos={repo: gpt_oss_shards(tmp_path)})) as served:
+        result = llm_infra(project, "init", "oss", "--repo", repo, "--file", "Q8_0/*",
+                           endpoint=served.url)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        again = llm_infra(project, "lock", "oss", endpoint=served.url)
+        assert again.returncode == 0, again.stderr
+    lock = json.loads((project / "stacks" / "oss.lock.json").read_text())
+    assert lock["gguf"]["architecture"] == "gpt-oss"
+    plan = llm_infra(project, "plan", "oss", "-o", "json")
+    assert plan.returncode in (0, 1), plan.stderr  # a plan, fitting or not; never a traceback
+    assert "Traceback" not in plan.stderr

@@ -100,6 +100,25 @@ def test_different_k_and_v_cache_types_are_allowed_for_other_architectures(
     assert strix(strix_halo_values).server.cache_type_v == "f16"
 
 
+def test_an_architecture_llama_cpp_names_with_a_hyphen_is_accepted(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    strix_halo_values["model"]["architecture"] = "gpt-oss"
+    assert strix(strix_halo_values).model.architecture == "gpt-oss"
+
+
+@pytest.mark.parametrize("name", ["gpt oss", "-gpt", "GPT-OSS", "gpt/oss", "a" * 65])
+def test_an_architecture_outside_the_gguf_readers_grammar_is_refused(
+    strix_halo_values: dict[str, Any], name: str
+) -> None:
+    from components.gguf_header import _ARCHITECTURE
+
+    strix_halo_values["model"]["architecture"] = name
+    (problem,) = problems_of(strix_halo_values)
+    assert problem.startswith("model.architecture:")
+    assert not _ARCHITECTURE.fullmatch(name)  # the reader refuses it too
+
+
 @pytest.mark.parametrize("port", [0, 65536, -1])
 def test_ports_outside_range_are_rejected(strix_halo_values: dict[str, Any], port: int) -> None:
     strix_halo_values["server"]["port"] = port
