@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from components.payloads import verify
 from components.payloads.tune_measure import DepthFigures, Series
 
 RECORD_VERSION = 1
@@ -133,6 +134,36 @@ def _self_check_of(doc: object) -> dict[str, Any] | None:
         **{key: doc[key] for key in SELF_CHECK_KEYS},
         "maxLogprobDelta": delta,
         "problem": problem,
+    }
+
+
+def verify_rejection(results: list[verify.CaseResult], expectations: dict[str, Any]) -> str | None:
+    """Why verify's results reject a candidate (the decisive rule, docs/verify-and-bench.md):
+    the first failed case, else too little compared; None when it passes."""
+    failed = [r for r in results if not r.ok]
+    if failed:
+        first = failed[0]
+        return f"{FAILED_VERIFY}: {len(failed)} case(s), {first.case_id}: " + "; ".join(
+            first.problems
+        )
+    evidence = verify.evidence_problem(results, verify.tolerance_of(expectations))
+    return None if evidence is None else f"{FAILED_VERIFY}: {evidence}"
+
+
+def self_check_summary(
+    results: list[verify.CaseResult], expectations: dict[str, Any]
+) -> dict[str, Any]:
+    """The current runtime's agreement with its own expectations, as the record keeps it."""
+    counted = [r.agreement for r in results if r.agreement is not None]
+    deltas = [r.max_logprob_delta for r in results if r.max_logprob_delta is not None]
+    problem = verify_rejection(results, expectations)
+    return {
+        "passed": problem is None,
+        "compared": sum(a for a, _ in counted),
+        "total": sum(t for _, t in counted),
+        "ties": sum(r.tie is not None for r in results),
+        "maxLogprobDelta": round(max(deltas), 6) if deltas else None,
+        "problem": None if problem is None else problem.removeprefix(f"{FAILED_VERIFY}: "),
     }
 
 

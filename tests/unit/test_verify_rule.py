@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.payloads import verify
-from components.payloads.tune_local import verify_rejection
+from components.payloads.tune_figures import verify_rejection
 
 TOLERANCE = dict(verify.DEFAULT_TOLERANCE)
 MARGIN = TOLERANCE["decisive_margin"]
