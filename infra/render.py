@@ -57,6 +57,10 @@ def asset_bytes(asset: Any) -> bytes:
 def clean(value: Any) -> Any:
     """Engine values made plain: secrets masked, assets by digest, whole floats as ints."""
     if rpc.is_rpc_secret(value):
+        inner = rpc.unwrap_rpc_secret(value)
+        if isinstance(inner, dict) and inner and all(isinstance(v, str) for v in inner.values()):
+            # A Secret's stringData: its keys are names, not secrets, and a manifest needs them.
+            return {k: SECRET_PLACEHOLDER for k in sorted(inner)}
         return SECRET_PLACEHOLDER
     if isinstance(value, pulumi.StringAsset | pulumi.FileAsset):
         content = asset_bytes(value)

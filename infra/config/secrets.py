@@ -28,11 +28,12 @@ def missing_secrets(
 ) -> tuple[list[str], list[str]]:
     """Secrets the stack needs but the config lacks: (always errors, errors only for `up`).
 
-    A feature switched on without its secret is a mistake in any run. The secrets a target
-    always needs (the MI300X host's SSH key and API key) cannot live in a committed stack file,
-    so a preview or render shows the stack without them and `pulumi up` refuses.
+    A secret cannot live in a committed stack file, and `llm-infra render` needs no Pulumi CLI
+    to set one: a preview or render shows the stack with the placeholder `[secret]` where the
+    value goes (a warning names the key) and `pulumi up` refuses, whether the target needs the
+    secret (the MI300X host's SSH key and API key) or a feature does (`server.apiKey: true`).
     """
-    feature: dict[str, str] = {}
+    feature: dict[str, str] = {}  # none today: every missing secret is refused by `up` only
     target: dict[str, str] = {}
     if isinstance(stack, DockerHostStack):
         target["sshPrivateKey"] = "the SSH key pulumi-command logs in to the host with"
@@ -42,7 +43,7 @@ def missing_secrets(
         keyed = [s for s in servers if s.api_key]
         if keyed:
             where = "server" if isinstance(stack, KubernetesStack) else "a server's"
-            feature["apiKey"] = f"{where}.apiKey is true"
+            target["apiKey"] = f"{where}.apiKey is true"
 
     def lines(needed: dict[str, str]) -> list[str]:
         return [

@@ -89,7 +89,7 @@ def test_hf_token_becomes_a_secret_and_appears_nowhere_else(
     resources = by_name(rendered)
     secret = resources["models-hf-token"]
     assert secret["type"] == "kubernetes:core/v1:Secret"
-    assert secret["inputs"]["stringData"] == "[secret]"
+    assert secret["inputs"]["stringData"] == {"token": "[secret]"}
     env = resources["models-fetch"]["inputs"]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "models-hf-token",
                                                                "key": "token"}}} in env  # fmt: skip
@@ -231,6 +231,23 @@ def test_pulumi_up_refuses_a_docker_host_stack_without_its_secrets(tmp_path: Pat
     assert rendered.outputs["modelRevision"] == "a" * 40
     text = json.dumps(rendered.resources) + "".join(rendered.commands.values())
     assert "AAAA" not in text and "sk-live-0123456789" not in text
+
+
+def test_an_api_key_stack_renders_without_the_cli_and_pulumi_up_refuses_it() -> None:
+    """`server.apiKey: true` with no secret set (no Pulumi CLI needed to render): render and
+    preview show the Secret with the placeholder, a warning names the key, `up` refuses, as
+    for the Docker host's secrets."""
+    stack_file = read_stack_file(STACKS / "Pulumi.strix-halo.yaml")
+    config, secret_keys = stack_file.config, stack_file.secret_keys
+    server = json.loads(config["llm-infra:server"])
+    config["llm-infra:server"] = json.dumps({**server, "apiKey": True})
+    rendered = run_program(program.main, config, secret_keys, stack="strix-halo")
+    (secret,) = [r for r in rendered.resources if r["type"] == "kubernetes:core/v1:Secret"]
+    assert secret["inputs"]["stringData"] == {"api-key": "[secret]"}
+    assert any("apiKey: required (server.apiKey is true)" in w for w in rendered.warnings)
+    with pytest.raises(ConfigError) as caught:
+        run_program(program.main, config, secret_keys, stack="strix-halo", preview=False)
+    assert [p.split(":")[0] for p in caught.value.problems] == ["apiKey"]
 
 
 def test_litellm_route_can_be_a_configmap_in_litellms_namespace() -> None:

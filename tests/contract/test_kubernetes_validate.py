@@ -57,7 +57,10 @@ def test_strict_validation_rejects_an_unknown_field(tmp_path: Path) -> None:
 
 def test_verify_job_and_api_key_secret_pass_strict_validation(tmp_path: Path) -> None:
     text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
-    text = text.replace("    gpuGate: true\n", "    gpuGate: true\n    verifyAfterUp: true\n")
+    # apiKey without a secret set: rendered with the placeholder (no Pulumi CLI needed).
+    text = text.replace(
+        "    gpuGate: true\n", "    gpuGate: true\n    verifyAfterUp: true\n    apiKey: true\n"
+    )
     # The check runs after an awaited rollout: upgrade keep (replace does not await the pod).
     text = text.replace("    upgrade: replace\n", "    upgrade: keep\n")
     (tmp_path / "Pulumi.strix-halo.yaml").write_text(text)
@@ -67,6 +70,10 @@ def test_verify_job_and_api_key_secret_pass_strict_validation(tmp_path: Path) ->
     assert result.returncode == 0, result.stderr
     kinds = [d["kind"] for d in yaml.safe_load_all((out / "manifests.yaml").read_text())]
     assert kinds.count("Job") == 2
+    secrets = [
+        d for d in yaml.safe_load_all((out / "manifests.yaml").read_text()) if d["kind"] == "Secret"
+    ]
+    assert [s["stringData"] for s in secrets] == [{"api-key": "[secret]"}]
     validated = kubernetes_validate(out / "manifests.yaml")
     assert validated.returncode == 0, validated.stdout + validated.stderr
 
