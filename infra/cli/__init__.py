@@ -136,7 +136,7 @@ COMMANDS: dict[str, Command] = {
         "measure decode, prefill and concurrent throughput of a deployed endpoint",
         "Measure a running server through its OpenAI-compatible API: single-stream decode, "
         "prefill and aggregate throughput, from the server's own token counts.",
-        ("llm-infra bench strix-halo --url http://127.0.0.1:8080 --report bench.json",),
+        ("llm-infra bench strix-halo --url http://127.0.0.1:8080 --output-file bench.json",),
         ((0, "measured"), (1, "the endpoint failed"), _CONFIG),
     ),
     "tune": Command(

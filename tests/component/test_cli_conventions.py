@@ -141,3 +141,21 @@ def test_ctrl_c_ends_a_command_quietly_with_130(
     result = interrupt_when_connected(argv, silent_server)
     assert result.returncode == EXIT_INTERRUPTED, result.stderr
     assert "Traceback" not in result.stderr and "KeyboardInterrupt" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "example",
+    [e for command in COMMANDS.values() for e in command.examples],
+)
+def test_every_help_example_parses(example: str) -> None:
+    """What a --help example shows is accepted by the command's parser (no option it lacks)."""
+    import shlex
+
+    from infra.cli import parse
+
+    inner = re.fullmatch(r'eval "\$\((.*)\)"', example)
+    words = shlex.split(inner.group(1) if inner else example)
+    while "=" in words[0]:  # VAR=value before the command
+        words = words[1:]
+    assert words[0] == "llm-infra"
+    parse(words[1:])  # argparse exits 2 on an option the command does not have
