@@ -31,6 +31,8 @@ STACK_KEYS = {
     "cache_ram_mib": "server.cacheRam",
     "repack": "server.repack",
     "disk_bytes": "store.size",
+    "cache_type_k": "server.cacheTypeK",
+    "cache_type_v": "server.cacheTypeV",
 }
 """The stack key each planner input a fix changes comes from."""
 
@@ -189,6 +191,35 @@ def context_advice(inputs: LlamaCppPlanInputs, ctx: int | None) -> list[str]:
     ]
 
 
+QUANTIZED_KV = "q8_0"
+"""The KV cache type advice proposes: half of F16's bytes, llama.cpp's own lossless-in-practice
+choice (the strix-halo stack's), measured by the compute-buffer model (`MEASURED_CACHE_TYPES`)."""
+
+
+def kv_cache_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
+    """A q8_0 K and V cache where the stack's is wider (F16, F32, BF16), when it makes the plan
+    fit with every layer where the stack put it."""
+    wide = ("f32", "f16", "bf16")
+    if inputs.cache_type_k not in wide and inputs.cache_type_v not in wide:
+        return []
+    changes: dict[str, Any] = {
+        name: QUANTIZED_KV
+        for name, value in (("cache_type_k", inputs.cache_type_k),
+                            ("cache_type_v", inputs.cache_type_v))
+        if value in wide
+    }  # fmt: skip
+    after = replace(
+        inputs,
+        cache_type_k=changes.get("cache_type_k", inputs.cache_type_k),
+        cache_type_v=changes.get("cache_type_v", inputs.cache_type_v),
+    )
+    if not gpus_fit(after):
+        return []
+    keys = " and ".join(STACK_KEYS[name] for name in changes)
+    fix = checked_fix(inputs, f"set {keys} to {QUANTIZED_KV} (half the KV cache)", **changes)
+    return [fix] if fix else []
+
+
 def _use_text(device: Device, weights_of: str) -> str:
     """`weights X for <weights_of>, KV cache Y, compute Z`: what a refusal says a device holds."""
     items = device.items
@@ -202,13 +233,15 @@ def vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> tup
     """Why the GPU does not hold the plan, and the fixes that hold."""
     cap = vram.capacity_bytes or 0
     detail = _use_text(vram, gpu_text)
-    fixes: list[Fix] = []
+    # In order of what they cost: a quantized KV cache (every layer stays on the GPU, the
+    # answers move by float noise), then less context or fewer slots, then layers to the CPU.
+    fixes: list[Fix] = kv_cache_fixes(inputs)
+    ctx = max_context(inputs, gpus_only=True)
+    fixes += context_fixes(inputs, ctx)
     best = max_gpu_layers(inputs)
     if best is not None:
         fix = checked_fix(inputs, f"set server.gpuLayers to at most {best}", gpu_layers=best)
         fixes += [fix] if fix else []
-    ctx = max_context(inputs, gpus_only=True)
-    fixes += context_fixes(inputs, ctx)
     texts = [fix.text for fix in fixes] or context_advice(inputs, ctx)
     if not texts:
         texts.append("the model does not fit this GPU at any server.gpuLayers")

@@ -81,6 +81,8 @@ def stacks(draw: st.DrawFn) -> dict[str, Any]:
     )
     if draw(st.booleans()):
         server["cacheRam"] = draw(st.sampled_from([0, 1024, 8192, 16384]))
+    cache = draw(st.sampled_from(["q8_0", "f16"]))  # deepseek4 needs K = V
+    server.update(cacheTypeK=cache, cacheTypeV=cache)
     memory = draw(st.integers(6, 40))
     server["resources"]["limits"]["memory"] = f"{memory}Gi"
     server["resources"]["requests"]["memory"] = "2Gi"
@@ -153,6 +155,37 @@ def test_four_slots_of_the_trained_context_advise_what_fits_and_hold() -> None:
     assert "--rope-scaling yarn --rope-scale 2 --yarn-orig-ctx 40960" in problem
     fixed = applied(values, {"server.minSlotContext": 40960, "server.contextSize": 163840})
     assert plan_of(fixed).fits
+
+
+def test_the_cheapest_fix_comes_first_a_quantized_kv_cache_then_context_then_layers() -> None:
+    values = base("qwen3moe")
+    values["server"].update(
+        parallel=4, contextSize=4 * 40960, cacheTypeK="f16", cacheTypeV="f16", gpuLayers=49
+    )
+    values["memory"]["vramGib"] = 32
+    values["memory"].pop("computeGib", None)
+    plan = plan_of(values)
+    assert not plan.fits
+    texts = [fix.text for fix in plan.fixes]
+    assert texts[0] == "set server.cacheTypeK and server.cacheTypeV to q8_0 (half the KV cache)"
+    assert texts[1].startswith("lower server.contextSize") and texts[2].startswith(
+        "set server.gpuLayers"
+    )
+    (problem,) = plan.problems
+    assert problem.index("q8_0") < problem.index("server.contextSize") < problem.index("gpuLayers")
+    assert plan_of(applied(values, plan.fixes[0].changes)).fits  # every layer stays on the GPU
+
+
+def test_a_cache_already_quantized_gets_no_cache_advice() -> None:
+    values = base("qwen3moe")
+    values["server"].update(
+        parallel=4, contextSize=4 * 40960, cacheTypeK="q8_0", cacheTypeV="q8_0", gpuLayers=49
+    )
+    values["memory"]["vramGib"] = 20
+    values["memory"].pop("computeGib", None)
+    plan = plan_of(values)
+    assert not plan.fits
+    assert not any("cacheType" in fix.text for fix in plan.fixes)
 
 
 def test_suggest_names_min_slot_context_when_it_decides() -> None:
