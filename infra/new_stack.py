@@ -224,6 +224,15 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     c[("server", "nodeSelector")] = (
         "Labels of the GPU node (kubectl get nodes --show-labels); the model volume is bound to it."
     )
+    c[("network", "clients")] = (
+        "Who reaches the server's port (its NetworkPolicy admits only these): a namespace, "
+        "optionally with podLabels; add yours, e.g. {namespace: open-webui}, or k3s's Traefik: "
+        "{namespace: kube-system, podLabels: {app.kubernetes.io/name: traefik}}."
+    )
+    c[("network", "allowCidrs")] = (
+        "Addresses outside these namespaces allowed in too (CIDRs, e.g. the node's own for "
+        "kubelet probes under some CNIs); the Service itself is ClusterIP, inside the cluster."
+    )
     c[("server", "resources")] = (
         "CPU and memory of the container; limits.memory holds the plan's CPU side (llm-infra plan)."
     )
@@ -279,6 +288,8 @@ def _kubernetes_values(
                 "limits": {"cpu": "8000m", "memory": "1024Gi"},
             },
         },
+        # Written out, not left to the default: who can reach the server is visible here.
+        "network": {"clients": [{"namespace": "litellm"}], "allowCidrs": []},
     }
 
 

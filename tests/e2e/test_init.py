@@ -102,6 +102,9 @@ def test_init_writes_a_stack_and_lock_that_lock_plan_and_render_accept(
     assert server["alias"] == "tiny-llama"
     for key in ("alias", "nodeSelector", "vramGib", "contextSize", "parallel", "gpuLayers"):
         assert len(comment_above(text, key)) > 20
+    # Who can reach the server is written out, with how to add a client.
+    assert values["network"] == {"clients": [{"namespace": "litellm"}], "allowCidrs": []}
+    assert "NetworkPolicy admits only these" in text and "podLabels" in text
     # The lock is the one `llm-infra lock` writes for this stack.
     written = lock_path.read_text()
     again = llm_infra(project, "lock", "tiny", endpoint=hub.url)
