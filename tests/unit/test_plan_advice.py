@@ -157,13 +157,19 @@ def test_four_slots_of_the_trained_context_advise_what_fits_and_hold() -> None:
     assert plan_of(fixed).fits
 
 
-def test_the_cheapest_fix_comes_first_a_quantized_kv_cache_then_context_then_layers() -> None:
+def four_full_slots(cache: str, vram_gib: int) -> dict[str, Any]:
+    """qwen3moe with every layer on the GPU, four slots of its trained context, `cache` K and V."""
     values = base("qwen3moe")
     values["server"].update(
-        parallel=4, contextSize=4 * 40960, cacheTypeK="f16", cacheTypeV="f16", gpuLayers=49
+        parallel=4, contextSize=4 * 40960, cacheTypeK=cache, cacheTypeV=cache, gpuLayers=49
     )
-    values["memory"]["vramGib"] = 32
+    values["memory"]["vramGib"] = vram_gib
     values["memory"].pop("computeGib", None)
+    return values
+
+
+def test_the_cheapest_fix_comes_first_a_quantized_kv_cache_then_context_then_layers() -> None:
+    values = four_full_slots("f16", 32)
     plan = plan_of(values)
     assert not plan.fits
     texts = [fix.text for fix in plan.fixes]
@@ -177,13 +183,7 @@ def test_the_cheapest_fix_comes_first_a_quantized_kv_cache_then_context_then_lay
 
 
 def test_a_cache_already_quantized_gets_no_cache_advice() -> None:
-    values = base("qwen3moe")
-    values["server"].update(
-        parallel=4, contextSize=4 * 40960, cacheTypeK="q8_0", cacheTypeV="q8_0", gpuLayers=49
-    )
-    values["memory"]["vramGib"] = 20
-    values["memory"].pop("computeGib", None)
-    plan = plan_of(values)
+    plan = plan_of(four_full_slots("q8_0", 20))
     assert not plan.fits
     assert not any("cacheType" in fix.text for fix in plan.fixes)
 
