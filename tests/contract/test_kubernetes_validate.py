@@ -63,6 +63,8 @@ def test_verify_job_and_api_key_secret_pass_strict_validation(tmp_path: Path) ->
     )
     # The check runs after an awaited rollout: upgrade keep (replace does not await the pod).
     text = text.replace("    upgrade: replace\n", "    upgrade: keep\n")
+    # An HF token set with `pulumi config set --secret` (render cannot decrypt it).
+    text = text.replace("config:\n", "config:\n  llm-infra:hfToken:\n    secure: v1:AAAA\n", 1)
     (tmp_path / "Pulumi.strix-halo.yaml").write_text(text)
     (tmp_path / "strix-halo.verify.json").write_text('{"version": 1, "cases": []}\n')
     out = tmp_path / "out"
@@ -73,7 +75,12 @@ def test_verify_job_and_api_key_secret_pass_strict_validation(tmp_path: Path) ->
     secrets = [
         d for d in yaml.safe_load_all((out / "manifests.yaml").read_text()) if d["kind"] == "Secret"
     ]
-    assert [s["stringData"] for s in secrets] == [{"api-key": "[secret]"}]
+    # Every Secret: its key names, each value the placeholder.
+    by_name = {s["metadata"]["name"]: s["stringData"] for s in secrets}
+    assert by_name == {
+        "models-hf-token": {"token": "[secret]"},
+        "deepseek-v4-flash-0731-api-key": {"api-key": "[secret]"},
+    }
     validated = kubernetes_validate(out / "manifests.yaml")
     assert validated.returncode == 0, validated.stdout + validated.stderr
 
