@@ -18,6 +18,7 @@ table and writes ``DIR/tune.json`` (the record) and each candidate's logs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -73,9 +74,7 @@ def gpu_models(seed: int) -> tuple[Path, dict[str, Path]]:
     from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model_seeded
 
     folder = Path(tempfile.mkdtemp())
-    q4 = type(LLAMA43_SPEC)(
-        **{**LLAMA43_SPEC.__dict__, "weight_type": gguf.GGMLQuantizationType.Q4_0}
-    )
+    q4 = dataclasses.replace(LLAMA43_SPEC, weight_type=gguf.GGMLQuantizationType.Q4_0)
     model = write_tiny_model_seeded(folder / "f16", "llama43", 1, LLAMA43_SPEC, seed=seed)[0]
     wrong = {
         "wrong-weights": write_tiny_model_seeded(

@@ -1,15 +1,15 @@
 """The decisive rule's thresholds, measured: equivalent runtimes against wrong ones.
 
     python3 -m bench.verify_rule --out DIR [--binary LLAMA_SERVER] [--seeds 101,102,103]
-        [--shape tiny|llama43] [--equivalent NAME ...] [--ngl N]
+        [--shape tiny|small-f16|llama43] [--ngl N] [--only NAME ...]
 
 For each seed a random llama of that shape is written (F16, and the same weights in Q4_0), a
 reference is recorded with verify on the base runtime, and verify checks it against:
 
 * equivalent runtimes (numerically the same model, other kernels or schedules): the same
   server restarted, a prompt processed in batches of 8 (``-ub 8 -b 8``), one thread, flash
-  attention on, and on the CPU build every other CPU variant this CPU runs; with ``--ngl``
-  on a GPU build also every layer on the GPU and none;
+  attention on, an F32 KV cache, and on the CPU build every other CPU variant this CPU runs;
+  with ``--ngl`` on a GPU build also every layer on the GPU and none;
 * wrong runtimes the rule must reject: another seed's weights, the same weights in Q4_0 (12
   bits per weight below F16), a broken chat template (``--chat-template chatml``), a server
   default that changes the answers (``--repeat-penalty 1.5``) and a runtime that answers
@@ -25,6 +25,7 @@ between them. Everything lands in ``DIR/verify-rule.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -35,6 +36,7 @@ from typing import Any
 import gguf
 
 from components.payloads import verify
+from components.payloads.tune_local import set_flag
 from tests.support import llama_build
 from tests.support.llama_server import free_port, run_llama_server
 from tests.support.tiny_gguf import DEFAULT_SPEC, LLAMA43_SPEC, write_tiny_model_seeded
@@ -53,40 +55,32 @@ def base_argv(model: Path, ngl: str | None) -> list[str]:
     return argv + (["-ngl", ngl] if ngl is not None else [])
 
 
-def with_flag(argv: list[str], flag: str, value: str | None) -> list[str]:
-    """`argv` with `flag` set to `value` (added when absent; a bare flag when value is None)."""
-    if flag in argv:
-        i = argv.index(flag)
-        return [*argv[: i + 1], value, *argv[i + 2 :]] if value is not None else argv
-    return [*argv, flag] + ([value] if value is not None else [])
-
-
 def equivalents(argv: list[str], ngl: str | None) -> list[tuple[str, list[str], str | None]]:
     """(name, argv, CPU variant) of runtimes numerically equivalent to the base one."""
     out: list[tuple[str, list[str], str | None]] = [
         ("restart", argv, None),
-        ("ubatch-8", with_flag(with_flag(argv, "-ub", "8"), "-b", "8"), None),
-        ("threads-1", with_flag(argv, "--threads", "1"), None),
-        ("flash-attn", with_flag(argv, "-fa", "on"), None),
-        ("kv-f32", with_flag(with_flag(argv, "-ctk", "f32"), "-ctv", "f32"), None),
+        ("ubatch-8", set_flag(set_flag(argv, "-ub", "8"), "-b", "8"), None),
+        ("threads-1", set_flag(argv, "--threads", "1"), None),
+        ("flash-attn", set_flag(argv, "-fa", "on"), None),
+        ("kv-f32", set_flag(set_flag(argv, "-ctk", "f32"), "-ctv", "f32"), None),
     ]
     if ngl is None:
         default = llama_build.default_variant()
         out += [(f"cpu-{v}", argv, v) for v in llama_build.supported_variants() if v != default]
     else:
-        out += [("ngl-99", with_flag(argv, "-ngl", "99"), None)]
-        out += [("ngl-0", with_flag(argv, "-ngl", "0"), None)]
+        out += [("ngl-99", set_flag(argv, "-ngl", "99"), None)]
+        out += [("ngl-0", set_flag(argv, "-ngl", "0"), None)]
     return out
 
 
 def wrong(argv: list[str], other: Path, quant: Path) -> list[tuple[str, list[str], str | None]]:
     """(name, argv, CPU variant) of runtimes the rule must reject."""
     return [
-        ("other-weights", with_flag(argv, "-m", str(other)), None),
-        ("q4_0", with_flag(argv, "-m", str(quant)), None),
-        ("chatml-template", with_flag(argv, "--chat-template", "chatml"), None),
-        ("repeat-penalty", with_flag(argv, "--repeat-penalty", "1.5"), None),
-        ("garbage-norm", with_flag(argv, "--override-kv", f"{NORM_EPS_KEY}=float:1000"), None),
+        ("other-weights", set_flag(argv, "-m", str(other)), None),
+        ("q4_0", set_flag(argv, "-m", str(quant)), None),
+        ("chatml-template", set_flag(argv, "--chat-template", "chatml"), None),
+        ("repeat-penalty", set_flag(argv, "--repeat-penalty", "1.5"), None),
+        ("garbage-norm", set_flag(argv, "--override-kv", f"{NORM_EPS_KEY}=float:1000"), None),
     ]
 
 
@@ -94,7 +88,7 @@ def check(
     binary: str | None, argv: list[str], variant: str | None, doc: dict[str, Any], log: Path
 ) -> dict[str, Any]:
     """Verify `doc` against one runtime: each case's comparison and the verdict."""
-    argv = with_flag(argv, "--port", str(free_port()))
+    argv = set_flag(argv, "--port", str(free_port()))
     with run_llama_server(
         argv, binary=binary, cpu_variant=variant, timeout=600, log_path=log
     ) as url:
@@ -140,7 +134,7 @@ def main() -> int:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     spec = SHAPES[args.shape]
-    quant_spec = type(spec)(**{**spec.__dict__, "weight_type": gguf.GGMLQuantizationType.Q4_0})
+    quant_spec = dataclasses.replace(spec, weight_type=gguf.GGMLQuantizationType.Q4_0)
     summary: dict[str, Any] = {"shape": args.shape, "ngl": args.ngl, "seeds": {}}
     for seed in (int(s) for s in args.seeds.split(",")):
         folder = Path(tempfile.mkdtemp(prefix=f"verify-rule-{seed}-"))

@@ -110,7 +110,10 @@ Scalar = int | float | bool | str
 MetadataValue = Scalar | list[Scalar] | list[Any]
 
 _LAYER = re.compile(r"^blk\.(\d+)\.")
-_ARCHITECTURE = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+ARCHITECTURE_PATTERN = r"[a-z0-9][a-z0-9_-]{0,63}"
+"""A `general.architecture` as llama.cpp names them (`deepseek4`, `gpt-oss`): the one grammar
+the reader, the lock and `model.architecture` hold it to."""
+_ARCHITECTURE = re.compile(ARCHITECTURE_PATTERN)
 # Tensors llama.cpp reads as the input layer (row lookups, never a matrix product).
 INPUT_TENSORS = ("token_embd.", "position_embd.", "token_types.")
 # {arch}.<suffix> keys the planner (and a reader of the lock) needs; deepseek4 keeps all.

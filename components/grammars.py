@@ -22,6 +22,7 @@ from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
+from components.gguf_header import ARCHITECTURE_PATTERN
 from components.k8s.images import parse_image
 from components.payloads.fetcher import ModelFile
 from components.validation import Problem, cross_field_rule, error_messages
@@ -62,8 +63,7 @@ ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127}$
 """A model id clients send (`deepseek-v4-flash-0731`, `org/model:tag`): no spaces or quotes."""
 Identifier = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_]{0,63}$")]
 """A lowercase identifier such as a parser or dtype name (`deepseek_v4`, `fp8`)."""
-ARCHITECTURE_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,63}$"
-Architecture = Annotated[str, Field(pattern=ARCHITECTURE_PATTERN)]
+Architecture = Annotated[str, Field(pattern=f"^{ARCHITECTURE_PATTERN}$")]
 """A GGUF `general.architecture` as llama.cpp names it (`deepseek4`, `qwen3moe`, `gpt-oss`): the
 GGUF reader's own grammar (`components.gguf_header`)."""
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"

@@ -111,10 +111,10 @@ def _candidate_problems(key: str, candidate: object) -> list[str]:
         if k not in _CANDIDATE_KEYS + _OPTIONAL_CANDIDATE_KEYS
     ]
     if "selfCheck" in candidate:
-        from components.payloads.tune_figures import _self_check_of
+        from components.payloads.tune_figures import self_check_of
 
         try:
-            _self_check_of(candidate["selfCheck"])
+            self_check_of(candidate["selfCheck"])
         except ValueError as exc:
             problems.append(f"{key}.{exc}")
     problems += [f"{key}.{k}: is required" for k in _CANDIDATE_KEYS if k not in candidate]

@@ -94,7 +94,7 @@ class CandidateResult:
             rejection=doc.get("rejection"),
             depths=[DepthFigures.from_json(d) for d in doc["figures"]],
             load_seconds=None if load is None else float(load),
-            self_check=_self_check_of(doc.get("selfCheck")),
+            self_check=self_check_of(doc.get("selfCheck")),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -115,7 +115,7 @@ class CandidateResult:
 SELF_CHECK_KEYS = {"passed": bool, "compared": int, "total": int, "ties": int}
 
 
-def _self_check_of(doc: object) -> dict[str, Any] | None:
+def self_check_of(doc: object) -> dict[str, Any] | None:
     """A result line's self-check, its fields typed (None: the candidate ran none)."""
     if doc is None:
         return None

@@ -60,10 +60,3 @@ def test_the_server_admits_exactly_its_configured_clients(
     policies = [d for d in rendered if d["kind"] == "NetworkPolicy"]
     namespace, labels = server_pod(rendered)
     assert admits(policies, namespace, labels, source, port) is allowed, who
-
-
-def test_without_policies_every_source_gets_in(rendered: list[dict[str, Any]]) -> None:
-    """The evaluator's own baseline: a pod no policy selects accepts anyone (so the refusals
-    above come from the rendered policies)."""
-    namespace, labels = server_pod(rendered)
-    assert admits([], namespace, labels, Source("kube-system", {}), 8080)

@@ -11,6 +11,7 @@ answers, and a runtime that answers garbage.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ SEEDS = (101, 102, 103)
 FLIPS_AT_A_NEAR_TIE = 103
 """The seed whose SSE4.2 run leaves the x64 reference at a near-tie (bench/verify_rule.py)."""
 EQUIVALENT_VARIANT = "sse42"
-Q4_0 = type(SMALL_F16)(**{**SMALL_F16.__dict__, "weight_type": gguf.GGMLQuantizationType.Q4_0})
+Q4_0 = dataclasses.replace(SMALL_F16, weight_type=gguf.GGMLQuantizationType.Q4_0)
 
 
 def argv(model: Path, *extra: str) -> list[str]:

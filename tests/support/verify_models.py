@@ -9,9 +9,10 @@ recorded from these models carry `RANDOM_MODEL_TOLERANCE` instead, measured with
 
 from __future__ import annotations
 
+from typing import Any
+
 import gguf
 
-from components.payloads import verify
 from tests.support.tiny_gguf import TinyLlamaSpec
 
 SMALL_F16 = TinyLlamaSpec(
@@ -21,21 +22,11 @@ SMALL_F16 = TinyLlamaSpec(
 """Four layers of 256, F16: large enough that CPU variants differ in the last bits (a near-tie
 flips), small enough to load and answer in a second on two cores."""
 
-RANDOM_MODEL_TOLERANCE: dict[str, float] = {
-    **verify.DEFAULT_TOLERANCE,
-    "decisive_margin": 0.01,
-    "logprob_abs": 0.01,
-}
+RANDOM_MODEL_TOLERANCE: dict[str, float] = {"decisive_margin": 0.01, "logprob_abs": 0.01}
 """The rule's thresholds for a random-weight model (nats)."""
 
 
-def with_random_model_tolerance(doc: dict[str, object]) -> dict[str, object]:
-    """An expectations document checked by the random-model thresholds."""
-    return {**doc, "tolerance": {**RANDOM_MODEL_TOLERANCE, **_speed(doc)}}
-
-
-def _speed(doc: dict[str, object]) -> dict[str, float]:
-    tolerance = doc.get("tolerance")
-    if isinstance(tolerance, dict) and "min_decode_fraction" in tolerance:
-        return {"min_decode_fraction": float(tolerance["min_decode_fraction"])}
-    return {}
+def with_random_model_tolerance(doc: dict[str, Any]) -> dict[str, Any]:
+    """An expectations document checked by the random-model thresholds (its other tolerances,
+    the decode-speed fraction, as they were)."""
+    return {**doc, "tolerance": {**doc.get("tolerance", {}), **RANDOM_MODEL_TOLERANCE}}
