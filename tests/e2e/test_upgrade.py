@@ -230,10 +230,13 @@ def test_replace_measures_the_disk_after_the_unlink_and_deletes_nothing_more(
 # Run as another user (nobody) than the old model's owner: the kernel refuses that user a write
 # lease on the files (EACCES), as after server.runAsUser changed. The disk is made too small for
 # both models by the same free-space stand-in as above; the lease refusal is the kernel's own.
+# The fetcher runs as shipped (beside http_policy.py, on a plain Python), from a copy that user can
+# read: the checkout may sit under a folder only its owner can enter.
 AS_ANOTHER_USER = """
 import sys
 from pathlib import Path
-from components.payloads.fetcher import FetchError, fetch, load_lock
+sys.path.insert(0, sys.argv[4])
+from fetcher import FetchError, fetch, load_lock
 lock_path, dest, retire = sys.argv[1], Path(sys.argv[2]), sys.argv[3]
 lock = load_lock(Path(lock_path))
 needed = sum(f.get("size") or 0 for f in lock.files)
@@ -253,11 +256,20 @@ def test_replace_keeps_an_old_model_no_lease_can_prove_unused(hub: Hub) -> None:
         # The other user may write and delete everything there: only the lease stops it.
         for path in (upgrade.dest, *upgrade.dest.rglob("*")):
             path.chmod(0o777 if path.is_dir() else 0o666)
+        payload = work / "payload"
+        payload.mkdir(mode=0o755)
+        for name in ("fetcher.py", "http_policy.py"):
+            shutil.copy(ROOT / "components" / "payloads" / name, payload / name)
+            (payload / name).chmod(0o644)
+        upgrade.new_lock.chmod(0o644)
         hub.requests.clear()
+        # The base interpreter, not the venv's (inside the checkout).
+        python = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
         result = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-             "-c", AS_ANOTHER_USER, str(upgrade.new_lock), str(upgrade.dest), RETIRE_OLD],
-            cwd=ROOT, env={**project_env(hub.url), "HOME": str(work)}, capture_output=True,
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python, "-I",
+             "-c", AS_ANOTHER_USER, str(upgrade.new_lock), str(upgrade.dest), RETIRE_OLD,
+             str(payload)],
+            cwd=work, env={**project_env(hub.url), "HOME": str(work)}, capture_output=True,
             text=True, timeout=120,
         )  # fmt: skip
         assert result.returncode == 7, result.stdout + result.stderr
