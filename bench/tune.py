@@ -29,6 +29,8 @@ from components.payloads import tune_figures, tune_local, verify
 from tests.support.llama_server import free_port
 from tests.support.verify_models import with_random_model_tolerance
 
+DRAFT_TOKENS = 4
+"""Tokens drafted per step (the published DSpark setup for this model on this box: 4)."""
 VULKAN: dict[str, Any] = {
     "name": "vulkan",
     "image": "ghcr.io/ggml-org/llama.cpp:server-vulkan-b11434",
@@ -38,10 +40,13 @@ VULKAN: dict[str, Any] = {
 }
 
 
-def gpu_candidates(binary: str, wrong: dict[str, Path]) -> list[tune_local.LocalCandidate]:
+def gpu_candidates(
+    binary: str, wrong: dict[str, Path], drafts: dict[str, Path]
+) -> list[tune_local.LocalCandidate]:
     """The stack as rendered against more and fewer offloaded layers, a larger ubatch, the
-    driver hidden, and the planted wrong runtimes (`wrong`: name to the model file it loads)
-    that verify must reject whatever their speed."""
+    driver hidden, the planted wrong runtimes (`wrong`: name to the model file it loads) that
+    verify must reject whatever their speed, and every layer on the GPU with each draft of
+    `drafts` for speculative decoding (greedy: verify must accept them)."""
     command = [binary]
     return [
         tune_local.LocalCandidate("vulkan-ngl-40", VULKAN, command, current=True),
@@ -63,12 +68,31 @@ def gpu_candidates(binary: str, wrong: dict[str, Path]) -> list[tune_local.Local
         tune_local.LocalCandidate(
             "wrong-template", VULKAN, command, set_args={"--chat-template": "chatml"}
         ),
+        *(
+            tune_local.LocalCandidate(
+                f"ngl-99-{name}", VULKAN, command, set_args={"-ngl": "99", **speculation(draft)}
+            )
+            for name, draft in drafts.items()
+        ),
     ]
 
 
-def gpu_models(seed: int) -> tuple[Path, dict[str, Path]]:
-    """The 43-layer random llama of `seed` (F16), and the wrong models planted beside it:
-    another seed's weights, and the same weights in Q4_0 (12 bits a weight below F16)."""
+def speculation(draft: Path, tokens: int = DRAFT_TOKENS) -> dict[str, str]:
+    """llama-server's flags for greedy speculative decoding with `draft` (every layer of it on
+    the GPU): what `server.speculative` renders for `method: draft-simple`."""
+    return {
+        "--spec-type": "draft-simple",
+        "--spec-draft-model": str(draft),
+        "--spec-draft-n-max": str(tokens),
+        "--spec-draft-ngl": "99",
+    }
+
+
+def gpu_models(seed: int) -> tuple[Path, dict[str, Path], dict[str, Path]]:
+    """The 43-layer random llama of `seed` (F16), the wrong models planted beside it (another
+    seed's weights, and the same weights in Q4_0: 12 bits a weight below F16), and its drafts:
+    its own first 4 layers with its embeddings and output (`spec-draft-4`), and the whole model
+    as its own draft (`spec-self`: every proposal accepted, the overhead alone)."""
     import gguf
 
     from tests.support.tiny_gguf import LLAMA43_SPEC, write_tiny_model_seeded
@@ -82,7 +106,13 @@ def gpu_models(seed: int) -> tuple[Path, dict[str, Path]]:
         )[0],
         "wrong-quant-q4-0": write_tiny_model_seeded(folder / "q4", "llama43", 1, q4, seed=seed)[0],
     }
-    return model, wrong
+    drafts = {
+        "spec-draft-4": write_tiny_model_seeded(
+            folder / "draft", "draft4", 1, LLAMA43_SPEC, seed=seed, keep_layers=4
+        )[0],
+        "spec-self": model,
+    }
+    return model, wrong, drafts
 
 
 def main() -> int:
@@ -106,8 +136,8 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stack_args = json.loads(args.argv.read_text())
     if args.gpu:
-        args.model, wrong = gpu_models(args.seed)
-        candidates = gpu_candidates(args.gpu, wrong)
+        args.model, wrong, drafts = gpu_models(args.seed)
+        candidates = gpu_candidates(args.gpu, wrong, drafts)
     else:
         candidates = tune_local.load_candidates(args.candidates)
     if args.model is None:

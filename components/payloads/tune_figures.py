@@ -168,7 +168,8 @@ def self_check_summary(
 
 
 def figures_problem(result: CandidateResult) -> str | None:
-    """A figure no device makes: not finite, negative, or above MAX_TOKENS_PER_S."""
+    """A figure no device makes: not finite, negative, or above MAX_TOKENS_PER_S; more draft
+    tokens accepted than drafted."""
     for figures in result.depths:
         for what, series in (
             ("decode", figures.decode), ("decode (server)", figures.decode_server),
@@ -180,6 +181,14 @@ def figures_problem(result: CandidateResult) -> str | None:
                         f"{FAILED_MEASURING}: a {what} figure of {value!r} tok/s at depth "
                         f"{figures.depth} is impossible (finite, 0 to {MAX_TOKENS_PER_S:,.0f})"
                     )
+        if len(figures.drafted) != len(figures.accepted) or any(
+            not 0 <= kept <= drafted
+            for drafted, kept in zip(figures.drafted, figures.accepted, strict=False)
+        ):
+            return (
+                f"{FAILED_MEASURING}: draft figures at depth {figures.depth} are impossible "
+                f"({figures.accepted} accepted of {figures.drafted} drafted)"
+            )
     if result.load_seconds is not None and not (
         math.isfinite(result.load_seconds) and result.load_seconds >= 0
     ):
@@ -309,6 +318,15 @@ def _cell(series: Series) -> str:
     return f"{series.median:.2f}±{(series.spread or 0.0) / 2:.2f}"
 
 
+def _acceptance(result: CandidateResult) -> str:
+    """`draft accepted N%` over every measured run of a speculative candidate ('' otherwise)."""
+    drafted = sum(sum(f.drafted) for f in result.depths)
+    if not drafted:
+        return ""
+    accepted = sum(sum(f.accepted) for f in result.depths)
+    return f"(draft accepted {100 * accepted / drafted:.0f}% of {drafted})"
+
+
 def format_table(results: list[CandidateResult], depths: list[int]) -> str:
     """One table: a row per candidate, decode and prefill per depth (client, server's own)."""
     head = ["candidate", "verdict"]
@@ -326,7 +344,7 @@ def format_table(results: list[CandidateResult], depths: list[int]) -> str:
                 _cell(figures.prefill),
                 _cell(figures.prefill_server),
             ]
-        row.append(r.reason)
+        row.append(" ".join(filter(None, [_acceptance(r), r.reason])))
         rows.append(row)
     widths = [max(len(row[i]) for row in rows) for i in range(len(head) - 1)]
     lines = [

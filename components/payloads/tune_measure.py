@@ -65,6 +65,16 @@ class DepthFigures:
     cached_tokens: list[int] = field(default_factory=list)
     """`timings.cache_n` of each run: the prefix the server reused (should be the depth)."""
     errors: list[str] = field(default_factory=list)
+    drafted: list[int] = field(default_factory=list)
+    """`timings.draft_n` of each run with speculative decoding: tokens the draft proposed."""
+    accepted: list[int] = field(default_factory=list)
+    """`timings.draft_n_accepted` of each such run: proposed tokens the target kept."""
+
+    @property
+    def acceptance(self) -> float | None:
+        """The share of drafted tokens the target accepted over the runs (None: no draft)."""
+        drafted = sum(self.drafted)
+        return sum(self.accepted) / drafted if drafted else None
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> DepthFigures:
@@ -76,6 +86,8 @@ class DepthFigures:
             prefill_server=Series.from_json(doc["prefillTokSServer"]),
             cached_tokens=[int(n) for n in doc["cachedTokens"]],
             errors=[str(e) for e in doc["errors"]],
+            drafted=[int(n) for n in doc.get("draftedTokens", [])],
+            accepted=[int(n) for n in doc.get("acceptedTokens", [])],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -87,6 +99,11 @@ class DepthFigures:
             "prefillTokSServer": self.prefill_server.to_json(),
             "cachedTokens": self.cached_tokens,
             "errors": self.errors,
+            **(
+                {"draftedTokens": self.drafted, "acceptedTokens": self.accepted}
+                if self.drafted
+                else {}
+            ),
         }
 
 
@@ -156,6 +173,9 @@ def measure_depth(
             figures.decode_server.values.append(float(timings["predicted_per_second"]))
         if timings.get("prompt_per_second"):
             figures.prefill_server.values.append(float(timings["prompt_per_second"]))
+        if "draft_n" in timings:
+            figures.drafted.append(int(timings["draft_n"]))
+            figures.accepted.append(int(timings.get("draft_n_accepted", 0)))
     return figures
 
 

@@ -7,6 +7,7 @@ types), not for producing meaningful text.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 from dataclasses import dataclass
 from typing import Any
@@ -233,10 +234,23 @@ def write_tiny_model_seeded(
     spec: TinyLlamaSpec = DEFAULT_SPEC,
     *,
     seed: int = SEED,
+    keep_layers: int | None = None,
 ) -> list[pathlib.Path]:
-    """Like ``write_tiny_model``, with weights drawn from ``seed`` (other seed: other model)."""
+    """Like ``write_tiny_model``, with weights drawn from ``seed`` (other seed: other model).
+
+    ``keep_layers``: only the first that many blocks of that model, with its embeddings, output
+    norm and output (a draft of it for speculative decoding: same vocab, same first layers)."""
     vocab = _spm_vocab()
     tensors = _tensors(len(vocab.tokens), spec, seed)
+    if keep_layers is not None:
+        if not 1 <= keep_layers <= spec.n_layer:
+            raise ValueError(f"keep_layers must be between 1 and {spec.n_layer}, got {keep_layers}")
+        tensors = [
+            (name, data)
+            for name, data in tensors
+            if not name.startswith("blk.") or int(name.split(".")[1]) < keep_layers
+        ]
+        spec = dataclasses.replace(spec, n_layer=keep_layers)
     if not 1 <= shards <= len(tensors):
         raise ValueError(f"shards must be between 1 and {len(tensors)}, got {shards}")
 
