@@ -18,8 +18,10 @@ from components.payloads.gate_decode import (
     DECODE_TIMEOUT_S,
     WHAT,
 )
+from components.payloads.gate_log import DRAFT_LOADING
 from components.payloads.gate_ops import ANY_DEGRADATION, DEGRADATIONS, PREFIX_SED
 from components.payloads.gpu_gate import (
+    DRAFT_LAYERS_CAUSE,
     FEWER_LAYERS_CAUSE,
     NO_GPU_CAUSE,
     OFFLOADED_LINE,
@@ -186,6 +188,7 @@ def probe_shell(
     api_key_file: str | None = None,
     first_decode: bool = True,
     decode_timeout: int = DECODE_TIMEOUT_S,
+    draft: bool = False,
 ) -> str:
     """POSIX sh for an exec startupProbe in the server image (no python there): exit 0 = on GPU.
 
@@ -201,6 +204,9 @@ def probe_shell(
     (``api_key_file``: the server's ``--api-key-file``); the probe passes once per start, so
     this runs once per start. Without ``device_prefix`` (a runtime without a GPU) the buffers
     decide as ``host_probe_shell`` says, with the same degradation and first-decode checks.
+    With ``draft`` (speculative decoding with a draft model) the target's load is the one
+    before the draft's, and the draft must have every layer on the GPU too
+    (``gpu_gate.draft_problems``).
     """
     decode = ""
     if health_url and first_decode:
@@ -218,11 +224,24 @@ def probe_shell(
         '[ -s "$log" ] || { echo "gpu-gate: FAIL: no load log at $log yet (llama-server writes '
         'it with --log-file)"; exit 1; }\n'
     )
-    offload = (
+    if draft:
+        # The target's last load ends where the draft's begins (it is still loading while the
+        # draft's line is absent: the whole log so far is the target's).
+        region = (
+            f'dl=$(grep -n {shlex.quote(DRAFT_LOADING)} "$log" | tail -n 1 | cut -d: -f1)\n'
+            "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | cut -d: -f1 | "
+            "awk -v e=\"${dl:-0}\" 'e == 0 || $1 < e' | tail -n 1)\n"
+            'if [ -n "$dl" ]; then end=$((dl - 1)); else end=\\$; fi\n'
+            'last=$(sed -n "${start:-1},${end}p" "$log")\n'
+        )
+    else:
         # The last load only: from its 'loading model tensors' line to the end.
-        "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
-        "cut -d: -f1)\n"
-        'last=$(sed -n "${start:-1},\\$p" "$log")\n'
+        region = (
+            "start=$(grep -n 'load_tensors: loading model tensors' \"$log\" | tail -n 1 | "
+            "cut -d: -f1)\n"
+            'last=$(sed -n "${start:-1},\\$p" "$log")\n'
+        )
+    offload = region + (
         "devs=$(sed -n 's/^.*common_param: *- \\([^ ]*\\) *: \\(.*\\) "
         "(\\([0-9]*\\) MiB, .*/\\1 (\\2)/p'"
         ' "$log" | tr "\\n" "," | sed "s/,$//")\n'
@@ -253,6 +272,8 @@ def probe_shell(
         '{ echo "gpu-gate: FAIL: no non-zero ${dev} model buffer in the last load ($seen)"; '
         "exit 1; }\n"
     )
+    if draft:
+        offload += _draft_shell()
     return (
         health
         + head
@@ -265,6 +286,40 @@ def probe_shell(
     )
 
 
+def _draft_shell() -> str:
+    """POSIX sh after the target's checks (``$dl``: the draft's first line): the speculative
+    draft's load holds every layer of it on the device, with a non-zero model buffer there."""
+    cause = shlex.quote(DRAFT_LAYERS_CAUSE)
+    return (
+        'if [ -z "$dl" ]; then\n'
+        "  if grep -q 'llama_server: model loaded' \"$log\"; then\n"
+        '    echo "gpu-gate: FAIL: the speculative draft was not loaded ($seen)"; exit 1\n'
+        "  fi\n"
+        '  echo "gpu-gate: the speculative draft is not loaded yet ($seen)"; exit 1\n'
+        "fi\n"
+        'dlast=$(sed -n "${dl},\\$p" "$log")\n'
+        "doff=$(printf '%s\\n' \"$dlast\" | grep -o 'offloaded [0-9]*/[0-9]* layers to GPU' | "
+        "tail -n 1)\n"
+        "dbufs=$(printf '%s\\n' \"$dlast\" | sed -n 's/^.*load_tensors: *\\([^ ]*\\) model "
+        "buffer size = *\\([0-9.]*\\) MiB.*/\\1 \\2 MiB/p' | tr '\\n' ',' | sed 's/,$//')\n"
+        'dseen="draft: ${doff:-no offload line}; model buffers ${dbufs:-none}"\n'
+        'if [ -z "$doff" ]; then\n'
+        "  if grep -q 'llama_server: model loaded' \"$log\"; then\n"
+        f'    echo "gpu-gate: FAIL: the speculative draft: no offload line ($dseen)"; exit 1\n'
+        "  fi\n"
+        '  echo "gpu-gate: the speculative draft is still loading ($dseen)"; exit 1\n'
+        "fi\n"
+        "dn=${doff#offloaded }; dn=${dn%%/*}; dm=${doff#*/}; dm=${dm%% *}\n"
+        '[ "$dn" -ge "$dm" ] || { echo "gpu-gate: FAIL: the speculative draft: $dn/$dm of its '
+        f'layers on GPU, want all ($dseen); "{cause}; exit 1; }}\n'
+        'printf \'%s\\n\' "$dlast" | grep -Eq "load_tensors: *${dev}[0-9]+(\\[[^]]*\\])? model '
+        f'buffer size {_NONZERO_MIB}" || '
+        '{ echo "gpu-gate: FAIL: the speculative draft: no non-zero ${dev} model buffer '
+        '($dseen)"; exit 1; }\n'
+        'seen="$seen; $dseen"\n'
+    )
+
+
 def probe_command(
     log_path: str,
     expect_layers: int,
@@ -272,11 +327,13 @@ def probe_command(
     device_prefix: str | None = "Vulkan",
     rpc_endpoints: tuple[str, ...] | list[str] = (),
     api_key_file: str | None = None,
+    draft: bool = False,
 ) -> list[str]:
     """``exec.command`` for a Kubernetes probe running ``probe_shell``."""
     script = probe_shell(
-        log_path, expect_layers, device_prefix, health_url, rpc_endpoints, api_key_file
-    )
+        log_path, expect_layers, device_prefix, health_url, rpc_endpoints, api_key_file,
+        draft=draft,
+    )  # fmt: skip
     return ["sh", "-c", script]
 
 

@@ -18,6 +18,8 @@ NO_GPU_WARNING = "no usable GPU found, --gpu-layers option will be ignored"
 # (--log-prefix/--log-timestamps), so they are stripped rather than required.
 LINE_PREFIX = re.compile(r"^(?:\d+\.\d+\.\d+\.\d+\s+)?(?:[IWEDT]\s+)?")
 _LOADING = "load_tensors: loading model tensors"
+# Speculative decoding: the draft's load follows the target's (common/speculative.cpp).
+DRAFT_LOADING = "common_speculative_init_result: loading draft model"
 _OFFLOADED = re.compile(r"load_tensors: offloaded (\d+)/(\d+) layers to GPU")
 _REPEATING = re.compile(r"load_tensors: offloading (\d+) repeating layers to GPU")
 _BUFFER = re.compile(r"load_tensors:\s+(\S+) model buffer size =\s+([0-9.]+) MiB")
@@ -57,6 +59,9 @@ class LoadEvidence:
     load_finished: bool = False
     loads: int = 0
     lines: int = 0
+    draft: LoadEvidence | None = None
+    """The speculative draft's load (its offload and buffers), after the target's; None: no
+    draft was loaded. Its own devices, faults and state stay with the target's evidence."""
 
     def seen(self) -> str:
         """One line of what the log showed, for every verdict."""
@@ -98,12 +103,17 @@ def is_host_buffer(buffer_type: str) -> bool:
 
 
 def parse_load_log(text: str) -> LoadEvidence:
-    """Collect offload, buffer and device lines of the last load in a llama-server log."""
+    """Collect offload, buffer and device lines of the last load in a llama-server log (the
+    target's; a speculative draft's load, which follows it, goes to `draft`)."""
     ev = LoadEvidence()
+    load = ev  # whose load the offload and buffer lines describe: the target's, then the draft's
     in_device_info = False
     for raw in text.splitlines():
         ev.lines += 1
         msg = _message(raw)
+        if DRAFT_LOADING in msg:
+            load = ev.draft = LoadEvidence()
+            continue
         if NO_GPU_WARNING in msg:
             ev.no_gpu_warning = True
         if is_degraded(msg):
@@ -113,24 +123,24 @@ def parse_load_log(text: str) -> LoadEvidence:
         if _FINISHED.search(msg):
             ev.load_finished = True
         if "load_tensors:" in msg:
-            ev.saw_load_tensors = True
+            load.saw_load_tensors = True
         if _LOADING in msg:
             # A new load (the -lv 5 memory-fit dry run comes first): only the last one counts.
-            ev.loads += 1
-            ev.offloaded = ev.offloadable = ev.repeating = None
-            ev.gpu_buffers_mib, ev.host_buffers_mib = {}, {}
-            ev.kv_buffers_mib, ev.compute_buffers_mib = {}, {}
+            load.loads += 1
+            load.offloaded = load.offloadable = load.repeating = None
+            load.gpu_buffers_mib, load.host_buffers_mib = {}, {}
+            load.kv_buffers_mib, load.compute_buffers_mib = {}, {}
         elif m := _OFFLOADED.search(msg):
-            ev.offloaded, ev.offloadable = int(m[1]), int(m[2])
+            load.offloaded, load.offloadable = int(m[1]), int(m[2])
         elif m := _REPEATING.search(msg):
-            ev.repeating = int(m[1])
+            load.repeating = int(m[1])
         elif m := _BUFFER.search(msg):
-            target = ev.host_buffers_mib if is_host_buffer(m[1]) else ev.gpu_buffers_mib
+            target = load.host_buffers_mib if is_host_buffer(m[1]) else load.gpu_buffers_mib
             target[m[1]] = target.get(m[1], 0.0) + float(m[2])
         elif m := _KV_BUFFER.search(msg):
-            ev.kv_buffers_mib[m[1]] = ev.kv_buffers_mib.get(m[1], 0.0) + float(m[2])
+            load.kv_buffers_mib[m[1]] = load.kv_buffers_mib.get(m[1], 0.0) + float(m[2])
         elif m := _COMPUTE_BUFFER.search(msg):
-            ev.compute_buffers_mib[m[1]] = ev.compute_buffers_mib.get(m[1], 0.0) + float(m[2])
+            load.compute_buffers_mib[m[1]] = load.compute_buffers_mib.get(m[1], 0.0) + float(m[2])
         if "device_info:" in msg:
             in_device_info = True
             continue

@@ -80,6 +80,10 @@ NO_GPU_CAUSE = (
     "group: the pod supplementalGroups), or the Vulkan driver (ICD) of the image does not see the "
     "device; `llama-server --list-devices` in the container shows what it sees"
 )
+DRAFT_LAYERS_CAUSE = (
+    "likely cause: --spec-draft-ngl below the draft's layers, or too little free device memory "
+    "left for the draft after the target's fit"
+)
 FEWER_LAYERS_CAUSE = (
     "likely cause: -ngl is lower than configured, or the memory fit of llama-server (-fit, on by "
     "default) lowered it because the device had too little free memory (see device_info and "
@@ -224,7 +228,31 @@ def evaluate(
             f"{device_prefix} model buffers total {sum(nonzero.values()):.2f} MiB, "
             f"expected more than {min_gpu_buffer_mib:.2f} MiB"
         )
+    if ev.draft is not None:
+        problems += draft_problems(ev.draft, device_prefix)
     return GateResult(ok=not problems, problems=problems, evidence=ev)
+
+
+def draft_problems(draft: LoadEvidence, device_prefix: str) -> list[str]:
+    """A speculative draft must sit wholly on the GPU (a draft on the CPU drafts slower than
+    the target decodes): every one of its layers offloaded and a non-zero model buffer on the
+    device."""
+    buffers = {**draft.gpu_buffers_mib, **draft.host_buffers_mib}
+    seen = "model buffers " + (", ".join(f"{k} {v:.2f} MiB" for k, v in buffers.items()) or "none")
+    if draft.offloaded is None or draft.offloadable is None:
+        return [f"the speculative draft: no '{OFFLOADED_LINE}' line for it; {seen}"]
+    problems = []
+    if draft.offloaded < draft.offloadable:
+        problems.append(
+            f"the speculative draft: only {draft.offloaded}/{draft.offloadable} of its layers "
+            f"offloaded, expected all; {seen}; {DRAFT_LAYERS_CAUSE}"
+        )
+    if not any(v > 0 for k, v in draft.gpu_buffers_mib.items() if k.startswith(device_prefix)):
+        problems.append(
+            f"the speculative draft: no non-zero '{device_prefix}<N> model buffer size' line "
+            f"for it; {seen}"
+        )
+    return problems
 
 
 def check_log(
