@@ -360,6 +360,10 @@ class Comparison:
     total: int
     max_logprob_delta: float
     divergence: Divergence | None
+    unscored: int = 0
+    """Of the compared positions, those the server gave no probabilities for (under
+    speculative decoding llama-server b11434 reports a drafted token the target accepted with
+    logprob 0.0 and no top_logprobs): compared by identity only, their logprobs not at all."""
 
 
 def margin(step: TokenStep) -> float | None:
@@ -384,17 +388,26 @@ def compare_steps(reference: list[TokenStep], current: list[TokenStep]) -> Compa
     one of the reference's candidates).
 
     Positions after the first divergence see different contexts, so they are not compared.
+    A position the current server gave no probabilities for (a drafted token under speculative
+    decoding) is compared by its token only.
     """
-    agree, delta = 0, 0.0
+    agree, delta, unscored = 0, 0.0, 0
     for i, ref in enumerate(reference):
         got = current[i] if i < len(current) else None
         if got is None or got.top1 != ref.top1 or got.key != ref.key:
             return Comparison(
-                agree, len(reference), delta, Divergence(i, margin(ref), _ranked(ref, got))
+                agree,
+                len(reference),
+                delta,
+                Divergence(i, margin(ref), _ranked(ref, got)),
+                unscored,
             )
         agree += 1
-        delta = max(delta, abs(got.logprob - ref.logprob))
-    return Comparison(agree, len(reference), delta, None)
+        if got.top or not ref.top:
+            delta = max(delta, abs(got.logprob - ref.logprob))
+        else:
+            unscored += 1
+    return Comparison(agree, len(reference), delta, None, unscored)
 
 
 def check_case(case: dict[str, Any], got: Completion, tolerance: dict[str, float]) -> CaseResult:
