@@ -2,7 +2,7 @@
 
 - `*_REFUSED`: refused by the component (`extra_args.parse_extra_args`), through every door (the
   stack file, Python, the provider) whatever `memory.check` says: options that open the server
-  (by category: run tools or commands, serve files, load code, fetch models, load a draft; no
+  (by category: run tools or commands, serve files, load code, fetch models; no
   category has an opt-in: none has a use these deployments need, and each reason says what to
   do instead), and options that break the deployment (a secret in argv, another protocol, an
   option that exits instead of serving).
@@ -26,8 +26,6 @@ REASONS: Mapping[str, str] = {
     "into the server process",
     "fetches-models": "it downloads a model at start, past the lock's pinned files, the "
     "fetcher's checks and the memory plan",
-    "draft-model": "a draft model is weights the lock does not pin and the plan does not count: "
-    "speculative decoding belongs in server.speculative",
 }
 """Each category's reason, as the refusal says it."""
 
@@ -43,7 +41,6 @@ LLAMA_SERVER: Mapping[str, str] = {
     "--log-prompts-dir": "serves-files",
     "--spec-draft-hf": "fetches-models",
     "--mmproj-url": "fetches-models",
-    "--spec-draft-model": "draft-model",
 }
 """llama-server b11434's options by category."""
 
@@ -99,8 +96,6 @@ LLAMA_SERVER_UNCOUNTABLE: Mapping[str, str] = {
     "--control-vector-scaled": _ADAPTER,
     "--control-vector-layer-range": _ADAPTER,
     "--mmproj": PROJECTOR,
-    "--spec-type": "speculative decoding adds a draft (a model, the MTP layers or an n-gram "
-    "cache) with caches of its own",
     "--spec-default": "speculative decoding adds a draft with caches of its own",
     "--kv-unified-per-slot": "it sizes the KV cache per slot instead of from -c",
     "--ctx-checkpoints": "context checkpoints keep copies of the KV cache in host RAM",

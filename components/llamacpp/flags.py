@@ -27,6 +27,67 @@ CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_
 
 CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
 
+SpecType = Literal[
+    "draft-mtp", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark",
+    "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache",
+]  # fmt: skip
+"""`--spec-type` of b11434 (common/speculative.cpp's name map, `none` left out)."""
+SPEC_TYPES: tuple[str, ...] = get_args(SpecType)
+DraftTokens = Annotated[int, Field(ge=1, le=64)]
+"""Tokens a draft proposes per step (`--spec-draft-n-max`)."""
+MinDraftTokens = Annotated[int, Field(ge=0, le=64)]
+"""Fewest tokens a draft must propose to be used (`--spec-draft-n-min`)."""
+DraftProbability = Annotated[float, Field(ge=0, le=1)]
+"""The draft's probability floor (`--spec-draft-p-min`)."""
+DRAFT_MODEL_TYPES = ("draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark")
+"""Methods that load a draft model of their own (`--spec-draft-model`); `draft-mtp` drafts with
+the target's own NextN layers, the n-gram methods with no model at all."""
+DEFAULT_DRAFT_N_MAX = 3
+"""b11434's `--spec-draft-n-max` default (common/common.h)."""
+ROLLBACK_TYPES = ("draft-mtp", "draft-eagle3", "draft-dflash", "draft-dspark")
+"""Methods for which the target keeps rollback state per drafted token (common.h:
+`need_n_rs_seq`): deepseek4's compressor states get `n_max` extra planes."""
+
+
+def rollback_planes(method: str | None, num_speculative_tokens: int | None) -> int:
+    """The target context's `n_rs_seq` llama-server b11434 sets for a speculative method."""
+    if method not in ROLLBACK_TYPES:
+        return 0
+    return DEFAULT_DRAFT_N_MAX if num_speculative_tokens is None else num_speculative_tokens
+
+
+SPEC_TYPES_OF_ARCHITECTURE: dict[str, tuple[tuple[str, ...], str]] = {
+    "deepseek4": (
+        ("draft-mtp", "draft-dspark", *(t for t in SPEC_TYPES if t.startswith("ngram-"))),
+        "b11434 drafts deepseek4 with its own MTP block (src/models/deepseek4.cpp: graph_mtp) or "
+        "a DSpark drafter (a dflash GGUF with DeepSeek-V4's hyper-connections); a draft-simple "
+        "model would need DeepSeek-V4's vocabulary in a small model, an EAGLE-3 head its 3 "
+        "extract layers of a plain-width target, a DFlash draft a NeoX-RoPE backbone",
+    ),
+}
+"""Per architecture, the methods b11434 loads for it, and why only those (others: any)."""
+
+
+@documented
+class LlamaCppSpeculative(TypedDict):
+    """Speculative decoding in llama-server (`--spec-*`): a draft proposes tokens, the target
+    checks them in one batch; with greedy sampling the answers do not change."""
+
+    method: SpecType
+    """`--spec-type`: `draft-mtp` (the model's own NextN/MTP layers), a draft model's method
+    (`draft-simple`, `draft-eagle3`, `draft-dflash`, `draft-dspark`), or an n-gram cache of
+    the prompt and answer (`ngram-*`, no model)."""
+    num_speculative_tokens: NotRequired[DraftTokens | None]
+    """`--spec-draft-n-max`: tokens drafted per step (draft methods; omitted: b11434's 3)."""
+    min_speculative_tokens: NotRequired[MinDraftTokens | None]
+    """`--spec-draft-n-min`: fewest tokens a draft must propose to be used (draft methods)."""
+    min_probability: NotRequired[DraftProbability | None]
+    """`--spec-draft-p-min`: the draft stops proposing below this probability (draft methods;
+    a DSpark draft without a confidence head needs 0)."""
+    draft_model_path: NotRequired[AbsolutePath | None]
+    """`--spec-draft-model`: the draft model's file, for the draft-model methods (every layer of
+    it on the GPU: `--spec-draft-ngl all`)."""
+
 
 @documented
 class LlamaServerFlags(TypedDict):
@@ -87,6 +148,8 @@ class LlamaServerFlags(TypedDict):
     repack: NotRequired[Annotated[bool, Default(True)]]
     """False: `--no-repack`, CPU-resident weights stay in the model buffer (no CPU_REPACK or
     AMX buffers); True: llama-server repacks (its own behaviour, no flag)."""
+    speculative: NotRequired[LlamaCppSpeculative | None]
+    """`--spec-type` and its `--spec-draft-*` settings: speculative decoding; omitted: none."""
 
 
 FLAG_OPTIONS: dict[str, str] = {
@@ -116,6 +179,11 @@ FLAG_OPTIONS: dict[str, str] = {
 }
 """The option each field of LlamaServerFlags renders (`llama_server_args` writes exactly these):
 every spelling of these options is the program's, never an extra argument."""
+SPECULATIVE_OPTIONS = (
+    "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
+    "--spec-draft-model", "--spec-draft-ngl",
+)  # fmt: skip
+"""The options `speculative` renders (in this order, those it sets)."""
 API_KEY_OPTION = "--api-key-file"
 """The option the API key is rendered as (a file from its Secret)."""
 MODEL_PRESETS = (
@@ -136,6 +204,8 @@ OWNED_OPTIONS: dict[str, tuple[str, ...]] = {
     "-dr": ("flags", "model_path"),
     "--models-dir": ("flags", "model_path"),
     "--models-preset": ("flags", "model_path"),
+    # Speculative decoding: its method, its settings and the draft are one input.
+    **dict.fromkeys(SPECULATIVE_OPTIONS, ("flags", "speculative")),
     # Presets that name a model of their own (and download it).
     **dict.fromkeys(MODEL_PRESETS, ("flags", "model_path")),
 }

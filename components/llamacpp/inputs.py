@@ -32,6 +32,7 @@ from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
 from components.llamacpp.flags import (
     API_KEY_OPTION,
     CACHE_TYPES,
+    DRAFT_MODEL_TYPES,
     FLAG_OPTIONS,
     MODEL_PRESETS,
     OWNED_OPTIONS,
@@ -39,6 +40,7 @@ from components.llamacpp.flags import (
     TENSOR_OVERRIDE_OPTIONS,
     UNQUANTIZED_CACHE_TYPES,
     CacheType,
+    LlamaCppSpeculative,
     LlamaServerFlags,
     extra_args_problems,
     tensor_override_problem,
@@ -65,6 +67,7 @@ __all__ = [
     "TENSOR_OVERRIDE_OPTIONS",
     "UNQUANTIZED_CACHE_TYPES",
     "CacheType",
+    "LlamaCppSpeculative",
     "LlamaServerFlags",
     "extra_args_problems",
     "tensor_override_problem",
@@ -320,6 +323,52 @@ def _server_fits_its_store(args: Mapping[str, Any]) -> list[Problem]:
                     f"takes ~{load:.0f}s; raise it to at least {threshold} (x{LOAD_MARGIN} margin)",
                 )
             )
+    return problems
+
+
+@cross_field_rule(LlamaCppVulkanServerArgs)
+def _speculative_settings_fit_the_method(args: Mapping[str, Any]) -> list[Problem]:
+    """A draft model for the methods that load one and for no other; draft settings only where
+    a draft proposes tokens; no fewer tokens required than drafted."""
+    flags = args.get("flags")
+    if not isinstance(flags, Mapping) or not isinstance(flags.get("speculative"), Mapping):
+        return []
+    return [
+        (("flags", "speculative", *loc), message)
+        for loc, message in speculative_problems(flags["speculative"], flags.get("model_path"))
+    ]
+
+
+def speculative_problems(spec: Mapping[str, Any], model_path: object) -> list[Problem]:
+    """The problems of a `speculative` input (locations relative to it)."""
+    method, draft = spec.get("method"), spec.get("draft_model_path")
+    problems: list[Problem] = []
+    if method in DRAFT_MODEL_TYPES and not draft:
+        problems.append(
+            (("draft_model_path",), f"{method!r} drafts with a model of its own: name its file")
+        )
+    elif method not in DRAFT_MODEL_TYPES and draft:
+        how = "the model's own MTP layers" if method == "draft-mtp" else "no model"
+        problems.append(
+            (("draft_model_path",), f"{method!r} drafts with {how}: drop the draft model")
+        )
+    if draft and draft == model_path:
+        problems.append((("draft_model_path",), "is the served model itself (-m)"))
+    if isinstance(method, str) and method.startswith("ngram-"):
+        problems += [
+            (
+                (key,),
+                f"applies to the draft methods; {method!r} proposes from an n-gram cache "
+                "(its --spec-ngram-* settings are extra args)",
+            )
+            for key in ("num_speculative_tokens", "min_speculative_tokens", "min_probability")
+            if spec.get(key) is not None
+        ]
+    most, least = spec.get("num_speculative_tokens"), spec.get("min_speculative_tokens")
+    if isinstance(most, int) and isinstance(least, int) and least > most:
+        problems.append(
+            (("min_speculative_tokens",), f"{least} is more than the {most} tokens drafted")
+        )
     return problems
 
 

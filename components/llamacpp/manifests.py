@@ -28,6 +28,7 @@ from components.llamacpp.inputs import (
     API_KEY_OPTION,
     FLAG_OPTIONS,
     HttpProbe,
+    LlamaCppSpeculative,
     LlamaCppVulkanServerArgs,
     LlamaServerFlags,
     args_runtime,
@@ -167,6 +168,32 @@ def llama_server_args(flags: LlamaServerFlags) -> list[str]:
         argv.append(option["metrics"])
     if not flags["repack"]:
         argv.append(option["repack"])
+    spec = flags.get("speculative")
+    if spec:
+        argv += speculative_args(spec)
+    return argv
+
+
+def draft_loaded(flags: LlamaServerFlags) -> bool:
+    """Whether llama-server loads a draft model (whose load the gate checks too)."""
+    spec = flags.get("speculative")
+    return bool(spec and spec.get("draft_model_path"))
+
+
+def speculative_args(spec: LlamaCppSpeculative) -> list[str]:
+    """`--spec-type` and the `--spec-draft-*` settings it has (a draft model wholly on the GPU)."""
+    argv = ["--spec-type", spec["method"]]
+    for key, flag in (
+        ("num_speculative_tokens", "--spec-draft-n-max"),
+        ("min_speculative_tokens", "--spec-draft-n-min"),
+        ("min_probability", "--spec-draft-p-min"),
+        ("draft_model_path", "--spec-draft-model"),
+    ):
+        value = spec.get(key)
+        if value is not None:
+            argv += [flag, _number(value) if isinstance(value, float) else str(value)]
+    if spec.get("draft_model_path"):
+        argv += ["--spec-draft-ngl", "all"]
     return argv
 
 
@@ -244,6 +271,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
                 device_prefix=runtime.device_prefix,
                 rpc_endpoints=flags.get("rpc") or (),
                 api_key_file=key_file,
+                draft=draft_loaded(flags),
             )
         }
     mounts = [

@@ -50,6 +50,7 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "flags.jinja": "server.jinja",
         "flags.cont_batching": "server.contBatching",
         "flags.repack": "server.repack",
+        "flags.speculative": "server.speculative",
         "flags.rpc": "server.rpc.workers",
         "flags.tensor_split": "server.rpc.workers",
         "model.claim_name": "store.name",

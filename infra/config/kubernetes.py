@@ -6,12 +6,15 @@ from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, Field
+from pydantic.alias_generators import to_camel
 
+from components.llamacpp.flags import DRAFT_MODEL_TYPES, SPEC_TYPES_OF_ARCHITECTURE
 from components.llamacpp.inputs import (
     CACHE_TYPES,
     INIT_SECONDS,
     runtime_record,
     server_runtime_problems,
+    speculative_problems,
     worker_runtime_problems,
 )
 from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
@@ -30,8 +33,8 @@ from infra.config.base import (
 )
 from infra.config.inputs import component_problems
 from infra.config.metrics import KubernetesMetricsSettings
+from infra.config.server import LlamaSpeculativeSettings, ServerSettings
 from infra.config.server import RuntimeSettings as RuntimeSettings
-from infra.config.server import ServerSettings
 from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
 
 
@@ -257,10 +260,12 @@ def structure_problems(
     architecture: str | None,
     layers: int | None,
     metadata: Mapping[str, Any],
+    *,
+    from_header: bool = False,
 ) -> list[str]:
     """Server settings the model's structure rules out: checked with the stack file's
     model.architecture/layers before a lock, and with the locked GGUF header's after
-    (`infra.plan.stack.model_structure`)."""
+    (`infra.plan.stack.model_structure`, `from_header`: the metadata is the whole header)."""
     problems = []
     # llama.cpp counts the output layer too: -ngl N+1 offloads all N repeating layers and it.
     if layers is not None and server.gpu_layers > layers + 1:
@@ -274,10 +279,54 @@ def structure_problems(
             f"model.layers: {layers} differs from model.metadata "
             f"{architecture}.block_count {block_count}"
         )
+    if server.speculative is not None:
+        problems += speculative_structure_problems(
+            server.speculative, architecture, metadata if from_header else None
+        )
     if architecture == "deepseek4" and server.cache_type_k != server.cache_type_v:
         problems.append(
             f"server.cacheTypeV: {server.cache_type_v!r} differs from server.cacheTypeK "
             f"{server.cache_type_k!r}; deepseek4 needs equal K and V cache types "
             f"(allowed: {', '.join(CACHE_TYPES)})"
+        )
+    return problems
+
+
+def speculative_structure_problems(
+    spec: LlamaSpeculativeSettings, architecture: str | None, header: Mapping[str, Any] | None
+) -> list[str]:
+    """The methods the model can draft with: b11434's per architecture
+    (`SPEC_TYPES_OF_ARCHITECTURE`), MTP only with NextN layers in the header, and none that
+    needs a draft model of its own (the store fetches one model); the component's own rules.
+    `header`: the locked GGUF header's metadata (None before a lock: MTP layers unknown)."""
+    key = "server.speculative.method"
+    problems = [
+        f"server.speculative.{'.'.join(to_camel(str(p)) for p in loc)}: {message}"
+        for loc, message in speculative_problems(spec.model_dump(exclude_none=True), None)
+        if loc != ("draft_model_path",)
+    ]
+    if spec.method in DRAFT_MODEL_TYPES:
+        problems.append(
+            f"{key}: {spec.method!r} drafts with a model of its own, which the lock and the "
+            "store do not hold yet (they pin and fetch one model); use 'draft-mtp' (the model's "
+            "own MTP layers) or an n-gram method, or the LlamaCppVulkanServer component with "
+            "flags.speculative.draft_model_path on a volume of your own"
+        )
+    allowed = SPEC_TYPES_OF_ARCHITECTURE.get(architecture or "")
+    if allowed is not None and spec.method not in allowed[0]:
+        problems.append(
+            f"{key}: {spec.method!r} does not load for {architecture} in llama-server b11434 "
+            f"(allowed: {', '.join(allowed[0])}): {allowed[1]}"
+        )
+    nextn = None if header is None else header.get(f"{architecture}.nextn_predict_layers")
+    if (
+        spec.method == "draft-mtp"
+        and header is not None
+        and not (isinstance(nextn, int) and nextn > 0)
+    ):
+        problems.append(
+            f"{key}: 'draft-mtp' drafts with the model's NextN/MTP layers, and its GGUF has "
+            f"none ({architecture}.nextn_predict_layers is {nextn!r}); choose a quant that "
+            "keeps them, or an n-gram method"
         )
     return problems

@@ -9,6 +9,7 @@ from pydantic import Discriminator, Field, Tag
 
 from components.extra_args import ExtraArgs
 from components.k8s.pod_security import DEFAULT_UID
+from components.llamacpp.flags import DraftProbability, DraftTokens, MinDraftTokens, SpecType
 from components.llamacpp.inputs import (
     GPU_RESOURCE,
     RPC_BINARY,
@@ -127,6 +128,22 @@ class RpcSettings(Strict):
     network_mibps: Annotated[float, Field(gt=0)] = 280
     """Throughput from the head to the workers (2.5 GbE: ~280 MiB/s): every load sends each
     worker its weights, which the startup probe must allow for."""
+
+
+class LlamaSpeculativeSettings(Strict):
+    """Speculative decoding in llama-server (`--spec-*`): with greedy sampling, faster answers
+    that do not change. Types and bounds are the component's (`LlamaCppSpeculative`)."""
+
+    method: SpecType
+    """`--spec-type`: `draft-mtp` (the model's own NextN/MTP layers) or an n-gram method
+    (`ngram-mod`, ...: no model). The draft-model methods (`draft-simple`, `draft-dspark`, ...)
+    need a second model in the lock, which the store does not fetch yet: refused, by name."""
+    num_speculative_tokens: DraftTokens | None = None
+    """`--spec-draft-n-max`: tokens drafted per step (draft methods; unset: b11434's 3)."""
+    min_speculative_tokens: MinDraftTokens | None = None
+    """`--spec-draft-n-min`: fewest tokens a draft must propose to be used."""
+    min_probability: DraftProbability | None = None
+    """`--spec-draft-p-min`: the draft stops proposing below this probability."""
 
 
 class RuntimeSettings(Strict):
@@ -268,6 +285,8 @@ class ServerSettings(Strict):
     failureThreshold): the checks refuse a shorter window."""
     rpc: RpcSettings | None = None
     """Split the model across other nodes' GPUs (llama.cpp RPC); None: this node only."""
+    speculative: LlamaSpeculativeSettings | None = None
+    """Speculative decoding (`--spec-type` and its `--spec-draft-*` settings); None: none."""
     extra_args: ExtraArgs = []
     """Further llama-server b11434 arguments, as argv words after the rendered flags, e.g.
     `["--n-cpu-moe", "20", "-ub", "1024"]` (never through a shell: quotes and `$` are plain

@@ -106,16 +106,16 @@ NEUTRAL = frozenset(
         "--cache-prompt", "--cache-reuse", "--cache-idle-slots",
         # The router's options: a server given -m is no router.
         "--models-max", "--models-autoload",
-        # Tuning of a draft or an adapter that only exists with an option refused above.
+        # Tuning of a draft (server.speculative renders its method, sizes and model) or of an
+        # adapter that only exists with an option refused above.
         "--lora-init-without-apply", "--spec-draft-type-k", "--spec-draft-type-v",
         "--spec-draft-threads", "--spec-draft-threads-batch", "--spec-draft-cpu-mask",
         "--spec-draft-cpu-range", "--spec-draft-cpu-strict", "--spec-draft-prio",
         "--spec-draft-poll", "--spec-draft-cpu-mask-batch", "--spec-draft-cpu-strict-batch",
         "--spec-draft-prio-batch", "--spec-draft-poll-batch", "--spec-draft-override-tensor",
-        "--spec-draft-cpu-moe", "--spec-draft-n-cpu-moe", "--spec-draft-n-max",
-        "--spec-draft-n-min", "--spec-synth-len", "--spec-synth-rates", "--spec-draft-p-split",
-        "--spec-draft-p-min", "--spec-draft-backend-sampling", "--spec-draft-sampling",
-        "--spec-draft-device", "--spec-draft-ngl", "--spec-ngram-mod-n-min",
+        "--spec-draft-cpu-moe", "--spec-draft-n-cpu-moe", "--spec-synth-len",
+        "--spec-synth-rates", "--spec-draft-p-split", "--spec-draft-backend-sampling",
+        "--spec-draft-sampling", "--spec-draft-device", "--spec-ngram-mod-n-min",
         "--spec-ngram-mod-n-max", "--spec-ngram-mod-n-match", "--spec-ngram-simple-size-n",
         "--spec-ngram-simple-size-m", "--spec-ngram-simple-min-hits",
         "--spec-ngram-map-k-size-n", "--spec-ngram-map-k-size-m", "--spec-ngram-map-k-min-hits",

@@ -272,6 +272,18 @@ def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list
                 f"{lacking}; the compute buffers' {fmt_size(compute)} of the {fmt_size(total)} "
                 "planned are estimated with it (lock the model, or set the key)"
             )
+    if inputs.speculative == "draft-mtp":
+        lines.append(
+            f"speculative decoding (draft-mtp): the MTP layer's weights are counted with the "
+            f"model's, and {inputs.n_rs_seq} rollback planes per slot with the KV cache; the MTP "
+            "draft context's own KV cache and compute buffer are not measured yet (not in the "
+            f"{fmt_size(total)} planned): keep headroom"
+        )
+    elif inputs.speculative is not None:
+        lines.append(
+            f"speculative decoding ({inputs.speculative}): the n-gram cache lives in host RAM "
+            f"and is not counted (not in the {fmt_size(total)} planned)"
+        )
     if inputs.context_limit is None:
         lines.append(
             "the model's context_length: not in the GGUF header or model.metadata, so "

@@ -133,6 +133,8 @@ class LlamaCppPlanInputs:
     """`store.upgrade: keep`: during an upgrade the volume holds the old model and the new one."""
     n_rs_seq: int = 0
     """deepseek4 compressor-state rollback planes (speculative decoding only)."""
+    speculative: str | None = None
+    """`--spec-type` (`server.speculative.method`); None: no speculative decoding."""
     cpu_variant: CpuVariant | None = None
     """The ggml CPU variant of the node (`infra.plan.repack.CPU_VARIANTS`), which decides the
     repack buffers of CPU-resident weights; None: unknown, the largest is budgeted."""

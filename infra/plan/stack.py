@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from components.llamacpp.flags import rollback_planes
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config import ConfigError, FleetStack, StrixHaloStack, quantity_value
@@ -121,7 +122,13 @@ def model_structure(
         metadata = dict(model.metadata)
         vocab = None
     metadata.setdefault(f"{architecture}.block_count", layers)
-    problems += structure_problems(stack.server, architecture, layers, metadata)
+    problems += structure_problems(
+        stack.server,
+        architecture,
+        layers,
+        metadata,
+        from_header=weights.source != "file sizes + layer structure",
+    )
     if problems:
         raise ConfigError(problems)
     return ModelStructure(architecture, layers, metadata, vocab, weights)
@@ -233,6 +240,7 @@ def llamacpp_inputs(
         raise ConfigError(
             [f"model.metadata: {exc} in the attention shape (a head count or length of 0?)"]
         ) from None
+    spec = server.speculative
     inputs = LlamaCppPlanInputs(
         weights=weights,
         attention=attention,
@@ -250,6 +258,8 @@ def llamacpp_inputs(
         rpc_devices=rpc_devices(stack),
         cpu_variant=cpu_variant(memory.node_cpu) if memory.node_cpu is not None else None,
         repack=server.repack,
+        n_rs_seq=0 if spec is None else rollback_planes(spec.method, spec.num_speculative_tokens),
+        speculative=None if spec is None else spec.method,
         min_slot_context=server.min_slot_context,
         context_limit=served.tokens if served else None,
         runtime=runtime.name,

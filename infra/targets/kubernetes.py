@@ -3,7 +3,7 @@ servers each as one; `infra.targets.cluster` puts them on the cluster)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,7 +20,12 @@ from components import (
 )
 from components.k8s.network_policies import NetworkClient
 from components.llamacpp.expected_props import expected_props
-from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, LlamaCppRuntime, runtime_record
+from components.llamacpp.inputs import (
+    LlamaCppRpcWorkerArgs,
+    LlamaCppRuntime,
+    LlamaCppSpeculative,
+    runtime_record,
+)
 from components.llamacpp.manifests import head_pod_labels, service_url
 from components.llamacpp.rpc_manifests import rpc_endpoint
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
@@ -288,6 +293,10 @@ def server_args(
         flags["top_k"] = server.top_k
     if server.min_p is not None:
         flags["min_p"] = server.min_p
+    if server.speculative is not None:
+        flags["speculative"] = cast(
+            LlamaCppSpeculative, server.speculative.model_dump(exclude_none=True)
+        )
     if server.rpc is not None:
         # A split model: the workers' Services, and each device's share from the memory plan.
         flags["rpc"] = rpc_endpoints(stack)

@@ -1,0 +1,92 @@
+"""Speculative decoding on real llama-server b11434 (CPU build, random-weight models): the flags
+`flags.speculative` renders start a server that drafts with the draft model, answers what the
+same server answers without a draft (greedy: verify's rule passes), and reports its drafted and
+accepted tokens to tune's measurement; the gate reads the target's load and the draft's apart.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.llamacpp.manifests import speculative_args
+from components.payloads import gpu_gate, verify
+from components.payloads.tune_measure import measure_depth
+from tests.support.llama_server import run_llama_server, tiny_server_argv
+from tests.support.tiny_gguf import write_tiny_model_seeded
+from tests.support.verify_models import SMALL_F16, with_random_model_tolerance
+
+SEED = 211
+DRAFT_LAYERS = 2
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("spec")
+    return {
+        "target": write_tiny_model_seeded(root / "t", "t", 1, SMALL_F16, seed=SEED)[0],
+        # The target's own first layers, embeddings and output: a draft of the same vocab.
+        "draft": write_tiny_model_seeded(
+            root / "d", "d", 1, SMALL_F16, seed=SEED, keep_layers=DRAFT_LAYERS
+        )[0],
+        # The target as its own draft: every proposal is the target's own greedy token.
+        "self": write_tiny_model_seeded(root / "s", "s", 1, SMALL_F16, seed=SEED)[0],
+    }
+
+
+def argv(model: Path, *extra: str) -> list[str]:
+    return tiny_server_argv(model, "--threads", "1", *extra, parallel=1)
+
+
+def draft_argv(models: dict[str, Path], draft: str, log: Path) -> list[str]:
+    spec: Any = {
+        "method": "draft-simple",
+        "num_speculative_tokens": 4,
+        "draft_model_path": str(models[draft]),
+    }
+    return argv(models["target"], "-lv", "4", "--log-file", str(log), *speculative_args(spec))
+
+
+@pytest.fixture(scope="module")
+def reference(models: dict[str, Path]) -> dict[str, Any]:
+    with run_llama_server(argv(models["target"])) as url:
+        return verify.record(url, with_random_model_tolerance(verify.new_expectations()))
+
+
+@pytest.mark.parametrize("draft", ["draft", "self"])
+def test_greedy_speculation_answers_what_the_target_alone_answers(
+    models: dict[str, Path], reference: dict[str, Any], draft: str, tmp_path: Path
+) -> None:
+    with run_llama_server(draft_argv(models, draft, tmp_path / "load.log")) as url:
+        results = verify.verify(url, reference)
+        figures = measure_depth(url, 0, runs=1, prefill_tokens=32, decode_tokens=16)
+        greedy = verify.request_json(
+            url, "/completion", {"prompt": "count: 1 2 3", "n_predict": 24, "temperature": 0}
+        )["timings"]
+    assert all(r.ok for r in results), verify.format_table(results)
+    assert verify.evidence_problem(results, verify.tolerance_of(reference)) is None
+    # tune's measurement (the server's own sampling, temperature 0.8 here) records the draft.
+    assert figures.drafted and figures.drafted[0] > 0, figures
+    assert figures.acceptance is not None and 0 <= figures.acceptance <= 1
+    if draft == "self":
+        # Greedy, its own draft proposes exactly the target's tokens: nearly all accepted.
+        assert greedy["draft_n_accepted"] > 0.9 * greedy["draft_n"], greedy
+
+
+def test_the_gate_reads_the_targets_load_and_the_drafts_apart(
+    models: dict[str, Path], tmp_path: Path
+) -> None:
+    log = tmp_path / "load.log"
+    with run_llama_server(draft_argv(models, "draft", log)):
+        text = log.read_text()
+    evidence = gpu_gate.parse_load_log(text)
+    assert evidence.draft is not None
+    assert (evidence.offloadable, evidence.draft.offloadable) == (
+        SMALL_F16.n_layer + 1,
+        DRAFT_LAYERS + 1,
+    )
+    assert evidence.host_buffers_mib and evidence.draft.host_buffers_mib
+    # The draft's buffers are its own, not added to the target's.
+    assert sum(evidence.draft.host_buffers_mib.values()) < sum(evidence.host_buffers_mib.values())
