@@ -77,7 +77,7 @@ def plan_vllm(inputs: VllmPlanInputs) -> Plan:
     if not hbm.fits:
         room = (hbm.capacity_bytes or 0) - inputs.weights_bytes - inputs.activation_reserve_bytes
         fix = (
-            f"lower server.kvCacheMemoryBytes to at most {max(room, 0) // GB}G"
+            f"lower server.kvCacheMemoryBytes to at most {room // GIB * GIB} ({room // GIB} GiB)"
             if room > 0
             else "the weights do not fit this GPU"
         )

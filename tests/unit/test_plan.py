@@ -327,8 +327,8 @@ def test_mi300x_hbm_refusal_names_the_kv_bytes_that_fit() -> None:
     inputs = VllmPlanInputs(kv_cache_memory_bytes=40 * GB)
     (message,) = plan_vllm(inputs).problems
     assert message.startswith("plan: does not fit in HBM: ")
-    kv = suggested(r"lower server\.kvCacheMemoryBytes to at most (\d+)G", message)
-    assert plan_vllm(replace(inputs, kv_cache_memory_bytes=kv * GB)).fits
+    kv = suggested(r"lower server\.kvCacheMemoryBytes to at most (\d+) \(\d+ GiB\)", message)
+    assert plan_vllm(replace(inputs, kv_cache_memory_bytes=kv)).fits
 
 
 def test_mi300x_ram_and_disk_refusals() -> None:
