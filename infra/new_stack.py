@@ -36,7 +36,7 @@ SCHEMA_LINE = "# yaml-language-server: $schema=../docs/stack.schema.json"
 Target = Literal["kubernetes", "docker-host"]
 
 DEFAULT_VRAM_GIB = 90
-"""A Strix Halo NUCBox (128 GB, the firmware's usual VRAM split), the kubernetes target's box."""
+"""A Strix Halo NUCBox (128 GiB, the firmware's usual VRAM split), the kubernetes target's box."""
 DEFAULT_SLOT_CONTEXT: int = ServerSettings.model_fields["min_slot_context"].default
 """Tokens a slot holds unless the model serves fewer (`server.minSlotContext`'s default)."""
 HEADROOM_GIB = 4.0
@@ -198,7 +198,7 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
         "until the new one is in."
     )
     c[("memory", "vramGib")] = (
-        "GPU memory llama-server may use, GiB (a 128 GB Strix Halo: ~90); -ngl and -c fit in it."
+        "GPU memory llama-server may use, GiB (a 128 GiB Strix Halo: ~90); -ngl and -c fit in it."
     )
     c[("server", "alias")] = (
         "The model name clients send (--alias, the LiteLLM route); also the Deployment's name."

@@ -205,7 +205,7 @@ def docker_host_draft(request: StackRequest, lock: ModelLock, config: Checkpoint
         '#   pulumi config set --secret apiKey "$(openssl rand -hex 32)"',
     ]
     draft.summary = (
-        f"--max-model-len {context}, KV cache {kv / GB:g} GB in {hbm:g} GiB of HBM; host, TLS and "
+        f"--max-model-len {context}, KV cache {fmt_size(kv)} in {hbm:g} GiB of HBM; host, TLS and "
         "network keys are placeholders to fill"
     )
     return draft

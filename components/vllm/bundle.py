@@ -168,7 +168,12 @@ def deploy_files(args: VllmRocmServerArgs, stack: str) -> list[HostFile]:
         else None
     )
     site = monitoring.site if monitoring is not None else None
-    caddy_text = caddyfile(args["caddy"], upstream=vllm_address(flags), metrics=site)
+    caddy_text = caddyfile(
+        args["caddy"],
+        upstream=vllm_address(flags),
+        metrics=site,
+        max_model_len=flags["max_model_len"],
+    )
     paths = remote_paths(args["base_dir"])
     lock = lock_document(args["model_lock"])
     compose = compose_file(

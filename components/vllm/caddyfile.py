@@ -32,6 +32,11 @@ GPU_METRICS_PATH = "/gpu/metrics"
 """Where the metrics site serves the GPU exporter's /metrics."""
 
 
+def token_count_label(tokens: int) -> str:
+    """A context length as people write it: `256k` for 262144, the number when not whole k."""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
 def site_is_ip(site: str) -> bool:
     """True when the site address is an IP address rather than a DNS name."""
     try:
@@ -48,9 +53,12 @@ def caddyfile(
     http_port: int = 80,
     https_port: int = 443,
     metrics: MetricsSite | None = None,
+    max_model_len: int | None = None,
 ) -> str:
     """The Caddyfile: HTTPS site, IP allowlist (403), no /metrics, streaming reverse proxy; and
-    optionally a second site that serves /metrics to the monitoring network only."""
+    optionally a second site that serves /metrics to the monitoring network only
+    (`max_model_len`: the server's `--max-model-len`, which the proxy's timeouts allow for)."""
+    longest = "A long" if max_model_len is None else f"A {token_count_label(max_model_len)}-token"
     cidrs = caddy["allowed_cidrs"]
     site = caddy["site"]
     globals_ = ["\tadmin off"]
@@ -96,7 +104,7 @@ def caddyfile(
         "\t\tflush_interval -1",
         "\t\ttransport http {",
         "\t\t\tdial_timeout 10s",
-        "\t\t\t# A 256k-token prompt is minutes of prefill before the first byte.",
+        f"\t\t\t# {longest} prompt is minutes of prefill before the first byte.",
         "\t\t\tresponse_header_timeout 30m",
         "\t\t\tread_timeout 30m",
         "\t\t\twrite_timeout 30m",

@@ -79,6 +79,67 @@ class Fix:
 
 
 @dataclass(frozen=True)
+class KvCapacity:
+    """What a server's KV cache holds in tokens: the GPU budget at `max_model_len` as the
+    server counts it at start-up, and a CPU tier; the token figures are None where the plan
+    knows no KV bytes per token for the model."""
+
+    max_model_len: int
+    gpu_budget_bytes: int
+    cpu_tier_bytes: int
+    gpu_tokens: int | None = None
+    max_concurrency: float | None = None
+    """Requests of `max_model_len` tokens the GPU budget holds at once."""
+    request_bytes: int | None = None
+    bytes_per_token: float | None = None
+    cpu_tier_tokens: int | None = None
+    longest_context: int | None = None
+    """The longest context of which one request fits the GPU budget."""
+
+    def lines(self) -> list[str]:
+        """The plan's KV lines: what each figure counts."""
+        budget = f"{gib(self.gpu_budget_bytes):.2f} GiB of --kv-cache-memory-bytes"
+        if self.gpu_tokens is None or self.max_concurrency is None:
+            return [
+                f"KV cache: {budget}; its tokens are not counted (the plan knows no KV bytes "
+                "per token for this model)"
+            ]
+        lines = [
+            f"GPU KV cache: {self.gpu_tokens:,} tokens ({budget}; "
+            f"{self.bytes_per_token or 0:,.0f} B a context token)",
+            f"concurrency: {self.max_concurrency:.2f} requests of {self.max_model_len:,} tokens "
+            f"at once ({gib(self.request_bytes or 0):.2f} GiB each, sliding window included)",
+        ]
+        if self.cpu_tier_bytes:
+            lines.append(
+                f"CPU KV tier: {self.cpu_tier_tokens or 0:,} tokens of prefix cache moved out "
+                f"of HBM ({gib(self.cpu_tier_bytes):.2f} GiB of --kv-offloading-size; running "
+                "requests stay in HBM, so it adds no concurrency)"
+            )
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        """The plan contract's `kv_cache` object (sizes in GiB)."""
+
+        def size(value: int | None) -> float | None:
+            return None if value is None else round(gib(value), 3)
+
+        concurrency = self.max_concurrency
+        return {
+            "max_model_len": self.max_model_len,
+            "gpu_budget_gib": size(self.gpu_budget_bytes),
+            "gpu_tokens": self.gpu_tokens,
+            "max_concurrency": None if concurrency is None else round(concurrency, 2),
+            "request_gib": size(self.request_bytes),
+            "bytes_per_token": None
+            if self.bytes_per_token is None
+            else round(self.bytes_per_token, 2),
+            "cpu_tier_gib": size(self.cpu_tier_bytes),
+            "cpu_tier_tokens": self.cpu_tier_tokens,
+        }
+
+
+@dataclass(frozen=True)
 class TableRow:
     """One line of the plan table."""
 
@@ -105,6 +166,8 @@ class Plan:
     what rests on it."""
     fixes: list[Fix] = field(default_factory=list)
     """The changes the problems and advice name, machine-readable (`--json`: `fixes`)."""
+    kv: KvCapacity | None = None
+    """What the KV cache holds in tokens (a vLLM server; `--json`: `kv_cache`)."""
 
     @property
     def fits(self) -> bool:
@@ -120,6 +183,8 @@ class Plan:
             "assumptions": list(self.assumptions),
             "fixes": [fix.to_json() for fix in self.fixes],
         }
+        if self.kv is not None:
+            document["kv_cache"] = self.kv.to_json()
         if self.transfers:
             document["network_load_gib"] = {
                 name: round(gib(size), 3) for name, size in self.transfers.items()
@@ -146,6 +211,7 @@ class Plan:
             lines.append(
                 f"{'total ' + name:<{width}}  {fmt_size(device.used_bytes):>10}  {limit}{free}"
             )
+        lines += self.kv.lines() if self.kv is not None else []
         lines.append(f"weights from: {self.source}")
         lines += [f"assumed: {a}" for a in self.assumptions]
         lines += [f"note: {n}" for n in self.notes]
@@ -187,6 +253,8 @@ class Plan:
         hidden = len(self.rows) - len(shown)
         if hidden:
             lines.append(f"({hidden} components of 0 GiB not shown)")
+        if self.kv is not None:
+            lines += ["", *self.kv.lines()]
         lines.append(f"weights from: {self.source}")
         lines += [f"assumed: {a}" for a in self.assumptions]
         if verbose:

@@ -31,6 +31,7 @@ from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Fix, Plan, TableRow
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
 from infra.plan.vllm_extra_args import vllm_extra_args_problems
+from infra.plan.vllm_kv import kv_layout_of
 
 # Before a lock records the files' sizes the plan takes the weight size from the config.
 NO_WEIGHT_SIZE = (
@@ -312,6 +313,9 @@ def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
         weights_bytes=weights,
         hbm_bytes=int(memory.hbm_gib * GIB),
         kv_cache_memory_bytes=server.kv_cache_memory_bytes,
+        max_model_len=server.max_model_len,
+        max_num_batched_tokens=server.max_num_batched_tokens,
+        kv_layout=kv_layout_of(stack.model.repo),
         activation_reserve_bytes=int(memory.activation_reserve_gib * GIB),
         host_ram_bytes=int(memory.ram_gib * GIB),
         cpu_kv_tier_bytes=int(server.kv_offloading_size * GIB),

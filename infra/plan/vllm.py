@@ -5,6 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infra.plan.report import GB, GIB, Device, Plan, TableRow, fmt_num, fmt_size, gib
+from infra.plan.vllm_kv import (
+    DEEPSEEK_V4_FLASH,
+    KvCacheLayout,
+    kv_capacity,
+    layout_assumption,
+    too_long_problem,
+)
 
 
 @dataclass(frozen=True)
@@ -16,7 +23,14 @@ class VllmPlanInputs:
     hbm_bytes: int = 192 * GIB
     """MI300X: 192 GiB HBM3 (rocm-smi reports ~191.98 GiB)."""
     kv_cache_memory_bytes: int = 20 * GB
-    """`--kv-cache-memory-bytes` (vLLM parses `20G` as 20·10^9)."""
+    """`--kv-cache-memory-bytes` (vLLM parses `20G` as 20·10^9): the GPU KV budget; it
+    overrides `--gpu-memory-utilization`."""
+    max_model_len: int = 262144
+    """`--max-model-len`: the request length vLLM's concurrency figure counts."""
+    max_num_batched_tokens: int = 2048
+    """`--max-num-batched-tokens`: the tokens a step adds to each sliding window."""
+    kv_layout: KvCacheLayout | None = DEEPSEEK_V4_FLASH
+    """The model's KV bytes per token as vLLM allocates them (None: unknown, no token figures)."""
     activation_reserve_bytes: int = 6 * GIB
     """Activations of a scheduler step (`--max-num-batched-tokens`), HIP graphs, RCCL, allocator
     fragmentation: vLLM's profiling run needs it on top of weights and KV."""
@@ -77,7 +91,7 @@ def plan_vllm(inputs: VllmPlanInputs) -> Plan:
     if not hbm.fits:
         room = (hbm.capacity_bytes or 0) - inputs.weights_bytes - inputs.activation_reserve_bytes
         fix = (
-            f"lower server.kvCacheMemoryBytes to at most {max(room, 0) // GB}G"
+            f"lower server.kvCacheMemoryBytes to at most {room // GIB * GIB} ({room // GIB} GiB)"
             if room > 0
             else "the weights do not fit this GPU"
         )
@@ -107,6 +121,17 @@ def plan_vllm(inputs: VllmPlanInputs) -> Plan:
             f"{fmt_size(disk.used_bytes - (disk.capacity_bytes or 0))} on the host or use a larger "
             f"disk"
         )
+    kv = kv_capacity(
+        inputs.kv_layout,
+        max_model_len=inputs.max_model_len,
+        max_num_batched_tokens=inputs.max_num_batched_tokens,
+        budget_bytes=inputs.kv_cache_memory_bytes,
+        cpu_tier_bytes=inputs.cpu_kv_tier_bytes,
+    )
+    too_long = too_long_problem(kv)
+    if too_long is not None:
+        problems.append(too_long)
+    assumptions = [] if inputs.kv_layout is None else [layout_assumption(inputs.kv_layout)]
     advice = []
     # Seed 002: free HBM is small, so context, KV or concurrency changes can run out of memory.
     if hbm.fits and (hbm.capacity_bytes or 0) - hbm.used_bytes < 0.1 * (hbm.capacity_bytes or 0):
@@ -114,4 +139,6 @@ def plan_vllm(inputs: VllmPlanInputs) -> Plan:
             f"HBM has {fmt_size((hbm.capacity_bytes or 0) - hbm.used_bytes)} free: raising the "
             "context, KV cache or concurrency can run out of memory"
         )
-    return Plan(devices, advice, problems, rows, [], "checkpoint size")
+    return Plan(
+        devices, advice, problems, rows, [], "checkpoint size", assumptions=assumptions, kv=kv
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -134,6 +135,48 @@ def test_plan_of_mi300x_counts_hbm_host_ram_and_disk() -> None:
     assert hbm["items"]["weights"] == 156.67
     assert hbm["capacity_gib"] == 192
     assert document["devices"]["ram"]["items"]["cpu_kv_tier"] == 96
+
+
+def test_a_shorter_max_model_len_changes_the_mi300x_plan_to_what_it_buys(tmp_path: Path) -> None:
+    text = (ROOT / "stacks" / "Pulumi.mi300x.yaml").read_text()
+    short = tmp_path / "Pulumi.short.yaml"
+    short.write_text(text.replace("maxModelLen: 262144", "maxModelLen: 65536"))
+    seed, copy = plan("mi300x"), plan(str(short))
+    assert seed.returncode == copy.returncode == 0, seed.stderr + copy.stderr
+    assert seed.stdout != copy.stdout
+    assert "concurrency: 17.63 requests of 262,144 tokens at once" in seed.stdout
+    assert "concurrency: 54.88 requests of 65,536 tokens at once" in copy.stdout
+    # One assumption, said once: the KV bytes per token come from vLLM's source.
+    for result in (seed, copy):
+        (assumed,) = [line for line in result.stdout.splitlines() if "assumed:" in line]
+        assert assumed.startswith("assumed: KV bytes per token: DeepSeek-V4-Flash")
+    long, shorter = (
+        json.loads(plan(p, "-o", "json").stdout)["kv_cache"] for p in ("mi300x", str(short))
+    )
+    assert (long["max_model_len"], shorter["max_model_len"]) == (262144, 65536)
+    # Shorter requests: more of them at once, fewer tokens in all (each keeps its window).
+    assert shorter["max_concurrency"] > 3 * long["max_concurrency"]
+    assert shorter["gpu_tokens"] < long["gpu_tokens"]
+    assert shorter["cpu_tier_tokens"] == long["cpu_tier_tokens"] > long["gpu_tokens"]
+
+
+def test_render_refuses_a_max_model_len_of_which_one_request_outgrows_the_kv_budget(
+    tmp_path: Path,
+) -> None:
+    text = (ROOT / "stacks" / "Pulumi.mi300x.yaml").read_text()
+    path = tmp_path / "Pulumi.long.yaml"
+    path.write_text(
+        text.replace("maxModelLen: 262144", "maxModelLen: 1048576").replace(
+            "kvCacheMemoryBytes: 20000000000", "kvCacheMemoryBytes: 2000000000"
+        )
+    )
+    result = render(str(path), tmp_path / "out")
+    assert result.returncode == 2
+    assert "plan: one request of 1,048,576 tokens needs 3.9 GiB of KV cache" in result.stderr
+    fitting = re.search(r"lower server\.maxModelLen to at most (\d+)", result.stderr)
+    assert fitting, result.stderr
+    path.write_text(path.read_text().replace("maxModelLen: 1048576", f"maxModelLen: {fitting[1]}"))
+    assert render(str(path), tmp_path / "out").returncode == 0
 
 
 def test_render_refuses_an_mi300x_gpu_kv_cache_that_does_not_fit_hbm(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ which lock, plan and render then accept (offline); its refusals name the option.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from infra.hub.gguf_stub import SAMPLE_FILE, SAMPLE_REPO, write_sample
 from infra.hub.repos import DirectoryRepos
 from infra.hub.server import HubServer, serving
 from infra.new_stack import SCHEMA_LINE
+from tests.conftest import ROOT
 from tests.support.hub_emulator import Hub, running_hub
 from tests.support.project import llm_infra, new_project
 from tests.support.tiny_gguf import CONTEXT_LENGTH, N_LAYER, TinyLlamaSpec, write_tiny_model
@@ -318,3 +320,28 @@ def test_an_architecture_named_with_a_hyphen_inits_and_locks(project: Path, tmp_
     plan = llm_infra(project, "plan", "oss", "-o", "json")
     assert plan.returncode in (0, 1), plan.stderr  # a plan, fitting or not; never a traceback
     assert "Traceback" not in plan.stderr
+
+
+# A size in decimal gigabytes: `68 GB`, `(GB)`; not a rate (`GB/s`) and not `GiB`.
+DECIMAL_GB = re.compile(r"\bGB\b(?!/s)")
+
+
+def test_init_and_plan_print_every_size_in_gib_never_gb(hub: Hub, project: Path) -> None:
+    outputs = {}
+    for name, options in [
+        ("tiny", ["--repo", REPO, "--file", "Q8_0/*"]),
+        ("ckpt", ["--target", "docker-host", "--repo", CHECKPOINT,
+                  "--file", "*.safetensors", "--file", "*.json"]),
+    ]:  # fmt: skip
+        init = llm_infra(project, "init", name, *options, endpoint=hub.url)
+        assert init.returncode == 0, init.stderr
+        outputs[f"init {name}"] = init.stdout + init.stderr
+        outputs[f"{name} stack file"] = (project / "stacks" / f"Pulumi.{name}.yaml").read_text()
+    for name, stack in [("tiny", "tiny"), ("mi300x", str(ROOT / "stacks/Pulumi.mi300x.yaml"))]:
+        for options in ([], ["-v"], ["-o", "json"]):
+            plan = llm_infra(project, "plan", stack, *options)
+            assert plan.returncode == 0, plan.stderr
+            outputs[f"plan {name} {options}"] = plan.stdout + plan.stderr
+    assert "GiB" in outputs["init ckpt"] and "GiB" in outputs["plan mi300x []"]
+    in_gb = {what: DECIMAL_GB.findall(text) for what, text in outputs.items()}
+    assert {what: found for what, found in in_gb.items() if found} == {}

@@ -102,6 +102,14 @@ def test_plan_json(hub: Hub, flag: list[str]) -> None:
     assert valid("plan", result.stdout)["fits"] is True
 
 
+def test_the_mi300x_plan_json_carries_the_kv_cache_in_tokens(hub: Hub) -> None:
+    result = cli(hub, "plan", "mi300x", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    kv = valid("plan", result.stdout)["kv_cache"]
+    assert kv["max_model_len"] == 262144 and kv["gpu_tokens"] > 4_000_000
+    assert kv["max_concurrency"] == round(kv["gpu_tokens"] / 262144, 2)
+
+
 def test_diff_json(hub: Hub, tmp_path: Path) -> None:
     old = tmp_path / "a" / "strix-halo"
     shutil.copytree(ROOT / "tests/golden/strix-halo", old)

@@ -27,6 +27,7 @@ from infra.plan.llamacpp import (
 )
 from infra.plan.report import GB, GIB, MIB, PlanError
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
+from infra.plan.vllm_kv import DEEPSEEK_V4_FLASH, kv_layout_of
 from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
 from tests.support.plan_samples import VULKAN_MEASURED
@@ -327,8 +328,57 @@ def test_mi300x_hbm_refusal_names_the_kv_bytes_that_fit() -> None:
     inputs = VllmPlanInputs(kv_cache_memory_bytes=40 * GB)
     (message,) = plan_vllm(inputs).problems
     assert message.startswith("plan: does not fit in HBM: ")
-    kv = suggested(r"lower server\.kvCacheMemoryBytes to at most (\d+)G", message)
-    assert plan_vllm(replace(inputs, kv_cache_memory_bytes=kv * GB)).fits
+    kv = suggested(r"lower server\.kvCacheMemoryBytes to at most (\d+) \(\d+ GiB\)", message)
+    assert plan_vllm(replace(inputs, kv_cache_memory_bytes=kv)).fits
+
+
+def test_vllm_kv_capacity_counts_a_requests_pages_as_vllm_does() -> None:
+    # DeepSeek-V4-Flash per 256-token page: 21 C4A layers (64 states of 584 B, 576-aligned) and
+    # their indexers (64 of 132 B), 20 C128A layers (2 of 584 B); a 128-token window of 584 B
+    # per token on all 43 layers in 64-token pages.
+    assert DEEPSEEK_V4_FLASH.page_bytes == 21 * 37440 + 21 * 8640 + 20 * 1728
+    assert DEEPSEEK_V4_FLASH.window_page_bytes == 43 * 37440
+    kv = plan_vllm(VllmPlanInputs(max_model_len=65536, max_num_batched_tokens=2048)).kv
+    assert kv is not None
+    # 256 pages of context, and cdiv(127 + 2 steps of 2048 tokens, 64) + 1 window pages.
+    request = 256 * DEEPSEEK_V4_FLASH.page_bytes + 67 * DEEPSEEK_V4_FLASH.window_page_bytes
+    assert kv.request_bytes == request
+    assert kv.max_concurrency == 20 * GB / request
+    # vLLM's get_kv_cache_capacity: int(concurrency * max_model_len).
+    assert kv.gpu_tokens == int(20 * GB / request * 65536)
+    assert kv.cpu_tier_tokens == int(96 * GIB / DEEPSEEK_V4_FLASH.bytes_per_token)
+
+
+def test_vllm_kv_figures_follow_max_model_len_and_the_budget() -> None:
+    def figures(**changes: int) -> tuple[float | None, int | None]:
+        kv = plan_vllm(VllmPlanInputs(**changes)).kv  # type: ignore[arg-type]
+        assert kv is not None
+        return kv.max_concurrency, kv.gpu_tokens
+
+    seed = figures()
+    assert figures(max_model_len=65536) != seed
+    assert figures(kv_cache_memory_bytes=10 * GB)[0] == pytest.approx(seed[0] / 2)  # type: ignore[operator]
+    assert figures(cpu_kv_tier_bytes=0) == seed
+
+
+def test_a_model_without_a_known_kv_layout_gets_no_token_figures_and_assumes_nothing() -> None:
+    assert kv_layout_of("deepseek-ai/DeepSeek-V4-Flash-0731") is DEEPSEEK_V4_FLASH
+    assert kv_layout_of("acme/Tiny-Checkpoint") is None
+    plan = plan_vllm(VllmPlanInputs(kv_layout=None))
+    assert plan.kv is not None and plan.kv.gpu_tokens is None and plan.assumptions == []
+    assert plan.to_json()["kv_cache"]["max_concurrency"] is None
+    assert "its tokens are not counted" in plan.report()
+
+
+def test_vllm_refuses_a_max_model_len_one_request_of_which_outgrows_the_kv_budget() -> None:
+    inputs = VllmPlanInputs(max_model_len=1 << 20, kv_cache_memory_bytes=2 * GB)
+    (message,) = plan_vllm(inputs).problems
+    assert message.startswith("plan: one request of 1,048,576 tokens needs 3.9 GiB of KV cache")
+    longest = suggested(r"lower server\.maxModelLen to at most (\d+)", message)
+    assert plan_vllm(replace(inputs, max_model_len=longest)).fits
+    assert not plan_vllm(replace(inputs, max_model_len=longest + 256)).fits
+    budget = suggested(r"raise server\.kvCacheMemoryBytes to at least (\d+)", message)
+    assert plan_vllm(replace(inputs, kv_cache_memory_bytes=budget)).fits
 
 
 def test_mi300x_ram_and_disk_refusals() -> None:
