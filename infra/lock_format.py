@@ -112,6 +112,9 @@ class ModelLock(BaseModel):
     )
     files: list[ModelFile] = Field(min_length=1, max_length=10_000)
     gguf: dict[str, Any] | None = None
+    draft: ModelLock | None = None
+    """The speculative draft model (`server.speculative.draft`), locked as the model is; a
+    draft's own lock has none."""
 
     @field_validator("gguf")
     @classmethod
@@ -128,23 +131,45 @@ class ModelLock(BaseModel):
                 ) from None
         return value
 
-    def stale_problems(self, model: RepoModelSettings, path: Path) -> list[str]:
-        """Why this lock no longer describes the stack's model (empty when it does)."""
+    def stale_problems(
+        self, model: RepoModelSettings, path: Path, draft: RepoModelSettings | None = None
+    ) -> list[str]:
+        """Why this lock no longer describes the stack's model and draft (empty when it
+        does)."""
         wanted = (model.repo, model.revision, list(model.files))
         locked = (self.repo, self.requested_revision, self.patterns)
-        if wanted == locked:
-            return []
-        return [
-            f"model: the lock {path} was made for {self.repo}@{self.requested_revision} "
-            f"{self.patterns}, the stack asks for {model.repo}@{model.revision} "
-            f"{list(model.files)} (run: llm-infra lock STACK)"
-        ]
+        problems = []
+        if wanted != locked:
+            problems.append(
+                f"model: the lock {path} was made for {self.repo}@{self.requested_revision} "
+                f"{self.patterns}, the stack asks for {model.repo}@{model.revision} "
+                f"{list(model.files)} (run: llm-infra lock STACK)"
+            )
+        key = "server.speculative.draft"
+        if draft is None and self.draft is not None:
+            problems.append(
+                f"{key}: the lock {path} pins the draft {self.draft.repo}, the stack has none "
+                "(run: llm-infra lock STACK)"
+            )
+        elif draft is not None and self.draft is None:
+            problems.append(
+                f"{key}: the lock {path} pins no draft, the stack asks for {draft.repo} "
+                "(run: llm-infra lock STACK)"
+            )
+        elif draft is not None and self.draft is not None:
+            problems += [
+                p.replace("model: ", f"{key}: ", 1).replace("the lock", "the lock's draft", 1)
+                for p in self.draft.stale_problems(draft, path)
+            ]
+        return problems
 
     @model_validator(mode="after")
     def _files_are_sound(self) -> ModelLock:
         problem = lock_files_problem(self.files, self.patterns)
         if problem:
             raise ValueError(problem)
+        if self.draft is not None and self.draft.draft is not None:
+            raise ValueError("draft: a draft's lock holds no draft of its own")
         return self
 
     @property

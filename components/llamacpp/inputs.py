@@ -53,7 +53,7 @@ from components.llamacpp.runtimes import (
     missing_capability,
     runtime_for,
 )
-from components.model_store.inputs import MODELS_MOUNT, ModelVolume
+from components.model_store.inputs import DRAFT_DIR, MODELS_MOUNT, ModelVolume
 from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import Default, Input, Problem, cross_field_rule, documented, ref
 
@@ -299,6 +299,16 @@ def _server_fits_its_store(args: Mapping[str, Any]) -> list[Problem]:
     model, flags = args.get("model"), args.get("flags", {})
     if not isinstance(model, Mapping):
         return problems
+    draft_file = model.get("draft_file")
+    spec = flags.get("speculative") or {}
+    draft_path = f"{MODELS_MOUNT}/{DRAFT_DIR}/{draft_file}"
+    if isinstance(draft_file, str) and spec.get("draft_model_path") not in (None, draft_path):
+        problems.append(
+            (
+                ("flags", "speculative", "draft_model_path"),
+                f"{spec.get('draft_model_path')!r} is not the store's draft {draft_path}",
+            )
+        )
     model_file = model.get("model_file")
     if isinstance(model_file, str) and flags.get("model_path") != f"{MODELS_MOUNT}/{model_file}":
         problems.append(

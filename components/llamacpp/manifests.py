@@ -347,7 +347,16 @@ def server_deployment(meta: Meta, args: LlamaCppVulkanServerArgs) -> dict[str, A
                     "enableServiceLinks": False,
                     "securityContext": _pod_security(args),
                     "initContainers": [
-                        model_check_container(model["check_image"], model["run_as_user"])
+                        model_check_container(model["check_image"], model["run_as_user"]),
+                        *(
+                            [
+                                model_check_container(
+                                    model["check_image"], model["run_as_user"], True
+                                )
+                            ]
+                            if model.get("draft_file")
+                            else []
+                        ),
                     ],
                     "containers": pod_containers(name, args),
                     "volumes": volumes,

@@ -1,6 +1,7 @@
 """GgufModelStore: a protected PVC for GGUF models and the Job that fetches a locked shard set."""
 
 from collections.abc import Sequence
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -47,10 +48,10 @@ def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
     if problems:
         raise ComponentInputError("GgufModelStore", name, problems)
     args = with_defaults(args, GgufModelStoreArgs)
-    lock = fetch_document(args["repo"], args["revision"], args["files"])
+    lock, draft_lock = store_locks(args)
     source = FETCHER_SOURCE.read_text() + HTTP_POLICY_SOURCE.read_text()
-    names = store_names(name, content_digest(lock, source))
-    return {
+    names = store_names(name, content_digest(lock, source, draft_lock))
+    volume: ModelVolume = {
         "claim_name": names["pvc"],
         "fetcher_config_map": names["config_map"],
         "check_image": args["fetch_image"],
@@ -58,6 +59,19 @@ def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
         "model_file": args["files"][0]["name"],
         "model_bytes": model_bytes(args["files"]),
     }
+    draft = args.get("draft")
+    if draft:
+        volume["draft_file"] = draft["files"][0]["name"]
+    return volume
+
+
+def store_locks(args: GgufModelStoreArgs) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The lock documents the fetch Job runs: the model's, and the speculative draft's."""
+    lock = fetch_document(args["repo"], args["revision"], args["files"])
+    draft = args.get("draft")
+    if not draft:
+        return lock, None
+    return lock, fetch_document(draft["repo"], draft["revision"], draft["files"])
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -96,10 +110,11 @@ class GgufModelStore(pulumi.ComponentResource):
                 "with a lock file (llm-infra lock; from Python, "
                 "infra.component_users.store_files_from_lock)"
             )
-        lock = fetch_document(args["repo"], args["revision"], args["files"])
+        lock, draft_lock = store_locks(args)
+        draft_files = list(draft_lock["files"]) if draft_lock is not None else []
         fetcher_source = FETCHER_SOURCE.read_text()
         policy_source = HTTP_POLICY_SOURCE.read_text()
-        names = store_names(name, content_digest(lock, fetcher_source + policy_source))
+        names = store_names(name, content_digest(lock, fetcher_source + policy_source, draft_lock))
         run_as_user = args["run_as_user"]
         timeout = args["fetch_timeout_seconds"]
         inherited = inherited_dependencies(opts)
@@ -117,7 +132,11 @@ class GgufModelStore(pulumi.ComponentResource):
         )
         config_map = namespace.apply(
             lambda ns: fetcher_config_map(
-                Meta(names["config_map"], ns, labels), lock, fetcher_source, policy_source
+                Meta(names["config_map"], ns, labels),
+                lock,
+                fetcher_source,
+                policy_source,
+                draft_lock,
             )
         )
         self.config_map = k8s.core.v1.ConfigMap(
@@ -151,6 +170,7 @@ class GgufModelStore(pulumi.ComponentResource):
                 token_secret=names["token_secret"] if hf_token is not None else None,
                 run_as_user=run_as_user,
                 upgrade=args["upgrade"],
+                draft=draft_lock is not None,
             )
         )
         self.preflight_job: k8s.batch.v1.Job | None = None
@@ -159,7 +179,8 @@ class GgufModelStore(pulumi.ComponentResource):
         if preflight is not None:
             check = namespace.apply(
                 lambda ns: store_preflight_job(
-                    Meta(name, ns, labels), preflight, files=args["files"],
+                    Meta(name, ns, labels), preflight,
+                    files=[*args["files"], *draft_files],
                     retired=args["retired_patterns"], upgrade=args["upgrade"],
                     claim_name=names["pvc"], node_selector=args["node_selector"],
                     run_as_user=run_as_user,

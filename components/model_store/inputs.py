@@ -65,6 +65,23 @@ FETCH_TIMEOUT_SECONDS = 12 * 3600
 """Deadline of a fetch when the caller gives none: 87 GiB over a slow home link."""
 
 
+DRAFT_DIR = "draft"
+"""The volume's folder a speculative draft model is fetched into: its own lock, its own
+completion marker, and never a file the model's fetch retires or replaces."""
+
+
+@documented
+class DraftModel(TypedDict):
+    """A speculative draft model the store fetches beside the model, into `draft/`."""
+
+    repo: RepoId
+    """Hugging Face repo id of the draft (it may be the model's own repo)."""
+    revision: Revision
+    """Branch, tag or commit sha to fetch."""
+    files: Annotated[list[ModelFile], Field(min_length=1)]
+    """The draft's files, first shard first."""
+
+
 @documented
 class ModelVolume(TypedDict):
     """Where a server finds its model: what a GgufModelStore provides."""
@@ -82,6 +99,9 @@ class ModelVolume(TypedDict):
     model_bytes: NotRequired[Annotated[int, Field(ge=0)] | None]
     """Bytes of the model files when the lock gives every size: the server's startup probe
     must outlast reading them."""
+    draft_file: NotRequired[FileName]
+    """The draft's first file, when the store fetches one: the server's `--spec-draft-model`
+    must be `/models/draft/<draft_file>`."""
 
 
 @documented
@@ -128,6 +148,9 @@ class GgufModelStoreArgs(TypedDict):
     `replace`: retired files go first when the volume cannot hold both (downtime)."""
     node_preflight: NotRequired[NodePreflight | None]
     """Check the node (render node, VRAM + GTT, disk, Vulkan device) in a Job before the fetch."""
+    draft: NotRequired[DraftModel | None]
+    """A speculative draft model fetched after the model, into `draft/` on the same volume
+    (checked by its own lock and marker, before the server starts, as the model is)."""
 
 
 @cross_field_rule(GgufModelStoreArgs)

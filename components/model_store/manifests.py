@@ -16,8 +16,14 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
-from components.model_store.inputs import MODELS_MOUNT
-from components.payloads import FETCHER_FILE, FETCHER_MOUNT, HTTP_POLICY_FILE, LOCK_FILE
+from components.model_store.inputs import DRAFT_DIR, MODELS_MOUNT
+from components.payloads import (
+    DRAFT_LOCK_FILE,
+    FETCHER_FILE,
+    FETCHER_MOUNT,
+    HTTP_POLICY_FILE,
+    LOCK_FILE,
+)
 from components.payloads.fetcher import lock_digest
 
 HF_TOKEN_KEY = "token"
@@ -28,9 +34,17 @@ def store_labels(name: str) -> dict[str, str]:
     return app_labels("model-store", name)
 
 
-def content_digest(lock: dict[str, Any], fetcher_source: str) -> str:
-    """sha256 of what the Job runs (lock and fetcher): a change makes a new ConfigMap and Job."""
-    return hashlib.sha256((lock_digest(lock) + fetcher_source).encode()).hexdigest()
+DRAFT_PATH = f"{MODELS_MOUNT}/{DRAFT_DIR}"
+"""Where a pod finds the speculative draft's files."""
+
+
+def content_digest(
+    lock: dict[str, Any], fetcher_source: str, draft_lock: dict[str, Any] | None = None
+) -> str:
+    """sha256 of what the Job runs (the locks and the fetcher): a change makes a new ConfigMap
+    and Job."""
+    draft = "" if draft_lock is None else "draft:" + lock_digest(draft_lock)
+    return hashlib.sha256((lock_digest(lock) + draft + fetcher_source).encode()).hexdigest()
 
 
 def fetch_pod_labels(name: str) -> dict[str, str]:
@@ -60,14 +74,21 @@ def fetch_job_pattern(name: str) -> str:
 
 
 def fetcher_config_map(
-    meta: Meta, lock: dict[str, Any], fetcher_source: str, policy_source: str = ""
+    meta: Meta,
+    lock: dict[str, Any],
+    fetcher_source: str,
+    policy_source: str = "",
+    draft_lock: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The fetcher's source and the lock, delivered to a stock Python image without pip."""
+    """The fetcher's source and the lock (and a speculative draft's), delivered to a stock
+    Python image without pip."""
     data = {
         FETCHER_FILE: fetcher_source,
         **({HTTP_POLICY_FILE: policy_source} if policy_source else {}),
         LOCK_FILE: json.dumps(lock, indent=2, sort_keys=True) + "\n",
     }
+    if draft_lock is not None:
+        data[DRAFT_LOCK_FILE] = json.dumps(draft_lock, indent=2, sort_keys=True) + "\n"
     return config_map(meta, data, immutable=True)
 
 
@@ -94,16 +115,17 @@ def model_volumes(claim_name: str, config_map: str, read_only: bool) -> list[dic
     ]
 
 
-def fetcher_command(action: str, extra: list[str] | None = None) -> list[str]:
-    """argv of the fetcher inside a pod that mounts the ConfigMap and the models volume."""
+def fetcher_command(action: str, extra: list[str] | None = None, draft: bool = False) -> list[str]:
+    """argv of the fetcher inside a pod that mounts the ConfigMap and the models volume (with
+    `draft`: the speculative draft's lock, into its folder)."""
     return [
         "python3",
         f"{FETCHER_MOUNT}/{FETCHER_FILE}",
         action,
         "--lock",
-        f"{FETCHER_MOUNT}/{LOCK_FILE}",
+        f"{FETCHER_MOUNT}/{DRAFT_LOCK_FILE if draft else LOCK_FILE}",
         "--dest",
-        MODELS_MOUNT,
+        DRAFT_PATH if draft else MODELS_MOUNT,
         *(extra or []),
     ]
 
@@ -116,12 +138,15 @@ def _mounts(read_only: bool) -> list[dict[str, Any]]:
     ]
 
 
-def model_check_container(image: str, run_as_user: int = DEFAULT_UID) -> dict[str, Any]:
-    """Init container that refuses to start the server on an incomplete shard set (no download)."""
+def model_check_container(
+    image: str, run_as_user: int = DEFAULT_UID, draft: bool = False
+) -> dict[str, Any]:
+    """Init container that refuses to start the server on an incomplete shard set (no download);
+    with `draft`, the speculative draft's."""
     return {
-        "name": "model-check",
+        "name": "draft-check" if draft else "model-check",
         "image": image,
-        "command": fetcher_command("check"),
+        "command": fetcher_command("check", draft=draft),
         "securityContext": restricted_container(run_as_user),
         "volumeMounts": _mounts(read_only=True),
         "resources": {
@@ -146,16 +171,21 @@ def fetch_job(
     run_as_user: int = DEFAULT_UID,
     upgrade: str = "keep",
     allow_token_over_http: bool = False,
+    draft: bool = False,
 ) -> dict[str, Any]:
-    """The fetch Job: resumable across pod restarts since partial files stay on the volume."""
-    extra = ["--parallel", str(parallel)]
+    """The fetch Job: resumable across pod restarts since partial files stay on the volume.
+    With `draft` the model is fetched first (an init container) and then the speculative
+    draft into its folder, with the same options but the retired patterns (they are the
+    model folder's)."""
+    common = ["--parallel", str(parallel)]
     if allow_token_over_http:
-        extra.append("--allow-token-over-http")
-    for pattern in retired:
-        extra += ["--retire", pattern]
-    if upgrade != "keep":
-        # keep is the fetcher's default: the old model stays until the new one is verified.
-        extra += ["--upgrade", upgrade]
+        common.append("--allow-token-over-http")
+    retire = [word for pattern in retired for word in ("--retire", pattern)]
+    # keep is the fetcher's default: the old model stays until the new one is verified.
+    upgrading = ["--upgrade", upgrade] if upgrade != "keep" else []
+    uid = run_as_user
+    model = fetcher_command("fetch", common + retire + upgrading)
+    dft = fetcher_command("fetch", common + upgrading, draft=True)
     env: list[dict[str, Any]] = [
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "HOME", "value": SCRATCH_MOUNT},
@@ -186,25 +216,37 @@ def fetch_job(
                         "fsGroup": run_as_user,
                         "fsGroupChangePolicy": "OnRootMismatch",
                     },
-                    "containers": [
+                    **(
                         {
-                            "name": "fetch",
-                            "image": image,
-                            "command": fetcher_command("fetch", extra),
-                            "env": env,
-                            "securityContext": restricted_container(run_as_user),
-                            "volumeMounts": _mounts(read_only=False),
-                            "resources": {
-                                "requests": {"cpu": "250m", "memory": "256Mi"},
-                                "limits": {"cpu": "2000m", "memory": "1Gi"},
-                            },
+                            "initContainers": [fetch_container("fetch", image, model, env, uid)],
+                            "containers": [fetch_container("fetch-draft", image, dft, env, uid)],
                         }
-                    ],
+                        if draft
+                        else {"containers": [fetch_container("fetch", image, model, env, uid)]}
+                    ),
                     "volumes": [
                         *model_volumes(claim_name, config_map, read_only=False),
                         scratch_volume(),
                     ],
                 },
             },
+        },
+    }
+
+
+def fetch_container(
+    name: str, image: str, command: list[str], env: list[dict[str, Any]], run_as_user: int
+) -> dict[str, Any]:
+    """A fetch Job's container running the fetcher `command`."""
+    return {
+        "name": name,
+        "image": image,
+        "command": command,
+        "env": env,
+        "securityContext": restricted_container(run_as_user),
+        "volumeMounts": _mounts(read_only=False),
+        "resources": {
+            "requests": {"cpu": "250m", "memory": "256Mi"},
+            "limits": {"cpu": "2000m", "memory": "1Gi"},
         },
     }

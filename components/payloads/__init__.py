@@ -15,6 +15,8 @@ FETCHER_SOURCE = _HERE / FETCHER_FILE
 """The model fetcher (`llm-infra fetch`, `llm-infra check-model`)."""
 LOCK_FILE = "lock.json"
 """The lock's file name beside a shipped fetcher.py (its `--lock`)."""
+DRAFT_LOCK_FILE = "draft-lock.json"
+"""The speculative draft's lock beside it (the draft's fetch and check)."""
 VERIFY_SOURCE = _HERE / "verify.py"
 """The answer check (`llm-infra verify`)."""
 PROPS_SOURCE = _HERE / "props.py"

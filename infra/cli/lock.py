@@ -18,6 +18,7 @@ from infra.config import ConfigError, RepoModelSettings, StackConfig, project_ro
 from infra.config.base import validation_problems
 from infra.config.kubernetes import HubSettings
 from infra.config.stack import ServerStack, StackFile
+from infra.lock_source import speculative_draft
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -62,15 +63,25 @@ def run(args: argparse.Namespace) -> int:
         stack_file = read_stack_file(args.stack)
         targets, hub = lock_request(stack_file)
         endpoint, allow_http = hub_endpoint(hub, args.endpoint, args.allow_token_over_http)
-        resolved = {
-            path: lock.resolve_lock(
-                model,
-                token=hf_token(stack_file.name),
-                endpoint=endpoint,
-                allow_token_over_http=allow_http,
+        token = hf_token(stack_file.name)
+
+        def resolve(model: RepoModelSettings) -> lock.ModelLock:
+            return lock.resolve_lock(
+                model, token=token, endpoint=endpoint, allow_token_over_http=allow_http
             )
-            for path, model in targets.items()
-        }
+
+        resolved = {}
+        for path, (model, draft) in targets.items():
+            locked = resolve(model)
+            if draft is not None:
+                try:
+                    pinned = resolve(draft)
+                except ConfigError as exc:
+                    raise type(exc)(
+                        [p.replace("model.", "server.speculative.draft.", 1) for p in exc.problems]
+                    ) from None
+                locked = locked.model_copy(update={"draft": pinned})
+            resolved[path] = locked
     except lock.HubUnreachable as exc:
         report_config_error(exc, f"cannot lock {args.stack}")
         return EXIT_NETWORK
@@ -89,15 +100,29 @@ def run(args: argparse.Namespace) -> int:
                 "files": len(locked.files),
                 "bytes": locked.total_bytes,
                 "change": change,
+                **(
+                    {"draft": {"repo": locked.draft.repo, "revision": locked.draft.revision,
+                               "files": len(locked.draft.files),
+                               "bytes": locked.draft.total_bytes}}
+                    if locked.draft is not None
+                    else {}
+                ),
             }
-        )
+        )  # fmt: skip
     if args.output == "json":
         print_json({"locks": written})
         return 0
     for entry in written:
+        draft = entry.get("draft")
+        with_draft = (
+            f" with the draft {draft['repo']}@{draft['revision']} ({draft['files']} files, "
+            f"{draft['bytes'] / 2**30:.2f} GiB)"
+            if draft
+            else ""
+        )
         print(
             f"locked {entry['repo']}@{entry['revision']} ({entry['files']} files, "
-            f"{entry['bytes'] / 2**30:.2f} GiB) → {entry['path']} ({entry['change']})"
+            f"{entry['bytes'] / 2**30:.2f} GiB){with_draft} → {entry['path']} ({entry['change']})"
         )
     return 0
 
@@ -112,7 +137,11 @@ class _LockHub(HubSettings):
     model_config = ConfigDict(extra="ignore")
 
 
-def lock_request(stack_file: StackFile) -> tuple[dict[Path, RepoModelSettings], HubSettings | None]:
+LockTargets = dict[Path, tuple[RepoModelSettings, RepoModelSettings | None]]
+"""Each lock file, the model it pins and the speculative draft it pins with it."""
+
+
+def lock_request(stack_file: StackFile) -> tuple[LockTargets, HubSettings | None]:
     """What `lock` needs of a stack: each model to pin, and its store's hub settings.
 
     A single-server stack needs only `model:` (repo, revision, files) and, where set,
@@ -139,9 +168,23 @@ def lock_request(stack_file: StackFile) -> tuple[dict[Path, RepoModelSettings], 
         hub = _LockHub.model_validate(store if isinstance(store, dict) else {})
     except ValidationError as exc:
         problems += [f"store.{line}" for line in validation_problems(exc, _LockHub)]
+    draft = None
+    server = values.get("server")
+    spec = server.get("speculative") if isinstance(server, dict) else None
+    if isinstance(spec, dict) and isinstance(spec.get("draft"), dict):
+        wanted = {
+            key: spec["draft"][key] for key in ("repo", "revision", "files") if key in spec["draft"]
+        }
+        try:
+            draft = RepoModelSettings.model_validate(wanted)
+        except ValidationError as exc:
+            problems += [
+                f"server.speculative.draft.{line}"
+                for line in validation_problems(exc, RepoModelSettings)
+            ]
     if problems or settings is None:
         raise ConfigError(problems)
-    return {stack_file.lock_path: settings}, hub
+    return {stack_file.lock_path: (settings, draft)}, hub
 
 
 def hub_endpoint(
@@ -155,8 +198,12 @@ def hub_endpoint(
     return endpoint, allowed
 
 
-def lock_targets(stack: StackConfig, lock_path: Path) -> dict[Path, RepoModelSettings]:
-    """Each lock file of a stack and the model it pins (a fleet: one per distinct model)."""
+def lock_targets(stack: StackConfig, lock_path: Path) -> LockTargets:
+    """Each lock file of a stack, the model it pins and its draft (a fleet: one per distinct
+    model)."""
     servers: Sequence[ServerStack] = stack.server_stacks()
     paths = stack.lock_paths(lock_path)
-    return {path: server.model for path, server in zip(paths, servers, strict=True)}
+    return {
+        path: (server.model, speculative_draft(server))
+        for path, server in zip(paths, servers, strict=True)
+    }

@@ -8,7 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field
 from pydantic.alias_generators import to_camel
 
-from components.llamacpp.flags import DRAFT_MODEL_TYPES, SPEC_TYPES_OF_ARCHITECTURE
+from components.llamacpp.flags import SPEC_TYPES_OF_ARCHITECTURE
 from components.llamacpp.inputs import (
     CACHE_TYPES,
     INIT_SECONDS,
@@ -296,22 +296,22 @@ def speculative_structure_problems(
     spec: LlamaSpeculativeSettings, architecture: str | None, header: Mapping[str, Any] | None
 ) -> list[str]:
     """The methods the model can draft with: b11434's per architecture
-    (`SPEC_TYPES_OF_ARCHITECTURE`), MTP only with NextN layers in the header, and none that
-    needs a draft model of its own (the store fetches one model); the component's own rules.
+    (`SPEC_TYPES_OF_ARCHITECTURE`), MTP only with NextN layers in the header, a draft model for
+    the methods that load one and for no other; the component's own rules.
     `header`: the locked GGUF header's metadata (None before a lock: MTP layers unknown)."""
     key = "server.speculative.method"
+    inputs = spec.model_dump(exclude_none=True, exclude={"draft"})
+    if spec.draft is not None:
+        inputs["draft_model_path"] = spec.draft.files[0]
+    # The component's draft file is the stack's draft model.
+    names = {"draft_model_path": "draft"}
     problems = [
-        f"server.speculative.{'.'.join(to_camel(str(p)) for p in loc)}: {message}"
-        for loc, message in speculative_problems(spec.model_dump(exclude_none=True), None)
-        if loc != ("draft_model_path",)
+        "server.speculative."
+        + ".".join(names.get(str(p), to_camel(str(p))) for p in loc)
+        + ": "
+        + message.replace("name its file", "set server.speculative.draft (repo, files)")
+        for loc, message in speculative_problems(inputs, None)
     ]
-    if spec.method in DRAFT_MODEL_TYPES:
-        problems.append(
-            f"{key}: {spec.method!r} drafts with a model of its own, which the lock and the "
-            "store do not hold yet (they pin and fetch one model); use 'draft-mtp' (the model's "
-            "own MTP layers) or an n-gram method, or the LlamaCppVulkanServer component with "
-            "flags.speculative.draft_model_path on a volume of your own"
-        )
     allowed = SPEC_TYPES_OF_ARCHITECTURE.get(architecture or "")
     if allowed is not None and spec.method not in allowed[0]:
         problems.append(

@@ -29,6 +29,7 @@ from infra.config.base import (
     ModelName,
     Port,
     Quantity,
+    RepoModelSettings,
     Strict,
 )
 
@@ -135,15 +136,19 @@ class LlamaSpeculativeSettings(Strict):
     that do not change. Types and bounds are the component's (`LlamaCppSpeculative`)."""
 
     method: SpecType
-    """`--spec-type`: `draft-mtp` (the model's own NextN/MTP layers) or an n-gram method
-    (`ngram-mod`, ...: no model). The draft-model methods (`draft-simple`, `draft-dspark`, ...)
-    need a second model in the lock, which the store does not fetch yet: refused, by name."""
+    """`--spec-type`: `draft-mtp` (the model's own NextN/MTP layers), a draft model's method
+    (`draft-simple`, `draft-dspark`, `draft-eagle3`, `draft-dflash`: with `draft`), or an n-gram
+    method (`ngram-mod`, ...: no model). b11434 loads only some of them per architecture."""
     num_speculative_tokens: DraftTokens | None = None
     """`--spec-draft-n-max`: tokens drafted per step (draft methods; unset: b11434's 3)."""
     min_speculative_tokens: MinDraftTokens | None = None
     """`--spec-draft-n-min`: fewest tokens a draft must propose to be used."""
     min_probability: DraftProbability | None = None
     """`--spec-draft-p-min`: the draft stops proposing below this probability."""
+    draft: RepoModelSettings | None = None
+    """The draft model of the draft-model methods (repo, revision, files): `llm-infra lock`
+    pins it in the stack's lock beside the model, the store fetches and checks it into
+    `draft/` on the model volume, the plan counts it on the GPU, the gate checks it is there."""
 
 
 class RuntimeSettings(Strict):

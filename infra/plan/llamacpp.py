@@ -46,6 +46,8 @@ from infra.plan.llamacpp_inputs import (
     ModelWeights,
     RpcDevice,
     WeightSource,
+    draft_text,
+    speculation_assumptions,
 )
 from infra.plan.llamacpp_placement import (
     Placement,
@@ -158,6 +160,10 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             TableRow(kv_what, vram.items["kv_cache"], "VRAM"),
             TableRow("compute buffers", vram.items["compute"], "VRAM"),
         ]
+    for name, device in devices.items():
+        if "draft" in device.items:
+            where = "VRAM" if name == "vram" else "RAM (container)"
+            rows.append(TableRow(draft_text(inputs.draft), device.items["draft"], where))
     rows += [
         TableRow(f"weights ({cpu_text} + token_embd)", ram.items["weights"], "RAM (container)"),
         TableRow(_repack_text(inputs), ram.items["repacked_weights"], "RAM (container)"),
@@ -272,18 +278,7 @@ def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list
                 f"{lacking}; the compute buffers' {fmt_size(compute)} of the {fmt_size(total)} "
                 "planned are estimated with it (lock the model, or set the key)"
             )
-    if inputs.speculative == "draft-mtp":
-        lines.append(
-            f"speculative decoding (draft-mtp): the MTP layer's weights are counted with the "
-            f"model's, and {inputs.n_rs_seq} rollback planes per slot with the KV cache; the MTP "
-            "draft context's own KV cache and compute buffer are not measured yet (not in the "
-            f"{fmt_size(total)} planned): keep headroom"
-        )
-    elif inputs.speculative is not None:
-        lines.append(
-            f"speculative decoding ({inputs.speculative}): the n-gram cache lives in host RAM "
-            f"and is not counted (not in the {fmt_size(total)} planned)"
-        )
+    lines += speculation_assumptions(inputs, fmt_size(total))
     if inputs.context_limit is None:
         lines.append(
             "the model's context_length: not in the GGUF header or model.metadata, so "

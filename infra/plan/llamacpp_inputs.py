@@ -17,6 +17,7 @@ from infra.plan.extra_args import CpuTensors
 from infra.plan.repack import MatmulWeight
 from infra.plan.report import (
     MIB,
+    fmt_size,
 )
 
 DEFAULT_CACHE_RAM_MIB = 8192
@@ -135,6 +136,8 @@ class LlamaCppPlanInputs:
     """deepseek4 compressor-state rollback planes (speculative decoding only)."""
     speculative: str | None = None
     """`--spec-type` (`server.speculative.method`); None: no speculative decoding."""
+    draft: DraftPlan | None = None
+    """The speculative draft model (`server.speculative.draft`), wholly on the GPU."""
     cpu_variant: CpuVariant | None = None
     """The ggml CPU variant of the node (`infra.plan.repack.CPU_VARIANTS`), which decides the
     repack buffers of CPU-resident weights; None: unknown, the largest is budgeted."""
@@ -164,3 +167,58 @@ class LlamaCppPlanInputs:
 
 
 # -- compute buffers ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DraftPlan:
+    """A speculative draft model as llama-server b11434 holds it: every layer on the GPU
+    (`--spec-draft-ngl all`), a context of the target's size (common/speculative.cpp: "the
+    draft context holds as many tokens per sequence as the target context"), f16 KV cache (the
+    `--spec-draft-type-k/-v` default)."""
+
+    weight_bytes: int
+    """Its weights: the lock's sizes (or `server.speculative.draft.sizeGib` before a lock)."""
+    kv_bytes: int | None
+    """Its KV cache at the target's context; None: unknown until its header is locked."""
+    compute_bytes: int
+    """Its compute buffer (estimated like the model's, from its structure)."""
+    file_bytes: int
+    """Its files on the model volume."""
+
+    @property
+    def device_bytes(self) -> int:
+        """What it takes on the GPU."""
+        return self.weight_bytes + (self.kv_bytes or 0) + self.compute_bytes
+
+
+def draft_text(draft: DraftPlan | None) -> str:
+    """The plan table's name of the speculative draft's item."""
+    if draft is None or draft.kv_bytes is None:
+        return "speculative draft (weights)"
+    return (
+        f"speculative draft (weights {fmt_size(draft.weight_bytes)}, f16 KV "
+        f"{fmt_size(draft.kv_bytes)}, compute {fmt_size(draft.compute_bytes)})"
+    )
+
+
+def speculation_assumptions(inputs: LlamaCppPlanInputs, total: str) -> list[str]:
+    """What the plan leaves out of speculative decoding, one line (`total`: what it planned)."""
+    if inputs.speculative == "draft-mtp":
+        return [
+            f"speculative decoding (draft-mtp): the MTP layer's weights are counted with the "
+            f"model's, and {inputs.n_rs_seq} rollback planes per slot with the KV cache; the MTP "
+            f"draft context's own KV cache and compute buffer are not measured yet (not in the "
+            f"{total} planned): keep headroom"
+        ]
+    if inputs.draft is not None and inputs.draft.kv_bytes is None:
+        return [
+            f"speculative decoding ({inputs.speculative}): the draft's weights "
+            f"{fmt_size(inputs.draft.weight_bytes)} are counted on the GPU; its KV cache and "
+            "compute buffer are known once its GGUF header is locked (run: llm-infra lock STACK)"
+        ]
+    if inputs.speculative is not None and inputs.speculative.startswith("ngram-"):
+        return [
+            f"speculative decoding ({inputs.speculative}): the n-gram cache lives in host RAM "
+            f"and is not counted (not in the {total} planned)"
+        ]
+    return []

@@ -137,6 +137,7 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
                 "weights": weight_bytes(layers) - overridden(layers),
                 "kv_cache": kv_bytes(layers),
                 "compute": override.get("vram", estimate if layers else 0),
+                **_draft_item(inputs),
             },
         )
     cpu = held["ram"]
@@ -159,6 +160,7 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
             "compute": override.get("ram", estimate if cpu else 64 * MIB),
             "prompt_cache": max(inputs.cache_ram_mib, 0) * MIB,
             "runtime": inputs.runtime_bytes,
+            **({} if inputs.vram_bytes is not None else _draft_item(inputs)),
         },
     )
     _add_disk(devices, inputs)
@@ -210,6 +212,7 @@ def layer_wheres(layers: tuple[int, ...], n_layer: int) -> list[str]:
 def _add_disk(devices: dict[str, Device], inputs: LlamaCppPlanInputs) -> None:
     if inputs.disk_bytes is not None:
         files = inputs.model_file_bytes or inputs.weights.total_bytes
+        files += inputs.draft.file_bytes if inputs.draft is not None else 0
         reserve = int(inputs.disk_bytes * inputs.disk_headroom_fraction)
         devices["disk"] = Device(inputs.disk_bytes, {"model_files": files, "reserve": reserve})
 
@@ -257,6 +260,7 @@ def llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pla
                 "weights": gpu_weights,
                 "kv_cache": gpu_kv,
                 "compute": override.get("vram", gpu_compute if place.output_on_gpu else 0),
+                **_draft_item(inputs),
             },
         )
     if not place.output_on_gpu:
@@ -280,10 +284,17 @@ def llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pla
             "compute": override.get("ram", cpu_compute),
             "prompt_cache": max(inputs.cache_ram_mib, 0) * MIB,
             "runtime": inputs.runtime_bytes,
+            **({} if has_gpu else _draft_item(inputs)),
         },
     )
     _add_disk(devices, inputs)
     return devices, place
+
+
+def _draft_item(inputs: LlamaCppPlanInputs) -> dict[str, int]:
+    """The speculative draft's bytes on the device that holds it (the GPU; the host without
+    one), as one item."""
+    return {} if inputs.draft is None else {"draft": inputs.draft.device_bytes}
 
 
 def _fits(inputs: LlamaCppPlanInputs, headroom_bytes: int = 0) -> bool:

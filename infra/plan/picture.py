@@ -34,6 +34,7 @@ ITEM_LABELS = {
     "image": "image",
     "reserve": "reserve",
     "headroom": "headroom",
+    "draft": "speculative draft",
 }
 """How the picture names each plan item (another item: its key with spaces)."""
 
@@ -51,6 +52,7 @@ ITEM_COLOURS = {
     "image": "#86bcb6",
     "reserve": "#d4a6c8",
     "headroom": "#d4a6c8",
+    "draft": "#ff9da7",
 }
 OTHER_COLOUR = "#79706e"
 FREE_COLOUR = "#f2f2f2"

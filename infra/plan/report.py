@@ -272,6 +272,7 @@ _SYMBOLS = {
     "runtime": "R",
     "model_files": "M",
     "reserve": "S",
+    "draft": "D",
 }
 """The letter of each plan item in a device's bar (others: #)."""
 

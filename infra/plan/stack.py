@@ -13,6 +13,7 @@ from components.llamacpp.flags import rollback_planes
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config import ConfigError, FleetStack, StrixHaloStack, quantity_value
+from infra.config.base import RepoModelSettings
 from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
@@ -27,6 +28,9 @@ from infra.plan.llamacpp import (
     WeightSource,
     plan_llamacpp,
 )
+from infra.plan.llamacpp_compute import compute_estimate
+from infra.plan.llamacpp_inputs import DraftPlan
+from infra.plan.llamacpp_placement import kv_layers
 from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Fix, Plan, TableRow
 from infra.plan.vllm import VllmPlanInputs, plan_vllm
@@ -267,7 +271,49 @@ def llamacpp_inputs(
         gpu_device=f"{runtime.device_prefix or 'CPU'}0",
         compute_estimate=runtime.compute_estimate,
     )
-    return with_extra_args(inputs, server.extra_args, header_summary or source.gguf)
+    inputs = with_extra_args(inputs, server.extra_args, header_summary or source.gguf)
+    if spec is not None and spec.draft is not None:
+        inputs = replace(inputs, draft=draft_plan(inputs, spec.draft, source.draft))
+    return inputs
+
+
+def draft_plan(
+    target: LlamaCppPlanInputs, draft: RepoModelSettings, source: ModelSource | None
+) -> DraftPlan:
+    """The speculative draft as the target's server holds it: its weights, and, from its
+    locked header, its KV cache at the target's context and its compute buffer."""
+    summary = source.gguf if source is not None else None
+    sizes = [f.get("size") for f in source.files] if source is not None else []
+    if sizes and all(size is not None for size in sizes):
+        files = sum(size or 0 for size in sizes)
+    elif draft.size_gib is not None:
+        files = int(draft.size_gib * GIB)
+    else:
+        raise ConfigError(
+            [
+                "server.speculative.draft.sizeGib: required until the draft is locked (run: "
+                "llm-infra lock STACK, which records its files' sizes and GGUF header)"
+            ]
+        )
+    if summary is None:
+        return DraftPlan(files, None, 0, files)
+    weights = ModelWeights.from_summary(summary, "lock summary")
+    shape = attention_shape(summary["architecture"], summary["metadata"], summary.get("vocab_size"))
+    own = replace(
+        target,
+        weights=weights,
+        attention=shape,
+        cache_type_k="f16",
+        cache_type_v="f16",
+        n_rs_seq=0,
+        draft=None,
+    )
+    return DraftPlan(
+        weight_bytes=weights.total_bytes,
+        kv_bytes=sum(kv_layers(own).total),
+        compute_bytes=compute_estimate(own),
+        file_bytes=files,
+    )
 
 
 def rpc_devices(stack: StrixHaloStack) -> tuple[RpcDevice, ...]:

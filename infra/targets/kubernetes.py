@@ -32,7 +32,7 @@ from components.llamacpp.rpc_worker import LlamaCppRpcWorker
 from components.llamacpp.split import check_split
 from components.model_store.component import store_model_volume
 from components.model_store.inputs import MODELS_MOUNT
-from components.model_store.manifests import fetch_job_pattern
+from components.model_store.manifests import DRAFT_PATH, fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import ComponentInputError, input_problems, with_defaults
 from infra.config import ConfigError, KubernetesStack, ProbeSettings, StackSecrets
@@ -263,6 +263,13 @@ def store_args(
         if store.node_preflight
         else None,
     }
+    spec = stack.server.speculative
+    if spec is not None and spec.draft is not None and source.draft is not None:
+        args["draft"] = {
+            "repo": spec.draft.repo,
+            "revision": source.draft.revision,
+            "files": list(source.draft.files),
+        }
     return with_defaults(args, GgufModelStoreArgs)
 
 
@@ -294,9 +301,11 @@ def server_args(
     if server.min_p is not None:
         flags["min_p"] = server.min_p
     if server.speculative is not None:
-        flags["speculative"] = cast(
-            LlamaCppSpeculative, server.speculative.model_dump(exclude_none=True)
-        )
+        spec = server.speculative.model_dump(exclude_none=True, exclude={"draft"})
+        draft = source.draft
+        if draft is not None and draft.files:
+            spec["draft_model_path"] = f"{DRAFT_PATH}/{draft.files[0]['name']}"
+        flags["speculative"] = cast(LlamaCppSpeculative, spec)
     if server.rpc is not None:
         # A split model: the workers' Services, and each device's share from the memory plan.
         flags["rpc"] = rpc_endpoints(stack)

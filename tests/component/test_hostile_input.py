@@ -125,6 +125,16 @@ def parents() -> dict[Path_, Any]:
             "requests": {"cpu": "500m", "memory": "1Gi"},
             "limits": {"cpu": "4", "memory": "4Gi"},
         },
+        # Speculative decoding with a draft model (a method deepseek4 loads).
+        ("server", "speculative"): {
+            "method": "draft-dspark",
+            "draft": {"repo": "unsloth/Draft-GGUF", "files": ["d.gguf"], "sizeGib": 1},
+        },
+        ("server", "speculative", "draft"): {
+            "repo": "unsloth/Draft-GGUF",
+            "files": ["d.gguf"],
+            "sizeGib": 1,
+        },
         ("patches",): [
             {
                 "source": "README.md",

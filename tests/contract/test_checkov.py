@@ -83,3 +83,23 @@ def test_skips_are_annotations_on_the_objects_themselves(tmp_path: Path, kind: s
     # `up` does not wait for its pod (the fetch waits for the old one to be gone).
     assert set(annotations) - set(skips) <= {MODEL_ANNOTATION, "pulumi.com/skipAwait"}
     assert skips and all("=" in value for value in skips.values())
+
+
+DRAFT = """    speculative:
+      method: draft-dspark
+      numSpeculativeTokens: 4
+      draft:
+        repo: unsloth/DeepSeek-V4-Flash-0731-GGUF
+        files: [DSpark/DeepSeek-V4-Flash-0731-DSpark-Q8_0.gguf]
+        sizeGib: 1.5
+"""
+
+
+def test_a_speculative_draft_adds_no_finding(tmp_path: Path) -> None:
+    """The draft's fetch container and its check are held to the model's: same findings."""
+    manifests = rendered(tmp_path, "    gpuLayers: 40\n", "    gpuLayers: 40\n" + DRAFT)
+    assert "fetch-draft" in manifests.read_text() and "draft-check" in manifests.read_text()
+    report = checkov(manifests)
+    assert findings(report, "failed_checks") == set()
+    skipped = {check for check, _ in findings(report, "skipped_checks")}
+    assert skipped == PINNED_TAG_SKIPS | PRIVILEGED_SKIPS

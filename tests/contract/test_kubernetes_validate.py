@@ -108,3 +108,29 @@ def test_a_rocm_runtime_render_passes_strict_validation(tmp_path: Path, access: 
     validated = kubernetes_validate(out / "manifests.yaml")
     assert validated.returncode == 0, validated.stdout + validated.stderr
     assert "dev=ROCm" in json.dumps(container["startupProbe"])
+
+
+def test_a_speculative_draft_render_passes_strict_validation(tmp_path: Path) -> None:
+    """The fetch Job with the draft's container after the model's init container, and the
+    server's draft check, are held to the API server's schema."""
+    text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
+    draft = (
+        "    speculative:\n      method: draft-dspark\n      draft:\n"
+        "        repo: unsloth/DeepSeek-V4-Flash-0731-GGUF\n"
+        "        files: [DSpark/DeepSeek-V4-Flash-0731-DSpark-Q8_0.gguf]\n        sizeGib: 1.5\n"
+    )
+    (tmp_path / "Pulumi.strix-halo.yaml").write_text(
+        text.replace("    gpuLayers: 40\n", "    gpuLayers: 40\n" + draft)
+    )
+    out = tmp_path / "out"
+    result = render(str(tmp_path / "Pulumi.strix-halo.yaml"), out, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
+    (job,) = [d for d in documents if d["kind"] == "Job" and "-fetch-" in d["metadata"]["name"]]
+    pod = job["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"] + pod["containers"]] == [
+        "fetch",
+        "fetch-draft",
+    ]
+    validated = kubernetes_validate(out / "manifests.yaml")
+    assert validated.returncode == 0, validated.stdout + validated.stderr

@@ -10,19 +10,23 @@ draft's buffer is renamed to the device's where a case puts it there.
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from components.llamacpp.gate import probe_shell
 from components.payloads import gpu_gate
 from components.payloads.tune_figures import CandidateResult, figures_problem
 from components.payloads.tune_measure import DepthFigures
 from components.payloads.verify import TokenStep, compare_steps
+from infra.config import ConfigError
 from infra.config.kubernetes import speculative_structure_problems
 from infra.config.server import LlamaSpeculativeSettings
+from infra.lock_format import ModelLock
 from infra.targets.registry import stack_plan
 from tests.conftest import problems_of, strix, unlocked_source
 
@@ -157,3 +161,44 @@ def test_more_draft_tokens_accepted_than_drafted_is_an_impossible_figure() -> No
     figures = DepthFigures(depth=0, drafted=[10], accepted=[11])
     problem = figures_problem(CandidateResult("spec", {}, depths=[figures]))
     assert problem is not None and "draft figures" in problem
+
+
+DRAFT_MODEL = {"repo": "unsloth/DeepSeek-V4-Flash-0731-GGUF", "files": ["DSpark/d.gguf"]}
+
+
+def test_a_draft_method_needs_a_draft_and_the_others_refuse_one(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    problems = problems_of(with_spec(copy.deepcopy(strix_halo_values), method="draft-dspark"))
+    assert any(
+        p.startswith("server.speculative.draft: 'draft-dspark' drafts with a model of its own: "
+                     "set server.speculative.draft") for p in problems
+    ), problems  # fmt: skip
+    problems = problems_of(with_spec(strix_halo_values, method="draft-mtp", draft=DRAFT_MODEL))
+    assert any(
+        p.startswith("server.speculative.draft: 'draft-mtp' drafts with the model's own MTP")
+        for p in problems
+    ), problems
+
+
+def test_an_unlocked_draft_needs_its_size_for_the_plan(strix_halo_values: dict[str, Any]) -> None:
+    stack = strix(with_spec(strix_halo_values, method="draft-dspark", draft=DRAFT_MODEL))
+    with pytest.raises(ConfigError) as caught:
+        stack_plan(stack, unlocked_source(stack))
+    assert caught.value.problems[0].startswith("server.speculative.draft.sizeGib: required")
+    sized = strix(
+        with_spec(strix_halo_values, method="draft-dspark", draft={**DRAFT_MODEL, "sizeGib": 2})
+    )
+    vram = stack_plan(sized, unlocked_source(sized)).devices["vram"]
+    assert vram.items["draft"] == 2 * 2**30
+
+
+def test_a_drafts_lock_holds_no_draft_of_its_own() -> None:
+    one = {
+        "version": 1, "repo": "a/b", "revision": "0" * 40, "requested_revision": "main",
+        "patterns": ["m.gguf"],
+        "files": [{"path": "m.gguf", "name": "m.gguf", "size": 1, "sha256": "0" * 64}],
+    }  # fmt: skip
+    assert ModelLock.model_validate({**one, "draft": one}).draft is not None
+    with pytest.raises(ValidationError, match="a draft's lock holds no draft of its own"):
+        ModelLock.model_validate({**one, "draft": {**one, "draft": one}})
