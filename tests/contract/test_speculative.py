@@ -14,8 +14,13 @@ import pytest
 from components.llamacpp.manifests import speculative_args
 from components.payloads import gpu_gate, verify
 from components.payloads.tune_measure import measure_depth
+from infra.config.base import RepoModelSettings
+from infra.lock import ModelSource
+from infra.plan.deepseek4 import attention_shape
+from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights
+from infra.plan.stack import draft_plan
 from tests.support.llama_server import run_llama_server, tiny_server_argv
-from tests.support.tiny_gguf import write_tiny_model_seeded
+from tests.support.tiny_gguf import header_summary, write_tiny_model_seeded
 from tests.support.verify_models import SMALL_F16, with_random_model_tolerance
 
 SEED = 211
@@ -88,5 +93,28 @@ def test_the_gate_reads_the_targets_load_and_the_drafts_apart(
         DRAFT_LAYERS + 1,
     )
     assert evidence.host_buffers_mib and evidence.draft.host_buffers_mib
+    # The plan's draft KV cache (f16, the target's context) is the one llama-server allocated.
+    target = header_summary([models["target"]])
+    planned = draft_plan(
+        LlamaCppPlanInputs(
+            weights=ModelWeights.from_summary(target, "GGUF header"),
+            attention=attention_shape("llama", target["metadata"], target.get("vocab_size")),
+            gpu_layers=0,
+            ctx_size=2048,
+            parallel=1,
+            cache_type_k="q8_0",
+            cache_type_v="q8_0",
+            vram_bytes=None,
+            memory_limit_bytes=2**30,
+        ),
+        RepoModelSettings(repo="a/draft", files=["d.gguf"]),
+        ModelSource(
+            revision="0" * 40,
+            files=[{"path": "d.gguf", "name": "d.gguf", "size": models["draft"].stat().st_size}],
+            locked=True,
+            gguf=header_summary([models["draft"]]),
+        ),
+    )
+    assert planned.kv_bytes == sum(evidence.draft.kv_buffers_mib.values()) * 2**20
     # The draft's buffers are its own, not added to the target's.
     assert sum(evidence.draft.host_buffers_mib.values()) < sum(evidence.host_buffers_mib.values())
