@@ -6,6 +6,9 @@ accepted tokens to tune's measurement; the gate reads the target's load and the 
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,8 @@ from infra.lock import ModelSource
 from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights
 from infra.plan.stack import draft_plan
+from tests.conftest import ROOT
+from tests.support import llama_build
 from tests.support.llama_server import run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import header_summary, write_tiny_model_seeded
 from tests.support.verify_models import SMALL_F16, with_random_model_tolerance
@@ -118,3 +123,50 @@ def test_the_gate_reads_the_targets_load_and_the_drafts_apart(
     assert planned.kv_bytes == sum(evidence.draft.kv_buffers_mib.values()) * 2**20
     # The draft's buffers are its own, not added to the target's.
     assert sum(evidence.draft.host_buffers_mib.values()) < sum(evidence.host_buffers_mib.values())
+
+
+def test_tune_takes_speculation_as_a_candidate(
+    models: dict[str, Path], reference: dict[str, Any], tmp_path: Path
+) -> None:
+    """`llm-infra tune --local` with the target alone and with its own first layers as the
+    draft: both pass the gate and verify (greedy speculation changes no answer), the draft's
+    proposals and acceptances are kept per run, and the table prints the acceptance."""
+    server = str(llama_build.binary("llama-server"))
+    cpu = {"GGML_BACKEND_PATH": str(llama_build.variant_library(llama_build.default_variant()))}
+    on_cpu = {"-ngl": "0", "--threads": "1"}
+    runtime = {"name": "cpu", "image": "example.org/llama:cpu-b11434", "backend": "cpu"}
+    spec: Any = {"method": "draft-simple", "num_speculative_tokens": 4,
+                 "draft_model_path": str(models["draft"])}  # fmt: skip
+    words = speculative_args(spec)
+    with_draft = dict(zip(words[::2], words[1::2], strict=True))
+    candidates = [
+        {"name": "alone", "current": True, "runtime": runtime, "command": [server], "env": cpu,
+         "setArgs": on_cpu},
+        {"name": "spec-draft", "runtime": {**runtime, "name": "cpu-spec"}, "command": [server],
+         "env": cpu, "setArgs": {**on_cpu, **with_draft}},
+    ]  # fmt: skip
+    path = tmp_path / "candidates.json"
+    path.write_text(json.dumps(candidates))
+    expect = tmp_path / "expect.json"
+    # Recorded on another server's settings: its speed is not this run's to meet.
+    expect.write_text(
+        json.dumps(
+            {**reference, "tolerance": {**reference["tolerance"], "min_decode_fraction": 0.0}}
+        )
+    )
+    out = tmp_path / "strix-halo.tune.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "infra.cli", "tune", "strix-halo", "--local", str(path),
+         "--model", str(models["target"]), "--expect", str(expect), "--depths", "0",
+         "--prefill-tokens", "32",
+         "--decode-tokens", "16", "--output-file", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    record = {c["name"]: c for c in json.loads(out.read_text())["candidates"]}
+    assert record["spec-draft"]["verdict"] != "rejected", record["spec-draft"]["reason"]
+    (figures,) = record["spec-draft"]["figures"]
+    assert len(figures["draftedTokens"]) == 3 and sum(figures["draftedTokens"]) > 0, figures
+    assert "draftedTokens" not in record["alone"]["figures"][0]
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("spec-draft")]
+    assert "(draft accepted " in row, result.stdout
