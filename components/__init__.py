@@ -9,18 +9,19 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from components.k8s.network_policies import NetworkClient
+    from components.llamacpp.flags import LlamaCppSpeculative, LlamaServerFlags
     from components.llamacpp.inputs import (
         HttpProbe,
         LlamaCppRpcWorkerArgs,
         LlamaCppRuntime,
         LlamaCppVulkanServerArgs,
-        LlamaServerFlags,
         ServerProbes,
     )
     from components.llamacpp.rpc_worker import LlamaCppRpcWorker
     from components.llamacpp.server import LlamaCppVulkanServer
     from components.model_store.component import GgufModelStore
-    from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
+    from components.model_store.inputs import GgufModelStoreArgs, ModelVolume, NodePreflight
     from components.monitoring.inputs import AlertThresholds, KubernetesMonitoring, ReferenceSpeeds
     from components.payloads.fetcher import ModelFile
     from components.vllm.component import VllmRocmServer
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
         HostRequirements,
         ModelLock,
         PatchOverlay,
+        SpeculativeConfig,
         SshConnection,
         VllmFlags,
         VllmRocmServerArgs,
@@ -47,21 +49,27 @@ _HOMES = {
     "LlamaCppRpcWorker": "components.llamacpp.rpc_worker",
     "LlamaCppRpcWorkerArgs": "components.llamacpp.inputs",
     "LlamaCppRuntime": "components.llamacpp.inputs",
+    "LlamaCppSpeculative": "components.llamacpp.flags",
     "LlamaCppVulkanServer": "components.llamacpp.server",
     "LlamaCppVulkanServerArgs": "components.llamacpp.inputs",
-    "LlamaServerFlags": "components.llamacpp.inputs",
+    "LlamaServerFlags": "components.llamacpp.flags",
     "ModelFile": "components.payloads.fetcher",
     "ModelLock": "components.vllm.inputs",
     "ModelVolume": "components.model_store.inputs",
+    "NetworkClient": "components.k8s.network_policies",
+    "NodePreflight": "components.model_store.inputs",
     "PatchOverlay": "components.vllm.inputs",
     "ReferenceSpeeds": "components.monitoring.inputs",
     "ServerProbes": "components.llamacpp.inputs",
+    "SpeculativeConfig": "components.vllm.inputs",
     "SshConnection": "components.vllm.inputs",
     "VllmFlags": "components.vllm.inputs",
     "VllmRocmServer": "components.vllm.component",
     "VllmRocmServerArgs": "components.vllm.inputs",
 }
-"""Each public name and the module that defines it, imported on first use."""
+"""Each public name and the module that defines it, imported on first use: the components and
+every type their Args reach (tests/unit/test_public_names.py keeps it, `__all__` and the imports
+above the same)."""
 
 __all__ = [
     "AlertThresholds",
@@ -75,15 +83,19 @@ __all__ = [
     "LlamaCppRpcWorker",
     "LlamaCppRpcWorkerArgs",
     "LlamaCppRuntime",
+    "LlamaCppSpeculative",
     "LlamaCppVulkanServer",
     "LlamaCppVulkanServerArgs",
     "LlamaServerFlags",
     "ModelFile",
     "ModelLock",
     "ModelVolume",
+    "NetworkClient",
+    "NodePreflight",
     "PatchOverlay",
     "ReferenceSpeeds",
     "ServerProbes",
+    "SpeculativeConfig",
     "SshConnection",
     "VllmFlags",
     "VllmRocmServer",

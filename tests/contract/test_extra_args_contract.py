@@ -24,11 +24,19 @@ import pytest
 import yaml
 
 from components.extra_args import LLAMA_SERVER_TABLE, VLLM_SERVE_TABLE
+from components.llamacpp.gate import LOADED_MARKER
 from components.llamacpp.manifests import GATE_LOG
 from tests.conftest import ROOT, stack_values
 from tests.support.cli import run_cli
 from tests.support.extra_args import kubelet_expanded
-from tests.support.llama_server import free_port, get_json, llama_server_binary, run_llama_server
+from tests.support.llama_server import (
+    free_port,
+    get_json,
+    llama_server_binary,
+    llama_server_session,
+    run_llama_server,
+    session_processes,
+)
 from tests.support.option_tables import llama_server_help, llama_server_table, table_text
 from tests.support.tiny_gguf import write_tiny_split_model
 from tests.support.vllm_parser import SCRIPT, vllm_python
@@ -103,18 +111,29 @@ def test_llama_server_runs_the_rendered_container_and_reads_each_extra_word_as_g
         args[args.index(flag) + 1] = value
     command = container["command"]
     assert command[:2] == ["sh", "-c"] and command[3] == "llama-server"
-    script = command[2].replace(shlex.quote(GATE_LOG), shlex.quote(str(log)))
-    script = script.replace(GATE_LOG.rsplit("/", 1)[0], str(log.parent))
+    # The wrapper's log and FIFO live in the gate log's directory: moved here in one pass (a
+    # second replace would rewrite the new path again, and the wrapper would miss its log).
+    gate_dir, here = GATE_LOG.rsplit("/", 1)[0] + "/", f"{log.parent}/"
+    assert command[2].count(gate_dir) == 2 and shlex.quote(here) == here
+    script = command[2].replace(gate_dir, here)
     script = script.replace("exec /app/llama-server", f"exec {shlex.quote(llama_server_binary())}")
     argv = ["-c", script, "llama-server", *args]
-    with run_llama_server(argv, binary="sh", timeout=120.0, log_path=tmp_path / "out.log") as url:
-        status, models = get_json(f"{url}/v1/models")
+    with llama_server_session(
+        argv, binary="sh", timeout=120.0, log_path=tmp_path / "out.log"
+    ) as server:
+        status, models = get_json(f"{server.url}/v1/models")
         assert status == 200 and models["data"][0]["tags"] == [HOSTILE]
-        status, props = get_json(f"{url}/props")
+        status, props = get_json(f"{server.url}/props")
         params = props["default_generation_settings"]["params"]
         assert params["top_k"] == 7 and abs(params["min_p"] - 0.07) < 1e-6
-    # The load log went through the rendered wrapper's FIFO to the path the gate reads.
-    assert "load_tensors:" in log.read_text()
+    # Nothing the container's command started outlives the test: not the server, not the
+    # wrapper's FIFO reader.
+    assert session_processes(server.session) == []
+    # The load log went through the rendered wrapper's FIFO to the path the gate reads: it
+    # holds the load and ends at the line that says so (the server writing the file itself
+    # would go on with the requests above).
+    text = log.read_text()
+    assert "load_tensors:" in text and LOADED_MARKER in text.splitlines()[-1], text[-2000:]
     assert not list(tmp_path.rglob(MARK)) and not (ROOT / MARK).exists()
 
 

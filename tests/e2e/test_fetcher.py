@@ -57,7 +57,9 @@ def fetch(
     return run_fetcher(hub, "fetch", "--lock", str(lock), "--dest", str(dest), *extra, token=token)
 
 
-def start_fetcher(hub: Hub, lock: Path, dest: Path, stdout: int) -> subprocess.Popen[str]:
+def start_fetcher(
+    hub: Hub, lock: Path, dest: Path, stdout: int, *extra: str
+) -> subprocess.Popen[str]:
     """The fetcher as a background process, as a Job pod runs it."""
     env = {**os.environ, "HF_ENDPOINT": hub.url}
     command = [
@@ -68,6 +70,7 @@ def start_fetcher(hub: Hub, lock: Path, dest: Path, stdout: int) -> subprocess.P
         str(lock),
         "--dest",
         str(dest),
+        *extra,
     ]
     return subprocess.Popen(command, env=env, stdout=stdout, text=True)
 
@@ -300,16 +303,36 @@ def test_kill_mid_download_then_rerun_transfers_only_what_was_missing(
 
 def test_two_fetchers_at_once_do_not_corrupt_each_other(hub: Hub, tmp_path: Path) -> None:
     lock, dest = write_lock(tmp_path, hub), tmp_path / "models"
-    hub.throttle_bytes_per_s = 500_000
-    first = start_fetcher(hub, lock, dest, subprocess.PIPE)
-    deadline = time.monotonic() + 30
-    while not hub.bytes_sent and time.monotonic() < deadline:
-        time.sleep(0.02)
+    hub.pause()
+    # The first fetcher holds the directory's lock from before its first request to its end:
+    # with its one download held by the hub, it is mid-fetch for as long as the test wants.
+    first = start_fetcher(hub, lock, dest, subprocess.PIPE, "--parallel", "1")
+    assert hub.wait_held(1), "the first fetcher never asked for a file"
     second = start_fetcher(hub, lock, dest, subprocess.PIPE)
+    assert second.stdout is not None
+    # The second either says it waits for the lock, or (with no lock) asks the hub for files.
+    said_waiting, lines = threading.Event(), []
+
+    def read_second() -> None:
+        for line in second.stdout:  # type: ignore[union-attr]
+            lines.append(line)
+            if "another fetcher holds this directory; waiting" in line:
+                said_waiting.set()
+
+    reader = threading.Thread(target=read_second, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 60
+    while not said_waiting.is_set() and len(file_gets(hub)) == 1 and time.monotonic() < deadline:
+        said_waiting.wait(0.02)
+    asked_meanwhile = file_gets(hub)[1:]
+    hub.resume()
     out_first, _ = first.communicate(timeout=60)
-    out_second, _ = second.communicate(timeout=60)
+    second.wait(timeout=60)
+    reader.join(timeout=60)
+    out_second = "".join(lines)
+    assert said_waiting.is_set(), out_second
+    assert asked_meanwhile == [], "the second fetcher downloaded while the first held the lock"
     assert first.returncode == second.returncode == 0, out_first + out_second
-    assert "another fetcher holds this directory; waiting" in out_second
     assert out_second.count("already complete, skipped") == 3
     assert_complete(hub, dest)
 

@@ -32,8 +32,9 @@ from tests.support.llama_server import (
     _wait_healthy,
     free_port,
     llama_server_binary,
+    start_in_session,
     stock_llama_server_binary,
-    stop,
+    stop_session,
     tiny_server_argv,
 )
 from tests.support.rpc_server import rpc_build, run_rpc_server
@@ -66,18 +67,16 @@ def run_gated_llama_server(
     script = load_log_shell(log, binary or stock_llama_server_binary())
     base_url = f"http://127.0.0.1:{port}"
     with console.open("wb") as out:
-        process = subprocess.Popen(
-            ["sh", "-c", script, "llama-server", *argv],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+        # Its own session: the wrapper's FIFO reader is stopped with it (`stop_session`).
+        process = start_in_session(
+            ["sh", "-c", script, "llama-server", *argv], stdout=out, stderr=subprocess.STDOUT,
             env=env,
-        )
+        )  # fmt: skip
         try:
             _wait_healthy(process, base_url, console, timeout)
             yield base_url
         finally:
-            stop(process)
+            stop_session(process)
 
 
 @contextlib.contextmanager

@@ -4,8 +4,9 @@ in memory, with faults a test can inject.
 The protocol is the package's one implementation; this adds bearer-token gating a test switches
 on and off, a record of the requests and of the bytes sent per file, and faults: a connection
 dropped after N bytes, corrupted bytes, a fixed status for the next requests of a file, a body
-sent without Content-Length (as a proxy that streams it would), a throttled transfer.
-Loopback only.
+sent without Content-Length (as a proxy that streams it would), a throttled transfer, and a
+pause that holds every file body at its first byte until the test resumes the hub (so a test
+knows a client is mid-download, whatever the machine's speed). Loopback only.
 """
 
 from __future__ import annotations
@@ -45,9 +46,39 @@ class Hub:
     bytes_sent: dict[str, int] = field(default_factory=dict)
     throttle_bytes_per_s: float | None = None
     url: str = ""
+    paused: bool = False
+    held: int = 0
+    """File bodies waiting at their first byte for `resume()`."""
+    _changed: threading.Condition = field(
+        default_factory=threading.Condition, repr=False, compare=False
+    )
 
     def sha256(self, repo: str, path: str) -> str:
         return hashlib.sha256(self.repos[repo][path]).hexdigest()
+
+    def pause(self) -> None:
+        """Hold every file body at its first byte (headers sent) until `resume()`."""
+        with self._changed:
+            self.paused = True
+
+    def resume(self) -> None:
+        """Let held and later file bodies go."""
+        with self._changed:
+            self.paused = False
+            self._changed.notify_all()
+
+    def wait_held(self, count: int, timeout: float = 60.0) -> bool:
+        """Wait until `count` file bodies are held; False if that did not happen in time."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self.held >= count, timeout)
+
+    def hold_while_paused(self) -> None:
+        """Where a file body waits while the hub is paused (the handler's thread)."""
+        with self._changed:
+            self.held += 1
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: not self.paused)
+            self.held -= 1
 
 
 def _lfs_in_tests(path: str, size: int) -> bool:
@@ -73,6 +104,7 @@ def _handler(hub: Hub) -> type[HubHandler]:
             return path in hub.omit_length
 
         def send_file_body(self, repo: str, path: str, file: HubFile, start: int, end: int) -> None:
+            hub.hold_while_paused()
             body: bytes | memoryview = memoryview(hub.repos[repo][path])[start:end]
             if path in hub.corrupt_once:
                 hub.corrupt_once.discard(path)
@@ -119,6 +151,7 @@ def running_hub(hub: Hub) -> Iterator[Hub]:
         hub.url = server.url
         yield hub
     finally:
+        hub.resume()  # a held body's thread ends before the server does
         server.shutdown()
         server.server_close()
 

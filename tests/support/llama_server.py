@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import tempfile
@@ -13,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from tests.support import llama_build
@@ -122,24 +124,82 @@ def stop(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
         process.wait()
 
 
+def start_in_session(argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """Start a test's process in a session of its own, so `stop_session` finds all it starts
+    (the load-log wrapper's FIFO reader, say) by the session id, the process's pid."""
+    return subprocess.Popen(argv, start_new_session=True, stdin=subprocess.DEVNULL, **kwargs)
+
+
+def session_processes(session: int) -> list[str]:
+    """The live processes of a session, as "PID COMMAND" (zombies left out: they hold nothing)."""
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # gone meanwhile
+        # After the command name in parentheses: state, ppid, pgrp, session, ...
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[3]) == session and fields[0] != "Z":
+            found.append(f"{entry.name} {command.strip()[:200]}")
+    return found
+
+
+def _wait_gone(session: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while session_processes(session):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def stop_session(process: subprocess.Popen[bytes], grace: float = 10.0) -> None:
+    """Stop a process from `start_in_session` and everything it started.
+
+    The process goes first, as the kubelet stops a container's main process, so a reader of its
+    output drains what it wrote and ends on its own; whatever of the session is left after a
+    short wait (a reader still blocked opening a FIFO nobody writes) gets SIGTERM, then SIGKILL
+    after `grace` seconds.
+    """
+    stop(process, grace)
+    for sig, wait in ((None, 2.0), (signal.SIGTERM, grace), (signal.SIGKILL, grace)):
+        if sig is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, sig)
+        if _wait_gone(process.pid, wait):
+            return
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """A llama-server a test started: its base URL and the session everything it started is in."""
+
+    url: str
+    session: int
+
+
 @contextlib.contextmanager
-def run_llama_server(
+def llama_server_session(
     argv: list[str],
     *,
     timeout: float = 60.0,
     log_path: pathlib.Path | None = None,
     binary: str | None = None,
     cpu_variant: str | None = None,
-) -> Iterator[str]:
-    """Run ``llama-server *argv`` and yield its base URL once ``/health`` is 200.
+) -> Iterator[RunningServer]:
+    """Run ``llama-server *argv`` in a session of its own until ``/health`` is 200.
 
     ``argv`` are the server's arguments (without the executable) and must include
     ``--port``; ``--host`` defaults to 127.0.0.1 like llama-server itself. The
     combined stdout/stderr goes to ``log_path`` (a temporary file if omitted), so a
-    chatty server can never block on a full pipe. The server is always stopped on
-    exit, including when startup fails. ``binary`` replaces the build's llama-server;
-    ``cpu_variant`` names the CPU backend it loads (default: the test run's, see
-    `tests.support.llama_build`).
+    chatty server can never block on a full pipe. The server and whatever it started are
+    always stopped on exit, including when startup fails. ``binary`` replaces the build's
+    llama-server (``sh`` runs the container's wrapper); ``cpu_variant`` names the CPU backend
+    it loads (default: the test run's, see `tests.support.llama_build`).
     """
     binary = binary or llama_server_binary()
     env = llama_build.variant_env(cpu_variant) if cpu_variant else None
@@ -154,16 +214,26 @@ def run_llama_server(
             log_dir = stack.enter_context(tempfile.TemporaryDirectory())
             log_path = pathlib.Path(log_dir) / "llama-server.log"
         log = stack.enter_context(log_path.open("wb"))
-        process = subprocess.Popen(
-            [binary, *argv],
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        stack.callback(stop, process)
+        process = start_in_session([binary, *argv], env=env, stdout=log, stderr=subprocess.STDOUT)
+        stack.callback(stop_session, process)
         _wait_healthy(process, base_url, log_path, timeout)
-        yield base_url
+        yield RunningServer(base_url, process.pid)
+
+
+@contextlib.contextmanager
+def run_llama_server(
+    argv: list[str],
+    *,
+    timeout: float = 60.0,
+    log_path: pathlib.Path | None = None,
+    binary: str | None = None,
+    cpu_variant: str | None = None,
+) -> Iterator[str]:
+    """`llama_server_session`, yielding only the base URL."""
+    with llama_server_session(
+        argv, timeout=timeout, log_path=log_path, binary=binary, cpu_variant=cpu_variant
+    ) as server:
+        yield server.url
 
 
 def tiny_server_argv(model: pathlib.Path, *extra: str, parallel: int = 4) -> list[str]:
