@@ -21,7 +21,12 @@ if TYPE_CHECKING:
     from components.llamacpp.rpc_worker import LlamaCppRpcWorker
     from components.llamacpp.server import LlamaCppVulkanServer
     from components.model_store.component import GgufModelStore
-    from components.model_store.inputs import GgufModelStoreArgs, ModelVolume, NodePreflight
+    from components.model_store.inputs import (
+        DraftModel,
+        GgufModelStoreArgs,
+        ModelVolume,
+        NodePreflight,
+    )
     from components.monitoring.inputs import AlertThresholds, KubernetesMonitoring, ReferenceSpeeds
     from components.payloads.fetcher import ModelFile
     from components.vllm.component import VllmRocmServer
@@ -40,6 +45,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "AlertThresholds": "components.monitoring.inputs",
     "CaddySite": "components.vllm.inputs",
+    "DraftModel": "components.model_store.inputs",
     "GgufModelStore": "components.model_store.component",
     "GgufModelStoreArgs": "components.model_store.inputs",
     "HostMonitoring": "components.vllm.inputs",
@@ -74,6 +80,7 @@ above the same)."""
 __all__ = [
     "AlertThresholds",
     "CaddySite",
+    "DraftModel",
     "GgufModelStore",
     "GgufModelStoreArgs",
     "HostMonitoring",
