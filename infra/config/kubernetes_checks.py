@@ -22,6 +22,7 @@ from infra.config.kubernetes import (
     SERVER_NAME_MAX,
     STORE_NAME_MAX,
     KubernetesStack,
+    NodeMemory,
     runtime_problems,
     structure_problems,
 )
@@ -119,6 +120,7 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
             "the NetworkPolicy protects nothing (list the node addresses, or set "
             "network.allowWorld: true)"
         )
+    problems += node_memory_problems(stack.memory.node)
     problems += kubernetes_name_problems(stack)
     problems += rpc_problems(stack)
     problems += metrics_problems(stack)
@@ -129,6 +131,17 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
         )
     problems += request_limit_problems("server.resources", server.resources)
     return problems
+
+
+def node_memory_problems(node: NodeMemory | None, key: str = "memory.node") -> list[str]:
+    """A node whose carve-out and reserve leave its pods no RAM."""
+    if node is None or node.pod_gib > 0:
+        return []
+    return [
+        f"{key}: carveOutGib {node.carve_out_gib:g} and reservedGib {node.reserved_gib:g} leave "
+        f"nothing of ramGib {node.ram_gib:g} for the server (ramGib is the RAM installed, the "
+        "carve-out included)"
+    ]
 
 
 def request_limit_problems(key: str, resources: ResourceSettings) -> list[str]:

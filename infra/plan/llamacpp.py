@@ -29,6 +29,7 @@ from infra.plan.llamacpp_advice import (
     checked_fix,
     context_advice,
     context_fixes,
+    node_refusals,
     ram_refusal,
     suggest,
     vram_refusal,
@@ -205,6 +206,11 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
         text, found = ram_refusal(inputs, ram, cpu_text)
         problems.append(text)
         fixes += found
+    node = devices.get("node")
+    if node is not None:
+        texts, found = node_refusals(inputs, node)
+        problems += texts
+        fixes += found
     disk = devices.get("disk")
     if disk is not None and not disk.fits:
         need = math.ceil(gib(disk.items["model_files"]) / (1 - inputs.disk_headroom_fraction))
@@ -215,7 +221,7 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             f"{fmt_size(disk.capacity_bytes or 0)} "
             f"(model files {fmt_size(disk.items['model_files'])}, "
             f"reserve {fmt_size(disk.items['reserve'])}): "
-            + (fix.text if fix else f"raise store.size to at least {need}Gi")
+            + (fix.text if fix else f"raise store.size to at least {need}Gi ({ALONE})")
         )
     if disk is not None and disk.fits and inputs.upgrade_keeps_old_model:
         advice += _two_models_advice(inputs, disk)
@@ -235,6 +241,9 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
     return Plan(
         devices, advice, problems, rows, notes, weights.source, transfers, assumptions, fixes
     )
+
+
+ALONE = "not enough alone: the memory refusals above say what decides whether the model runs"
 
 
 def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list[str]:

@@ -43,6 +43,11 @@ def _stack_value(name: str, value: Any) -> Any:
     return value
 
 
+def _verb(inputs: LlamaCppPlanInputs, name: str, value: Any) -> str:
+    now = getattr(inputs, name)
+    return "lower" if now is not None and value < now else "raise"
+
+
 def checked_fix(inputs: LlamaCppPlanInputs, text: str, **changes: Any) -> Fix | None:
     """A fix that holds: the changed stack keeps every slot at server.minSlotContext and within
     the served context, its GPUs fit, and what it needs beyond `changes` (more container
@@ -76,10 +81,17 @@ def checked_fix(inputs: LlamaCppPlanInputs, text: str, **changes: Any) -> Fix | 
             need = gib(device.items["model_files"]) / (1 - inputs.disk_headroom_fraction)
             extra["disk_bytes"] = math.ceil(need) * GIB
         else:
+            return None  # a GPU, or the node's RAM: no other key makes room there
+    node = devices.get("node")
+    limit = extra.get("memory_limit_bytes", after.memory_limit_bytes)
+    if node is not None and limit is not None and limit > (node.capacity_bytes or 0):
+        # Never a limit the node cannot give: the most it can, where the buffers fit that.
+        most = math.floor(gib(node.capacity_bytes or 0)) * GIB
+        if "memory_limit_bytes" in changes or devices["ram"].used_bytes > most:
             return None
+        extra["memory_limit_bytes"] = most
     also = [
-        f"{'lower' if name == 'gpu_layers' else 'raise'} {STACK_KEYS[name]} to "
-        f"{_stack_value(name, value)}"
+        f"{_verb(inputs, name, value)} {STACK_KEYS[name]} to {_stack_value(name, value)}"
         for name, value in extra.items()
     ]
     return Fix(
@@ -196,9 +208,10 @@ QUANTIZED_KV = "q8_0"
 choice (the strix-halo stack's), measured by the compute-buffer model (`MEASURED_CACHE_TYPES`)."""
 
 
-def kv_cache_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
+def kv_cache_fixes(inputs: LlamaCppPlanInputs, more_layers: bool = False) -> list[Fix]:
     """A q8_0 K and V cache where the stack's is wider (F16, F32, BF16), when it makes the plan
-    fit with every layer where the stack put it."""
+    fit with every layer where the stack put it (`more_layers`: and with the most layers the
+    GPUs then hold, which is what frees host memory)."""
     wide = ("f32", "f16", "bf16")
     if inputs.cache_type_k not in wide and inputs.cache_type_v not in wide:
         return []
@@ -216,7 +229,12 @@ def kv_cache_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
     if not gpus_fit(after):
         return []
     keys = " and ".join(STACK_KEYS[name] for name in changes)
-    fix = checked_fix(inputs, f"set {keys} to {QUANTIZED_KV} (half the KV cache)", **changes)
+    text = f"set {keys} to {QUANTIZED_KV} (half the KV cache)"
+    best = max_gpu_layers(after) if more_layers else None
+    if best is not None and best > inputs.gpu_layers:
+        changes["gpu_layers"] = best
+        text += f" and server.gpuLayers to {best}"
+    fix = checked_fix(inputs, text, **changes)
     return [fix] if fix else []
 
 
@@ -276,7 +294,89 @@ def ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> tuple
         )
     fixes = [fix for fix in found if fix is not None]
     texts = [fix.text for fix in fixes]
+    if not texts:
+        texts.append(
+            f"the node cannot give the container {need_gi}Gi: {NODE_KEY} decides; "
+            + (node_texts(inputs) or "use a smaller quant or a smaller context")
+        )
     return (
         f"plan: does not fit in the container memory limit: {fmt_size(ram.used_bytes)} needed of "
         f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(texts)}"
     ), fixes
+
+
+NODE_KEY = "memory.node"
+
+
+def node_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
+    """What makes the host side fit the node's RAM, in order of cost: a quantized KV cache,
+    less context (or fewer slots), more layers on the GPU."""
+    fixes = kv_cache_fixes(inputs, more_layers=True)
+    node = llamacpp_devices(inputs)[0]["node"]
+    over = node.used_bytes - (node.capacity_bytes or 0)
+    prompt = max(inputs.cache_ram_mib, 0) * MIB
+    if over > 0 and prompt >= over:
+        mib = (prompt - over) // MIB
+        fix = checked_fix(inputs, f"set server.cacheRam to at most {mib} MiB", cache_ram_mib=mib)
+        fixes += [fix] if fix else []
+    # The context that fits the GPUs and the node; the container limit follows it.
+    ctx = max_context(replace(inputs, memory_limit_bytes=None))
+    fixes += context_fixes(inputs, ctx)
+    best = max_gpu_layers(inputs)
+    if best is not None and best > inputs.gpu_layers:
+        fix = checked_fix(inputs, f"set server.gpuLayers to {best}", gpu_layers=best)
+        fixes += [fix] if fix else []
+    return fixes
+
+
+def node_texts(inputs: LlamaCppPlanInputs) -> str:
+    """`node_fixes`' texts, joined."""
+    return " or ".join(fix.text for fix in node_fixes(inputs))
+
+
+def node_refusal(inputs: LlamaCppPlanInputs, node: Device) -> tuple[str, list[Fix]]:
+    """Why the node's RAM does not hold the host side (and the GPU beyond its carve-out)."""
+    items = node.items
+    beyond = items.get("gpu_beyond_carve_out", 0)
+    detail = f"the container's host-side buffers {fmt_size(items['host_buffers'])}" + (
+        f", GPU buffers beyond the carve-out {fmt_size(beyond)}" if beyond else ""
+    )
+    fixes = node_fixes(inputs)
+    texts = [fix.text for fix in fixes] or [
+        f"{NODE_KEY} decides: nothing fits at this model's size (a smaller quant, or a node "
+        "with more RAM)"
+    ]
+    return (
+        f"plan: does not fit in the node's RAM: {fmt_size(node.used_bytes)} needed of the "
+        f"{fmt_num(gib(node.capacity_bytes or 0))} GiB the node gives the server ({NODE_KEY}: "
+        f"installed RAM less the GPU's carve-out and what the OS and k3s keep; {detail}): "
+        f"{' or '.join(texts)}"
+    ), fixes
+
+
+def node_limit_refusal(inputs: LlamaCppPlanInputs, node: Device) -> tuple[str, list[Fix]]:
+    """A container limit above what the node can give (the buffers fit the node)."""
+    limit = inputs.memory_limit_bytes or 0
+    most = math.floor(gib(node.capacity_bytes or 0))
+    fix = checked_fix(
+        inputs,
+        f"lower server.resources.limits.memory to {most}Gi",
+        memory_limit_bytes=most * GIB,
+    )
+    return (
+        f"plan: server.resources.limits.memory {fmt_num(gib(limit))} GiB is more than the "
+        f"{fmt_num(gib(node.capacity_bytes or 0))} GiB the node gives the server ({NODE_KEY}): "
+        "the node would run out of memory before the container reached its limit; "
+        + (fix.text if fix else node_texts(inputs) or f"{NODE_KEY} decides: use a smaller quant")
+    ), [fix] if fix else []
+
+
+def node_refusals(inputs: LlamaCppPlanInputs, node: Device) -> tuple[list[str], list[Fix]]:
+    """The node's RAM (`memory.node`): its refusal, else a container limit above it."""
+    if not node.fits:
+        text, fixes = node_refusal(inputs, node)
+    elif (inputs.memory_limit_bytes or 0) > (node.capacity_bytes or 0):
+        text, fixes = node_limit_refusal(inputs, node)
+    else:
+        return [], []
+    return [text], fixes

@@ -117,6 +117,12 @@ class LlamaCppPlanInputs:
     """GPU memory available to llama-server; None: no GPU (everything on the CPU)."""
     memory_limit_bytes: int | None = None
     """Container memory limit (`server.resources.limits.memory`); None: not checked."""
+    node_ram_bytes: int | None = None
+    """RAM the node can give the container (`memory.node`: installed, less the GPU's carve-out
+    and what the node keeps); None: not checked."""
+    carve_out_bytes: int | None = None
+    """Unified memory: the GPU's carve-out, beyond which its buffers (GTT) take node RAM too;
+    None: a discrete GPU, or no node figures."""
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
     """`--cache-ram`: prompt cache in host RAM, counted against the memory limit."""
     runtime_bytes: int = 512 * MIB

@@ -272,6 +272,8 @@ _SYMBOLS = {
     "runtime": "R",
     "model_files": "M",
     "reserve": "S",
+    "host_buffers": "H",
+    "gpu_beyond_carve_out": "G",
 }
 """The letter of each plan item in a device's bar (others: #)."""
 

@@ -88,6 +88,12 @@ def stacks(draw: st.DrawFn) -> dict[str, Any]:
     server["resources"]["requests"]["memory"] = "2Gi"
     values["memory"]["vramGib"] = draw(st.sampled_from([8, 16, 24, 48, 64, 90, 96, 128]))
     values["memory"].pop("computeGib", None)
+    if draw(st.booleans()):
+        # The node's RAM: a unified-memory box whose carve-out is the GPU's, or a discrete GPU.
+        carve = draw(st.sampled_from([0, values["memory"]["vramGib"]]))
+        values["memory"]["node"] = {"ramGib": carve + draw(st.sampled_from([8, 16, 32, 64]))}
+        if carve:
+            values["memory"]["node"]["carveOutGib"] = carve
     values["store"]["size"] = f"{draw(st.integers(10, 200))}Gi"
     return values
 
@@ -229,3 +235,29 @@ def test_yarn_in_extra_args_extends_the_context_a_slot_serves() -> None:
         ),
     ):
         plan_of(values)
+
+
+def test_the_node_ram_bounds_the_container_limit_and_every_fix() -> None:
+    # A 128 GiB box with a 96 GiB carve-out: 28 GiB for the container once the OS and k3s
+    # (reservedGib 4) have theirs. The reference model with 10 layers on the CPU needs more.
+    values = base("deepseek4")
+    values["memory"].update(vramGib=96, node={"ramGib": 128, "carveOutGib": 96})
+    values["server"].update(gpuLayers=34)
+    values["server"]["resources"]["limits"]["memory"] = "41Gi"
+    plan = plan_of(values)
+    node = plan.devices["node"]
+    assert node.capacity_bytes == 28 * 2**30
+    assert any("does not fit in the node's RAM" in p for p in plan.problems)
+    for fix in plan.fixes:
+        limit = fix.changes.get("server.resources.limits.memory", "41Gi")
+        assert int(limit.removesuffix("Gi")) <= 28, fix.text
+        assert plan_of(applied(values, fix.changes)).fits, fix.text
+    # Where the buffers fit the node, a limit above what it gives is refused, lowered to it.
+    values["server"].update(gpuLayers=44)
+    plan = plan_of(values)
+    (problem,) = plan.problems
+    assert "server.resources.limits.memory 41 GiB is more than the 28 GiB the node" in problem
+    assert problem.endswith("lower server.resources.limits.memory to 28Gi")
+    # Without memory.node, the limit alone is checked, as before.
+    del values["memory"]["node"]
+    assert plan_of(values).fits
