@@ -29,8 +29,6 @@ from infra.plan.llamacpp_advice import (
     checked_fix,
     context_advice,
     context_fixes,
-    node_refusals,
-    ram_refusal,
     suggest,
     vram_refusal,
 )
@@ -41,6 +39,7 @@ from infra.plan.llamacpp_compute import (
     graph_context,
     vulkan_compute_bytes,
 )
+from infra.plan.llamacpp_host_advice import node_refusals, ram_refusal
 from infra.plan.llamacpp_inputs import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,

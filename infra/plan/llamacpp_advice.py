@@ -10,11 +10,11 @@ from typing import Any
 from infra.plan.deepseek4 import (
     kv_layout,
 )
+from infra.plan.extra_args import n_cpu_moe_tensors
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs
 from infra.plan.llamacpp_placement import gpus_fit, llamacpp_devices, max_context, max_gpu_layers
 from infra.plan.report import (
     GIB,
-    MIB,
     Device,
     Fix,
     fmt_num,
@@ -33,6 +33,7 @@ STACK_KEYS = {
     "disk_bytes": "store.size",
     "cache_type_k": "server.cacheTypeK",
     "cache_type_v": "server.cacheTypeV",
+    "extra_args": "server.extraArgs",
 }
 """The stack key each planner input a fix changes comes from."""
 
@@ -40,6 +41,8 @@ STACK_KEYS = {
 def _stack_value(name: str, value: Any) -> Any:
     if name in ("memory_limit_bytes", "disk_bytes"):
         return f"{math.ceil(value / GIB)}Gi"
+    if name == "extra_args":
+        return list(value)
     return value
 
 
@@ -98,6 +101,7 @@ def checked_fix(inputs: LlamaCppPlanInputs, text: str, **changes: Any) -> Fix | 
         {
             STACK_KEYS[name]: _stack_value(name, value)
             for name, value in {**changes, **extra}.items()
+            if name in STACK_KEYS  # what the keys derive (cpu_tensors) is not set apart
         },
         text + "".join(f" and {a}" for a in also),
     )
@@ -238,7 +242,41 @@ def kv_cache_fixes(inputs: LlamaCppPlanInputs, more_layers: bool = False) -> lis
     return [fix] if fix else []
 
 
-def _use_text(device: Device, weights_of: str) -> str:
+def n_cpu_moe_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
+    """`--n-cpu-moe N` with the fewest layers whose experts, kept in host RAM, let the GPUs
+    hold the rest: for a MoE model whose header lists its tensors, where server.extraArgs
+    keep no tensors on the CPU already."""
+    tensors = inputs.tensors
+    if tensors is None or inputs.cpu_tensors.bytes_by_where:
+        return []
+    n_layer = len(inputs.weights.layer_bytes)
+    if not n_cpu_moe_tensors(n_layer, tensors).bytes_by_where:
+        return []  # no expert weights: not a MoE model
+
+    def at(layers: int) -> LlamaCppPlanInputs:
+        return replace(inputs, cpu_tensors=n_cpu_moe_tensors(layers, tensors))
+
+    if not gpus_fit(at(n_layer)):
+        return []
+    low, high = 1, n_layer
+    while low < high:
+        mid = (low + high) // 2
+        if gpus_fit(at(mid)):
+            high = mid
+        else:
+            low = mid + 1
+    words = (*inputs.extra_args, "--n-cpu-moe", str(low))
+    fix = checked_fix(
+        inputs,
+        f"add --n-cpu-moe {low} to server.extraArgs (the expert weights of the first {low} "
+        "layers in host RAM; attention and the KV cache stay on the GPU)",
+        extra_args=words,
+        cpu_tensors=at(low).cpu_tensors,
+    )
+    return [fix] if fix else []
+
+
+def use_text(device: Device, weights_of: str) -> str:
     """`weights X for <weights_of>, KV cache Y, compute Z`: what a refusal says a device holds."""
     items = device.items
     return (
@@ -250,10 +288,13 @@ def _use_text(device: Device, weights_of: str) -> str:
 def vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> tuple[str, list[Fix]]:
     """Why the GPU does not hold the plan, and the fixes that hold."""
     cap = vram.capacity_bytes or 0
-    detail = _use_text(vram, gpu_text)
+    detail = use_text(vram, gpu_text)
     # In order of what they cost: a quantized KV cache (every layer stays on the GPU, the
-    # answers move by float noise), then less context or fewer slots, then layers to the CPU.
+    # answers move by float noise), then the experts of the first layers to the CPU (attention
+    # and KV cache stay on the GPU; each token reads only the experts it routes to), then less
+    # context or fewer slots, then whole layers to the CPU.
     fixes: list[Fix] = kv_cache_fixes(inputs)
+    fixes += n_cpu_moe_fixes(inputs)
     ctx = max_context(inputs, gpus_only=True)
     fixes += context_fixes(inputs, ctx)
     best = max_gpu_layers(inputs)
@@ -267,116 +308,3 @@ def vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> tup
         f"plan: does not fit in VRAM: {fmt_size(vram.used_bytes)} needed of "
         f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(texts)}"
     ), fixes
-
-
-def ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> tuple[str, list[Fix]]:
-    """Why the container memory does not hold the plan, and the fixes that hold."""
-    cap = ram.capacity_bytes or 0
-    items = ram.items
-    detail = (
-        f"{_use_text(ram, cpu_text + ' + token_embd')}, "
-        f"prompt cache {fmt_size(items['prompt_cache'])} (--cache-ram {inputs.cache_ram_mib}), "
-        f"runtime {fmt_size(items['runtime'])}"
-    )
-    need_gi = math.ceil(gib(ram.used_bytes))
-    found = [
-        checked_fix(
-            inputs,
-            f"raise server.resources.limits.memory to at least {need_gi}Gi",
-            memory_limit_bytes=need_gi * GIB,
-        )
-    ]
-    over = ram.used_bytes - cap
-    if items["prompt_cache"] >= over:
-        mib = (items["prompt_cache"] - over) // MIB
-        found.append(
-            checked_fix(inputs, f"set server.cacheRam to at most {mib} MiB", cache_ram_mib=mib)
-        )
-    fixes = [fix for fix in found if fix is not None]
-    texts = [fix.text for fix in fixes]
-    if not texts:
-        texts.append(
-            f"the node cannot give the container {need_gi}Gi: {NODE_KEY} decides; "
-            + (node_texts(inputs) or "use a smaller quant or a smaller context")
-        )
-    return (
-        f"plan: does not fit in the container memory limit: {fmt_size(ram.used_bytes)} needed of "
-        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(texts)}"
-    ), fixes
-
-
-NODE_KEY = "memory.node"
-
-
-def node_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
-    """What makes the host side fit the node's RAM, in order of cost: a quantized KV cache,
-    less context (or fewer slots), more layers on the GPU."""
-    fixes = kv_cache_fixes(inputs, more_layers=True)
-    node = llamacpp_devices(inputs)[0]["node"]
-    over = node.used_bytes - (node.capacity_bytes or 0)
-    prompt = max(inputs.cache_ram_mib, 0) * MIB
-    if over > 0 and prompt >= over:
-        mib = (prompt - over) // MIB
-        fix = checked_fix(inputs, f"set server.cacheRam to at most {mib} MiB", cache_ram_mib=mib)
-        fixes += [fix] if fix else []
-    # The context that fits the GPUs and the node; the container limit follows it.
-    ctx = max_context(replace(inputs, memory_limit_bytes=None))
-    fixes += context_fixes(inputs, ctx)
-    best = max_gpu_layers(inputs)
-    if best is not None and best > inputs.gpu_layers:
-        fix = checked_fix(inputs, f"set server.gpuLayers to {best}", gpu_layers=best)
-        fixes += [fix] if fix else []
-    return fixes
-
-
-def node_texts(inputs: LlamaCppPlanInputs) -> str:
-    """`node_fixes`' texts, joined."""
-    return " or ".join(fix.text for fix in node_fixes(inputs))
-
-
-def node_refusal(inputs: LlamaCppPlanInputs, node: Device) -> tuple[str, list[Fix]]:
-    """Why the node's RAM does not hold the host side (and the GPU beyond its carve-out)."""
-    items = node.items
-    beyond = items.get("gpu_beyond_carve_out", 0)
-    detail = f"the container's host-side buffers {fmt_size(items['host_buffers'])}" + (
-        f", GPU buffers beyond the carve-out {fmt_size(beyond)}" if beyond else ""
-    )
-    fixes = node_fixes(inputs)
-    texts = [fix.text for fix in fixes] or [
-        f"{NODE_KEY} decides: nothing fits at this model's size (a smaller quant, or a node "
-        "with more RAM)"
-    ]
-    return (
-        f"plan: does not fit in the node's RAM: {fmt_size(node.used_bytes)} needed of the "
-        f"{fmt_num(gib(node.capacity_bytes or 0))} GiB the node gives the server ({NODE_KEY}: "
-        f"installed RAM less the GPU's carve-out and what the OS and k3s keep; {detail}): "
-        f"{' or '.join(texts)}"
-    ), fixes
-
-
-def node_limit_refusal(inputs: LlamaCppPlanInputs, node: Device) -> tuple[str, list[Fix]]:
-    """A container limit above what the node can give (the buffers fit the node)."""
-    limit = inputs.memory_limit_bytes or 0
-    most = math.floor(gib(node.capacity_bytes or 0))
-    fix = checked_fix(
-        inputs,
-        f"lower server.resources.limits.memory to {most}Gi",
-        memory_limit_bytes=most * GIB,
-    )
-    return (
-        f"plan: server.resources.limits.memory {fmt_num(gib(limit))} GiB is more than the "
-        f"{fmt_num(gib(node.capacity_bytes or 0))} GiB the node gives the server ({NODE_KEY}): "
-        "the node would run out of memory before the container reached its limit; "
-        + (fix.text if fix else node_texts(inputs) or f"{NODE_KEY} decides: use a smaller quant")
-    ), [fix] if fix else []
-
-
-def node_refusals(inputs: LlamaCppPlanInputs, node: Device) -> tuple[list[str], list[Fix]]:
-    """The node's RAM (`memory.node`): its refusal, else a container limit above it."""
-    if not node.fits:
-        text, fixes = node_refusal(inputs, node)
-    elif (inputs.memory_limit_bytes or 0) > (node.capacity_bytes or 0):
-        text, fixes = node_limit_refusal(inputs, node)
-    else:
-        return [], []
-    return [text], fixes

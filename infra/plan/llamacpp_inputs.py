@@ -156,6 +156,11 @@ class LlamaCppPlanInputs:
     context_limit: int | None = None
     """Tokens a slot can serve: the model's trained context, or the YaRN-extended one
     (llama-server caps a slot there); advice never goes above it. None: unknown."""
+    extra_args: tuple[str, ...] = ()
+    """`server.extraArgs` as written: a fix that adds an option keeps them."""
+    tensors: Mapping[str, str] | None = None
+    """Every tensor's `TYPE ne0x..` from the header (a schema 3 summary), for advice that keeps
+    tensors in host RAM (`--n-cpu-moe`); None: not known."""
     cpu_tensors: CpuTensors = field(default_factory=CpuTensors)
     """Tensors that tensor overrides (`-ot ...=CPU`, `--n-cpu-moe`, ...) keep in host RAM,
     whatever their layer's device (`infra.plan.extra_args`)."""

@@ -261,3 +261,70 @@ def test_the_node_ram_bounds_the_container_limit_and_every_fix() -> None:
     # Without memory.node, the limit alone is checked, as before.
     del values["memory"]["node"]
     assert plan_of(values).fits
+
+
+def locked_moe() -> tuple[dict[str, Any], Any]:
+    """The header-only Qwen3-30B-A3B (17 GiB, 128 experts a layer) as a locked stack's model,
+    its header listing every tensor: every layer on the GPU, a q8_0 cache already."""
+    import io
+
+    from components.gguf_header import read_gguf_header, summarize
+    from infra.hub.gguf_stub import (
+        SAMPLE_FILE,
+        Qwen3MoeShape,
+        header_bytes,
+        qwen3moe_metadata,
+        qwen3moe_tensors,
+    )
+    from infra.lock import ModelSource
+
+    shape = Qwen3MoeShape()
+    header, data = header_bytes(qwen3moe_metadata(shape, "MoE"), qwen3moe_tensors(shape))
+    summary = summarize([read_gguf_header(io.BytesIO(header))])
+    values = base("qwen3moe")
+    for key in ("architecture", "layers", "sizeGib", "metadata"):
+        values["model"].pop(key)
+    values["model"]["files"] = [SAMPLE_FILE]
+    values["server"].update(gpuLayers=49, contextSize=40960, minSlotContext=8192)
+    values["memory"].pop("computeGib", None)
+    values["memory"]["vramGib"] = 14
+    files = [{"name": SAMPLE_FILE, "path": SAMPLE_FILE, "size": len(header) + data}]
+    return values, ModelSource(revision="0" * 40, files=files, locked=True, gguf=summary)
+
+
+def test_the_experts_to_the_cpu_come_before_whole_layers() -> None:
+    values, source = locked_moe()
+    plan = stack_plan(strix(values), source)
+    assert not plan.fits
+    texts = [fix.text for fix in plan.fixes]
+    # The weights alone are more than the GPU: no context fits, so the experts' move comes
+    # first and whole layers to the CPU last.
+    assert texts[0].startswith("add --n-cpu-moe "), texts
+    assert texts[-1].startswith("set server.gpuLayers"), texts
+    (problem,) = plan.problems
+    assert problem.index("--n-cpu-moe") < problem.index("server.gpuLayers to at most")
+    # Applied, every layer's attention and KV cache stay on the GPU, and the plan fits.
+    changes = plan.fixes[0].changes
+    layers = int(changes["server.extraArgs"][-1])
+    assert changes["server.extraArgs"] == ["--n-cpu-moe", str(layers)] and 0 < layers < 48
+    after = stack_plan(strix(applied(values, changes)), source)
+    assert after.fits, after.problems
+    assert after.devices["vram"].items["kv_cache"] == plan.devices["vram"].items["kv_cache"]
+    # The fewest layers that fit: one layer fewer does not.
+    fewer = applied(values, {"server.extraArgs": ["--n-cpu-moe", str(layers - 1)]})
+    assert not stack_plan(strix(fewer), source).devices["vram"].fits
+
+
+def test_an_f16_cache_is_quantized_before_the_experts_move() -> None:
+    values, source = locked_moe()
+    values["server"].update(cacheTypeK="f16", cacheTypeV="f16")
+    values["memory"]["vramGib"] = 20
+    plan = stack_plan(strix(values), source)
+    texts = [fix.text for fix in plan.fixes]
+    # In order of cost: the cache, the experts, the context, whole layers.
+    starts = ["set server.cacheTypeK and server.cacheTypeV to q8_0", "add --n-cpu-moe",
+              "lower server.contextSize", "set server.gpuLayers"]  # fmt: skip
+    assert [next(i for i, s in enumerate(starts) if t.startswith(s)) for t in texts] == [0, 1, 2, 3]
+    for fix in plan.fixes:
+        after = stack_plan(strix(applied(values, fix.changes)), source)
+        assert after.fits, (fix.text, after.problems)
