@@ -269,6 +269,7 @@ def locked_moe() -> tuple[dict[str, Any], Any]:
     import io
 
     from components.gguf_header import read_gguf_header, summarize
+    from components.payloads.fetcher import ModelFile
     from infra.hub.gguf_stub import (
         SAMPLE_FILE,
         Qwen3MoeShape,
@@ -288,7 +289,7 @@ def locked_moe() -> tuple[dict[str, Any], Any]:
     values["server"].update(gpuLayers=49, contextSize=40960, minSlotContext=8192)
     values["memory"].pop("computeGib", None)
     values["memory"]["vramGib"] = 14
-    files = [{"name": SAMPLE_FILE, "path": SAMPLE_FILE, "size": len(header) + data}]
+    files = [ModelFile(name=SAMPLE_FILE, path=SAMPLE_FILE, size=len(header) + data)]
     return values, ModelSource(revision="0" * 40, files=files, locked=True, gguf=summary)
 
 
