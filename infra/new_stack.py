@@ -337,7 +337,8 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     )
     c[("network", "allowCidrs")] = (
         "Addresses outside these namespaces allowed in too (CIDRs, e.g. the node's own for "
-        "kubelet probes under some CNIs); the Service itself is ClusterIP, inside the cluster."
+        "kubelet probes under some CNIs); the Service is ClusterIP, inside the cluster, unless "
+        "network.nodePort exposes it to these networks (docs/deploy.md)."
     )
     c[("server", "resources")] = (
         "CPU and memory of the container; limits.memory holds the plan's CPU side (llm-infra "

@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field
 from pydantic.alias_generators import to_camel
 
+from components.grammars import NodePortNumber
 from components.llamacpp.flags import DRAFT_MODEL_TYPES, SPEC_TYPES_OF_ARCHITECTURE
 from components.llamacpp.inputs import (
     CACHE_TYPES,
@@ -201,6 +202,12 @@ class NetworkSettings(Strict):
     to NetworkPolicies (k3s dual-stack, k3s-io/k3s#10030)."""
     allow_world: bool = False
     """Accept allowCidrs that together admit every address (the policy then protects nothing)."""
+    node_port: NodePortNumber | None = None
+    """Reach the server from outside the cluster at this port (30000-32767) of the node's
+    address: a NodePort Service of the API port beside the ClusterIP one, with
+    externalTrafficPolicy Local so the pod sees each client's own address, and the
+    NetworkPolicy admits allowCidrs there (required: the outside networks to admit). Unset:
+    the server is reached from inside the cluster only."""
 
 
 class LitellmSettings(Strict):

@@ -121,6 +121,18 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
             "network.allowWorld: true)"
         )
     problems += node_memory_problems(stack.memory.node)
+    if network.node_port is not None and not network.policies:
+        problems.append(
+            f"network.nodePort: {network.node_port} exposes the server outside the cluster with "
+            "network.policies: false, so every address would reach it (keep the policies, and "
+            "list the outside networks in network.allowCidrs)"
+        )
+    elif network.node_port is not None and not network.allow_cidrs:
+        problems.append(
+            f"network.nodePort: {network.node_port} exposes the server outside the cluster, but "
+            "network.allowCidrs is empty, so the NetworkPolicy admits no outside client (list "
+            "the networks to admit, e.g. 192.168.1.0/24)"
+        )
     problems += kubernetes_name_problems(stack)
     problems += rpc_problems(stack)
     problems += metrics_problems(stack)

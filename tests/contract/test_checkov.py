@@ -83,3 +83,19 @@ def test_skips_are_annotations_on_the_objects_themselves(tmp_path: Path, kind: s
     # `up` does not wait for its pod (the fetch waits for the old one to be gone).
     assert set(annotations) - set(skips) <= {MODEL_ANNOTATION, "pulumi.com/skipAwait"}
     assert skips and all("=" in value for value in skips.values())
+
+
+def test_the_node_port_service_has_no_finding(tmp_path: Path) -> None:
+    manifests = rendered(
+        tmp_path,
+        "  llm-infra:metrics:\n",
+        "  llm-infra:network:\n    nodePort: 30080\n    allowCidrs: [192.168.1.0/24]\n"
+        "  llm-infra:metrics:\n",
+    )
+    kinds = [d["kind"] for d in yaml.safe_load_all(manifests.read_text())]
+    assert kinds.count("Service") == 2
+    report = checkov(manifests)
+    assert findings(report, "failed_checks") == set()
+    assert {check for check, _ in findings(report, "skipped_checks")} == (
+        PINNED_TAG_SKIPS | PRIVILEGED_SKIPS
+    )

@@ -184,7 +184,11 @@ def comment_checks(
         ("server", "nodeSelector"): lambda t: "kubernetes.io/arch" in server["nodeSelector"],
         ("server", "resources"): resources,
         ("network", "clients"): lambda t: "NetworkPolicy admits only these" in t,
-        ("network", "allowCidrs"): lambda t: "CIDRs" in t,
+        ("network", "allowCidrs"): lambda t: (
+            "CIDRs" in t
+            and "nodePort" not in values["network"]
+            and "network.nodePort exposes it" in t
+        ),
     }
 
 
