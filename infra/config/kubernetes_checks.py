@@ -76,8 +76,9 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
     problems += structure_problems(server, model.architecture, model.layers, model.metadata)
     if server.context_size < server.min_slot_context:
         problems.append(
-            f"server.contextSize: {server.context_size} is below the required "
-            f"{server.min_slot_context} tokens (server.minSlotContext)"
+            f"server.contextSize: {server.context_size} is below the {server.min_slot_context} "
+            "tokens server.minSlotContext requires of a slot (raise server.contextSize, or set "
+            "server.minSlotContext to what a slot needs)"
         )
     elif server.context_size // server.parallel < server.min_slot_context:
         per_slot = server.context_size // server.parallel

@@ -296,12 +296,16 @@ def vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> tup
     fixes: list[Fix] = kv_cache_fixes(inputs)
     fixes += n_cpu_moe_fixes(inputs)
     ctx = max_context(inputs, gpus_only=True)
-    fixes += context_fixes(inputs, ctx)
+    shorter = context_fixes(inputs, ctx)
+    fixes += shorter
     best = max_gpu_layers(inputs)
     if best is not None:
         fix = checked_fix(inputs, f"set server.gpuLayers to at most {best}", gpu_layers=best)
         fixes += [fix] if fix else []
-    texts = [fix.text for fix in fixes] or context_advice(inputs, ctx)
+    texts = [fix.text for fix in fixes]
+    if not shorter:
+        # Where a shorter context would fit but server.minSlotContext forbids it, say so.
+        texts += [t for t in context_advice(inputs, ctx) if t not in texts]
     if not texts:
         texts.append("the model does not fit this GPU at any server.gpuLayers")
     return (

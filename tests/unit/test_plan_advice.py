@@ -329,3 +329,46 @@ def test_an_f16_cache_is_quantized_before_the_experts_move() -> None:
     for fix in plan.fixes:
         after = stack_plan(strix(applied(values, fix.changes)), source)
         assert after.fits, (fix.text, after.problems)
+
+
+def _messages_of(values: dict[str, Any]) -> list[str]:
+    """What the stack's checks, then its plan, say of it (refusals and advice)."""
+    try:
+        plan = plan_of(values)
+    except ConfigError as exc:
+        return exc.problems
+    return [*plan.problems, *plan.advice]
+
+
+def test_every_message_server_min_slot_context_causes_names_it() -> None:
+    """A hand-written stack need not know the key exists: each refusal or advice that the
+    default 65536 per slot decides says `server.minSlotContext`."""
+    one_slot_short = base("qwen3moe")
+    one_slot_short["server"].update(contextSize=4096, minSlotContext=8192)
+    two_slots = base("deepseek4")
+    two_slots["server"].update(parallel=2, contextSize=65536)
+    assert "minSlotContext" not in two_slots["server"]  # the default decides
+    beyond_trained = base("qwen3moe")
+    beyond_trained["server"].update(contextSize=65536, minSlotContext=65536)
+    small_gpu = four_full_slots("q8_0", 22)
+    small_gpu["server"]["minSlotContext"] = 32768
+    small_gpu["server"]["contextSize"] = 4 * 32768
+    small_gpu["model"]["metadata"]["qwen3moe.context_length"] = 65536
+    # A shorter context would fit the GPU, but not one slot of server.minSlotContext.
+    one_slot = four_full_slots("q8_0", 18)
+    one_slot["server"].update(parallel=1, contextSize=32768, minSlotContext=32768)
+    cases = {
+        "a shorter context the key forbids": one_slot,
+        "a context below one slot": one_slot_short,
+        "two slots of the default": two_slots,
+        "more than the model was trained on": beyond_trained,
+        "fewer slots fit the GPU": small_gpu,
+    }
+    for what, values in cases.items():
+        messages = _messages_of(values)
+        assert messages, what
+        assert all("server.minSlotContext" in m for m in messages if "contextSize" in m), (
+            what,
+            messages,
+        )
+        assert any("server.minSlotContext" in m for m in messages), (what, messages)
