@@ -79,14 +79,15 @@ def add_parser(sub: Subparsers) -> None:
         "--box",
         choices=sorted(BOXES),
         help="a box whose figures stand for the node options not given: strix-halo is the "
-        "reference NUCBox (90 GiB GPU, 128 GiB RAM with a 90 GiB carve-out, zen5, 16 threads)",
+        "reference NUCBox (90 GiB GPU, 128 GiB RAM with a 90 GiB carve-out, zen5, 16 threads); "
+        "default none: the node options are required",
     )
     parser.add_argument(
         "--node-ram-gib",
         type=float,
         metavar="GIB",
         help="kubernetes: the RAM installed in the server's node, the GPU's carve-out included "
-        "(memory.node.ramGib; required unless --box)",
+        "(memory.node.ramGib; no default: required unless --box)",
     )
     parser.add_argument(
         "--carve-out-gib",
@@ -105,7 +106,8 @@ def add_parser(sub: Subparsers) -> None:
         "--threads",
         type=int,
         metavar="N",
-        help="kubernetes: the node's physical CPU cores (server.threads; required unless --box)",
+        help="kubernetes: the node's physical CPU cores (server.threads; no default: required "
+        "unless --box)",
     )
     parser.add_argument(
         "--context-size",
