@@ -28,6 +28,8 @@ from components.payloads.fetcher import ModelFile
 from components.validation import Problem, cross_field_rule, error_messages
 
 Port = Annotated[int, Field(ge=1, le=65535)]
+NodePortNumber = Annotated[int, Field(ge=30000, le=32767)]
+"""A NodePort: Kubernetes' default --service-node-port-range (k3s keeps it)."""
 DnsLabel = Annotated[str, Field(pattern=r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")]
 _QUANTITY = re.compile(r"^(?P<num>[0-9]+(\.[0-9]+)?)(?P<unit>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 _UNITS = {

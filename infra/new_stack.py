@@ -10,7 +10,8 @@ serves (`infra.plan.stack.served_context`). A docker-host stack's host, TLS and 
 are placeholders (`<set: HOW>`) that every command refuses, naming the key and how to fill it,
 until they are set.
 
-This module holds the request, the shared pieces and the kubernetes draft;
+Over ~400 lines: the kubernetes draft and its comments stay together, each comment beside the
+figures it states. This module holds the request, the shared pieces and the kubernetes draft;
 `infra.new_stack_docker_host` drafts a docker-host (vLLM) stack, and `infra.new_stack_text` writes
 the file with PyYAML, the comments on their own lines, checked to load to exactly the document.
 """
@@ -26,7 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from infra.boxes import BOXES
 from infra.config.base import PLACEHOLDER_PREFIX, ConfigError
+from infra.config.kubernetes import RESERVED_GIB
+from infra.config.kubernetes_checks import node_memory_problems
 from infra.config.server import ServerSettings
 from infra.config.stack import lock_path_for
 from infra.lock import ModelLock, ModelSource
@@ -35,8 +39,6 @@ from infra.plan.report import GIB, fmt_size
 SCHEMA_LINE = "# yaml-language-server: $schema=../docs/stack.schema.json"
 Target = Literal["kubernetes", "docker-host"]
 
-DEFAULT_VRAM_GIB = 90
-"""A Strix Halo NUCBox (128 GiB, the firmware's usual VRAM split), the kubernetes target's box."""
 DEFAULT_SLOT_CONTEXT: int = ServerSettings.model_fields["min_slot_context"].default
 """Tokens a slot holds unless the model serves fewer (`server.minSlotContext`'s default)."""
 HEADROOM_GIB = 4.0
@@ -53,6 +55,39 @@ class StackRequest:
     gpu_memory_gib: float | None = None
     context_size: int | None = None
     parallel: int | None = None
+    box: str | None = None
+    """A box of `BOXES`, whose figures stand for the options not given."""
+    node_ram_gib: float | None = None
+    carve_out_gib: float | None = None
+    node_cpu: str | None = None
+    threads: int | None = None
+
+    def node_figures(self) -> tuple[float, float, float, str | None, int]:
+        """GPU memory, node RAM, carve-out, CPU and threads: the options, else the box's;
+        ConfigError naming each option a box that is not the reference one must give."""
+        box = BOXES[self.box] if self.box is not None else None
+        vram = self.gpu_memory_gib or (box.gpu_memory_gib if box else None)
+        ram = self.node_ram_gib or (box.node_ram_gib if box else None)
+        threads = self.threads or (box.threads if box else None)
+        missing = [
+            f"{option}: required for a box that is not the reference one ({what}; or --box "
+            f"{' | '.join(BOXES)} for its figures)"
+            for option, value, what in [
+                ("--gpu-memory-gib", vram, "the GPU memory llama-server may use, GiB"),
+                ("--node-ram-gib", ram, "the RAM installed in the node, GiB"),
+                ("--threads", threads, "the node's physical CPU cores"),
+            ]
+            if value is None
+        ]
+        if missing:
+            raise ConfigError(missing)
+        assert vram is not None and ram is not None and threads is not None
+        if self.carve_out_gib is not None:
+            carve = self.carve_out_gib
+        else:
+            carve = box.carve_out_gib if box else 0.0
+        cpu = self.node_cpu or (box.node_cpu if box else None)
+        return vram, ram, carve, cpu, threads
 
 
 @dataclass
@@ -65,6 +100,21 @@ class Draft:
     comments: dict[tuple[str, ...], str] = field(default_factory=dict)
     header: list[str] = field(default_factory=list)
     summary: str = ""
+
+
+KEY_ORDER = ("target", "kubernetes", "model", "store", "memory", "server", "network")
+"""The order a drafted kubernetes stack's keys are written in."""
+NODE_OPTIONS = {
+    "memory.node: carveOutGib": "--carve-out-gib",
+    "memory.node": "--node-ram-gib",
+}
+"""The option each node-memory problem comes from."""
+
+
+def namespace_of(name: str) -> str:
+    """A namespace of the stack's own, from its name (`qwen3.5_a` -> `qwen3-5-a`)."""
+    label = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].strip("-")
+    return label if label and label[0].isalpha() else f"llm-{label}"[:63].strip("-")
 
 
 def placeholder(how: str) -> str:
@@ -116,10 +166,24 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     source = ModelSource(
         revision=lock.revision, files=list(lock.files), locked=True, gguf=lock.gguf
     )
-    vram = request.gpu_memory_gib or DEFAULT_VRAM_GIB
+    vram, ram, carve, cpu, threads = request.node_figures()
     slots = request.parallel or 1
     alias = request.alias or derived_alias(lock.repo)
     values = _kubernetes_values(lock, alias, vram, slots, DEFAULT_SLOT_CONTEXT * slots)
+    values["kubernetes"] = {"namespace": namespace_of(request.name), "createNamespace": True}
+    node: dict[str, Any] = {"ramGib": ram}
+    if carve:
+        node["carveOutGib"] = carve
+    values["memory"]["node"] = node
+    if cpu is not None:
+        values["memory"]["nodeCpu"] = cpu
+    values["server"]["threads"] = threads
+    values = {key: values[key] for key in KEY_ORDER if key in values}
+    node_problems = option_problems(
+        node_memory_problems(parsed_stack(values).memory.node), NODE_OPTIONS
+    )
+    if node_problems:
+        raise ConfigError(node_problems)
     structure = model_structure(parsed_stack(values), source)
     served_at = served_context(parsed_stack(values), structure)
     served = served_at.tokens if served_at else None
@@ -174,9 +238,16 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
         server["contextSize"] = _round_context(best.ctx_size, slots, floor)
     if server["minSlotContext"] == DEFAULT_SLOT_CONTEXT:
         del server["minSlotContext"]
-    # The container's memory: what the plan puts on the CPU side, and a quarter more.
+    plan = stack_plan(parsed_stack(values), source)
+    if any(fix.changes.get("server.repack") is False for fix in plan.fixes):
+        # An AMX CPU with quantized weights on the CPU: b11434 dies on their AMX buffers.
+        server["repack"] = False
+    # The container's memory: what the plan puts on the CPU side, and a quarter more, never
+    # more than the node can give (the plan refuses, with its advice, when that is too little).
     plan = stack_plan(parsed_stack(values), source)
     ram_gib = math.ceil(plan.devices["ram"].used_bytes * 1.25 / GIB)
+    node_gib = parsed_stack(values).memory.node.pod_gib
+    ram_gib = max(min(ram_gib, math.floor(node_gib)), 1)
     server["resources"]["limits"]["memory"] = f"{ram_gib}Gi"
     server["resources"]["requests"]["memory"] = f"{min(ram_gib, 4)}Gi"
     final = parsed_stack(values)
@@ -197,15 +268,38 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
         f"Model volume: 2 x the model's {fmt_size(lock.total_bytes)}, so an upgrade serves on "
         "until the new one is in."
     )
-    c[("memory", "vramGib")] = (
-        "GPU memory llama-server may use, GiB (a 128 GiB Strix Halo: ~90); -ngl and -c fit in it."
+    c[("kubernetes", "namespace")] = (
+        f"A namespace of this stack's own ({values['kubernetes']['namespace']}), created with it."
     )
+    c[("store", "nodePreflight")] = (
+        "Before the download, a Job on the node checks its GPU memory against vramGib, the "
+        "disk and the Vulkan device, and fails in a minute with the numbers."
+    )
+    c[("memory", "vramGib")] = (
+        f"GPU memory llama-server may use, GiB ({_given(request, '--gpu-memory-gib')}); -ngl and "
+        "-c fit in it."
+    )
+    node_text = (
+        f"of which the firmware's GPU carve-out takes {carve:g} (unified memory)"
+        if carve
+        else "the GPU has memory of its own"
+    )
+    c[("memory", "node")] = (
+        f"The node's RAM: {ram:g} GiB installed ({_given(request, '--node-ram-gib')}), "
+        f"{node_text}; the OS and k3s keep reservedGib (default {RESERVED_GIB:g}); the "
+        f"container gets the rest, {node_gib:g} GiB."
+    )
+    if cpu is not None:
+        c[("memory", "nodeCpu")] = (
+            f"The node's CPU ({_given(request, '--node-cpu')}): which CPU-side weights llama.cpp "
+            "repacks, and into what."
+        )
     c[("server", "alias")] = (
         "The model name clients send (--alias, the LiteLLM route); also the Deployment's name."
     )
     c[("server", "gpuLayers")] = (
         f"-ngl: layers on the GPU, {n_layer + 1} = all {n_layer} and the output layer; the most "
-        "that fit vramGib."
+        f"that fit vramGib with {headroom:g} GiB kept free."
     )
     c[("server", "contextSize")] = (
         f"-c: context of all slots together, contextSize / parallel each; at most {served_text} "
@@ -220,7 +314,19 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     c[("server", "temperature")] = (
         "Defaults for requests that set none (llama.cpp's own; the model card may advise others)."
     )
-    c[("server", "threads")] = "CPU threads for what runs on the CPU: the node's physical cores."
+    c[("server", "threads")] = (
+        f"CPU threads for what runs on the CPU: the node's {threads} physical cores "
+        f"({_given(request, '--threads')})."
+    )
+    if "repack" in server:
+        c[("server", "repack")] = (
+            f"--no-repack: the node's CPU ({cpu}) would repack the CPU layers' quantized "
+            "weights into AMX buffers, on which llama.cpp b11434 dies (ggml-org/llama.cpp#26954)."
+        )
+    c[("server", "gpuGate")] = (
+        "Not Ready unless the load log shows the layers on the GPU: a silent CPU fallback fails "
+        "the deploy instead of serving slowly."
+    )
     c[("server", "nodeSelector")] = (
         "Labels of the GPU node (kubectl get nodes --show-labels); the model volume is bound to it."
     )
@@ -231,10 +337,12 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     )
     c[("network", "allowCidrs")] = (
         "Addresses outside these namespaces allowed in too (CIDRs, e.g. the node's own for "
-        "kubelet probes under some CNIs); the Service itself is ClusterIP, inside the cluster."
+        "kubelet probes under some CNIs); the Service is ClusterIP, inside the cluster, unless "
+        "network.nodePort exposes it to these networks (docs/deploy.md)."
     )
     c[("server", "resources")] = (
-        "CPU and memory of the container; limits.memory holds the plan's CPU side (llm-infra plan)."
+        "CPU and memory of the container; limits.memory holds the plan's CPU side (llm-infra "
+        "plan), within what memory.node leaves."
     )
     what = lock.files[0]["name"] if len(lock.files) == 1 else f"{len(lock.files)} shards"
     lock_name = lock_path_for(Path(f"Pulumi.{request.name}.yaml")).name
@@ -256,6 +364,14 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     return draft
 
 
+def _given(request: StackRequest, option: str) -> str:
+    """Where a figure `init` wrote comes from: its option, or the box that stood for it."""
+    field_name = option.removeprefix("--").replace("-", "_")
+    if getattr(request, field_name) is not None or request.box is None:
+        return option
+    return f"--box {request.box}: {BOXES[request.box].what}"
+
+
 def _round_context(ctx: int, slots: int, floor: int) -> int:
     """A context the slots share evenly in whole 256-token blocks (as llama.cpp pads them),
     where that still gives each slot its floor."""
@@ -271,7 +387,7 @@ def _kubernetes_values(
     return {
         "target": "kubernetes",
         "model": {"repo": lock.repo, "revision": lock.requested_revision, "files": files},
-        "store": {"size": f"{store_gib}Gi"},
+        "store": {"size": f"{store_gib}Gi", "nodePreflight": True},
         "memory": {"vramGib": vram},
         "server": {
             "alias": alias,
@@ -281,7 +397,8 @@ def _kubernetes_values(
             "minSlotContext": DEFAULT_SLOT_CONTEXT,
             "temperature": 0.8,
             "topP": 0.95,
-            "threads": 8,
+            "threads": 1,
+            "gpuGate": True,
             "nodeSelector": {"kubernetes.io/arch": "amd64"},
             "resources": {
                 "requests": {"cpu": "1000m", "memory": "4Gi"},

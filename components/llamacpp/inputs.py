@@ -22,6 +22,7 @@ from components.grammars import (
     ImageReference,
     LabelKey,
     LabelValue,
+    NodePortNumber,
     Port,
     Quantity,
     ResourceName,
@@ -219,6 +220,12 @@ class LlamaCppVulkanServerArgs(GpuAccessArgs):
     """Startup, readiness and liveness probes."""
     service_port: NotRequired[Port]
     """Port of the Service; absent: the server port."""
+    node_port: NotRequired[NodePortNumber | None]
+    """Reach the server from outside the cluster: the Service becomes a NodePort at this port
+    on every node's address, with `externalTrafficPolicy: Local`, so kube-proxy hands the pod
+    the client's own address and the NetworkPolicy's networks (`allowed_clients` cidrs) decide
+    who gets in; absent: a ClusterIP Service, reached from inside the cluster only. Needs a
+    NetworkPolicy with at least one cidr."""
     api_key: NotRequired[Input[str] | None]
     """`--api-key-file`: API key clients must send as a Bearer token; stored as a Kubernetes
     Secret, read from a file.
@@ -464,6 +471,32 @@ def server_runtime_problems(args: Mapping[str, Any]) -> list[Problem]:
             )
         )
     return problems
+
+
+@cross_field_rule(LlamaCppVulkanServerArgs)
+def _an_exposed_server_admits_named_networks_only(args: Mapping[str, Any]) -> list[Problem]:
+    """A NodePort is reached from outside: without a NetworkPolicy any address would get in,
+    and with one that names no network none would."""
+    if args.get("node_port") is None:
+        return []
+    clients = args.get("allowed_clients")
+    if clients is None:
+        return [
+            (
+                ("node_port",),
+                f"exposes the server outside the cluster with no NetworkPolicy (every address "
+                f"would reach it): set {ref('allowed_clients')} with the networks to admit",
+            )
+        ]
+    if not any(isinstance(c, Mapping) and "cidr" in c for c in clients):
+        return [
+            (
+                ("node_port",),
+                f"exposes the server outside the cluster, but {ref('allowed_clients')} names no "
+                "network (cidr), so no outside client would be admitted: add the clients' CIDRs",
+            )
+        ]
+    return []
 
 
 @cross_field_rule(LlamaCppVulkanServerArgs)

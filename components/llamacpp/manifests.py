@@ -423,6 +423,17 @@ def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
     return skips + image_skips(args["model"]["check_image"]) + gpu_skips(args)
 
 
+def node_port_service(meta: Meta, port: int, node_port: int) -> dict[str, Any]:
+    """The API port on every node's address at `node_port` (the metrics port stays inside).
+    `externalTrafficPolicy: Local`: kube-proxy delivers to the node's own pod without SNAT, so
+    the pod sees the client's address and the NetworkPolicy's networks decide who gets in."""
+    service = cluster_ip_service(meta, selector_labels(meta.labels), "http", port)
+    service["spec"]["type"] = "NodePort"
+    service["spec"]["externalTrafficPolicy"] = "Local"
+    service["spec"]["ports"][0]["nodePort"] = node_port
+    return service
+
+
 def server_service(meta: Meta, port: int, metrics: int | None = None) -> dict[str, Any]:
     """ClusterIP Service in front of the server, with the metrics proxy's port when it has one."""
     service = cluster_ip_service(meta, selector_labels(meta.labels), "http", port)

@@ -19,6 +19,7 @@ from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.llamacpp.manifests import (
     MODEL_ANNOTATION,
     api_key_secret,
+    node_port_service,
     progress_deadline_seconds,
     selector_labels,
     server_deployment,
@@ -139,6 +140,20 @@ class LlamaCppVulkanServer(pulumi.ComponentResource):
             **manifest_args(service, "metadata", "spec"),
             opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
         )
+        node_port = args.get("node_port")
+        self.node_port_service: k8s.core.v1.Service | None = None
+        """The API port outside the cluster (a NodePort); None without `node_port`."""
+        if node_port is not None:
+            exposed = namespace.apply(
+                lambda ns: node_port_service(
+                    Meta(f"{name}-node-port", ns, labels), service_port, node_port
+                )
+            )
+            self.node_port_service = k8s.core.v1.Service(
+                f"{name}-node-port",
+                **manifest_args(exposed, "metadata", "spec"),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=inherited),
+            )
         expectations = args.get("verify_expectations")
         clients = args.get("allowed_clients")
 

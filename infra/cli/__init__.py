@@ -70,9 +70,10 @@ COMMANDS: dict[str, Command] = {
         "with values the memory plan fits, each with a comment on how to choose it; the rest "
         "is left to the defaults. `plan` and `render` then work offline.",
         (
-            "llm-infra init qwen3 --repo Qwen/Qwen3-30B-A3B-GGUF --file '*Q4_K_M.gguf'",
+            "llm-infra init qwen3 --box strix-halo --repo Qwen/Qwen3-30B-A3B-GGUF "
+            "--file '*Q4_K_M.gguf'",
             "llm-infra init big --repo unsloth/DeepSeek-V4-Flash-0731-GGUF --file 'UD-IQ1_M/*' "
-            "--gpu-memory-gib 90 --parallel 2",
+            "--gpu-memory-gib 96 --node-ram-gib 128 --carve-out-gib 96 --threads 16 --parallel 2",
             "llm-infra init v4 --target docker-host --repo deepseek-ai/DeepSeek-V4-Flash-0731 "
             "--file '*.safetensors' --file '*.json'",
         ),

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from components.payloads.fetcher import DEFAULT_ENDPOINT
+from infra.boxes import BOXES
 from infra.cli.common import Subparsers, report_config_error, shown_path
 
 if TYPE_CHECKING:
@@ -71,8 +72,42 @@ def add_parser(sub: Subparsers) -> None:
         "--gpu-memory-gib",
         type=float,
         metavar="GIB",
-        help="GPU memory to fit the model in (default: a Strix Halo's VRAM for kubernetes, one "
-        "MI300X's HBM for docker-host)",
+        help="GPU memory to fit the model in (kubernetes: required unless --box names the box; "
+        "docker-host: default one MI300X's HBM)",
+    )
+    parser.add_argument(
+        "--box",
+        choices=sorted(BOXES),
+        help="a box whose figures stand for the node options not given: strix-halo is the "
+        "reference NUCBox (90 GiB GPU, 128 GiB RAM with a 90 GiB carve-out, zen5, 16 threads); "
+        "default none: the node options are required",
+    )
+    parser.add_argument(
+        "--node-ram-gib",
+        type=float,
+        metavar="GIB",
+        help="kubernetes: the RAM installed in the server's node, the GPU's carve-out included "
+        "(memory.node.ramGib; no default: required unless --box)",
+    )
+    parser.add_argument(
+        "--carve-out-gib",
+        type=float,
+        metavar="GIB",
+        help="kubernetes, unified memory: the VRAM the firmware takes out of the node's RAM "
+        "(memory.node.carveOutGib; default 0, a discrete GPU, or the --box's)",
+    )
+    parser.add_argument(
+        "--node-cpu",
+        metavar="CPU",
+        help="kubernetes: the node's CPU (memory.nodeCpu: zen5, sapphirerapids, ... or a ggml "
+        "variant; default unknown, or the --box's)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="kubernetes: the node's physical CPU cores (server.threads; no default: required "
+        "unless --box)",
     )
     parser.add_argument(
         "--context-size",
@@ -131,7 +166,17 @@ def run(args: argparse.Namespace) -> int:
         gpu_memory_gib=args.gpu_memory_gib,
         context_size=args.context_size,
         parallel=args.parallel,
+        box=args.box,
+        node_ram_gib=args.node_ram_gib,
+        carve_out_gib=args.carve_out_gib,
+        node_cpu=args.node_cpu,
+        threads=args.threads,
     )
+    if args.target == "kubernetes":
+        try:
+            request.node_figures()
+        except ConfigError as exc:
+            return report_config_error(exc, what)
     try:
         locked = lock.resolve_lock(
             model, token=token, endpoint=endpoint, allow_token_over_http=args.allow_token_over_http
@@ -190,6 +235,26 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
         )
     if args.gpu_memory_gib is not None and not 0 < args.gpu_memory_gib <= 100_000:
         problems.append(f"--gpu-memory-gib: {args.gpu_memory_gib:g} is not a size in GiB (> 0)")
+    for option, value in (("--node-ram-gib", args.node_ram_gib),
+                          ("--carve-out-gib", args.carve_out_gib)):  # fmt: skip
+        if value is not None and not 0 <= value <= 100_000:
+            problems.append(f"{option}: {value:g} is not a size in GiB")
+    if args.threads is not None and not 1 <= args.threads <= 4096:
+        problems.append(f"--threads: {args.threads} is not a core count (1-4096)")
+    if args.node_cpu is not None:
+        from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
+
+        if args.node_cpu not in CPU_NAMES and args.node_cpu not in CPU_VARIANTS:
+            known = ", ".join(sorted({*CPU_NAMES, *CPU_VARIANTS}))
+            problems.append(f"--node-cpu: {args.node_cpu!r} is not a CPU the plan knows ({known})")
+    if args.target == "docker-host":
+        given = [o for o, v in (("--box", args.box), ("--node-ram-gib", args.node_ram_gib),
+                                ("--carve-out-gib", args.carve_out_gib),
+                                ("--node-cpu", args.node_cpu), ("--threads", args.threads))
+                 if v is not None]  # fmt: skip
+        problems += [
+            f"{o}: a kubernetes option (docker-host: set host.* in the stack)" for o in given
+        ]
     if args.context_size is not None and not 256 <= args.context_size <= 1 << 26:
         problems.append(f"--context-size: {args.context_size} is not a context (256 or more)")
     if args.parallel is not None and not 1 <= args.parallel <= 1024:

@@ -173,5 +173,11 @@ def fleet_checks(fleet: FleetStack) -> list[str]:
         else:
             aliases[entry.alias] = index
     problems += stack_placement_problems(selectors)
+    if fleet.network.node_port is not None and len(fleet.servers) > 1:
+        problems.append(
+            f"network.nodePort: {fleet.network.node_port} would be every server's, and a node "
+            "port is one Service's: expose a fleet's servers through LiteLLM, or one server per "
+            "stack"
+        )
     # A stack-wide key (network.*, kubernetes.*) is checked with every server: say it once.
     return list(dict.fromkeys(problems))

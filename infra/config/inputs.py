@@ -44,6 +44,7 @@ STACK_KEYS: dict[str, dict[str, str]] = {
         "run_as_user": "server.runAsUser",
         "min_decode_tps": "server.minDecodeTps",
         "allowed_clients": "network.clients",
+        "node_port": "network.nodePort",
         "flags.model_path": "model.files",
         "flags.metrics": "metrics.enabled",
         "flags.host": "server.host",

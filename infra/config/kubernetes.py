@@ -8,6 +8,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field
 from pydantic.alias_generators import to_camel
 
+from components.grammars import NodePortNumber
 from components.llamacpp.flags import SPEC_TYPES_OF_ARCHITECTURE
 from components.llamacpp.inputs import (
     CACHE_TYPES,
@@ -127,8 +128,45 @@ class StoreSettings(HubSettings):
     device; it fails in a minute with the numbers and what to change."""
 
 
+RESERVED_GIB = 4.0
+"""RAM a k3s node keeps for itself unless memory.node.reservedGib says otherwise: the OS,
+k3s's server, kubelet and containerd, and the system pods."""
+
+
+class NodeMemory(Strict):
+    """The server node's RAM: the container limit and llama-server's host-side buffers must fit
+    what the node can give a pod (ramGib, less the GPU's carve-out and what the node keeps)."""
+
+    ram_gib: Annotated[float, Field(gt=0)]
+    """RAM installed in the node (GiB). On a unified-memory box (Strix Halo) all of it, the
+    GPU's carve-out included: a 128 GiB box is 128."""
+    carve_out_gib: Annotated[float, Field(ge=0)] = 0
+    """Unified memory: the VRAM the firmware takes out of ramGib (the BIOS UMA frame buffer;
+    the node preflight prints it); GPU buffers beyond it (GTT) come out of ramGib too.
+    0: a discrete GPU with memory of its own."""
+    reserved_gib: Annotated[float, Field(ge=0)] = RESERVED_GIB
+    """RAM the node keeps for everything but the server: the OS, k3s (server, kubelet,
+    containerd) and the other pods."""
+
+    @property
+    def pod_gib(self) -> float:
+        """What the node can give the server's container before any GPU buffer beyond the
+        carve-out: ramGib - carveOutGib - reservedGib."""
+        return self.ram_gib - self.carve_out_gib - self.reserved_gib
+
+    def formula(self, key: str = "memory.node") -> str:
+        """`memory.node: ramGib 128 - carveOutGib 96 - reservedGib 4`, for messages."""
+        carve = f" - carveOutGib {self.carve_out_gib:g}" if self.carve_out_gib else ""
+        return f"{key}: ramGib {self.ram_gib:g}{carve} - reservedGib {self.reserved_gib:g}"
+
+
 class MemorySettings(Strict):
     """What the memory plan checks against (the container limit is server.resources.limits)."""
+
+    node: NodeMemory | None = None
+    """The node's RAM (installed, the GPU's carve-out, what the OS and k3s keep): the plan
+    checks the container limit and the host-side buffers against what is left, and its
+    advice never raises the limit past it. Unset: only the container limit is checked."""
 
     vram_gib: Annotated[float, Field(gt=0)] | None = None
     """GPU memory of the server's node that llama-server may use (GiB): the memory plan fits
@@ -164,6 +202,12 @@ class NetworkSettings(Strict):
     to NetworkPolicies (k3s dual-stack, k3s-io/k3s#10030)."""
     allow_world: bool = False
     """Accept allowCidrs that together admit every address (the policy then protects nothing)."""
+    node_port: NodePortNumber | None = None
+    """Reach the server from outside the cluster at this port (30000-32767) of the node's
+    address: a NodePort Service of the API port beside the ClusterIP one, with
+    externalTrafficPolicy Local so the pod sees each client's own address, and the
+    NetworkPolicy admits allowCidrs there (required: the outside networks to admit). Unset:
+    the server is reached from inside the cluster only."""
 
 
 class LitellmSettings(Strict):

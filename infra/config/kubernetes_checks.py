@@ -22,6 +22,7 @@ from infra.config.kubernetes import (
     SERVER_NAME_MAX,
     STORE_NAME_MAX,
     KubernetesStack,
+    NodeMemory,
     runtime_problems,
     structure_problems,
 )
@@ -75,8 +76,9 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
     problems += structure_problems(server, model.architecture, model.layers, model.metadata)
     if server.context_size < server.min_slot_context:
         problems.append(
-            f"server.contextSize: {server.context_size} is below the required "
-            f"{server.min_slot_context} tokens (server.minSlotContext)"
+            f"server.contextSize: {server.context_size} is below the {server.min_slot_context} "
+            "tokens server.minSlotContext requires of a slot (raise server.contextSize, or set "
+            "server.minSlotContext to what a slot needs)"
         )
     elif server.context_size // server.parallel < server.min_slot_context:
         per_slot = server.context_size // server.parallel
@@ -119,6 +121,19 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
             "the NetworkPolicy protects nothing (list the node addresses, or set "
             "network.allowWorld: true)"
         )
+    problems += node_memory_problems(stack.memory.node)
+    if network.node_port is not None and not network.policies:
+        problems.append(
+            f"network.nodePort: {network.node_port} exposes the server outside the cluster with "
+            "network.policies: false, so every address would reach it (keep the policies, and "
+            "list the outside networks in network.allowCidrs)"
+        )
+    elif network.node_port is not None and not network.allow_cidrs:
+        problems.append(
+            f"network.nodePort: {network.node_port} exposes the server outside the cluster, but "
+            "network.allowCidrs is empty, so the NetworkPolicy admits no outside client (list "
+            "the networks to admit, e.g. 192.168.1.0/24)"
+        )
     problems += kubernetes_name_problems(stack)
     problems += rpc_problems(stack)
     problems += metrics_problems(stack)
@@ -129,6 +144,17 @@ def cross_checks(stack: KubernetesStack) -> list[str]:
         )
     problems += request_limit_problems("server.resources", server.resources)
     return problems
+
+
+def node_memory_problems(node: NodeMemory | None, key: str = "memory.node") -> list[str]:
+    """A node whose carve-out and reserve leave its pods no RAM."""
+    if node is None or node.pod_gib > 0:
+        return []
+    return [
+        f"{key}: carveOutGib {node.carve_out_gib:g} and reservedGib {node.reserved_gib:g} leave "
+        f"nothing of ramGib {node.ram_gib:g} for the server (ramGib is the RAM installed, the "
+        "carve-out included)"
+    ]
 
 
 def request_limit_problems(key: str, resources: ResourceSettings) -> list[str]:

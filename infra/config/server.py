@@ -255,9 +255,13 @@ class ServerSettings(Strict):
     contextSize / parallel."""
     min_slot_context: Annotated[int, Field(ge=1)] = 65536
     """Smallest context one slot may get (contextSize / parallel): the checks refuse less,
-    and the plan's advice keeps at least this. The default, 65536, is the reference stack's
-    required minimum (seed 000: 64k for one request); a stack for shorter requests lowers it
-    to run more slots (parallel: 2 with contextSize: 65536 needs minSlotContext: 32768)."""
+    and the plan's advice keeps at least this (it never proposes fewer tokens a slot, and
+    says so where a shorter context would have fitted). The default, 65536, is the reference
+    stack's required minimum (seed 000: 64k for one request), and applies to a stack file
+    that never names the key: each refusal and advice it causes names
+    `server.minSlotContext`. A stack for shorter requests lowers it to run more slots
+    (parallel: 2 with contextSize: 65536 needs minSlotContext: 32768); it may be no more than
+    the model's trained context (or its YaRN extension)."""
     parallel: Annotated[int, Field(ge=1)] = 1
     """`-np`: parallel slots, the requests served at once."""
     cont_batching: bool = True

@@ -304,7 +304,19 @@ def with_extra_args(
     tensors = None if summary is None else summary.get("tensors")
     if effect.overrides and tensors is not None:
         changes["cpu_tensors"] = cpu_tensors(effect.overrides, tensors)[0]
+    if tensors is not None:
+        changes["tensors"] = tensors
+    if words:
+        changes["extra_args"] = tuple(words)
     return replace(inputs, **changes) if changes else inputs  # type: ignore[type-var]
+
+
+def n_cpu_moe_tensors(layers: int, tensors: Mapping[str, str]) -> CpuTensors:
+    """What `--n-cpu-moe LAYERS` keeps in host RAM: the expert weights of the first layers."""
+    source = "--n-cpu-moe"
+    overrides = [TensorOverride(rf"blk\.{il}{FFN_EXPS_REGEX}", CPU_BUFFER, source)
+                 for il in range(layers)]  # fmt: skip
+    return cpu_tensors(overrides, tensors)[0]
 
 
 def extra_args_problems(

@@ -29,7 +29,6 @@ from infra.plan.llamacpp_advice import (
     checked_fix,
     context_advice,
     context_fixes,
-    ram_refusal,
     suggest,
     vram_refusal,
 )
@@ -40,6 +39,7 @@ from infra.plan.llamacpp_compute import (
     graph_context,
     vulkan_compute_bytes,
 )
+from infra.plan.llamacpp_host_advice import node_refusals, ram_refusal
 from infra.plan.llamacpp_inputs import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,
@@ -211,6 +211,11 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
         text, found = ram_refusal(inputs, ram, cpu_text)
         problems.append(text)
         fixes += found
+    node = devices.get("node")
+    if node is not None:
+        texts, found = node_refusals(inputs, node)
+        problems += texts
+        fixes += found
     disk = devices.get("disk")
     if disk is not None and not disk.fits:
         need = math.ceil(gib(disk.items["model_files"]) / (1 - inputs.disk_headroom_fraction))
@@ -221,7 +226,7 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             f"{fmt_size(disk.capacity_bytes or 0)} "
             f"(model files {fmt_size(disk.items['model_files'])}, "
             f"reserve {fmt_size(disk.items['reserve'])}): "
-            + (fix.text if fix else f"raise store.size to at least {need}Gi")
+            + (fix.text if fix else f"raise store.size to at least {need}Gi ({ALONE})")
         )
     if disk is not None and disk.fits and inputs.upgrade_keeps_old_model:
         advice += _two_models_advice(inputs, disk)
@@ -241,6 +246,9 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
     return Plan(
         devices, advice, problems, rows, notes, weights.source, transfers, assumptions, fixes
     )
+
+
+ALONE = "not enough alone: the memory refusals above say what decides whether the model runs"
 
 
 def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list[str]:

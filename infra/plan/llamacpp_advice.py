@@ -10,11 +10,11 @@ from typing import Any
 from infra.plan.deepseek4 import (
     kv_layout,
 )
+from infra.plan.extra_args import n_cpu_moe_tensors
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs
 from infra.plan.llamacpp_placement import gpus_fit, llamacpp_devices, max_context, max_gpu_layers
 from infra.plan.report import (
     GIB,
-    MIB,
     Device,
     Fix,
     fmt_num,
@@ -33,6 +33,7 @@ STACK_KEYS = {
     "disk_bytes": "store.size",
     "cache_type_k": "server.cacheTypeK",
     "cache_type_v": "server.cacheTypeV",
+    "extra_args": "server.extraArgs",
 }
 """The stack key each planner input a fix changes comes from."""
 
@@ -40,7 +41,14 @@ STACK_KEYS = {
 def _stack_value(name: str, value: Any) -> Any:
     if name in ("memory_limit_bytes", "disk_bytes"):
         return f"{math.ceil(value / GIB)}Gi"
+    if name == "extra_args":
+        return list(value)
     return value
+
+
+def _verb(inputs: LlamaCppPlanInputs, name: str, value: Any) -> str:
+    now = getattr(inputs, name)
+    return "lower" if now is not None and value < now else "raise"
 
 
 def checked_fix(inputs: LlamaCppPlanInputs, text: str, **changes: Any) -> Fix | None:
@@ -76,16 +84,24 @@ def checked_fix(inputs: LlamaCppPlanInputs, text: str, **changes: Any) -> Fix | 
             need = gib(device.items["model_files"]) / (1 - inputs.disk_headroom_fraction)
             extra["disk_bytes"] = math.ceil(need) * GIB
         else:
+            return None  # a GPU, or the node's RAM: no other key makes room there
+    node = devices.get("node")
+    limit = extra.get("memory_limit_bytes", after.memory_limit_bytes)
+    if node is not None and limit is not None and limit > (node.capacity_bytes or 0):
+        # Never a limit the node cannot give: the most it can, where the buffers fit that.
+        most = math.floor(gib(node.capacity_bytes or 0)) * GIB
+        if "memory_limit_bytes" in changes or devices["ram"].used_bytes > most:
             return None
+        extra["memory_limit_bytes"] = most
     also = [
-        f"{'lower' if name == 'gpu_layers' else 'raise'} {STACK_KEYS[name]} to "
-        f"{_stack_value(name, value)}"
+        f"{_verb(inputs, name, value)} {STACK_KEYS[name]} to {_stack_value(name, value)}"
         for name, value in extra.items()
     ]
     return Fix(
         {
             STACK_KEYS[name]: _stack_value(name, value)
             for name, value in {**changes, **extra}.items()
+            if name in STACK_KEYS  # what the keys derive (cpu_tensors) is not set apart
         },
         text + "".join(f" and {a}" for a in also),
     )
@@ -196,9 +212,10 @@ QUANTIZED_KV = "q8_0"
 choice (the strix-halo stack's), measured by the compute-buffer model (`MEASURED_CACHE_TYPES`)."""
 
 
-def kv_cache_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
+def kv_cache_fixes(inputs: LlamaCppPlanInputs, more_layers: bool = False) -> list[Fix]:
     """A q8_0 K and V cache where the stack's is wider (F16, F32, BF16), when it makes the plan
-    fit with every layer where the stack put it."""
+    fit with every layer where the stack put it (`more_layers`: and with the most layers the
+    GPUs then hold, which is what frees host memory)."""
     wide = ("f32", "f16", "bf16")
     if inputs.cache_type_k not in wide and inputs.cache_type_v not in wide:
         return []
@@ -216,11 +233,50 @@ def kv_cache_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
     if not gpus_fit(after):
         return []
     keys = " and ".join(STACK_KEYS[name] for name in changes)
-    fix = checked_fix(inputs, f"set {keys} to {QUANTIZED_KV} (half the KV cache)", **changes)
+    text = f"set {keys} to {QUANTIZED_KV} (half the KV cache)"
+    best = max_gpu_layers(after) if more_layers else None
+    if best is not None and best > inputs.gpu_layers:
+        changes["gpu_layers"] = best
+        text += f" and server.gpuLayers to {best}"
+    fix = checked_fix(inputs, text, **changes)
     return [fix] if fix else []
 
 
-def _use_text(device: Device, weights_of: str) -> str:
+def n_cpu_moe_fixes(inputs: LlamaCppPlanInputs) -> list[Fix]:
+    """`--n-cpu-moe N` with the fewest layers whose experts, kept in host RAM, let the GPUs
+    hold the rest: for a MoE model whose header lists its tensors, where server.extraArgs
+    keep no tensors on the CPU already."""
+    tensors = inputs.tensors
+    if tensors is None or inputs.cpu_tensors.bytes_by_where:
+        return []
+    n_layer = len(inputs.weights.layer_bytes)
+    if not n_cpu_moe_tensors(n_layer, tensors).bytes_by_where:
+        return []  # no expert weights: not a MoE model
+
+    def at(layers: int) -> LlamaCppPlanInputs:
+        return replace(inputs, cpu_tensors=n_cpu_moe_tensors(layers, tensors))
+
+    if not gpus_fit(at(n_layer)):
+        return []
+    low, high = 1, n_layer
+    while low < high:
+        mid = (low + high) // 2
+        if gpus_fit(at(mid)):
+            high = mid
+        else:
+            low = mid + 1
+    words = (*inputs.extra_args, "--n-cpu-moe", str(low))
+    fix = checked_fix(
+        inputs,
+        f"add --n-cpu-moe {low} to server.extraArgs (the expert weights of the first {low} "
+        "layers in host RAM; attention and the KV cache stay on the GPU)",
+        extra_args=words,
+        cpu_tensors=at(low).cpu_tensors,
+    )
+    return [fix] if fix else []
+
+
+def use_text(device: Device, weights_of: str) -> str:
     """`weights X for <weights_of>, KV cache Y, compute Z`: what a refusal says a device holds."""
     items = device.items
     return (
@@ -232,51 +288,27 @@ def _use_text(device: Device, weights_of: str) -> str:
 def vram_refusal(inputs: LlamaCppPlanInputs, vram: Device, gpu_text: str) -> tuple[str, list[Fix]]:
     """Why the GPU does not hold the plan, and the fixes that hold."""
     cap = vram.capacity_bytes or 0
-    detail = _use_text(vram, gpu_text)
+    detail = use_text(vram, gpu_text)
     # In order of what they cost: a quantized KV cache (every layer stays on the GPU, the
-    # answers move by float noise), then less context or fewer slots, then layers to the CPU.
+    # answers move by float noise), then the experts of the first layers to the CPU (attention
+    # and KV cache stay on the GPU; each token reads only the experts it routes to), then less
+    # context or fewer slots, then whole layers to the CPU.
     fixes: list[Fix] = kv_cache_fixes(inputs)
+    fixes += n_cpu_moe_fixes(inputs)
     ctx = max_context(inputs, gpus_only=True)
-    fixes += context_fixes(inputs, ctx)
+    shorter = context_fixes(inputs, ctx)
+    fixes += shorter
     best = max_gpu_layers(inputs)
     if best is not None:
         fix = checked_fix(inputs, f"set server.gpuLayers to at most {best}", gpu_layers=best)
         fixes += [fix] if fix else []
-    texts = [fix.text for fix in fixes] or context_advice(inputs, ctx)
+    texts = [fix.text for fix in fixes]
+    if not shorter:
+        # Where a shorter context would fit but server.minSlotContext forbids it, say so.
+        texts += [t for t in context_advice(inputs, ctx) if t not in texts]
     if not texts:
         texts.append("the model does not fit this GPU at any server.gpuLayers")
     return (
         f"plan: does not fit in VRAM: {fmt_size(vram.used_bytes)} needed of "
-        f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(texts)}"
-    ), fixes
-
-
-def ram_refusal(inputs: LlamaCppPlanInputs, ram: Device, cpu_text: str) -> tuple[str, list[Fix]]:
-    """Why the container memory does not hold the plan, and the fixes that hold."""
-    cap = ram.capacity_bytes or 0
-    items = ram.items
-    detail = (
-        f"{_use_text(ram, cpu_text + ' + token_embd')}, "
-        f"prompt cache {fmt_size(items['prompt_cache'])} (--cache-ram {inputs.cache_ram_mib}), "
-        f"runtime {fmt_size(items['runtime'])}"
-    )
-    need_gi = math.ceil(gib(ram.used_bytes))
-    found = [
-        checked_fix(
-            inputs,
-            f"raise server.resources.limits.memory to at least {need_gi}Gi",
-            memory_limit_bytes=need_gi * GIB,
-        )
-    ]
-    over = ram.used_bytes - cap
-    if items["prompt_cache"] >= over:
-        mib = (items["prompt_cache"] - over) // MIB
-        found.append(
-            checked_fix(inputs, f"set server.cacheRam to at most {mib} MiB", cache_ram_mib=mib)
-        )
-    fixes = [fix for fix in found if fix is not None]
-    texts = [fix.text for fix in fixes]
-    return (
-        f"plan: does not fit in the container memory limit: {fmt_size(ram.used_bytes)} needed of "
         f"{fmt_num(gib(cap))} GiB ({detail}): {' or '.join(texts)}"
     ), fixes

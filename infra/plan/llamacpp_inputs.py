@@ -118,6 +118,12 @@ class LlamaCppPlanInputs:
     """GPU memory available to llama-server; None: no GPU (everything on the CPU)."""
     memory_limit_bytes: int | None = None
     """Container memory limit (`server.resources.limits.memory`); None: not checked."""
+    node_ram_bytes: int | None = None
+    """RAM the node can give the container (`memory.node`: installed, less the GPU's carve-out
+    and what the node keeps); None: not checked."""
+    carve_out_bytes: int | None = None
+    """Unified memory: the GPU's carve-out, beyond which its buffers (GTT) take node RAM too;
+    None: a discrete GPU, or no node figures."""
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
     """`--cache-ram`: prompt cache in host RAM, counted against the memory limit."""
     runtime_bytes: int = 512 * MIB
@@ -153,6 +159,11 @@ class LlamaCppPlanInputs:
     context_limit: int | None = None
     """Tokens a slot can serve: the model's trained context, or the YaRN-extended one
     (llama-server caps a slot there); advice never goes above it. None: unknown."""
+    extra_args: tuple[str, ...] = ()
+    """`server.extraArgs` as written: a fix that adds an option keeps them."""
+    tensors: Mapping[str, str] | None = None
+    """Every tensor's `TYPE ne0x..` from the header (a schema 3 summary), for advice that keeps
+    tensors in host RAM (`--n-cpu-moe`); None: not known."""
     cpu_tensors: CpuTensors = field(default_factory=CpuTensors)
     """Tensors that tensor overrides (`-ot ...=CPU`, `--n-cpu-moe`, ...) keep in host RAM,
     whatever their layer's device (`infra.plan.extra_args`)."""

@@ -163,6 +163,7 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
             **({} if inputs.vram_bytes is not None else _draft_item(inputs)),
         },
     )
+    _add_node(devices, inputs)
     _add_disk(devices, inputs)
     offloaded = tuple(il for name, ls in held.items() if name != "ram" for il in ls)
     place = Placement(
@@ -207,6 +208,18 @@ def cpu_repack(
 def layer_wheres(layers: tuple[int, ...], n_layer: int) -> list[str]:
     """A summary's names of these layers (`"0"`, ...; the output layer `"output"`)."""
     return ["output" if il == n_layer else str(il) for il in layers]
+
+
+def _add_node(devices: dict[str, Device], inputs: LlamaCppPlanInputs) -> None:
+    """The node's RAM (`memory.node`): the container's host-side buffers, and on unified
+    memory the GPU's buffers beyond its carve-out."""
+    if inputs.node_ram_bytes is None:
+        return
+    items = {"host_buffers": devices["ram"].used_bytes}
+    if inputs.carve_out_bytes is not None:
+        gpu = sum(d.used_bytes for name, d in devices.items() if name == "vram")
+        items["gpu_beyond_carve_out"] = max(gpu - inputs.carve_out_bytes, 0)
+    devices["node"] = Device(inputs.node_ram_bytes, items)
 
 
 def _add_disk(devices: dict[str, Device], inputs: LlamaCppPlanInputs) -> None:
@@ -287,6 +300,7 @@ def llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pla
             **({} if has_gpu else _draft_item(inputs)),
         },
     )
+    _add_node(devices, inputs)
     _add_disk(devices, inputs)
     return devices, place
 

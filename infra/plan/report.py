@@ -273,6 +273,8 @@ _SYMBOLS = {
     "model_files": "M",
     "reserve": "S",
     "draft": "D",
+    "host_buffers": "H",
+    "gpu_beyond_carve_out": "G",
 }
 """The letter of each plan item in a device's bar (others: #)."""
 

@@ -256,6 +256,10 @@ def llamacpp_inputs(
         cache_type_v=server.cache_type_v,
         vram_bytes=int(memory.vram_gib * GIB) if gpu and memory.vram_gib is not None else None,
         memory_limit_bytes=int(quantity_value(server.resources.limits.memory)),
+        node_ram_bytes=None if memory.node is None else int(memory.node.pod_gib * GIB),
+        carve_out_bytes=None
+        if memory.node is None or not memory.node.carve_out_gib
+        else int(memory.node.carve_out_gib * GIB),
         cache_ram_mib=server.cache_ram if server.cache_ram is not None else DEFAULT_CACHE_RAM_MIB,
         compute_override_bytes=compute,
         disk_bytes=int(quantity_value(stack.store.size)),

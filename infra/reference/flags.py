@@ -65,6 +65,19 @@ def code(text: str) -> str:
     return f"`` {text} ``" if "`" in text else f"`{text}`"
 
 
+_ABOUT_AN_ARCHITECTURE = re.compile(r" \(([a-z][a-z0-9_-]*) needs [^()]*\)")
+
+
+def for_architecture(meanings: dict[str, str], architecture: str) -> dict[str, str]:
+    """The meanings as they hold for a model of this architecture: a remark about what another
+    architecture needs (`(deepseek4 needs K = V)`) is left out."""
+
+    def kept(match: re.Match[str]) -> str:
+        return match[0] if match[1] == architecture else ""
+
+    return {flag: _ABOUT_AN_ARCHITECTURE.sub(kept, text) for flag, text in meanings.items()}
+
+
 def extra_meanings(meanings: dict[str, str], words: list[str], key: str) -> dict[str, str]:
     """The flag meanings, with each extra argument's option explained as one."""
     extra = {w: f"Passed as given (`{key}`)." for w in words if w.startswith("-")}

@@ -11,16 +11,22 @@ _SERIES = re.compile(r"\b(?:llamacpp|vllm):[a-z_]+|\bgpu_[a-z_]+|\bkube_[a-z_]+|
 
 
 def _monitoring(
-    kind: ServerKind, spec: MonitoringSpec, scraped: list[str], dashboard_at: str
+    kind: ServerKind,
+    spec: MonitoringSpec,
+    scraped: list[str],
+    dashboard_at: str,
+    alerts: str | None = None,
 ) -> list[str]:
-    """The metrics, dashboard and alerts sections, from the builders that make them."""
+    """The metrics, dashboard and alerts sections, from the builders that make them
+    (`alerts`: why no rule is deployed, in place of the alerts table)."""
     board = server_dashboard(kind, spec)
     queries = panel_queries(board)
-    rules = alert_rules(kind, spec)
+    rules = alert_rules(kind, spec) if alerts is None else []
     series = sorted({name for _, e in queries for name in _SERIES.findall(e)}
                     | {name for r in rules for name in _SERIES.findall(r.expr)})  # fmt: skip
     panels = list(dict.fromkeys(p["title"] for p in board["panels"] if p["type"] != "row"))
-    lines = ["## Metrics", "", *scraped, "", "Series the dashboard and the alerts read:", ""]
+    readers = "the dashboard and the alerts read" if alerts is None else "the dashboard reads"
+    lines = ["## Metrics", "", *scraped, "", f"Series {readers}:", ""]
     lines += [", ".join(f"`{name}`" for name in series), ""]
     lines += ["## Dashboard", "", f"`{board['title']}` (uid `{board['uid']}`), {dashboard_at}:", ""]
     lines += [f"- {title}" for title in panels]
@@ -34,6 +40,8 @@ def _monitoring(
     marks += [f"{v:g} tok/s at {n} streams" for n, v in sorted(aggregate.items())]
     if marks:
         lines += ["", "Threshold lines: " + "; ".join(marks) + "."]
+    if alerts is not None:
+        return [*lines, "", "## Alerts", "", alerts, ""]
     lines += ["", "## Alerts", "", "| Alert | Severity | For | Fires when |", "|---|---|---|---|"]
     for rule in rules:
         held = f"{rule.for_minutes}m" if rule.for_minutes else "-"
@@ -66,9 +74,12 @@ def strix_halo_monitoring(stack: KubernetesStack, args: LlamaCppVulkanServerArgs
         if monitor
         else "- No ServiceMonitor (`metrics.serviceMonitor: false`)",
         "- Pod annotations `prometheus.io/scrape`, `/port`, `/path` for a Prometheus without the "
-        "operator (it must set `job` to the server name for the alerts to match).",
+        "operator (it must set `job` to the server name for the "
+        + ("alerts" if stack.metrics.rules else "dashboard")
+        + " to match).",
         "- llama-server b11434 exports no latency histogram and no KV-cache gauge: no TTFT panel; "
-        "the context panel and alert use `llamacpp:n_tokens_max`, the longest sequence so far.",
+        + ("the context panel and alert use" if stack.metrics.rules else "the context panel uses")
+        + " `llamacpp:n_tokens_max`, the longest sequence so far.",
     ]
     if stack.metrics.rules:
         scraped.append(
@@ -81,7 +92,13 @@ def strix_halo_monitoring(stack: KubernetesStack, args: LlamaCppVulkanServerArgs
         if stack.metrics.dashboard
         else "not deployed (`metrics.dashboard: false`)"
     )
-    return _monitoring("llama-server", spec, scraped, where)
+    none = (
+        None
+        if stack.metrics.rules
+        else "None deployed (`metrics.rules: false`): no PrometheusRule; set it true on a "
+        "cluster with prometheus-operator for the alerts of this server."
+    )
+    return _monitoring("llama-server", spec, scraped, where, none)
 
 
 def mi300x_monitoring(stack: DockerHostStack) -> list[str]:

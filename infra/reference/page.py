@@ -16,7 +16,7 @@ from infra.plan.stack import (
     model_structure,
     vllm_plan,
 )
-from infra.reference.flags import extra_meanings, flag_meanings, flag_rows
+from infra.reference.flags import extra_meanings, flag_meanings, flag_rows, for_architecture
 from infra.reference.monitoring import mi300x_monitoring, strix_halo_monitoring
 
 
@@ -73,7 +73,10 @@ def _strix_halo(
         *flag_rows(
             argv,
             extra_meanings(
-                flag_meanings(LlamaServerFlags, LlamaCppVulkanServerArgs),
+                for_architecture(
+                    flag_meanings(LlamaServerFlags, LlamaCppVulkanServerArgs),
+                    structure.architecture,
+                ),
                 list(server.extra_args),
                 "server.extraArgs",
             ),
@@ -122,7 +125,8 @@ def _strix_halo(
         "- Out of memory at load: lower `server.gpuLayers`, or raise "
         "`server.resources.limits.memory` for the CPU side.",
         "- More concurrent requests: raise `server.parallel` with `server.contextSize` "
-        "(each slot needs its own 64k).",
+        f"(each slot gets contextSize / parallel, {server.context_size // server.parallel} "
+        f"tokens here, and needs at least `server.minSlotContext`, {server.min_slot_context}).",
         "",
         *strix_halo_monitoring(stack, {**args, "min_decode_tps": server.min_decode_tps}),
     ]

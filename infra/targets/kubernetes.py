@@ -337,6 +337,8 @@ def server_args(
         "disk_read_mibps": stack.memory.disk_read_mibps,
         "init_seconds": stack.memory.init_seconds,
     }
+    if stack.network.node_port is not None:
+        args["node_port"] = stack.network.node_port
     runtime = runtime_input(server)
     if runtime is not None:
         args["runtime"] = runtime

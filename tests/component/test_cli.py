@@ -50,7 +50,8 @@ def closed_port() -> int:
         ("fetch", ["--lock", "--dest", "--parallel", "--retire", "--retries"]),
         ("check-model", ["--lock", "--dest"]),
         ("init", ["--repo", "--file", "--target", "--revision", "--endpoint", "--alias",
-                  "--gpu-memory-gib", "--context-size", "--parallel", "--force"]),
+                  "--gpu-memory-gib", "--box", "--node-ram-gib", "--carve-out-gib",
+                  "--node-cpu", "--threads", "--context-size", "--parallel", "--force"]),
         ("hub", ["serve", "sample", "stub"]),
     ],
 )  # fmt: skip

@@ -216,3 +216,36 @@ def test_the_reference_lists_each_extra_argument_as_deployed(
     assert last.endswith("| Passed as given (`server.extraArgs`). |")
     # A table row per argument: the `|` of a value did not split its row.
     assert all(row.count(" | ") + 1 == 3 for row in rows if "extraArgs" in row)
+
+
+def test_the_reference_of_a_changed_stack_says_only_what_holds_for_it(tmp_path: Path) -> None:
+    """Another architecture, another context, no alert rules: nothing of the reference stack's
+    own text (deepseek4's K = V, its 64k a slot, its PrometheusRule) is left."""
+    from tests.unit.test_plan_advice import QWEN3MOE
+
+    document = yaml.safe_load((STACKS / "Pulumi.strix-halo.yaml").read_text())
+    config = document["config"]
+    config["llm-infra:model"].update(QWEN3MOE)
+    config["llm-infra:model"]["repo"] = "Qwen/Qwen3-30B-A3B-GGUF"
+    config["llm-infra:model"]["files"] = ["Qwen3-30B-A3B-Q4_K_M.gguf"]
+    config["llm-infra:store"].pop("retiredPatterns")
+    config["llm-infra:server"].update(
+        contextSize=32768, parallel=2, minSlotContext=16384, gpuLayers=49,
+        cacheTypeK="q8_0", cacheTypeV="f16",
+    )  # fmt: skip
+    config["llm-infra:metrics"]["rules"] = False
+    path = tmp_path / "Pulumi.qwen.yaml"
+    path.write_text(yaml.safe_dump(document))
+    out = tmp_path / "qwen.md"
+    result = docs(str(path), "--output-file", str(out))
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "qwen3moe" in text and "deepseek4" not in text
+    assert "64k" not in text and "65536" not in text
+    assert "16384 tokens here" in text and "`server.minSlotContext`, 16384" in text
+    alerts = text[text.index("## Alerts") :]
+    assert "| Alert |" not in alerts and "metrics.rules: false" in alerts
+    assert "PrometheusRule `" not in text and "alert use" not in text
+    # The reference stack's page keeps its own: deepseek4's remark and its alerts.
+    reference = (ROOT / "docs" / "strix-halo.md").read_text()
+    assert "deepseek4 needs K = V" in reference and "| Alert |" in reference

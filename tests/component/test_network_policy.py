@@ -60,3 +60,48 @@ def test_the_server_admits_exactly_its_configured_clients(
     policies = [d for d in rendered if d["kind"] == "NetworkPolicy"]
     namespace, labels = server_pod(rendered)
     assert admits(policies, namespace, labels, source, port) is allowed, who
+
+
+def test_an_exposed_server_admits_its_outside_networks_at_the_node_port_only(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    work = tmp_path_factory.mktemp("exposed")
+    text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
+    exposed = NETWORK + "    nodePort: 30080\n"
+    (work / "Pulumi.exposed.yaml").write_text(text.replace("config:\n", "config:\n" + exposed, 1))
+    result = render(str(work / "Pulumi.exposed.yaml"), work / "out", cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    docs = list(yaml.safe_load_all((work / "out" / "manifests.yaml").read_text()))
+    namespace, labels = server_pod(docs)
+    (service,) = [d for d in docs if d["kind"] == "Service" and d["spec"]["type"] == "NodePort"]
+    # The API port alone, on the server's pod, keeping the client's address (no SNAT).
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8080, "targetPort": "http", "protocol": "TCP", "nodePort": 30080}
+    ]
+    assert service["spec"]["externalTrafficPolicy"] == "Local"
+    assert service["spec"]["selector"].items() <= labels.items()
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert admits(policies, namespace, labels, Source(ip="192.168.1.10"), 8080)
+    assert not admits(policies, namespace, labels, Source(ip="203.0.113.7"), 8080)
+    assert not admits(policies, namespace, labels, Source(ip="192.168.1.10"), 9464)
+
+
+@pytest.mark.parametrize(
+    ("network", "message"),
+    [
+        ("    nodePort: 30080\n", "network.allowCidrs is empty"),
+        ("    nodePort: 30080\n    allowCidrs: [10.0.0.0/8]\n    policies: false\n",
+         "with network.policies: false, so every address"),
+        ("    nodePort: 80\n    allowCidrs: [10.0.0.0/8]\n", "network.nodePort"),
+    ],
+)  # fmt: skip
+def test_a_node_port_without_networks_to_admit_is_refused(
+    tmp_path_factory: pytest.TempPathFactory, network: str, message: str
+) -> None:
+    work = tmp_path_factory.mktemp("refused")
+    text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
+    block = "  llm-infra:network:\n" + network
+    (work / "Pulumi.x.yaml").write_text(text.replace("config:\n", "config:\n" + block, 1))
+    result = render(str(work / "Pulumi.x.yaml"), work / "out", cwd=ROOT)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -149,7 +149,7 @@ def _bad_stack(tmp_path: Path, old: str, new: str) -> Path:
         (
             "contextSize: 65536",
             "contextSize: 4096",
-            "server.contextSize: 4096 is below the required",
+            "server.contextSize: 4096 is below the 65536 tokens server.minSlotContext",
         ),
         ("cacheTypeV: q8_0", "cacheTypeV: q4_0", "server.cacheTypeV: 'q4_0' differs from"),
         ("threads: 8", "threads: 8\n    treads: 8", "server.treads: unknown key"),

@@ -103,3 +103,19 @@ def test_a_speculative_draft_adds_no_finding(tmp_path: Path) -> None:
     assert findings(report, "failed_checks") == set()
     skipped = {check for check, _ in findings(report, "skipped_checks")}
     assert skipped == PINNED_TAG_SKIPS | PRIVILEGED_SKIPS
+
+
+def test_the_node_port_service_has_no_finding(tmp_path: Path) -> None:
+    manifests = rendered(
+        tmp_path,
+        "  llm-infra:metrics:\n",
+        "  llm-infra:network:\n    nodePort: 30080\n    allowCidrs: [192.168.1.0/24]\n"
+        "  llm-infra:metrics:\n",
+    )
+    kinds = [d["kind"] for d in yaml.safe_load_all(manifests.read_text())]
+    assert kinds.count("Service") == 2
+    report = checkov(manifests)
+    assert findings(report, "failed_checks") == set()
+    assert {check for check, _ in findings(report, "skipped_checks")} == (
+        PINNED_TAG_SKIPS | PRIVILEGED_SKIPS
+    )

@@ -125,7 +125,7 @@ def test_llama_server_boots_what_init_renders_and_allocates_the_planned_kv_cache
 ) -> None:
     project = new_project(tmp_path / "project")
     init = llm_infra(project, "init", model.stack, "--repo", model.repo, "--file", model.pattern,
-                     *model.options, endpoint=hub)  # fmt: skip
+                     "--box", "strix-halo", *model.options, endpoint=hub)  # fmt: skip
     assert init.returncode == 0, init.stderr
     again = llm_infra(project, "lock", model.stack, endpoint=hub)
     assert again.returncode == 0 and "(unchanged)" in again.stdout, again.stderr

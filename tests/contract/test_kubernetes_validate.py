@@ -134,3 +134,22 @@ def test_a_speculative_draft_render_passes_strict_validation(tmp_path: Path) -> 
     ]
     validated = kubernetes_validate(out / "manifests.yaml")
     assert validated.returncode == 0, validated.stdout + validated.stderr
+
+
+def test_the_node_port_service_and_its_network_policy_pass_strict_validation(
+    tmp_path: Path,
+) -> None:
+    text = (ROOT / "stacks" / "Pulumi.strix-halo.yaml").read_text()
+    text += "  llm-infra:network:\n    nodePort: 30080\n    allowCidrs: [192.168.1.0/24]\n"
+    (tmp_path / "Pulumi.exposed.yaml").write_text(text)
+    out = tmp_path / "out"
+    result = render(str(tmp_path / "Pulumi.exposed.yaml"), out, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    documents = list(yaml.safe_load_all((out / "manifests.yaml").read_text()))
+    exposed = next(d for d in documents if d["metadata"]["name"].endswith("-node-port"))
+    assert exposed["spec"]["type"] == "NodePort"
+    assert [p["nodePort"] for p in exposed["spec"]["ports"]] == [30080]
+    validated = kubernetes_validate(out / "manifests.yaml")
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    custom = [d for d in documents if d["apiVersion"] == "monitoring.coreos.com/v1"]
+    assert validated.stdout.count("passed for resource") == len(documents) - len(custom) == 11

@@ -130,7 +130,8 @@ def init_results(
     hub: Hub, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, tuple[Result, Path]]:
     work = tmp_path_factory.mktemp("init")
-    runs = [{"argv": ["init", "hostile", "--repo", repo_of(case), "--file", "M.gguf"],
+    runs = [{"argv": ["init", "hostile", "--box", "strix-halo", "--repo", repo_of(case),
+                      "--file", "M.gguf"],
              "cwd": str(new_project(work / case))} for case in CASES]  # fmt: skip
     results = batch(runs, hub.url)
     return {case: (results[i], work / case) for i, case in enumerate(CASES)}
@@ -241,7 +242,7 @@ def test_a_compressed_hub_answer_is_refused_not_inflated(
         if command == "lock":
             args: tuple[str, ...] = ("lock", str(stack_file(tmp_path, repo="acme/m")))
         else:
-            args = ("init", "x", "--repo", "acme/m", "--file", "M.gguf")
+            args = ("init", "x", "--box", "strix-halo", "--repo", "acme/m", "--file", "M.gguf")
         result = limited(new_project(tmp_path / "p"), *args, endpoint=hub.url)
     said = result.stdout + result.stderr
     assert result.returncode == 2, said

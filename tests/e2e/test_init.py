@@ -86,8 +86,8 @@ def flag(args: list[str], name: str) -> str:
 def test_init_writes_a_stack_and_lock_that_lock_plan_and_render_accept(
     hub: Hub, project: Path
 ) -> None:
-    result = llm_infra(project, "init", "tiny", "--repo", REPO, "--file", "Q8_0/*",
-                       endpoint=hub.url)  # fmt: skip
+    result = llm_infra(project, "init", "tiny", "--box", "strix-halo", "--repo", REPO,
+                       "--file", "Q8_0/*", endpoint=hub.url)  # fmt: skip
     assert result.returncode == 0, result.stderr
     stack_path = project / "stacks" / "Pulumi.tiny.yaml"
     lock_path = project / "stacks" / "tiny.lock.json"
@@ -126,7 +126,7 @@ def test_init_writes_a_stack_and_lock_that_lock_plan_and_render_accept(
 
 
 def test_init_never_overwrites_a_stack_without_force(hub: Hub, project: Path) -> None:
-    args = ("init", "tiny", "--repo", REPO, "--file", "Q8_0/*")
+    args = ("init", "tiny", "--box", "strix-halo", "--repo", REPO, "--file", "Q8_0/*")
     assert llm_infra(project, *args, endpoint=hub.url).returncode == 0
     stack_path = project / "stacks" / "Pulumi.tiny.yaml"
     before = stack_path.read_text()
@@ -141,13 +141,14 @@ def test_init_never_overwrites_a_stack_without_force(hub: Hub, project: Path) ->
 
 def test_the_context_is_never_more_than_the_model_was_trained_on(hub: Hub, project: Path) -> None:
     # The tiny model's KV cache is a few MiB per 100k tokens: memory would allow far more.
-    slots = llm_infra(project, "init", "tiny", "--repo", REPO, "--file", "Q4_0/*",
-                      "--parallel", "2", endpoint=hub.url)  # fmt: skip
+    slots = llm_infra(project, "init", "tiny", "--box", "strix-halo", "--repo", REPO,
+                      "--file", "Q4_0/*", "--parallel", "2", endpoint=hub.url)  # fmt: skip
     assert slots.returncode == 0, slots.stderr
     server = stack_document(project, "tiny")["server"]
     assert server["contextSize"] == 2 * CONTEXT_LENGTH and server["parallel"] == 2
-    asked = llm_infra(project, "init", "other", "--repo", REPO, "--file", "Q4_0/*",
-                      "--context-size", str(4 * CONTEXT_LENGTH), endpoint=hub.url)  # fmt: skip
+    asked = llm_infra(project, "init", "other", "--box", "strix-halo", "--repo", REPO,
+                      "--file", "Q4_0/*", "--context-size", str(4 * CONTEXT_LENGTH),
+                      endpoint=hub.url)  # fmt: skip
     assert asked.returncode == 2
     assert f"--context-size: {4 * CONTEXT_LENGTH} gives each of the 1 slot(s)" in asked.stderr
     assert f"more than the {CONTEXT_LENGTH} the model serves" in asked.stderr
@@ -157,14 +158,16 @@ def test_the_context_is_never_more_than_the_model_was_trained_on(hub: Hub, proje
 def test_options_set_device_memory_context_slots_and_alias(hub: Hub, project: Path) -> None:
     result = llm_infra(
         project, "init", "small", "--repo", REPO, "--file", "Q4_0/Tiny-Q4_0.gguf",
-        "--gpu-memory-gib", "2", "--context-size", "8192", "--parallel", "2", "--alias", "mine",
-        endpoint=hub.url,
+        "--gpu-memory-gib", "2", "--node-ram-gib", "16", "--threads", "4", "--node-cpu", "haswell",
+        "--context-size", "8192", "--parallel", "2", "--alias", "mine", endpoint=hub.url,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     values = stack_document(project, "small")
-    assert values["memory"] == {"vramGib": 2}
+    # A box that is not the reference one: its own figures, and nothing of the reference box's.
+    assert values["memory"] == {"vramGib": 2, "node": {"ramGib": 16}, "nodeCpu": "haswell"}
     server = values["server"]
     assert (server["contextSize"], server["parallel"], server["alias"]) == (8192, 2, "mine")
+    assert server["threads"] == 4
     # Below the default slot context: the stack says what each slot holds, so its checks pass.
     assert server["minSlotContext"] == 4096
     plan = llm_infra(project, "plan", "small", "-o", "json")
@@ -182,8 +185,10 @@ def sample_hub(tmp_path: Path) -> Iterator[str]:
 def test_a_model_larger_than_the_gpu_gets_the_layers_that_fit_and_memory_for_the_rest(
     sample_hub: str, project: Path
 ) -> None:
+    # A box that is not the reference one: a 12 GiB discrete GPU in a 64 GiB node.
     result = llm_infra(project, "init", "qwen3", "--repo", SAMPLE_REPO, "--file", SAMPLE_FILE,
-                       "--gpu-memory-gib", "12", endpoint=sample_hub)  # fmt: skip
+                       "--gpu-memory-gib", "12", "--node-ram-gib", "64", "--threads", "8",
+                       endpoint=sample_hub)  # fmt: skip
     assert result.returncode == 0, result.stderr
     server = stack_document(project, "qwen3")["server"]
     assert 1 < server["gpuLayers"] < 49
@@ -244,8 +249,8 @@ def test_an_unreachable_hub_exits_3_naming_the_endpoint_options(project: Path) -
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{probe.getsockname()[1]}"
-    result = llm_infra(project, "init", "tiny", "--repo", REPO, "--file", "Q8_0/*",
-                       "--endpoint", closed)  # fmt: skip
+    result = llm_infra(project, "init", "tiny", "--box", "strix-halo", "--repo", REPO,
+                       "--file", "Q8_0/*", "--endpoint", closed)  # fmt: skip
     assert result.returncode == 3
     assert "--repo: cannot reach" in result.stderr
     assert "the hub is --endpoint, else $HF_ENDPOINT" in result.stderr
@@ -271,7 +276,8 @@ def test_bad_input_names_the_option(
 ) -> None:
     name, *rest = args
     repo = [] if "--repo" in rest else ["--repo", REPO]
-    result = llm_infra(project, "init", name, *repo, *rest, endpoint=hub.url)
+    box = [] if "--target" in rest else ["--box", "strix-halo"]
+    result = llm_infra(project, "init", name, *box, *repo, *rest, endpoint=hub.url)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr
     assert "Traceback" not in result.stderr
@@ -310,8 +316,8 @@ def gpt_oss_shards(folder: Path) -> dict[str, bytes]:
 def test_an_architecture_named_with_a_hyphen_inits_and_locks(project: Path, tmp_path: Path) -> None:
     repo = "acme/Tiny-GptOss-GGUF"
     with running_hub(Hub(repos={repo: gpt_oss_shards(tmp_path)})) as served:
-        result = llm_infra(project, "init", "oss", "--repo", repo, "--file", "Q8_0/*",
-                           endpoint=served.url)  # fmt: skip
+        result = llm_infra(project, "init", "oss", "--box", "strix-halo", "--repo", repo,
+                           "--file", "Q8_0/*", endpoint=served.url)  # fmt: skip
         assert result.returncode == 0, result.stderr
         again = llm_infra(project, "lock", "oss", endpoint=served.url)
         assert again.returncode == 0, again.stderr
@@ -329,7 +335,7 @@ DECIMAL_GB = re.compile(r"\bGB\b(?!/s)")
 def test_init_and_plan_print_every_size_in_gib_never_gb(hub: Hub, project: Path) -> None:
     outputs = {}
     for name, options in [
-        ("tiny", ["--repo", REPO, "--file", "Q8_0/*"]),
+        ("tiny", ["--box", "strix-halo", "--repo", REPO, "--file", "Q8_0/*"]),
         ("ckpt", ["--target", "docker-host", "--repo", CHECKPOINT,
                   "--file", "*.safetensors", "--file", "*.json"]),
     ]:  # fmt: skip

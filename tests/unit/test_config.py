@@ -57,7 +57,8 @@ def test_full_offload_counts_the_output_layer(strix_halo_values: dict[str, Any])
 def test_context_below_required_minimum_is_rejected(strix_halo_values: dict[str, Any]) -> None:
     strix_halo_values["server"]["contextSize"] = 32768
     (problem,) = problems_of(strix_halo_values)
-    assert problem.startswith("server.contextSize: 32768 is below the required 65536")
+    assert problem.startswith("server.contextSize: 32768 is below the 65536 tokens")
+    assert "server.minSlotContext" in problem
 
 
 def test_slots_that_leave_less_than_minimum_per_slot_are_rejected(

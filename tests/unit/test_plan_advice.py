@@ -88,6 +88,12 @@ def stacks(draw: st.DrawFn) -> dict[str, Any]:
     server["resources"]["requests"]["memory"] = "2Gi"
     values["memory"]["vramGib"] = draw(st.sampled_from([8, 16, 24, 48, 64, 90, 96, 128]))
     values["memory"].pop("computeGib", None)
+    if draw(st.booleans()):
+        # The node's RAM: a unified-memory box whose carve-out is the GPU's, or a discrete GPU.
+        carve = draw(st.sampled_from([0, values["memory"]["vramGib"]]))
+        values["memory"]["node"] = {"ramGib": carve + draw(st.sampled_from([8, 16, 32, 64]))}
+        if carve:
+            values["memory"]["node"]["carveOutGib"] = carve
     values["store"]["size"] = f"{draw(st.integers(10, 200))}Gi"
     return values
 
@@ -229,3 +235,140 @@ def test_yarn_in_extra_args_extends_the_context_a_slot_serves() -> None:
         ),
     ):
         plan_of(values)
+
+
+def test_the_node_ram_bounds_the_container_limit_and_every_fix() -> None:
+    # A 128 GiB box with a 96 GiB carve-out: 28 GiB for the container once the OS and k3s
+    # (reservedGib 4) have theirs. The reference model with 10 layers on the CPU needs more.
+    values = base("deepseek4")
+    values["memory"].update(vramGib=96, node={"ramGib": 128, "carveOutGib": 96})
+    values["server"].update(gpuLayers=34)
+    values["server"]["resources"]["limits"]["memory"] = "41Gi"
+    plan = plan_of(values)
+    node = plan.devices["node"]
+    assert node.capacity_bytes == 28 * 2**30
+    assert any("does not fit in the node's RAM" in p for p in plan.problems)
+    for fix in plan.fixes:
+        limit = fix.changes.get("server.resources.limits.memory", "41Gi")
+        assert int(limit.removesuffix("Gi")) <= 28, fix.text
+        assert plan_of(applied(values, fix.changes)).fits, fix.text
+    # Where the buffers fit the node, a limit above what it gives is refused, lowered to it.
+    values["server"].update(gpuLayers=44)
+    plan = plan_of(values)
+    (problem,) = plan.problems
+    assert "server.resources.limits.memory 41 GiB is more than the 28 GiB the node" in problem
+    assert problem.endswith("lower server.resources.limits.memory to 28Gi")
+    # Without memory.node, the limit alone is checked, as before.
+    del values["memory"]["node"]
+    assert plan_of(values).fits
+
+
+def locked_moe() -> tuple[dict[str, Any], Any]:
+    """The header-only Qwen3-30B-A3B (17 GiB, 128 experts a layer) as a locked stack's model,
+    its header listing every tensor: every layer on the GPU, a q8_0 cache already."""
+    import io
+
+    from components.gguf_header import read_gguf_header, summarize
+    from components.payloads.fetcher import ModelFile
+    from infra.hub.gguf_stub import (
+        SAMPLE_FILE,
+        Qwen3MoeShape,
+        header_bytes,
+        qwen3moe_metadata,
+        qwen3moe_tensors,
+    )
+    from infra.lock import ModelSource
+
+    shape = Qwen3MoeShape()
+    header, data = header_bytes(qwen3moe_metadata(shape, "MoE"), qwen3moe_tensors(shape))
+    summary = summarize([read_gguf_header(io.BytesIO(header))])
+    values = base("qwen3moe")
+    for key in ("architecture", "layers", "sizeGib", "metadata"):
+        values["model"].pop(key)
+    values["model"]["files"] = [SAMPLE_FILE]
+    values["server"].update(gpuLayers=49, contextSize=40960, minSlotContext=8192)
+    values["memory"].pop("computeGib", None)
+    values["memory"]["vramGib"] = 14
+    files = [ModelFile(name=SAMPLE_FILE, path=SAMPLE_FILE, size=len(header) + data)]
+    return values, ModelSource(revision="0" * 40, files=files, locked=True, gguf=summary)
+
+
+def test_the_experts_to_the_cpu_come_before_whole_layers() -> None:
+    values, source = locked_moe()
+    plan = stack_plan(strix(values), source)
+    assert not plan.fits
+    texts = [fix.text for fix in plan.fixes]
+    # The weights alone are more than the GPU: no context fits, so the experts' move comes
+    # first and whole layers to the CPU last.
+    assert texts[0].startswith("add --n-cpu-moe "), texts
+    assert texts[-1].startswith("set server.gpuLayers"), texts
+    (problem,) = plan.problems
+    assert problem.index("--n-cpu-moe") < problem.index("server.gpuLayers to at most")
+    # Applied, every layer's attention and KV cache stay on the GPU, and the plan fits.
+    changes = plan.fixes[0].changes
+    layers = int(changes["server.extraArgs"][-1])
+    assert changes["server.extraArgs"] == ["--n-cpu-moe", str(layers)] and 0 < layers < 48
+    after = stack_plan(strix(applied(values, changes)), source)
+    assert after.fits, after.problems
+    assert after.devices["vram"].items["kv_cache"] == plan.devices["vram"].items["kv_cache"]
+    # The fewest layers that fit: one layer fewer does not.
+    fewer = applied(values, {"server.extraArgs": ["--n-cpu-moe", str(layers - 1)]})
+    assert not stack_plan(strix(fewer), source).devices["vram"].fits
+
+
+def test_an_f16_cache_is_quantized_before_the_experts_move() -> None:
+    values, source = locked_moe()
+    values["server"].update(cacheTypeK="f16", cacheTypeV="f16")
+    values["memory"]["vramGib"] = 20
+    plan = stack_plan(strix(values), source)
+    texts = [fix.text for fix in plan.fixes]
+    # In order of cost: the cache, the experts, the context, whole layers.
+    starts = ["set server.cacheTypeK and server.cacheTypeV to q8_0", "add --n-cpu-moe",
+              "lower server.contextSize", "set server.gpuLayers"]  # fmt: skip
+    assert [next(i for i, s in enumerate(starts) if t.startswith(s)) for t in texts] == [0, 1, 2, 3]
+    for fix in plan.fixes:
+        after = stack_plan(strix(applied(values, fix.changes)), source)
+        assert after.fits, (fix.text, after.problems)
+
+
+def _messages_of(values: dict[str, Any]) -> list[str]:
+    """What the stack's checks, then its plan, say of it (refusals and advice)."""
+    try:
+        plan = plan_of(values)
+    except ConfigError as exc:
+        return exc.problems
+    return [*plan.problems, *plan.advice]
+
+
+def test_every_message_server_min_slot_context_causes_names_it() -> None:
+    """A hand-written stack need not know the key exists: each refusal or advice that the
+    default 65536 per slot decides says `server.minSlotContext`."""
+    one_slot_short = base("qwen3moe")
+    one_slot_short["server"].update(contextSize=4096, minSlotContext=8192)
+    two_slots = base("deepseek4")
+    two_slots["server"].update(parallel=2, contextSize=65536)
+    assert "minSlotContext" not in two_slots["server"]  # the default decides
+    beyond_trained = base("qwen3moe")
+    beyond_trained["server"].update(contextSize=65536, minSlotContext=65536)
+    small_gpu = four_full_slots("q8_0", 22)
+    small_gpu["server"]["minSlotContext"] = 32768
+    small_gpu["server"]["contextSize"] = 4 * 32768
+    small_gpu["model"]["metadata"]["qwen3moe.context_length"] = 65536
+    # A shorter context would fit the GPU, but not one slot of server.minSlotContext.
+    one_slot = four_full_slots("q8_0", 18)
+    one_slot["server"].update(parallel=1, contextSize=32768, minSlotContext=32768)
+    cases = {
+        "a shorter context the key forbids": one_slot,
+        "a context below one slot": one_slot_short,
+        "two slots of the default": two_slots,
+        "more than the model was trained on": beyond_trained,
+        "fewer slots fit the GPU": small_gpu,
+    }
+    for what, values in cases.items():
+        messages = _messages_of(values)
+        assert messages, what
+        assert all("server.minSlotContext" in m for m in messages if "contextSize" in m), (
+            what,
+            messages,
+        )
+        assert any("server.minSlotContext" in m for m in messages), (what, messages)

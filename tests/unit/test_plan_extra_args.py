@@ -227,7 +227,10 @@ def test_the_default_spellings_of_an_uncountable_option_pass(dense: dict[str, An
 def test_neutral_options_change_nothing(dense: dict[str, Any]) -> None:
     words = ["--tags", "x", "--seed", "3", "--no-warmup", "--log-prefix"]
     assert extra_args_problems(words, dense) == []
-    assert with_extra_args(inputs_of(dense, 5), words, dense) == inputs_of(dense, 5)
+    # The inputs keep the words (a fix that adds one keeps them), and no budget moves.
+    after = with_extra_args(inputs_of(dense, 5), words, dense)
+    assert replace(after, extra_args=(), tensors=None) == inputs_of(dense, 5)
+    assert plan_llamacpp(after).devices == plan_llamacpp(inputs_of(dense, 5)).devices
 
 
 def old_summary(summary: dict[str, Any]) -> dict[str, Any]:
