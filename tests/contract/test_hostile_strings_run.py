@@ -205,6 +205,7 @@ def test_an_admitted_tricky_string_renders_and_runs_as_data(
                 args["caddy"],
                 upstream=f"vllm:{args['flags']['port']}",
                 metrics=metrics_site(args["metrics"]),
+                max_model_len=args["flags"]["max_model_len"],
             )
             if path[0] != "base_dir"
             else True
