@@ -59,11 +59,39 @@ class Calibration:
     """Which runs it was derived from (the plan prints it)."""
 
 
-# Derived by bench/speed_estimate.py from the recorded runs named in `measured`
-# (tests/unit/test_speed_estimate.py derives them again and checks the others).
+# Derived by `python -m bench.speed_estimate` from the recorded runs named in `measured`, to 3
+# significant digits (tests/unit/test_speed_estimate.py derives them again from the same runs
+# and checks the estimate on the runs they were not derived from). `inf`: a term the backend
+# does not have there.
 CALIBRATIONS: dict[str, Calibration | None] = {
     "cpu": None,
-    "vulkan": None,
+    # One NVIDIA H100 through NVIDIA's Vulkan driver, the 43-layer F16 llama, q8_0 KV: the GPU's
+    # terms from -ngl 99, the host's (its Xeon, 8 threads) from -ngl 20; -ngl 40 and the
+    # H200's figures check them.
+    "vulkan": Calibration(
+        "vulkan",
+        device=Efficiency(
+            bandwidth=0.281,
+            kv=0.281,
+            layer_us=55.5,
+            compute=0.0847,
+            attention=0.0847,
+            ubatch_layer_ms=0.406,
+            copy_weights=math.inf,
+            copy_kv=math.inf,
+        ),
+        host=Efficiency(
+            bandwidth=0.0792,
+            kv=0.0286,
+            layer_us=0.264,
+            compute=math.inf,
+            attention=math.inf,
+            ubatch_layer_ms=0.0,
+            copy_weights=0.0109,
+            copy_kv=0.021,
+        ),
+        measured="H100 -ngl 99 and -ngl 20 (tests/fixtures/tune/h100)",
+    ),
     "rocm": None,
     "vllm-rocm": None,
 }

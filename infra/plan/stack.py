@@ -32,6 +32,7 @@ from infra.plan.llamacpp import (
 from infra.plan.llamacpp_speed import llamacpp_speed
 from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Fix, Plan, TableRow
+from infra.plan.speed import active_share
 from infra.plan.vllm import VllmPlanInputs, plan_vllm, vllm_speed
 from infra.plan.vllm_extra_args import vllm_extra_args_problems
 from infra.plan.vllm_kv import kv_layout_of
@@ -373,6 +374,11 @@ def physical_ceiling(stack: StrixHaloStack, source: ModelSource) -> DecodeCeilin
         return None
     device, host = figures
     structure = model_structure(stack, source)
+    arch, metadata = structure.architecture, structure.metadata
+    if active_share(metadata, arch) is None and f"{arch}.expert_used_count" in metadata:
+        # A mixture of experts whose share of active bytes is unknown: its every byte counted
+        # is a floor on the speed, not a ceiling.
+        return None
     speed = llamacpp_speed(
         llamacpp_inputs(stack, source),
         structure.metadata,

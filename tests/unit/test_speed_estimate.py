@@ -1,0 +1,128 @@
+"""The plan's speed estimate against llama-server's own recorded decode and prefill.
+
+The recorded runs: the H100's Vulkan bake-off (tests/fixtures/tune/h100/), the H200's figures
+(tests/fixtures/gpu_gate/h200-run.txt) and the CPU build's runs of generated dense and MoE
+models (tests/fixtures/speed/cpu.json, `bench.speed_measure`). Each backend's declared
+efficiency must be what its calibration runs give, and the estimate must hold on the others.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import pytest
+
+from bench.speed_estimate import (
+    TOLERANCE,
+    cpu_points,
+    estimated,
+    fit_cpu,
+    fit_vulkan,
+    plan_inputs,
+    table,
+    vulkan_points,
+)
+from bench.speed_shapes import CALIBRATION, SHAPES, write_shape
+from components.gguf_header import read_gguf_header, summarize
+from components.payloads.tune_figures import (
+    MAX_TOKENS_PER_S,
+    CandidateResult,
+    DecodeCeiling,
+    figures_problem,
+)
+from components.payloads.tune_measure import DepthFigures, Series
+from infra.plan.devices import DEVICES, decode_ceiling, device_figures
+from infra.plan.speed import CALIBRATIONS
+
+
+def test_vulkan_efficiency_is_what_the_h100_calibration_runs_give() -> None:
+    assert fit_vulkan(vulkan_points()) == CALIBRATIONS["vulkan"]
+
+
+def test_vulkan_estimate_holds_on_the_runs_it_was_not_calibrated_on() -> None:
+    points = vulkan_points()
+    checks = [p for p in points if not p.calibration]
+    assert {p.label for p in checks} == {"H100 -ngl 40", "H200 -ngl 40"}
+    calibration = CALIBRATIONS["vulkan"]
+    assert calibration is not None
+    text, missed = table(points, calibration)
+    assert not missed, text
+    # Most checks hold on the median itself; only a figure whose runs spread wider than the
+    # tolerance may lean on their range.
+    near = [p for p in checks if abs(estimated(p, calibration) / p.measured - 1) <= TOLERANCE]
+    assert len(near) >= len(checks) - 1, text
+
+
+def test_cpu_efficiency_is_what_its_calibration_shapes_give() -> None:
+    assert fit_cpu(cpu_points()) == CALIBRATIONS["cpu"]
+
+
+def test_cpu_estimate_holds_on_dense_and_moe_shapes_it_was_not_calibrated_on() -> None:
+    points = cpu_points()
+    checks = [p for p in points if not p.calibration]
+    shapes = {p.label for p in checks}
+    assert shapes == set(SHAPES) - set(CALIBRATION)
+    assert any(SHAPES[s].n_expert for s in shapes) and any(not SHAPES[s].n_expert for s in shapes)
+    assert {p.depth for p in checks} == {0, 4096}
+    calibration = CALIBRATIONS["cpu"]
+    assert calibration is not None
+    text, missed = table(points, calibration)
+    assert not missed, text
+
+
+def test_a_mixture_of_experts_reads_only_its_active_experts(tmp_path: pathlib.Path) -> None:
+    path = write_shape(tmp_path, "moe-6x1024")
+    with path.open("rb") as handle:
+        summary = summarize([read_gguf_header(handle)])
+    shape = SHAPES["moe-6x1024"]
+    inputs = plan_inputs(summary, 0, 8192, "f16", gpu=False, device="epyc-7003", threads=1)
+    experts = 3 * shape.n_embd * shape.n_ff * shape.n_expert * 2 * shape.n_layer  # F16
+    idle = experts * (1 - shape.n_expert_used / shape.n_expert)
+    read = inputs.on_device.weight_bytes
+    token_embd = summary["other_tensors"]["token_embd.weight"]
+    assert read == pytest.approx(summary["total_bytes"] - token_embd - idle)
+    # F16 matrices: 2 bytes an active parameter (norms and the F32 router are a rounding).
+    assert inputs.on_device.params * 2 == pytest.approx(read, rel=0.01)
+
+
+def test_the_ceiling_is_bandwidth_over_bytes_per_token() -> None:
+    device, host = device_figures("radeon-8060s")
+    assert device.bandwidth_gbps == 256 and device.shared_with_host
+    assert host is not None and host.bandwidth_gbps == 256
+    assert decode_ceiling(device.bandwidth_gbps, 2.56e9) == pytest.approx(100.0)
+    # A unified memory: overriding the bandwidth overrides the host's too.
+    device, host = device_figures("radeon-8060s", bandwidth_gbps=200)
+    assert host is not None and host.bandwidth_gbps == 200
+    device, host = device_figures("h100-sxm", bandwidth_gbps=3000)
+    assert host == DEVICES["xeon-4th-gen"]
+
+
+def _result(decode: float) -> CandidateResult:
+    result = CandidateResult("vulkan", {"name": "vulkan"}, current=True)
+    result.depths.append(DepthFigures(depth=0, decode_server=Series([decode] * 3)))
+    return result
+
+
+def test_the_bake_off_refuses_a_decode_above_the_devices_ceiling() -> None:
+    ceiling = DecodeCeiling(90.0, "256 GB/s of the Radeon 8060S / 2.84 GB a token")
+    problem = figures_problem(_result(120.0), ceiling)
+    assert problem is not None
+    assert "120.0 tok/s" in problem and "90.0 tok/s" in problem
+    assert f"{MAX_TOKENS_PER_S:,.0f}" in problem
+    assert figures_problem(_result(80.0), ceiling) is None
+    # Without a device the fixed ceiling stays.
+    assert figures_problem(_result(120.0)) is None
+    assert figures_problem(_result(2 * MAX_TOKENS_PER_S)) is not None
+
+
+def test_the_recorded_cpu_runs_name_their_machine() -> None:
+    record = json.loads(
+        (pathlib.Path(__file__).parents[1] / "fixtures" / "speed" / "cpu.json").read_text()
+    )
+    assert "EPYC" in record["cpu"] and record["threads"] >= 1
+    for model in record["models"]:
+        for fig in model["figures"]:
+            assert not fig["errors"]
+            assert all(math.isfinite(v) for v in fig["decodeTokSServer"]["runs"])
