@@ -321,9 +321,7 @@ def _known_device(name: str) -> str:
     from infra.plan.devices import DEVICES
 
     if name not in DEVICES:
-        raise ValueError(
-            f"{name!r} is not in the plan's device table (one of: {', '.join(DEVICES)})"
-        )
+        raise ValueError(f"not in the plan's device table (one of: {', '.join(DEVICES)})")
     return name
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import pathlib
+from subprocess import CompletedProcess
 
 import pytest
 
@@ -35,6 +36,9 @@ from components.payloads.tune_figures import (
 from components.payloads.tune_measure import DepthFigures, Series
 from infra.plan.devices import DEVICES, decode_ceiling, device_figures
 from infra.plan.speed import CALIBRATIONS
+from tests.conftest import stack_document, write_stack
+from tests.support.cli import llm_infra
+from tests.support.stack_edits import DELETE, Edit, edited
 
 
 def test_vulkan_efficiency_is_what_the_h100_calibration_runs_give() -> None:
@@ -126,3 +130,45 @@ def test_the_recorded_cpu_runs_name_their_machine() -> None:
         for fig in model["figures"]:
             assert not fig["errors"]
             assert all(math.isfinite(v) for v in fig["decodeTokSServer"]["runs"])
+
+
+def _plan(tmp_path: pathlib.Path, edits: list[Edit], *args: str) -> CompletedProcess[str]:
+    path = write_stack(tmp_path / "Pulumi.strix-halo.yaml", edited("strix-halo", edits))
+    return llm_infra("plan", str(path), *args)
+
+
+def test_plan_prints_the_estimate_with_its_inputs_for_a_stack_naming_its_device(
+    tmp_path: pathlib.Path,
+) -> None:
+    # The expert count (not in the unlocked stack): 6 of 256 experts' bytes a token.
+    metadata = stack_document("strix-halo")["config"]["llm-infra:model"]["metadata"]
+    edits: list[Edit] = [("model", "metadata", {**metadata, "deepseek4.expert_count": 256})]
+    shown = _plan(tmp_path, edits)
+    assert shown.returncode == 0, shown.stderr
+    text = shown.stdout
+    assert "speed (estimate, AMD Radeon 8060S" in text
+    assert "vulkan: calibrated on H100 -ngl 99 and -ngl 20" in text
+    assert "tok/s at depth 0" in text and "tok/s at 65,536 tokens" in text
+    assert (
+        "input: device AMD Radeon 8060S (Ryzen AI Max+ 395, LPDDR5X-8000 unified): 256 GB/s" in text
+    )
+    document = json.loads(_plan(tmp_path, edits, "-o", "json").stdout)
+    speed = document["speed"]
+    assert speed["estimate"] is True and speed["slot_context"] == 65536
+    assert speed["decode_full_context_tok_s"] < speed["decode_tok_s"] < speed["ceiling_tok_s"]
+    # 6/256 of 87 GiB a token at 256 GB/s: the ceiling is near 117 tok/s.
+    assert speed["ceiling_tok_s"] == pytest.approx(256e9 / (87 * 2**30 * 6 / 256), rel=0.02)
+    # Without memory.device there is no estimate, and nothing else of the plan changes.
+    bare = json.loads(_plan(tmp_path, [*edits, ("memory", "device", DELETE)], "-o", "json").stdout)
+    assert "speed" not in bare
+    assert bare == {k: v for k, v in document.items() if k != "speed"}
+
+
+def test_an_unknown_device_is_refused_with_the_table(tmp_path: pathlib.Path) -> None:
+    shown = _plan(tmp_path, [("memory", "device.name", "radeon-9999")])
+    assert shown.returncode == 2
+    assert "memory.device.name: 'radeon-9999' not in the plan's device table (one of: " in (
+        shown.stderr
+    )
+    assert "radeon-8060s, ryzen-ai-max-395, mi300x" in shown.stderr
+    assert "Traceback" not in shown.stderr
