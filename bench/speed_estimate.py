@@ -114,7 +114,7 @@ def vulkan_points() -> list[Point]:
         if not name.startswith("vulkan-ngl-"):
             continue
         ngl = int(name.rpartition("-")[2])
-        inputs = plan_inputs(summary, ngl, 65536, "q8_0", gpu=True, device="h100-sxm")
+        inputs = plan_inputs(summary, ngl, 65536, "q8_0", gpu=True, device="h100-sxm", threads=8)
         for fig in candidate["figures"]:
             for kind, key in FIGURES:
                 points.append(
@@ -123,7 +123,7 @@ def vulkan_points() -> list[Point]:
                 )  # fmt: skip
     # tests/fixtures/gpu_gate/h200-run.txt, "bench on llama43 (rendered argv)": the rendered
     # strix-halo argv (-ngl 40 -c 65536, q8_0) on an H200, llama-server's own figures.
-    h200 = plan_inputs(summary, 40, 65536, "q8_0", gpu=True, device="h200")
+    h200 = plan_inputs(summary, 40, 65536, "q8_0", gpu=True, device="h200", threads=8)
     points += [
         Point("H200 -ngl 40", h200, "decode", 0, 229.5, calibration=False),
         Point("H200 -ngl 40", h200, "prompt", 23956, 9546.8, calibration=False),
@@ -169,8 +169,9 @@ def estimated(point: Point, calibration: Calibration) -> float:
 
 
 ALL_OFF = Efficiency(bandwidth=OFF, kv=OFF, layer_us=0.0, compute=OFF, attention=OFF,
-                     copy_weights=OFF, copy_kv=OFF)  # fmt: skip
-INVERSE = {"bandwidth", "kv", "compute", "attention", "copy_weights", "copy_kv"}
+                     copy_weights=OFF, copy_kv=OFF, decode_attention=OFF)  # fmt: skip
+INVERSE = {"bandwidth", "kv", "compute", "attention", "copy_weights", "copy_kv",
+           "decode_attention"}  # fmt: skip
 """Efficiencies that divide (the fit finds their inverse); the others (`layer_us`,
 `ubatch_layer_ms`) add."""
 
@@ -233,9 +234,10 @@ DECODE = (("bandwidth", "kv"), ("layer_us",))
 """Decode: one share of the bandwidth (weights and KV cache), a fixed cost per layer."""
 PREFILL = (("compute", "attention"), ("ubatch_layer_ms",))
 """Prefill: one share of the compute (products and attention), a fixed cost per layer."""
-HOST_DECODE = (("bandwidth",), ("kv",), ("layer_us",))
-"""Layers on the host of a GPU process: its CPU reads weights and attends over the KV cache
-at rates of their own."""
+HOST_DECODE = (("bandwidth",), ("decode_attention",), ("layer_us",))
+"""Layers on the host of a GPU process: its CPU reads their weights at a share of its bandwidth,
+and attends over their KV cache at a share of its compute (llama.cpp's CPU attention works query
+head by query head, bound by compute)."""
 HOST_PREFILL = (("copy_weights",), ("copy_kv",))
 CPU_DECODE = HOST_DECODE
 CPU_PREFILL = (("compute",), ("attention",), ("ubatch_layer_ms",))

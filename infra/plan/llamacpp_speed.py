@@ -78,7 +78,15 @@ def llamacpp_speed_inputs(
     per_layer_kv = kv_layers(inputs).total
     cells = layout.cells * layout.streams
     shape = inputs.attention
-    attention = 2.0 * shape.n_head * (shape.head_k + shape.head_v)
+    per_entry = 2.0 * shape.n_head * (shape.head_k + shape.head_v)
+
+    def attention(il: int) -> float:
+        """FLOPs per token of context of a layer's attention: deepseek4's compressed layers
+        attend over one entry per `ratio` tokens, its uncompressed ones over the window only."""
+        if il < len(shape.compress_ratios):
+            ratio = shape.compress_ratios[il]
+            return per_entry / ratio if ratio > 0 else 0.0
+        return per_entry
 
     def side(indices: tuple[int, ...], with_output: bool) -> Work:
         active = [layers[il] for il in indices] + ([output] if with_output else [])
@@ -88,7 +96,7 @@ def llamacpp_speed_inputs(
             kv_bytes_per_cell=sum(per_layer_kv[il] for il in indices if il < len(per_layer_kv))
             / max(cells, 1),
             layers=len(indices),
-            attention_flops_per_cell=attention * len(indices),
+            attention_flops_per_cell=sum(attention(il) for il in indices),
         )
 
     if gpu:

@@ -45,6 +45,11 @@ class Efficiency:
     weights reach the GPU each step."""
     copy_kv: float = 1.0
     """The same for their KV cache."""
+    decode_attention: float = math.inf
+    """Share of the peak FLOPS of the attention over the context at decode, where it is bound
+    by compute rather than by reading the KV cache (llama.cpp's CPU attention works query head
+    by query head: a grouped-query model reads fewer KV bytes for as much work); inf: no such
+    term."""
 
 
 @dataclass(frozen=True)
@@ -64,7 +69,25 @@ class Calibration:
 # and checks the estimate on the runs they were not derived from). `inf`: a term the backend
 # does not have there.
 CALIBRATIONS: dict[str, Calibration | None] = {
-    "cpu": None,
+    # llama-server's CPU build (the haswell variant, one thread) on an AMD EPYC 7003 (a 2-core
+    # share of one): generated F16 llamas dense-8x1024 and dense-24x512 at depths 0 and 4096
+    # (tests/fixtures/speed/cpu.json); a Q8_0 grouped-query llama and two MoEs check them.
+    "cpu": Calibration(
+        "cpu",
+        device=Efficiency(
+            bandwidth=0.0814,
+            kv=math.inf,
+            layer_us=807.0,
+            compute=0.985,
+            attention=0.247,
+            ubatch_layer_ms=5.02,
+            copy_weights=math.inf,
+            copy_kv=math.inf,
+            decode_attention=0.0467,
+        ),
+        host=None,
+        measured="llama-server's CPU build, dense-8x1024, dense-24x512",
+    ),
     # One NVIDIA H100 through NVIDIA's Vulkan driver, the 43-layer F16 llama, q8_0 KV: the GPU's
     # terms from -ngl 99, the host's (its Xeon, 8 threads) from -ngl 20; -ngl 40 and the
     # H200's figures check them.
@@ -79,16 +102,18 @@ CALIBRATIONS: dict[str, Calibration | None] = {
             ubatch_layer_ms=0.406,
             copy_weights=math.inf,
             copy_kv=math.inf,
+            decode_attention=math.inf,
         ),
         host=Efficiency(
             bandwidth=0.0792,
-            kv=0.0286,
+            kv=math.inf,
             layer_us=0.264,
             compute=math.inf,
             attention=math.inf,
             ubatch_layer_ms=0.0,
             copy_weights=0.0109,
             copy_kv=0.021,
+            decode_attention=0.0161,
         ),
         measured="H100 -ngl 99 and -ngl 20 (tests/fixtures/tune/h100)",
     ),
@@ -164,7 +189,9 @@ class SpeedEstimate:
                 f"token prompt: first token after ~{self.ttft_full_s:,.0f} s"
             )
         else:
-            lines.append("  prefill: not estimated (the active parameters are known once locked)")
+            lines.append(
+                "  prefill: not estimated (no GGUF header: the active parameters are unknown)"
+            )
         if self.aggregate_tok_s is not None and self.concurrency is not None:
             lines.append(
                 f"  aggregate: {self.aggregate_tok_s:,.1f} tok/s decode over {self.concurrency} "
@@ -221,6 +248,8 @@ def decode_seconds(inputs: SpeedInputs, depth: int, eff: Efficiency, host_eff: E
         bandwidth = figures.bandwidth_gbps * GBPS
         seconds += work.weight_bytes / (bandwidth * e.bandwidth)
         seconds += work.kv_bytes_per_cell * depth / (bandwidth * e.kv)
+        flops = _cpu_tflops(figures, inputs.threads) * TFLOPS
+        seconds += work.attention_flops_per_cell * depth / (flops * e.decode_attention)
         seconds += work.layers * e.layer_us * 1e-6
     return seconds
 
@@ -288,9 +317,14 @@ def estimate(inputs: SpeedInputs, extra: tuple[str, ...] = ()) -> SpeedEstimate:
         " per token of context"
     )
     described.append(
-        "efficiency: bandwidth x"
-        f"{eff.bandwidth:.3g}, KV x{eff.kv:.3g}, {eff.layer_us:.3g} us per layer per token, "
-        f"compute x{eff.compute:.3g}"
+        f"efficiency: bandwidth x{eff.bandwidth:.3g}, KV x{eff.kv:.3g}, "
+        f"{eff.layer_us:.3g} us per layer per token, compute x{eff.compute:.3g}"
+        + (
+            f"; host CPU layers: bandwidth x{host_eff.bandwidth:.3g}, attention x"
+            f"{host_eff.decode_attention:.3g} of its compute"
+            if host is not None and inputs.on_host.layers
+            else ""
+        )
     )
     return SpeedEstimate(
         device=inputs.device.label,
