@@ -52,7 +52,7 @@ class DecodeCeiling:
 
     tok_s: float
     what: str
-    """How it is made (`256 GB/s of the Radeon 8060S / 2.84 GB a token`)."""
+    """How it is made (`256 GB/s of the Radeon 8060S / 2.64 GiB a token`)."""
 
 
 def name_problem(name: object) -> str | None:

@@ -64,7 +64,7 @@ DEVICES: dict[str, DeviceFigures] = {
     # AMD Instinct MI300X: 192 GB HBM3 at 5.3 TB/s, 1307.4 TFLOPS FP16 dense (2614.9 with
     # sparsity) (AMD's MI300X data sheet; seed 002 states the 5.3 TB/s).
     "mi300x": DeviceFigures(
-        "AMD Instinct MI300X (192 GB HBM3)",
+        "AMD Instinct MI300X (HBM3)",
         5300,
         1307.4,
         "gpu",

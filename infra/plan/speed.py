@@ -20,6 +20,7 @@ from typing import Any
 
 from infra.plan.devices import GBPS, TFLOPS, DeviceFigures
 
+GIB = 1 << 30
 UBATCH = 512
 """Prompt tokens processed per step (llama-server's default `-ub`; the measurements' suffix)."""
 
@@ -181,7 +182,7 @@ class SpeedEstimate:
             f"  decode: {self.decode_tok_s:,.1f} tok/s at depth 0, "
             f"{self.decode_full_tok_s:,.1f} tok/s at {self.slot_context:,} tokens "
             f"(bandwidth ceiling {self.ceiling_tok_s:,.1f} tok/s: "
-            f"{self.bytes_per_token / 1e9:.2f} GB read per token)",
+            f"{self.bytes_per_token / GIB:.2f} GiB read per token)",
         ]
         if self.prefill_tok_s is not None and self.ttft_full_s is not None:
             lines.append(
@@ -309,12 +310,12 @@ def estimate(inputs: SpeedInputs, extra: tuple[str, ...] = ()) -> SpeedEstimate:
     if host is not None and inputs.on_host.layers:
         described.append(
             f"{inputs.on_host.layers} layers on the host CPU ({host.label}): "
-            f"{host.bandwidth_gbps:g} GB/s, {inputs.on_host.weight_bytes / 1e9:.2f} GB a token"
+            f"{host.bandwidth_gbps:g} GB/s, {inputs.on_host.weight_bytes / GIB:.2f} GiB a token"
         )
     described.append(
-        f"weights read per token {read / 1e9:.2f} GB, KV cache "
-        f"{(inputs.on_device.kv_bytes_per_cell + inputs.on_host.kv_bytes_per_cell) / 1e3:,.1f} kB"
-        " per token of context"
+        f"weights read per token {read / GIB:.2f} GiB, KV cache "
+        f"{(inputs.on_device.kv_bytes_per_cell + inputs.on_host.kv_bytes_per_cell) / 1024:,.1f}"
+        " KiB per token of context"
     )
     described.append(
         f"efficiency: bandwidth x{eff.bandwidth:.3g}, KV x{eff.kv:.3g}, "

@@ -393,7 +393,7 @@ def physical_ceiling(stack: StrixHaloStack, source: ModelSource) -> DecodeCeilin
     ceiling = decode_ceiling(fastest, speed.bytes_per_token)
     return DecodeCeiling(
         ceiling,
-        f"{fastest:g} GB/s of {device.label} / {speed.bytes_per_token / 1e9:.3g} GB a token",
+        f"{fastest:g} GB/s of {device.label} / {speed.bytes_per_token / GIB:.3g} GiB a token",
     )
 
 

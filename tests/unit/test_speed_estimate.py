@@ -116,7 +116,7 @@ def _result(decode: float) -> CandidateResult:
 
 
 def test_the_bake_off_refuses_a_decode_above_the_devices_ceiling() -> None:
-    ceiling = DecodeCeiling(90.0, "256 GB/s of the Radeon 8060S / 2.84 GB a token")
+    ceiling = DecodeCeiling(90.0, "256 GB/s of the Radeon 8060S / 2.64 GiB a token")
     problem = figures_problem(_result(120.0), ceiling)
     assert problem is not None
     assert "120.0 tok/s" in problem and "90.0 tok/s" in problem
@@ -178,3 +178,23 @@ def test_an_unknown_device_is_refused_with_the_table(tmp_path: pathlib.Path) -> 
     )
     assert "radeon-8060s, ryzen-ai-max-395, mi300x" in shown.stderr
     assert "Traceback" not in shown.stderr
+
+
+def test_tune_takes_the_ceiling_of_the_stacks_device(tmp_path: pathlib.Path) -> None:
+    from infra.cli.tune import device_ceiling
+    from infra.config import read_stack_file
+
+    metadata = stack_document("strix-halo")["config"]["llm-infra:model"]["metadata"]
+    counted = [("model", "metadata", {**metadata, "deepseek4.expert_count": 256})]
+    path = write_stack(tmp_path / "Pulumi.strix-halo.yaml", edited("strix-halo", counted))
+    ceiling = device_ceiling(read_stack_file(path), None)
+    assert ceiling is not None
+    assert ceiling.tok_s == pytest.approx(256e9 / (87 * 2**30 * 6 / 256), rel=0.02)
+    assert "256 GB/s of AMD Radeon 8060S" in ceiling.what
+    # Every expert's bytes counted (no expert count) is a floor on the speed, never a ceiling;
+    # and a stack without a device keeps the fixed ceiling.
+    path = write_stack(tmp_path / "Pulumi.strix-halo.yaml", edited("strix-halo", []))
+    assert device_ceiling(read_stack_file(path), None) is None
+    bare = [("memory", "device", DELETE), *counted]
+    path = write_stack(tmp_path / "Pulumi.strix-halo.yaml", edited("strix-halo", bare))
+    assert device_ceiling(read_stack_file(path), None) is None
