@@ -39,9 +39,20 @@ CANDIDATE_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,38}[a-z0-9])?")
 """A candidate's name: what a Job, a log file and the record are named by (a DNS label's
 letters, at most 40, so `SERVER-tune-NAME` still fits one)."""
 MAX_TOKENS_PER_S = 1_000_000.0
-"""The fixed ceiling of any measured figure (tok/s), until the plan declares each device's
-memory bandwidth: no device decodes or prefills a million tokens a second of one stream, so a
-figure above it (or not finite) is a broken or forged measurement, never a fast candidate."""
+"""The fixed ceiling of any measured figure (tok/s) where the stack names no device: no device
+decodes or prefills a million tokens a second of one stream, so a figure above it (or not
+finite) is a broken or forged measurement, never a fast candidate. Where the stack names its
+device (`memory.device`), decode has a physical ceiling of its own (`DecodeCeiling`)."""
+
+
+@dataclass(frozen=True)
+class DecodeCeiling:
+    """The physical decode ceiling of the stack's device: its bandwidth over the bytes one
+    token reads (`infra.plan.devices.decode_ceiling`); a decode figure above it is impossible."""
+
+    tok_s: float
+    what: str
+    """How it is made (`256 GB/s of the Radeon 8060S / 2.64 GiB a token`)."""
 
 
 def name_problem(name: object) -> str | None:
@@ -167,10 +178,23 @@ def self_check_summary(
     }
 
 
-def figures_problem(result: CandidateResult) -> str | None:
-    """A figure no device makes: not finite, negative, or above MAX_TOKENS_PER_S; more draft
-    tokens accepted than drafted."""
+def figures_problem(result: CandidateResult, ceiling: DecodeCeiling | None = None) -> str | None:
+    """A figure no device makes: not finite, negative, or above MAX_TOKENS_PER_S (a decode
+    figure: above the device's physical `ceiling` where the stack names its device); more
+    draft tokens accepted than drafted."""
     for figures in result.depths:
+        for what, series in (
+            ("decode", figures.decode),
+            ("decode (server)", figures.decode_server),
+        ):
+            for value in series.values if ceiling is not None else ():
+                if math.isfinite(value) and ceiling is not None and value > ceiling.tok_s:
+                    return (
+                        f"{FAILED_MEASURING}: a {what} figure of {value:,.1f} tok/s at depth "
+                        f"{figures.depth} is above the device's physical ceiling of "
+                        f"{ceiling.tok_s:,.1f} tok/s ({ceiling.what}; without a device: the "
+                        f"fixed ceiling {MAX_TOKENS_PER_S:,.0f})"
+                    )
         for what, series in (
             ("decode", figures.decode), ("decode (server)", figures.decode_server),
             ("prefill", figures.prefill), ("prefill (server)", figures.prefill_server),
@@ -196,8 +220,10 @@ def figures_problem(result: CandidateResult) -> str | None:
     return None
 
 
-def _measured_problem(result: CandidateResult, depths: list[int]) -> str | None:
-    problem = figures_problem(result)
+def _measured_problem(
+    result: CandidateResult, depths: list[int], ceiling: DecodeCeiling | None = None
+) -> str | None:
+    problem = figures_problem(result, ceiling)
     if problem:
         return problem
     for depth in depths:
@@ -230,11 +256,14 @@ def _beats(
     return True, f"decode {mean:.2f}x {current.name}'s over depths {depths}", mean
 
 
-def decide(results: list[CandidateResult], depths: list[int]) -> CandidateResult | None:
-    """Set every result's verdict and reason; return the winner (None when all are rejected)."""
+def decide(
+    results: list[CandidateResult], depths: list[int], ceiling: DecodeCeiling | None = None
+) -> CandidateResult | None:
+    """Set every result's verdict and reason; return the winner (None when all are rejected).
+    `ceiling`: the device's physical decode ceiling, where the stack names its device."""
     for result in results:
         if result.rejection is None:
-            result.rejection = _measured_problem(result, depths)
+            result.rejection = _measured_problem(result, depths, ceiling)
     passed = [r for r in results if r.rejection is None]
     for result in results:
         if result.rejection is not None:

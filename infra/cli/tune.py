@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from infra.cli.common import print_json, report_config_error, shown_path
 
 if TYPE_CHECKING:
-    from components.payloads.tune_figures import CandidateResult
+    from components.payloads.tune_figures import CandidateResult, DecodeCeiling
     from infra.cli.common import Subparsers
     from infra.config import KubernetesStack, StackConfig, StackFile
 
@@ -147,6 +147,21 @@ def server_argv(stack_file: StackFile, server: str | None) -> list[str]:
             if container["name"] == "llama-server":
                 return [str(word) for word in container["args"]]
     raise ConfigError([f"server: the render has no llama-server of {chosen.server.resource_name}"])
+
+
+def device_ceiling(stack_file: StackFile, server: str | None) -> DecodeCeiling | None:
+    """The physical decode ceiling of the server's device (`memory.device`), None without one:
+    the bake-off then keeps the fixed ceiling."""
+    from infra.config import ConfigError
+    from infra.lock import stack_model_sources
+    from infra.plan.stack import physical_ceiling
+
+    try:
+        chosen = llamacpp_server(stack_file.stack(), server)
+        sources = stack_model_sources(chosen, stack_file.lock_path, preview=True)
+        return physical_ceiling(chosen, sources[0])
+    except ConfigError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -319,7 +334,7 @@ def _finish(
 
     depths = sorted({d.depth for r in results for d in r.depths})
     runs = max((len(d.decode_server.values) for r in results for d in r.depths), default=args.runs)
-    winner = tune_figures.decide(results, depths)
+    winner = tune_figures.decide(results, depths, device_ceiling(stack_file, args.server))
     record = tune_figures.tune_record(
         stack_file.name, args.server, results, winner, depths=depths, runs=max(runs, MIN_RUNS),
         where=where, correctness=_correctness(args, stack_file),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated, Any, Self, get_args
 
 import pulumi
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from components.grammars import (
@@ -315,3 +315,30 @@ def stack_placement_problems(selectors: Sequence[tuple[str, Mapping[str, str]]])
 
     pods = [(key.removesuffix(".nodeSelector"), selector) for key, selector in selectors]
     return [f"{selectors[index][0]}: {message}" for index, message in placement_problems(pods)]
+
+
+def _known_device(name: str) -> str:
+    from infra.plan.devices import DEVICES
+
+    if name not in DEVICES:
+        raise ValueError(f"not in the plan's device table (one of: {', '.join(DEVICES)})")
+    return name
+
+
+DeviceName = Annotated[str, AfterValidator(_known_device)]
+
+
+class DeviceSettings(Strict):
+    """The device the plan's speed estimate reads: a table entry (`infra.plan.devices`), and
+    figures of this box that differ from the published ones."""
+
+    name: DeviceName
+    """The device table's entry: radeon-8060s, mi300x, h100-sxm, h200, or a CPU host
+    (ryzen-ai-max-395, epyc-9004, xeon-4th-gen, epyc-7003)."""
+    bandwidth_gbps: Annotated[float, Field(gt=0)] | None = None
+    """Memory bandwidth (GB/s) instead of the entry's published peak (a unified memory: the
+    host's too)."""
+    tflops: Annotated[float, Field(gt=0)] | None = None
+    """Compute (TFLOPS, FP16 matrix) instead of the entry's published peak."""
+    host_bandwidth_gbps: Annotated[float, Field(gt=0)] | None = None
+    """The host RAM's bandwidth (GB/s), for layers left on the CPU."""

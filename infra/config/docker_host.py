@@ -21,6 +21,7 @@ from components.vllm.inputs import (
 from infra.config.base import (
     AbsolutePath,
     Cidr,
+    DeviceSettings,
     Email,
     Identifier,
     ImageReference,
@@ -182,6 +183,8 @@ class HostMemorySettings(Strict):
     """Disk the container images take (GB)."""
     check: bool = True
     """Refuse a stack that does not fit (render, preview and up)."""
+    device: DeviceSettings | None = None
+    """The host's GPU in the plan's device table, for the speed estimate; unset: no estimate."""
 
 
 class DockerHostModelSettings(RepoModelSettings):

@@ -22,6 +22,7 @@ from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
 from infra.config.base import (
     Architecture,
     Cidr,
+    DeviceSettings,
     DnsLabel,
     HttpUrl,
     ImageReference,
@@ -184,6 +185,9 @@ class MemorySettings(Strict):
     ...): it decides which CPU-resident weights llama.cpp repacks into buffers of their own
     (CPU_REPACK, AMX; the node preflight prints what it sees). Unset: the plan budgets the
     largest (AMX)."""
+    device: DeviceSettings | None = None
+    """The node's GPU (or CPU) in the plan's device table, for the speed estimate (decode and
+    prefill tok/s) and the bake-off's physical ceiling; unset: no estimate."""
 
 
 class NetworkClientSettings(NamespacePods):

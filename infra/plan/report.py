@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.plan.speed import SpeedEstimate
+
 GIB = 1 << 30
 MIB = 1 << 20
 GB = 10**9
@@ -168,6 +170,15 @@ class Plan:
     """The changes the problems and advice name, machine-readable (`--json`: `fixes`)."""
     kv: KvCapacity | None = None
     """What the KV cache holds in tokens (a vLLM server; `--json`: `kv_cache`)."""
+    speed: SpeedEstimate | str | None = None
+    """The decode and prefill estimate (`memory.device`), or why there is none (`--json`:
+    `speed`); None: no device named."""
+
+    def speed_lines(self) -> list[str]:
+        """The estimate's lines (empty without `memory.device`)."""
+        if isinstance(self.speed, SpeedEstimate):
+            return self.speed.lines()
+        return [] if self.speed is None else [f"speed (estimate): {self.speed}"]
 
     @property
     def fits(self) -> bool:
@@ -185,6 +196,10 @@ class Plan:
         }
         if self.kv is not None:
             document["kv_cache"] = self.kv.to_json()
+        if isinstance(self.speed, SpeedEstimate):
+            document["speed"] = self.speed.to_json()
+        elif self.speed is not None:
+            document["speed"] = {"estimate": False, "reason": self.speed}
         if self.transfers:
             document["network_load_gib"] = {
                 name: round(gib(size), 3) for name, size in self.transfers.items()
@@ -212,6 +227,7 @@ class Plan:
                 f"{'total ' + name:<{width}}  {fmt_size(device.used_bytes):>10}  {limit}{free}"
             )
         lines += self.kv.lines() if self.kv is not None else []
+        lines += self.speed_lines()
         lines.append(f"weights from: {self.source}")
         lines += [f"assumed: {a}" for a in self.assumptions]
         lines += [f"note: {n}" for n in self.notes]
@@ -255,6 +271,8 @@ class Plan:
             lines.append(f"({hidden} components of 0 GiB not shown)")
         if self.kv is not None:
             lines += ["", *self.kv.lines()]
+        if self.speed is not None:
+            lines += ["", *self.speed_lines()]
         lines.append(f"weights from: {self.source}")
         lines += [f"assumed: {a}" for a in self.assumptions]
         if verbose:

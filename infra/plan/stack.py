@@ -12,6 +12,7 @@ from typing import Any
 from components.llamacpp.flags import rollback_planes
 from components.llamacpp.inputs import LOAD_MARGIN, startup_threshold_needed
 from components.payloads.fetcher import retire_pattern_problem
+from components.payloads.tune_figures import DecodeCeiling
 from infra.config import ConfigError, FleetStack, StrixHaloStack, quantity_value
 from infra.config.base import RepoModelSettings
 from infra.config.docker_host import Mi300xStack
@@ -19,6 +20,7 @@ from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
 from infra.lock import ModelSource
 from infra.plan.deepseek4 import attention_shape, kv_layout
+from infra.plan.devices import DeviceFigures, decode_ceiling, device_figures
 from infra.plan.extra_args import extra_args_problems, rope_options, with_extra_args
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
@@ -31,9 +33,11 @@ from infra.plan.llamacpp import (
 from infra.plan.llamacpp_compute import compute_estimate
 from infra.plan.llamacpp_inputs import DraftPlan
 from infra.plan.llamacpp_placement import kv_layers
+from infra.plan.llamacpp_speed import llamacpp_speed
 from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Fix, Plan, TableRow
-from infra.plan.vllm import VllmPlanInputs, plan_vllm
+from infra.plan.speed import active_share
+from infra.plan.vllm import VllmPlanInputs, plan_vllm, vllm_speed
 from infra.plan.vllm_extra_args import vllm_extra_args_problems
 from infra.plan.vllm_kv import kv_layout_of
 
@@ -377,9 +381,14 @@ def vllm_inputs(stack: Mi300xStack, source: ModelSource) -> VllmPlanInputs:
 
 def vllm_plan(stack: Mi300xStack, source: ModelSource) -> Plan:
     """A docker-host stack's memory plan (vLLM's HBM, host RAM and disk)."""
-    plan = plan_vllm(vllm_inputs(stack, source))
+    inputs = vllm_inputs(stack, source)
+    plan = plan_vllm(inputs)
     refused = vllm_extra_args_problems(stack.server.extra_args)
-    return replace(plan, problems=[*plan.problems, *refused]) if refused else plan
+    plan = replace(plan, problems=[*plan.problems, *refused]) if refused else plan
+    figures = stack_device(stack.memory.device)
+    if figures is None:
+        return plan
+    return replace(plan, speed=vllm_speed(inputs, plan, figures[0]))
 
 
 def llamacpp_plan(
@@ -396,7 +405,58 @@ def llamacpp_plan(
         raise ConfigError([f"model.metadata: {exc}"]) from None
     # What server.extraArgs change that the plan cannot count: refused, never ignored.
     extra = extra_args_problems(stack.server.extra_args, header_summary or source.gguf)
-    return replace(plan, problems=[*plan.problems, *extra]) if extra else plan
+    plan = replace(plan, problems=[*plan.problems, *extra]) if extra else plan
+    figures = stack_device(stack.memory.device)
+    if figures is None:
+        return plan
+    structure = model_structure(stack, source, header_summary)
+    speed = llamacpp_speed(
+        inputs, structure.metadata, structure.architecture, *figures, stack.server.threads
+    )
+    return replace(plan, speed=speed)
+
+
+def physical_ceiling(stack: StrixHaloStack, source: ModelSource) -> DecodeCeiling | None:
+    """The decode ceiling no runtime of this server passes: the active weight bytes of a token
+    read at the fastest bandwidth of the stack's device and its host (None: no device)."""
+    figures = stack_device(stack.memory.device)
+    if figures is None:
+        return None
+    device, host = figures
+    structure = model_structure(stack, source)
+    arch, metadata = structure.architecture, structure.metadata
+    if active_share(metadata, arch) is None and f"{arch}.expert_used_count" in metadata:
+        # A mixture of experts whose share of active bytes is unknown: its every byte counted
+        # is a floor on the speed, not a ceiling.
+        return None
+    speed = llamacpp_speed(
+        llamacpp_inputs(stack, source),
+        structure.metadata,
+        structure.architecture,
+        device,
+        host,
+        stack.server.threads,
+    )
+    if isinstance(speed, str):
+        return None
+    fastest = max(device.bandwidth_gbps, host.bandwidth_gbps if host else 0)
+    ceiling = decode_ceiling(fastest, speed.bytes_per_token)
+    return DecodeCeiling(
+        ceiling,
+        f"{fastest:g} GB/s of {device.label} / {speed.bytes_per_token / GIB:.3g} GiB a token",
+    )
+
+
+def stack_device(settings: Any) -> tuple[DeviceFigures, DeviceFigures | None] | None:
+    """The device table's entry a stack names (`memory.device`), with its overrides."""
+    if settings is None:
+        return None
+    return device_figures(
+        settings.name,
+        bandwidth_gbps=settings.bandwidth_gbps,
+        tflops=settings.tflops,
+        host_bandwidth_gbps=settings.host_bandwidth_gbps,
+    )
 
 
 def fleet_plan(

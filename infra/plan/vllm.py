@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infra.plan.devices import DeviceFigures
 from infra.plan.report import GB, GIB, Device, Plan, TableRow, fmt_num, fmt_size, gib
+from infra.plan.speed import SpeedEstimate, SpeedInputs, Work, estimate
 from infra.plan.vllm_kv import (
     DEEPSEEK_V4_FLASH,
     KvCacheLayout,
@@ -141,4 +143,32 @@ def plan_vllm(inputs: VllmPlanInputs) -> Plan:
         )
     return Plan(
         devices, advice, problems, rows, [], "checkpoint size", assumptions=assumptions, kv=kv
+    )
+
+
+def vllm_speed(inputs: VllmPlanInputs, plan: Plan, device: DeviceFigures) -> SpeedEstimate | str:
+    """Decode of one stream and of the KV capacity's concurrency, every weight in HBM. A
+    safetensors checkpoint's lock holds no tensor shapes: every weight byte is counted (for a
+    mixture of experts a floor on the speed) and prefill is not estimated."""
+    if inputs.kv_layout is None or plan.kv is None or plan.kv.max_concurrency is None:
+        return "not estimated: the plan knows no KV bytes per token for this model"
+    work = Work(
+        weight_bytes=inputs.weights_bytes, kv_bytes_per_cell=inputs.kv_layout.bytes_per_token
+    )
+    return estimate(
+        SpeedInputs(
+            device=device,
+            host=None,
+            on_device=work,
+            on_host=Work(),
+            backend="vllm-rocm",
+            slot_context=inputs.max_model_len,
+            concurrency=plan.kv.max_concurrency,
+            prefill_known=False,
+        ),
+        (
+            "every checkpoint byte counted per token (the lock holds no tensor shapes of a "
+            "safetensors checkpoint, so a mixture of experts' active share is unknown): a floor",
+            "speculative decoding not counted",
+        ),
     )

@@ -105,6 +105,7 @@ def parents() -> dict[Path_, Any]:
         ("network",): {},
         ("litellm",): {},
         ("memory",): {"vramGib": 90},
+        ("memory", "device"): {"name": "radeon-8060s"},
         ("network", "clients"): [{"namespace": "litellm"}],
         ("metrics",): {},
         ("metrics", "scrapers"): [{"namespace": "monitoring"}],

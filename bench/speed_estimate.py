@@ -1,0 +1,326 @@
+"""The plan's speed estimate beside llama-server's own measured decode and prefill.
+
+    python3 -m bench.speed_estimate
+
+Two sets of recorded runs, each split into the runs a backend's calibration is derived from and
+the runs that only check it:
+
+- Vulkan: the 43-layer random llama (`tests/fixtures/speed/llama43-summary.json`, its GGUF
+  header) on one NVIDIA H100 through NVIDIA's Vulkan driver (`tests/fixtures/tune/h100/
+  tune.json`, `-ngl 99/40/20 -c 65536` q8_0 KV at depths 0/32768/64512): `-ngl 99` gives the
+  GPU's efficiency, `-ngl 20` that of the layers left on the host; `-ngl 40` and the H200's
+  figures (`tests/fixtures/gpu_gate/h200-run.txt`) check them.
+- CPU: `tests/fixtures/speed/cpu.json` (`bench.speed_measure`): generated dense and MoE models
+  at depths 0 and 4096; `bench.speed_shapes.CALIBRATION` calibrates, the other shapes check.
+
+The efficiencies are least-squares fits of the estimate's terms (each term's seconds, at an
+efficiency of 1, is one column), so the estimate's own formula is what is fitted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from bench.speed_shapes import CALIBRATION
+from infra.plan.deepseek4 import attention_shape
+from infra.plan.devices import DEVICES
+from infra.plan.llamacpp_inputs import LlamaCppPlanInputs, ModelWeights
+from infra.plan.llamacpp_speed import llamacpp_speed_inputs
+from infra.plan.report import GIB
+from infra.plan.speed import (
+    UBATCH,
+    Calibration,
+    Efficiency,
+    SpeedInputs,
+    decode_seconds,
+    prefill_seconds,
+)
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+TOLERANCE = 0.25
+"""The estimate must be within 25 % of a measurement it was not calibrated on."""
+
+Kind = Literal["decode", "prefill", "prompt"]
+FIGURES: tuple[tuple[Kind, str], ...] = (
+    ("decode", "decodeTokSServer"),
+    ("prefill", "prefillTokSServer"),
+)
+"""llama-server's own figures (its `timings`) of a measured depth."""
+OFF = float("inf")
+"""An efficiency that takes its term out (seconds / inf = 0)."""
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured figure and the estimate's inputs for it."""
+
+    label: str
+    inputs: SpeedInputs
+    kind: Kind
+    """`decode` and `prefill` (512 new tokens) at `depth`; `prompt`: a whole prompt of
+    `depth` tokens from an empty slot (tok/s = tokens / time to its first token)."""
+    depth: int
+    measured: float
+    calibration: bool
+    runs: tuple[float, ...] = ()
+    """Every run's figure (the median is `measured`)."""
+
+    def within(self, estimate: float) -> bool:
+        """Within `TOLERANCE` of the median; where the runs themselves spread wider than that
+        around it, within the runs' range widened by `TOLERANCE`."""
+        if abs(estimate / self.measured - 1) <= TOLERANCE:
+            return True
+        if not self.runs or (max(self.runs) - min(self.runs)) / 2 <= TOLERANCE * self.measured:
+            return False
+        return min(self.runs) * (1 - TOLERANCE) <= estimate <= max(self.runs) * (1 + TOLERANCE)
+
+
+def plan_inputs(
+    summary: dict[str, Any], ngl: int, ctx: int, cache: str, *, gpu: bool, device: str,
+    threads: int | None = None,
+) -> SpeedInputs:  # fmt: skip
+    """The estimate's inputs for a model (its header summary) served with these flags."""
+    arch, meta = summary["architecture"], summary["metadata"]
+    inputs = LlamaCppPlanInputs(
+        weights=ModelWeights.from_summary(summary, "GGUF header"),
+        attention=attention_shape(arch, meta, summary.get("vocab_size")),
+        gpu_layers=ngl,
+        ctx_size=ctx,
+        cache_type_k=cache,
+        cache_type_v=cache,
+        vram_bytes=80 * GIB if gpu else None,
+        gpu_device="Vulkan0" if gpu else "CPU0",
+    )
+    figures = DEVICES[device]
+    host = DEVICES[figures.host] if figures.host else None
+    found = llamacpp_speed_inputs(inputs, meta, arch, figures, host, threads)
+    assert not isinstance(found, str), found
+    return found[0]
+
+
+def vulkan_points() -> list[Point]:
+    """The H100 runs (`-ngl 99` and `-ngl 20` calibrate) and the H200's figures (check)."""
+    summary = json.loads((FIXTURES / "speed" / "llama43-summary.json").read_text())
+    record = json.loads((FIXTURES / "tune" / "h100" / "tune.json").read_text())
+    points = []
+    for candidate in record["candidates"]:
+        name = candidate["name"]
+        if not name.startswith("vulkan-ngl-"):
+            continue
+        ngl = int(name.rpartition("-")[2])
+        inputs = plan_inputs(summary, ngl, 65536, "q8_0", gpu=True, device="h100-sxm", threads=8)
+        for fig in candidate["figures"]:
+            for kind, key in FIGURES:
+                points.append(
+                    Point(f"H100 -ngl {ngl}", inputs, kind, fig["depth"], fig[key]["median"],
+                          calibration=ngl in (99, 20), runs=tuple(fig[key]["runs"]))
+                )  # fmt: skip
+    # tests/fixtures/gpu_gate/h200-run.txt, "bench on llama43 (rendered argv)": the rendered
+    # strix-halo argv (-ngl 40 -c 65536, q8_0) on an H200, llama-server's own figures.
+    h200 = plan_inputs(summary, 40, 65536, "q8_0", gpu=True, device="h200", threads=8)
+    points += [
+        Point("H200 -ngl 40", h200, "decode", 0, 229.5, calibration=False),
+        Point("H200 -ngl 40", h200, "prompt", 23956, 9546.8, calibration=False),
+    ]
+    return points
+
+
+def cpu_points(record: dict[str, Any] | None = None) -> list[Point]:
+    """The CPU runs of `bench.speed_measure` (`CALIBRATION`'s shapes calibrate)."""
+    if record is None:
+        record = json.loads((FIXTURES / "speed" / "cpu.json").read_text())
+    points = []
+    for model in record["models"]:
+        inputs = plan_inputs(
+            model["summary"], 0, model["context"], "f16", gpu=False, device=record["device"],
+            threads=record["threads"],
+        )  # fmt: skip
+        for fig in model["figures"]:
+            for kind, key in FIGURES:
+                if fig[key]["median"] is None:
+                    continue
+                points.append(
+                    Point(model["shape"], inputs, kind, fig["depth"], fig[key]["median"],
+                          calibration=model["shape"] in CALIBRATION, runs=tuple(fig[key]["runs"]))
+                )  # fmt: skip
+    return points
+
+
+def seconds(point: Point, device: Efficiency, host: Efficiency) -> float:
+    """The estimate's seconds per token of a point."""
+    if point.kind == "decode":
+        return decode_seconds(point.inputs, point.depth, device, host)
+    if point.kind == "prefill":
+        return prefill_seconds(point.inputs, point.depth + UBATCH / 2, device, host)
+    start = prefill_seconds(point.inputs, 0, device, host)
+    slope = prefill_seconds(point.inputs, 1, device, host) - start
+    return start + slope * point.depth / 2
+
+
+def estimated(point: Point, calibration: Calibration) -> float:
+    """The estimate's tok/s of a point under a calibration."""
+    return 1 / seconds(point, calibration.device, calibration.host or calibration.device)
+
+
+ALL_OFF = Efficiency(bandwidth=OFF, kv=OFF, layer_us=0.0, compute=OFF, attention=OFF,
+                     copy_weights=OFF, copy_kv=OFF, decode_attention=OFF)  # fmt: skip
+INVERSE = {"bandwidth", "kv", "compute", "attention", "copy_weights", "copy_kv",
+           "decode_attention"}  # fmt: skip
+"""Efficiencies that divide (the fit finds their inverse); the others (`layer_us`,
+`ubatch_layer_ms`) add."""
+
+
+Term = tuple[str, tuple[str, ...]]
+"""A fitted term: its side (`device` or `host`) and the efficiencies it sets together (one
+share of the bandwidth for weights and KV cache, one of the compute for products and
+attention)."""
+
+
+def _term(names: tuple[str, ...]) -> Efficiency:
+    return replace(ALL_OFF, **dict.fromkeys(names, 1.0))
+
+
+def fit(
+    points: Sequence[Point],
+    terms: Sequence[Term],
+    base: Callable[[Point], float],
+) -> dict[Term, float]:
+    """Least-squares efficiencies of `terms` ((side, field), side `device` or `host`) over
+    `points` in relative error, `base` being the seconds the known terms already account for.
+    A term that comes out negative (noise) is dropped and the rest fitted again."""
+    active = list(terms)
+    while True:
+        rows, target = [], []
+        for p in points:
+            measured = 1 / p.measured
+            row = []
+            for side, name in active:
+                dev = _term(name) if side == "device" else ALL_OFF
+                hst = _term(name) if side == "host" else ALL_OFF
+                row.append(seconds(p, dev, hst) / measured)
+            rows.append(row)
+            target.append(1 - base(p) / measured)
+        solution, *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
+        negative = [t for t, v in zip(active, solution, strict=True) if v <= 0]
+        if not negative:
+            found = dict(zip(active, (float(v) for v in solution), strict=True))
+            return {t: found.get(t, 0.0) for t in terms}
+        active = [t for t in active if t not in negative]
+
+
+def efficiency_of(values: dict[Term, float], side: str, start: Efficiency) -> Efficiency:
+    """An Efficiency with the fitted values of one side (an inverse fitted where it divides)."""
+    changes: dict[str, float] = {}
+    for (s, names), value in values.items():
+        for name in names if s == side else ():
+            if name in INVERSE:
+                changes[name] = OFF if value == 0 else 1 / value
+            else:
+                changes[name] = value
+    return replace(start, **changes)
+
+
+def _seconds_with(device: Efficiency, host: Efficiency) -> Callable[[Point], float]:
+    return lambda p: seconds(p, device, host)
+
+
+DECODE = (("bandwidth", "kv"), ("layer_us",))
+"""Decode: one share of the bandwidth (weights and KV cache), a fixed cost per layer."""
+PREFILL = (("compute", "attention"), ("ubatch_layer_ms",))
+"""Prefill: one share of the compute (products and attention), a fixed cost per layer."""
+HOST_DECODE = (("bandwidth",), ("decode_attention",), ("layer_us",))
+"""Layers on the host of a GPU process: its CPU reads their weights at a share of its bandwidth,
+and attends over their KV cache at a share of its compute (llama.cpp's CPU attention works query
+head by query head, bound by compute)."""
+HOST_PREFILL = (("copy_weights",), ("copy_kv",))
+CPU_DECODE = HOST_DECODE
+CPU_PREFILL = (("compute",), ("attention",), ("ubatch_layer_ms",))
+"""A CPU process: llama.cpp's CPU attention runs at a rate of its own, far below its products
+(flash attention over the cache, one query row at a time)."""
+
+
+def fit_cpu(points: Sequence[Point]) -> Calibration:
+    """The CPU backend: decode and prefill of the calibration shapes."""
+    calib = [p for p in points if p.calibration]
+    decode = [p for p in calib if p.kind == "decode"]
+    prefill = [p for p in calib if p.kind == "prefill"]
+    zero = _seconds_with(ALL_OFF, ALL_OFF)
+    d = fit(decode, [("device", n) for n in CPU_DECODE], zero)
+    eff = efficiency_of(d, "device", ALL_OFF)
+    pf = fit(prefill, [("device", n) for n in CPU_PREFILL], zero)
+    eff = efficiency_of(pf, "device", eff)
+    shapes = ", ".join(CALIBRATION)
+    return Calibration("cpu", _finite(eff), None, f"llama-server's CPU build, {shapes}")
+
+
+def fit_vulkan(points: Sequence[Point]) -> Calibration:
+    """Vulkan: the GPU's terms from `-ngl 99`, then the host's from `-ngl 20`."""
+    gpu = [p for p in points if p.calibration and p.label.endswith("-ngl 99")]
+    split = [p for p in points if p.calibration and p.label.endswith("-ngl 20")]
+    zero = _seconds_with(ALL_OFF, ALL_OFF)
+    d = fit([p for p in gpu if p.kind == "decode"], [("device", n) for n in DECODE], zero)
+    device = efficiency_of(d, "device", ALL_OFF)
+    pf = fit([p for p in gpu if p.kind == "prefill"], [("device", n) for n in PREFILL], zero)
+    device = efficiency_of(pf, "device", device)
+    known = _seconds_with(device, ALL_OFF)
+    hd = fit([p for p in split if p.kind == "decode"], [("host", n) for n in HOST_DECODE], known)
+    host = efficiency_of(hd, "host", ALL_OFF)
+    hp = fit([p for p in split if p.kind == "prefill"], [("host", n) for n in HOST_PREFILL],
+             known)  # fmt: skip
+    host = efficiency_of(hp, "host", host)
+    return Calibration("vulkan", _finite(device), _finite(host),
+                       "H100 -ngl 99 and -ngl 20 (tests/fixtures/tune/h100)")  # fmt: skip
+
+
+def _finite(eff: Efficiency) -> Efficiency:
+    """Rounded to 3 significant digits, as declared in `infra.plan.speed.CALIBRATIONS`."""
+    changes = {}
+    for f in fields(eff):
+        value = getattr(eff, f.name)
+        changes[f.name] = value if value in (0.0, OFF) else float(f"{value:.3g}")
+    return replace(eff, **changes)
+
+
+def table(points: Sequence[Point], calibration: Calibration) -> tuple[str, list[Point]]:
+    """Estimate vs measured (the median of the runs, and their range) for each point, and the
+    check points the estimate misses."""
+    lines = [f"{'run':<18} {'figure':<8} {'depth':>6} {'measured':>9} {'runs':>19} "
+             f"{'estimate':>9} {'error':>7}  role"]  # fmt: skip
+    missed = []
+    for p in points:
+        est = estimated(p, calibration)
+        error = est / p.measured - 1
+        role = "calibration" if p.calibration else "check"
+        if not p.calibration:
+            ok = p.within(est)
+            role += "" if ok else " MISSED"
+            missed += [] if ok else [p]
+            if ok and abs(error) > TOLERANCE:
+                role += " (within the runs' range)"
+        span = f"{min(p.runs):,.1f}-{max(p.runs):,.1f}" if p.runs else "-"
+        lines.append(f"{p.label:<18} {p.kind:<8} {p.depth:>6} {p.measured:>9,.1f} {span:>19} "
+                     f"{est:>9,.1f} {error:>+7.1%}  {role}")  # fmt: skip
+    return "\n".join(lines), missed
+
+
+def main() -> int:
+    for name, points, fitter in (
+        ("vulkan", vulkan_points(), fit_vulkan),
+        ("cpu", cpu_points(), fit_cpu),
+    ):
+        calibration = fitter(points)
+        text, missed = table(points, calibration)
+        print(f"== {name}: {calibration}")
+        print(text)
+        print(f"checks missed (beyond {TOLERANCE:.0%}): {len(missed)}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
