@@ -38,6 +38,9 @@ class ModelWeights:
     matmul_weights: Mapping[str, tuple[MatmulWeight, ...]] | None = None
     """Matrix weights by layer index (`"0"`, ...) and `"output"`, for the CPU repack rules;
     None when the source has no per-tensor types (a schema 1 summary, file sizes)."""
+    unloaded_bytes: int = 0
+    """Weights in the files that llama.cpp does not load (NextN/MTP layers without MTP
+    speculation: `infra.plan.architectures`); not in `total_bytes`."""
 
     @property
     def total_bytes(self) -> int:
