@@ -72,6 +72,13 @@ def architecture_notes(inputs: LlamaCppPlanInputs) -> list[str]:
             f"({fmt_size(weights.unloaded_bytes)}) are not counted: llama.cpp skips them unless "
             f"server.speculative.method is {MTP_METHOD}"
         )
+    n_layer = len(weights.layer_bytes)
+    if weights.tied_output_bytes and inputs.vram_bytes is not None and inputs.gpu_layers > n_layer:
+        notes.append(
+            f"{shape.architecture}: no output.weight (tied embeddings): the output layer on the "
+            f"GPU gets its own copy of token_embd ({fmt_size(weights.tied_output_bytes)}), "
+            "counted with the GPU's weights"
+        )
     if shape.kind == "standard" and any(shape.swa_layers) and not inputs.swa_full:
         n_swa = sum(shape.swa_layers)
         notes.append(

@@ -2,10 +2,12 @@
 llama-server b11434 logs for tiny generated models of each, within 2%.
 
 What each case checks beyond the llama calibration (tests/contract/test_plan_calibration.py):
-gpt-oss and gemma3 attend through a sliding window on some layers, whose cache llama.cpp sizes
-to the window plus a ubatch (`llama_kv_cache_iswa`; `--swa-full` gives them the full context);
+gpt-oss, gemma2 and gemma3 attend through a sliding window on some layers, whose cache llama.cpp
+sizes to the window plus a ubatch (`llama_kv_cache_iswa`; `--swa-full` gives them the full
+context);
 glm4moe's last block is a NextN/MTP layer, which llama.cpp neither loads (without MTP
-speculation) nor caches; qwen3moe is grouped-query attention with experts. Weights are loaded
+speculation) nor caches; gemma2 has no output.weight (its output reuses token_embd, with no copy
+on the CPU); qwen3moe is grouped-query attention with experts. Weights are loaded
 with `-lm none` (anonymous buffers: the log's model buffer is exactly what is loaded), on the
 baseline CPU variant, whose repack buffers the plan predicts as the calibration does.
 """
@@ -27,6 +29,7 @@ from infra.plan.report import MIB
 from tests.support import llama_build
 from tests.support.llama_server import free_port, run_llama_server
 from tests.support.tiny_gguf import (
+    TINY_GEMMA2,
     TINY_GEMMA3,
     TINY_GLM4MOE,
     TINY_GPT_OSS,
@@ -64,6 +67,7 @@ CASES = [
     Case("gpt-oss-c8192-np4-kvu-q8_0", TINY_GPT_OSS, 8192, 4, "q8_0", unified=True),
     Case("gemma3-c6000-np3", TINY_GEMMA3, 6000, 3),
     Case("gemma3-c4096-np2-swa-full", TINY_GEMMA3, 4096, 2, swa_full=True),
+    Case("gemma2-tied-c4096-np2-q8_0", TINY_GEMMA2, 4096, 2, "q8_0"),
     Case("glm4moe-nextn-c4096-np2", TINY_GLM4MOE, 4096, 2),
     Case("glm4moe-nextn-draft-mtp", TINY_GLM4MOE, 4096, 2, mtp=True),
     Case("qwen3moe-c4096-np2-q8_0", TinyQwen3MoeSpec(), 4096, 2, "q8_0"),

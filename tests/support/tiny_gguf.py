@@ -382,10 +382,13 @@ class TinyArchSpec:
     nextn: int = 0
     """`nextn_predict_layers`: the last that many blocks are NextN/MTP layers (glm4moe)."""
     context_length: int = 65536
+    tied_output: bool = False
+    """No `output.weight`: the output reuses `token_embd` (gemma's tied embeddings)."""
 
 
 TINY_GPT_OSS = TinyArchSpec("gpt-oss", sliding_window=128)
 TINY_GLM4MOE = TinyArchSpec("glm4moe", nextn=1)
+TINY_GEMMA2 = TinyArchSpec("gemma2", sliding_window=256, tied_output=True)
 TINY_GEMMA3 = TinyArchSpec("gemma3", n_layer=7, sliding_window=256)
 """Seven layers: gemma3's pattern (every 6th layer full) gives 0-4 and 6 the window, 5 not."""
 
@@ -460,10 +463,10 @@ def _arch_tensors(
                     (f"{b}.nextn.hnorm.weight", ones(e)),
                     (f"{b}.nextn.shared_head_norm.weight", ones(e)),
                 ]
-        elif s.arch == "gemma3":
+        elif s.arch in ("gemma2", "gemma3"):
+            out += [(f"{b}.attn_q_norm.weight", ones(s.head_dim))] if s.arch == "gemma3" else []
+            out += [(f"{b}.attn_k_norm.weight", ones(s.head_dim))] if s.arch == "gemma3" else []
             out += [
-                (f"{b}.attn_q_norm.weight", ones(s.head_dim)),
-                (f"{b}.attn_k_norm.weight", ones(s.head_dim)),
                 (f"{b}.ffn_norm.weight", ones(e)),
                 (f"{b}.ffn_gate.weight", dense(s.n_ff, e)),
                 (f"{b}.ffn_up.weight", dense(s.n_ff, e)),
@@ -472,13 +475,17 @@ def _arch_tensors(
             ]
         else:
             raise ValueError(f"no tiny {s.arch} model")
-    return [*out, ("output_norm.weight", ones(e)), ("output.weight", dense(n_vocab, e))]
+    out.append(("output_norm.weight", ones(e)))
+    if not s.tied_output:
+        out.append(("output.weight", dense(n_vocab, e)))
+    return out
 
 
 def write_tiny_arch(
     directory: pathlib.Path, name: str, spec: TinyArchSpec, seed: int = SEED
 ) -> pathlib.Path:
-    """Write ``{name}.gguf``: a loadable tiny model of `spec.arch` (gpt-oss, glm4moe, gemma3)
+    """Write ``{name}.gguf``: a loadable tiny model of `spec.arch` (gpt-oss, glm4moe, gemma2,
+    gemma3)
     with the SentencePiece test vocabulary."""
     rng = np.random.default_rng(seed)
     vocab = _spm_vocab()

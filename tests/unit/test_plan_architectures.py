@@ -6,6 +6,7 @@ layers, and one `assumed:` line for each architecture whose cache it does not mo
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -118,3 +119,32 @@ def test_an_architecture_the_plan_models_gets_no_architecture_assumption(arch: s
         vram_bytes=96 * GIB,
     )
     assert not [a for a in plan_llamacpp(inputs).assumptions if a.startswith("architecture ")]
+
+
+def test_a_tied_output_layer_on_the_gpu_counts_its_copy_of_token_embd() -> None:
+    # gemma's GGUFs have no output.weight: llama.cpp's output layer reuses token_embd and, on a
+    # GPU, gets a copy of it there (TENSOR_DUPLICATED in another buffer type's context).
+    metadata = _metadata("gemma3", **{"attention.sliding_window": 1024})
+    other = {"token_embd.weight": 768 * MIB, "output_norm.weight": MIB}
+    summary: dict[str, Any] = {
+        "architecture": "gemma3",
+        "layer_bytes": [GIB] * 36,
+        "other_tensors": other,
+    }
+    weights = ModelWeights.from_summary(summary)
+    assert weights.tied_output_bytes == 768 * MIB
+    inputs = LlamaCppPlanInputs(
+        weights=weights,
+        attention=attention_shape("gemma3", metadata),
+        gpu_layers=37,
+        ctx_size=32768,
+        vram_bytes=96 * GIB,
+    )
+    plan = plan_llamacpp(inputs)
+    assert plan.devices["vram"].items["weights"] == 36 * GIB + MIB + 768 * MIB
+    assert any("own copy of token_embd (768 MiB)" in n for n in plan.notes)
+    # With the output layer on the CPU (-ngl 0), it shares token_embd's buffer: no copy.
+    on_cpu = plan_llamacpp(replace(inputs, gpu_layers=0, repack=False))
+    assert on_cpu.devices["ram"].items["weights"] == 36 * GIB + 768 * MIB + MIB
+    untied = {**summary, "other_tensors": {**other, "output.weight": MIB}}
+    assert ModelWeights.from_summary(untied).tied_output_bytes == 0
