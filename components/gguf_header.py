@@ -53,6 +53,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol
 
+from components.llama_archs import unknown_architecture
+
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 # Arrays this long or longer are per-token tables (vocab, merges, scores), never planning inputs.
@@ -510,6 +512,12 @@ def summarize(headers: Sequence[GgufHeader]) -> dict[str, Any]:
             f"metadata key 'general.architecture' (from byte "
             f"{first.offsets.get('general.architecture', '?')}): {shorten_name(repr(arch))} is not "
             "an architecture name (lower-case letters, digits, '_' and '-', at most 64)"
+        )
+    unknown = unknown_architecture(arch)
+    if unknown is not None:
+        raise GgufError(
+            f"metadata key 'general.architecture' (from byte "
+            f"{first.offsets.get('general.architecture', '?')}): {arch!r} {unknown}"
         )
     metadata: Mapping[str, MetadataValue] = first.metadata
     subset = {k: _jsonable(v) for k, v in sorted(metadata.items()) if _planning_key(k, arch)}

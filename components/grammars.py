@@ -24,6 +24,7 @@ from typing_extensions import TypedDict
 
 from components.gguf_header import ARCHITECTURE_PATTERN
 from components.k8s.images import parse_image
+from components.llama_archs import unknown_architecture
 from components.payloads.fetcher import ModelFile
 from components.validation import Problem, cross_field_rule, error_messages
 
@@ -65,9 +66,21 @@ ModelName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,127}$
 """A model id clients send (`deepseek-v4-flash-0731`, `org/model:tag`): no spaces or quotes."""
 Identifier = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9_]{0,63}$")]
 """A lowercase identifier such as a parser or dtype name (`deepseek_v4`, `fp8`)."""
-Architecture = Annotated[str, Field(pattern=f"^{ARCHITECTURE_PATTERN}$")]
-"""A GGUF `general.architecture` as llama.cpp names it (`deepseek4`, `qwen3moe`, `gpt-oss`): the
-GGUF reader's own grammar (`components.gguf_header`)."""
+
+
+def _architecture(value: str) -> str:
+    problem = unknown_architecture(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+Architecture = Annotated[
+    str, Field(pattern=f"^{ARCHITECTURE_PATTERN}$"), AfterValidator(_architecture)
+]
+"""A GGUF `general.architecture` as llama.cpp names it (`deepseek4`, `qwen3moe`, `gpt-oss`): one
+of the names llama.cpp b11434 loads (`components/llama_archs.json`), in the GGUF reader's own
+grammar (`components.gguf_header`)."""
 _LABEL_NAME = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
 LabelKey = Annotated[
     str,

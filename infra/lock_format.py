@@ -16,7 +16,8 @@ from pydantic import (
     model_validator,
 )
 
-from components.gguf_header import ARCHITECTURE_PATTERN, GgufError, tensor_key_bytes
+from components.gguf_header import GgufError, tensor_key_bytes
+from components.grammars import Architecture
 from components.payloads.fetcher import (
     ModelFile,
     model_file_problem,
@@ -37,7 +38,7 @@ class GgufSummary(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     schema_version: Literal[1, 2, 3] = Field(alias="schema")
-    architecture: str = Field(pattern=f"^{ARCHITECTURE_PATTERN}$")
+    architecture: Architecture
     metadata: dict[
         Annotated[str, Field(max_length=256)],
         MetadataScalar | Annotated[list[MetadataScalar], Field(max_length=64)],

@@ -9,6 +9,10 @@ KV cache sizes follow llama.cpp's cache constructors (`llama-kv-cache*.cpp`):
 
 - standard: sum over layers of cells x (row(n_head_kv x head_k, type_k) + row(n_head_kv x
   head_v, type_v));
+- sliding-window layers (gpt-oss, gemma2, gemma3: `SLIDING_WINDOW_MODELS`) hold
+  pad256(min(cells, `attention.sliding_window` x (N with `kv_unified`, else 1) + ubatch)) cells per
+  stream (`llama_kv_cache_iswa`), the other layers the full `cells`; `--swa-full` gives every
+  layer the full size;
 - MLA (deepseek2/3, `attention.kv_lora_rank`): K only, row(kv_lora_rank + rope dims);
 - deepseek4 (K only, head `attention.key_length`), per stream with context C and ubatch u:
   every layer keeps a raw sliding window of pad256(min(C, `attention.sliding_window` + u))
@@ -59,7 +63,12 @@ class AttentionShape:
     """MLA: compressed KV width (K-only rows of kv_lora_rank + rope_dim)."""
     rope_dim: int = 0
     sliding_window: int = 0
-    """deepseek4: raw window of every layer (`attention.sliding_window`)."""
+    """deepseek4: raw window of every layer; standard: the window of the `swa_layers`
+    (`attention.sliding_window`)."""
+    swa_layers: tuple[bool, ...] = ()
+    """standard: which layers attend through the sliding window (empty: none)."""
+    architecture: str = ""
+    """`general.architecture` (what the plan's architecture lines name)."""
     compress_ratios: tuple[int, ...] = ()
     """deepseek4: per-layer compression ratio (0, 4 or 128)."""
     indexer_head: int = 0
@@ -98,6 +107,54 @@ def _per_layer(
             raise ValueError(f"{key} has {len(value)} entries for {n_layer} layers")
         return tuple(int(v) for v in value[:n_layer])
     return (int(value),) * n_layer
+
+
+@dataclass(frozen=True)
+class SlidingWindowModel:
+    """How llama.cpp b11434 reads one architecture's sliding window (`load_arch_hparams` in
+    src/models/*.cpp, `load_swa_pattern` and `llama_hparams::set_swa_pattern`)."""
+
+    pattern: int
+    """Every `pattern`-th layer attends to the full context, the others to the window (unless
+    `attention.sliding_window_pattern` gives an int of its own, or one flag per layer)."""
+    default_window: int | None
+    """The window without `attention.sliding_window`; None: the key is required (gpt-oss)."""
+    needs_key: bool = False
+    """gemma3: no `attention.sliding_window` (or 0) means no sliding window at all."""
+
+
+SLIDING_WINDOW_MODELS = {
+    "gpt-oss": SlidingWindowModel(pattern=2, default_window=None),
+    "gemma2": SlidingWindowModel(pattern=2, default_window=4096),
+    "gemma3": SlidingWindowModel(pattern=6, default_window=0, needs_key=True),
+}
+"""The sliding-window architectures the plan sizes as llama.cpp does; for the others
+llama.cpp gives a window-sized cache to (`components.llama_archs`), the plan budgets the full
+context on every layer and says so."""
+
+
+def sliding_window(
+    architecture: str, metadata: Mapping[str, Any], n_layer: int
+) -> tuple[int, tuple[bool, ...]]:
+    """The window and which of the `n_layer` layers use it, as llama.cpp b11434 reads them
+    (`(0, ())` for an architecture without one, or one the plan does not model)."""
+    model = SLIDING_WINDOW_MODELS.get(architecture)
+    if model is None:
+        return 0, ()
+    key = f"{architecture}.attention.sliding_window"
+    if model.needs_key and not metadata.get(key):
+        return 0, ()
+    window = _positive(metadata, key, model.default_window)
+    flags = metadata.get(f"{architecture}.attention.sliding_window_pattern", model.pattern)
+    if isinstance(flags, list):
+        if len(flags) < n_layer:
+            raise ValueError(
+                f"{architecture}.attention.sliding_window_pattern has {len(flags)} entries for "
+                f"{n_layer} layers"
+            )
+        return window, tuple(bool(f) for f in flags[:n_layer])
+    n = int(flags)
+    return window, tuple(n == 0 or il % n < n - 1 for il in range(n_layer))
 
 
 def attention_shape(
@@ -155,6 +212,7 @@ def attention_shape(
     if a == "deepseek4":
         return AttentionShape(
             kind="deepseek4",
+            architecture=a,
             sliding_window=_int(metadata, f"{a}.attention.sliding_window"),
             compress_ratios=_per_layer(metadata, f"{a}.attention.compress_ratios", n_layer, 0),
             indexer_head=_int(metadata, f"{a}.attention.indexer.key_length"),
@@ -163,11 +221,15 @@ def attention_shape(
     if f"{a}.attention.kv_lora_rank" in metadata:
         return AttentionShape(
             kind="mla",
+            architecture=a,
             kv_lora_rank=_int(metadata, f"{a}.attention.kv_lora_rank"),
             rope_dim=_int(metadata, f"{a}.rope.dimension_count"),
             **common,
         )
-    return AttentionShape(kind="standard", **common)
+    window, swa_layers = sliding_window(a, metadata, n_layer)
+    return AttentionShape(
+        kind="standard", sliding_window=window, swa_layers=swa_layers, architecture=a, **common
+    )
 
 
 # -- KV cache -------------------------------------------------------------------------------
@@ -232,9 +294,18 @@ def kv_cache_layers(
     layout = kv_layout(ctx_size, parallel, kv_unified)
     n = shape.n_layer
     if shape.kind == "standard":
+        # llama_kv_cache_iswa: the window for each sequence (all of them in one unified
+        # stream), plus a ubatch, padded to 256 and never more than the full cache.
+        unified_seqs = parallel if kv_unified else 1
+        swa_cells = pad(min(layout.cells, shape.sliding_window * unified_seqs + min(ubatch, batch)))
+        cells = [
+            swa_cells if il < len(shape.swa_layers) and shape.swa_layers[il] and not swa_full
+            else layout.cells
+            for il in range(n)
+        ]  # fmt: skip
         cache = tuple(
             layout.streams
-            * layout.cells
+            * cells[il]
             * (
                 row_bytes(cache_type_k, shape.n_head_kv[il] * shape.head_k)
                 + row_bytes(cache_type_v, shape.n_head_kv[il] * shape.head_v)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+from infra.plan.architectures import architecture_assumptions, architecture_notes
 from infra.plan.deepseek4 import kv_layout
 from infra.plan.llamacpp_advice import (
     STACK_KEYS,
@@ -286,6 +287,7 @@ def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list
                 f"{lacking}; the compute buffers' {fmt_size(compute)} of the {fmt_size(total)} "
                 "planned are estimated with it (lock the model, or set the key)"
             )
+    lines += architecture_assumptions(inputs, total, kv)
     lines += speculation_assumptions(inputs, fmt_size(total))
     if inputs.context_limit is None:
         lines.append(
@@ -377,6 +379,7 @@ def _notes(inputs: LlamaCppPlanInputs) -> list[str]:
             "and 4x/128x compressed layers, not the 576-elements/token/layer MLA of DeepSeek "
             "V2/V3 that seed 000 assumed (~1.6 GiB at 64k q8_0, 1 slot)"
         )
+    notes += architecture_notes(inputs)
     n_layer = len(inputs.weights.layer_bytes)
     if inputs.runtime != "vulkan" and inputs.vram_bytes is not None:
         notes.append(

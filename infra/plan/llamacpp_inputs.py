@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from components.gguf_header import INPUT_TENSORS
+from components.llama_archs import llama_architectures
 from components.model_store.inputs import CpuVariant
 from infra.plan.deepseek4 import (
     DEFAULT_BATCH,
@@ -21,6 +22,8 @@ from infra.plan.report import (
 )
 
 DEFAULT_CACHE_RAM_MIB = 8192
+NO_OUTPUT = llama_architectures().no_cache
+"""Encoders and diffusion models: no output layer of token logits to tie."""
 
 WeightSource = Literal["GGUF header", "lock summary", "file sizes + layer structure"]
 
@@ -38,6 +41,13 @@ class ModelWeights:
     matmul_weights: Mapping[str, tuple[MatmulWeight, ...]] | None = None
     """Matrix weights by layer index (`"0"`, ...) and `"output"`, for the CPU repack rules;
     None when the source has no per-tensor types (a schema 1 summary, file sizes)."""
+    tied_output_bytes: int = 0
+    """A model without `output.weight` (tied embeddings, as gemma's): llama.cpp's output layer
+    reuses `token_embd` (`TENSOR_DUPLICATED`), and copies it into the output layer's buffer where
+    that is another device's (a GPU); these are the bytes of that copy."""
+    unloaded_bytes: int = 0
+    """Weights in the files that llama.cpp does not load (NextN/MTP layers without MTP
+    speculation: `infra.plan.architectures`); not in `total_bytes`."""
 
     @property
     def total_bytes(self) -> int:
@@ -58,12 +68,16 @@ class ModelWeights:
                 where: tuple(_matmul_weight(key, count) for key, count in found.items())
                 for where, found in listed.items()
             }
+        tied = 0
+        if "output.weight" not in other and summary["architecture"] not in NO_OUTPUT:
+            tied = other.get("token_embd.weight", 0)
         return cls(
             layer_bytes=tuple(int(b) for b in summary["layer_bytes"]),
             input_bytes=inputs,
             output_bytes=sum(other.values()) - inputs,
             source=source,
             matmul_weights=matmul,
+            tied_output_bytes=tied,
         )
 
     @classmethod

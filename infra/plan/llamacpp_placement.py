@@ -106,8 +106,8 @@ def _split_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Place
     held = device_layers(inputs)
 
     def weight_bytes(layers: tuple[int, ...]) -> int:
-        return sum(weights.output_bytes if il == n_layer else weights.layer_bytes[il]
-                   for il in layers)  # fmt: skip
+        return sum(weights.output_bytes + weights.tied_output_bytes if il == n_layer
+                   else weights.layer_bytes[il] for il in layers)  # fmt: skip
 
     def overridden(layers: tuple[int, ...]) -> int:
         """Bytes of these layers' tensors that overrides keep in host RAM."""
@@ -257,7 +257,7 @@ def llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pla
     gpu_weights = sum(weights.layer_bytes[il] for il in place.gpu_layers)
     cpu_weights = sum(weights.layer_bytes[il] for il in place.cpu_layers) + weights.input_bytes
     if place.output_on_gpu:
-        gpu_weights += weights.output_bytes
+        gpu_weights += weights.output_bytes + weights.tied_output_bytes
     else:
         cpu_weights += weights.output_bytes
     # Tensors of GPU layers that overrides keep in host RAM.

@@ -19,6 +19,7 @@ from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
 from infra.lock import ModelSource
+from infra.plan.architectures import without_unloaded_layers
 from infra.plan.deepseek4 import attention_shape, kv_layout
 from infra.plan.devices import DeviceFigures, decode_ceiling, device_figures
 from infra.plan.extra_args import extra_args_problems, rope_options, with_extra_args
@@ -279,6 +280,7 @@ def llamacpp_inputs(
         gpu_device=f"{runtime.device_prefix or 'CPU'}0",
         compute_estimate=runtime.compute_estimate,
     )
+    inputs = without_unloaded_layers(inputs, structure.architecture, metadata)
     inputs = with_extra_args(inputs, server.extra_args, header_summary or source.gguf)
     if spec is not None and spec.draft is not None:
         inputs = replace(inputs, draft=draft_plan(inputs, spec.draft, source.draft))

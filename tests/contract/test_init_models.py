@@ -1,14 +1,15 @@
 """What `llm-infra init` writes for models of other architectures boots the real llama-server
 b11434, and the plan's KV cache is the one it allocates (within 2%).
 
-The stand-in hub (`llm-infra hub serve`'s own code) serves three tiny real models: a qwen3moe
-with grouped-query attention and experts (written here with the gguf library), a plain llama
-as three shards, and llama.cpp's own tiny deepseek4 (`test-llama-archs -a deepseek4`, from the
-cached build). For each: `init` → `lock` (finds init's lock current) → `plan -o json` →
-`render`; then llama-server runs the rendered Deployment's container args, with the model path
-pointed at the hub's copy of the file, the address and port at a free loopback one, the threads
-at this machine's, and `-lv 4` added for the memory lines; and the KV bytes it logs
-(`llama_kv_cache: size`, plus deepseek4's compressor state) are compared with the plan's.
+The stand-in hub (`llm-infra hub serve`'s own code) serves tiny real models: a qwen3moe
+with grouped-query attention and experts, gpt-oss and gemma3 (sliding-window layers), glm4moe
+with a NextN layer (all written here with the gguf library), a plain llama as three shards, and
+llama.cpp's own tiny deepseek4 (`test-llama-archs -a deepseek4`, from the cached build). For
+each: `init` → `lock` (finds init's lock current) → `plan -o json` → `render`; then
+llama-server runs the rendered Deployment's container args, with the model path pointed at the
+hub's copy of the file, the address and port at a free loopback one, the threads at this
+machine's, and `-lv 4` added for the memory lines; and the KV bytes it logs (`llama_kv_cache:
+size`, plus deepseek4's compressor state) are compared with the plan's.
 """
 
 from __future__ import annotations
@@ -32,7 +33,16 @@ from infra.targets.registry import stack_plan
 from tests.support import llama_archs
 from tests.support.llama_server import free_port, run_llama_server
 from tests.support.project import llm_infra, new_project
-from tests.support.tiny_gguf import TinyLlamaSpec, write_tiny_model, write_tiny_qwen3moe
+from tests.support.tiny_gguf import (
+    TINY_GEMMA3,
+    TINY_GLM4MOE,
+    TINY_GPT_OSS,
+    TinyArchSpec,
+    TinyLlamaSpec,
+    write_tiny_arch,
+    write_tiny_model,
+    write_tiny_qwen3moe,
+)
 
 TOLERANCE = 0.02
 _KV = re.compile(r"llama_kv_cache: size = +([0-9.]+) MiB")
@@ -47,6 +57,13 @@ def _write_qwen3moe(folder: Path) -> None:
 def _write_llama(folder: Path) -> None:
     spec = TinyLlamaSpec(n_layer=4, n_embd=256, n_head=4, n_head_kv=4, n_ff=512)
     write_tiny_model(folder / "F32", "Tiny-Llama-F32", 3, spec)
+
+
+def _writer(spec: TinyArchSpec, name: str) -> Callable[[Path], None]:
+    def write(folder: Path) -> None:
+        write_tiny_arch(folder, name, spec)
+
+    return write
 
 
 def _write_deepseek4(folder: Path) -> None:
@@ -74,7 +91,12 @@ MODELS = [
     Model("qwen3moe", "acme/Tiny-Qwen3MoE-GGUF", "*.gguf", _write_qwen3moe, ("--parallel", "2")),
     Model("llama", "acme/Tiny-Llama-GGUF", "F32/*", _write_llama),
     Model("deepseek4", "ggml-org/Tiny-DeepSeek4-GGUF", "deepseek4-moe.gguf", _write_deepseek4),
-]
+    Model("gptoss", "acme/Tiny-GptOss-GGUF", "*.gguf", _writer(TINY_GPT_OSS, "Tiny-GptOss-F16"),
+          ("--parallel", "2")),
+    Model("glm4moe", "acme/Tiny-Glm4Moe-GGUF", "*.gguf", _writer(TINY_GLM4MOE, "Tiny-Glm-F16")),
+    Model("gemma3", "acme/Tiny-Gemma3-GGUF", "*.gguf", _writer(TINY_GEMMA3, "Tiny-Gemma3-F16"),
+          ("--parallel", "3")),
+]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -361,6 +361,176 @@ def write_tiny_qwen3moe(
     return path
 
 
+@dataclass(frozen=True)
+class TinyArchSpec:
+    """A tiny model of another architecture llama.cpp b11434 loads (`write_tiny_arch`):
+    grouped-query attention of 32-wide heads, F16 matrices, F32 norms, biases and routers."""
+
+    arch: str
+    n_layer: int = 4
+    """Repeating layers, NextN/MTP layers included (`block_count`)."""
+    n_embd: int = 256
+    n_head: int = 8
+    n_head_kv: int = 2
+    head_dim: int = 32
+    n_ff: int = 512
+    n_expert: int = 4
+    n_expert_used: int = 2
+    n_ff_expert: int = 128
+    sliding_window: int = 0
+    """`attention.sliding_window` (0: not written)."""
+    nextn: int = 0
+    """`nextn_predict_layers`: the last that many blocks are NextN/MTP layers (glm4moe)."""
+    context_length: int = 65536
+    tied_output: bool = False
+    """No `output.weight`: the output reuses `token_embd` (gemma's tied embeddings)."""
+
+
+TINY_GPT_OSS = TinyArchSpec("gpt-oss", sliding_window=128)
+TINY_GLM4MOE = TinyArchSpec("glm4moe", nextn=1)
+TINY_GEMMA2 = TinyArchSpec("gemma2", sliding_window=256, tied_output=True)
+TINY_GEMMA3 = TinyArchSpec("gemma3", n_layer=7, sliding_window=256)
+"""Seven layers: gemma3's pattern (every 6th layer full) gives 0-4 and 6 the window, 5 not."""
+
+
+def _arch_tensors(
+    s: TinyArchSpec, n_vocab: int, rng: np.random.Generator
+) -> list[tuple[str, npt.NDArray[np.float32]]]:
+    """The tensors llama.cpp's loader of `s.arch` creates (src/models/*.cpp load_arch_tensors);
+    numpy shapes are GGUF `ne` reversed."""
+
+    def dense(*shape: int) -> npt.NDArray[np.float32]:
+        return (rng.standard_normal(shape) * 0.02).astype(np.float32)
+
+    def ones(*shape: int) -> npt.NDArray[np.float32]:
+        return np.ones(shape, dtype=np.float32)
+
+    q, kv, e = s.n_head * s.head_dim, s.n_head_kv * s.head_dim, s.n_embd
+    out = [("token_embd.weight", dense(n_vocab, e))]
+    for i in range(s.n_layer):
+        b = f"blk.{i}"
+        out += [
+            (f"{b}.attn_norm.weight", ones(e)),
+            (f"{b}.attn_q.weight", dense(q, e)),
+            (f"{b}.attn_k.weight", dense(kv, e)),
+            (f"{b}.attn_v.weight", dense(kv, e)),
+            (f"{b}.attn_output.weight", dense(e, q)),
+            (f"{b}.post_attention_norm.weight", ones(e)),
+        ]
+        experts = [
+            (f"{b}.ffn_gate_inp.weight", dense(s.n_expert, e)),
+            (f"{b}.ffn_gate_exps.weight", dense(s.n_expert, s.n_ff_expert, e)),
+            (f"{b}.ffn_up_exps.weight", dense(s.n_expert, s.n_ff_expert, e)),
+            (f"{b}.ffn_down_exps.weight", dense(s.n_expert, e, s.n_ff_expert)),
+        ]
+        if s.arch == "gpt-oss":
+            out += [
+                *experts,
+                (f"{b}.attn_q.bias", dense(q)),
+                (f"{b}.attn_k.bias", dense(kv)),
+                (f"{b}.attn_v.bias", dense(kv)),
+                (f"{b}.attn_output.bias", dense(e)),
+                (f"{b}.attn_sinks.weight", dense(s.n_head)),
+                (f"{b}.ffn_gate_inp.bias", dense(s.n_expert)),
+                (f"{b}.ffn_gate_exps.bias", dense(s.n_expert, s.n_ff_expert)),
+                (f"{b}.ffn_up_exps.bias", dense(s.n_expert, s.n_ff_expert)),
+                (f"{b}.ffn_down_exps.bias", dense(s.n_expert, e)),
+            ]
+        elif s.arch == "glm4moe":
+            out += [
+                (f"{b}.attn_q.bias", dense(q)),
+                (f"{b}.attn_k.bias", dense(kv)),
+                (f"{b}.attn_v.bias", dense(kv)),
+            ]
+            if i == 0:  # leading_dense_block_count 1
+                out += [
+                    (f"{b}.ffn_gate.weight", dense(s.n_ff, e)),
+                    (f"{b}.ffn_up.weight", dense(s.n_ff, e)),
+                    (f"{b}.ffn_down.weight", dense(e, s.n_ff)),
+                ]
+            else:
+                out += [
+                    *experts,
+                    (f"{b}.exp_probs_b.bias", dense(s.n_expert)),
+                    (f"{b}.ffn_gate_shexp.weight", dense(s.n_ff_expert, e)),
+                    (f"{b}.ffn_up_shexp.weight", dense(s.n_ff_expert, e)),
+                    (f"{b}.ffn_down_shexp.weight", dense(e, s.n_ff_expert)),
+                ]
+            if i >= s.n_layer - s.nextn:
+                out += [
+                    (f"{b}.nextn.eh_proj.weight", dense(e, 2 * e)),
+                    (f"{b}.nextn.enorm.weight", ones(e)),
+                    (f"{b}.nextn.hnorm.weight", ones(e)),
+                    (f"{b}.nextn.shared_head_norm.weight", ones(e)),
+                ]
+        elif s.arch in ("gemma2", "gemma3"):
+            out += [(f"{b}.attn_q_norm.weight", ones(s.head_dim))] if s.arch == "gemma3" else []
+            out += [(f"{b}.attn_k_norm.weight", ones(s.head_dim))] if s.arch == "gemma3" else []
+            out += [
+                (f"{b}.ffn_norm.weight", ones(e)),
+                (f"{b}.ffn_gate.weight", dense(s.n_ff, e)),
+                (f"{b}.ffn_up.weight", dense(s.n_ff, e)),
+                (f"{b}.ffn_down.weight", dense(e, s.n_ff)),
+                (f"{b}.post_ffw_norm.weight", ones(e)),
+            ]
+        else:
+            raise ValueError(f"no tiny {s.arch} model")
+    out.append(("output_norm.weight", ones(e)))
+    if not s.tied_output:
+        out.append(("output.weight", dense(n_vocab, e)))
+    return out
+
+
+def write_tiny_arch(
+    directory: pathlib.Path, name: str, spec: TinyArchSpec, seed: int = SEED
+) -> pathlib.Path:
+    """Write ``{name}.gguf``: a loadable tiny model of `spec.arch` (gpt-oss, glm4moe, gemma2,
+    gemma3)
+    with the SentencePiece test vocabulary."""
+    rng = np.random.default_rng(seed)
+    vocab = _spm_vocab()
+    s, a = spec, spec.arch
+    tensors = _arch_tensors(s, len(vocab.tokens), rng)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.gguf"
+    writer = gguf.GGUFWriter(path, a)
+    try:
+        writer.add_name(f"tiny-{a}-contract-test")
+        writer.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
+        writer.add_context_length(s.context_length)
+        writer.add_embedding_length(s.n_embd)
+        writer.add_block_count(s.n_layer)
+        writer.add_feed_forward_length(s.n_ff)
+        writer.add_head_count(s.n_head)
+        writer.add_head_count_kv(s.n_head_kv)
+        writer.add_key_length(s.head_dim)
+        writer.add_value_length(s.head_dim)
+        writer.add_rope_dimension_count(s.head_dim)
+        writer.add_rope_freq_base(ROPE_FREQ_BASE)
+        writer.add_layer_norm_rms_eps(RMS_EPS)
+        if a in ("gpt-oss", "glm4moe"):
+            writer.add_expert_count(s.n_expert)
+            writer.add_expert_used_count(s.n_expert_used)
+            writer.add_expert_feed_forward_length(s.n_ff_expert)
+        if a == "glm4moe":
+            writer.add_expert_shared_count(1)
+            writer.add_leading_dense_block_count(1)
+            writer.add_nextn_predict_layers(s.nextn)
+        if s.sliding_window:
+            writer.add_sliding_window(s.sliding_window)
+        _add_tokenizer(writer, vocab)
+        for name_, data in tensors:
+            # Matrices F16; norms, biases, sinks and routers F32, as in the converted models.
+            keep = data.ndim < 2 or "ffn_gate_inp" in name_ or name_.endswith(".bias")
+            writer.add_tensor(name_, data if keep else data.astype(np.float16))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    return path
+
+
 def header_summary(paths: list[pathlib.Path]) -> dict[str, Any]:
     """The lock's header summary of GGUF files on disk, as `llm-infra lock` records it."""
     headers = []

@@ -120,6 +120,19 @@ def test_an_architecture_outside_the_gguf_readers_grammar_is_refused(
     assert not _ARCHITECTURE.fullmatch(name)  # the reader refuses it too
 
 
+@pytest.mark.parametrize(
+    ("name", "nearest"), [("gptoss", "gpt-oss"), ("qwen3-moe", "qwen3moe"), ("gemma-3", "gemma3")]
+)
+def test_an_architecture_llama_cpp_does_not_load_is_refused_with_the_nearest_names(
+    strix_halo_values: dict[str, Any], name: str, nearest: str
+) -> None:
+    strix_halo_values["model"]["architecture"] = name
+    (problem,) = problems_of(strix_halo_values)
+    assert problem.startswith("model.architecture:")
+    assert "is not an architecture llama.cpp b11434 loads" in problem
+    assert f"the nearest: {nearest}" in problem
+
+
 @pytest.mark.parametrize("port", [0, 65536, -1])
 def test_ports_outside_range_are_rejected(strix_halo_values: dict[str, Any], port: int) -> None:
     strix_halo_values["server"]["port"] = port

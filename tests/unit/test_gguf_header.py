@@ -247,3 +247,22 @@ def test_a_summary_holds_json_where_the_header_has_infinities(tmp_path: Path) ->
     assert metadata["deepseek4.attention.scale"] is None
     assert metadata["deepseek4.rope.freq_base"] == 10000.0
     assert json.loads(json.dumps(summary, allow_nan=False)) == summary
+
+
+def test_a_header_of_an_architecture_llama_cpp_does_not_load_is_refused_with_the_nearest(
+    tmp_path: Path,
+) -> None:
+    writer = gguf.GGUFWriter(tmp_path / "oss.gguf", "gpt_oss")
+    writer.add_block_count(1)
+    writer.add_tensor("blk.0.attn_q.weight", np.zeros((8, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(GgufError) as refused:
+        summarize([read_path(tmp_path / "oss.gguf")])
+    message = str(refused.value)
+    assert message.startswith("metadata key 'general.architecture' (from byte ")
+    assert (
+        "'gpt_oss' is not an architecture llama.cpp b11434 loads (the nearest: gpt-oss" in message
+    )
