@@ -140,6 +140,11 @@ class SingleServer:
         return [stack_lock]
 
 
+ModelSizeGib = Annotated[float, Field(ge=2**-20, le=2**20)]
+"""A model's size in GiB before a lock records it: at least 1 KiB, at most 1 PiB (a size the
+plan can count in bytes)."""
+
+
 class RepoModelSettings(Strict):
     """A model in a Hugging Face repo: which revision and which files (exact paths or globs)."""
 
@@ -150,7 +155,7 @@ class RepoModelSettings(Strict):
     files: Annotated[list[RepoPath], Field(min_length=1)]
     """Files of the repo to fetch: exact paths or glob patterns (`llm-infra lock` resolves
     them); a GGUF model is one file or every shard of one split set, shard 1 first."""
-    size_gib: Annotated[float, Field(gt=0)] | None = None
+    size_gib: ModelSizeGib | None = None
     """Weight size for the memory plan before a lock records the files' sizes."""
 
     @property

@@ -190,9 +190,6 @@ class HostMemorySettings(Strict):
 class DockerHostModelSettings(RepoModelSettings):
     """The checkpoint: repo files (safetensors and configs)."""
 
-    size_gib: Annotated[float, Field(gt=0)] | None = None
-    """Weight size for the memory plan before a lock records the files' sizes."""
-
 
 class DockerHostStack(SingleServer, Strict):
     """vLLM ROCm behind Caddy on one GPU host reached over SSH."""
