@@ -224,13 +224,16 @@ def llamacpp_inputs(
     stack: StrixHaloStack,
     source: ModelSource,
     header_summary: Mapping[str, Any] | None = None,
+    structure: ModelStructure | None = None,
 ) -> LlamaCppPlanInputs:
-    """Planner inputs; weights from a GGUF header at hand, else the lock, else the config."""
+    """Planner inputs; weights from a GGUF header at hand, else the lock, else the config
+    (`structure`: the model's, when the caller has it already)."""
     server, memory = stack.server, stack.memory
     retire = retire_problems(stack, source)
     if retire:
         raise ConfigError(retire)
-    structure = model_structure(stack, source, header_summary)
+    if structure is None:
+        structure = model_structure(stack, source, header_summary)
     weights, metadata = structure.weights, structure.metadata
     context = context_problems(stack, structure)
     if context:
@@ -398,7 +401,8 @@ def llamacpp_plan(
 ) -> Plan:
     """A single llama.cpp server's memory plan (`header_summary`: a GGUF header read instead of
     the lock's)."""
-    inputs = llamacpp_inputs(stack, source, header_summary)
+    structure = model_structure(stack, source, header_summary)
+    inputs = llamacpp_inputs(stack, source, header_summary, structure)
     try:
         plan = plan_llamacpp(inputs)
     except (ValueError, ArithmeticError) as exc:
@@ -411,7 +415,6 @@ def llamacpp_plan(
     figures = stack_device(stack.memory.device)
     if figures is None:
         return plan
-    structure = model_structure(stack, source, header_summary)
     speed = llamacpp_speed(
         inputs, structure.metadata, structure.architecture, *figures, stack.server.threads
     )
@@ -432,7 +435,7 @@ def physical_ceiling(stack: StrixHaloStack, source: ModelSource) -> DecodeCeilin
         # is a floor on the speed, not a ceiling.
         return None
     speed = llamacpp_speed(
-        llamacpp_inputs(stack, source),
+        llamacpp_inputs(stack, source, structure=structure),
         structure.metadata,
         structure.architecture,
         device,
