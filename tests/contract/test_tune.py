@@ -71,8 +71,9 @@ def bake_off(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     doc = tune_local.record_expectations(
         current, stack_args, model=model, port=free_port(), log=root / "record.log"
     )
-    # The threads-1 recording decodes at its own speed; other thread counts must not fail on it.
-    doc["tolerance"]["min_decode_fraction"] = 0.05
+    # Recorded and checked on one busy CPU, a tiny model's speed says nothing about a fallback
+    # (test_verify has that check): the candidates are judged on their answers.
+    doc["tolerance"]["min_decode_fraction"] = 0.0
     expect = root / "expect.json"
     expect.write_text(json.dumps(doc))
     out = root / "strix-halo.tune.json"

@@ -57,7 +57,7 @@ def expect(model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         candidate, server_argv(read_stack_file("strix-halo"), None), model=model,
         port=free_port(), log=root / "r.log",
     )  # fmt: skip
-    doc["tolerance"]["min_decode_fraction"] = 0.05
+    doc["tolerance"]["min_decode_fraction"] = 0.0  # one busy CPU: answers only (see test_verify)
     path = root / "expect.json"
     path.write_text(json.dumps(doc))
     return path

@@ -150,15 +150,17 @@ def test_a_silent_cpu_fallback_fails_on_the_recorded_speed(
     """The CPU build is the fallback: the same answers as the GPU that recorded the file, slower.
 
     The reference stands for one recorded on a GPU 1000x faster (a busy machine alone has made
-    the tiny model's recording and its check differ a hundredfold), beyond the tenth the fixture
-    allows (on the H200, a 43-layer model decoded at 253 tok/s on the GPU and 51-61 tok/s in
-    each fallback: bench/gpu_run.py); the default file asks for half.
+    the tiny model's recording and its check differ a hundredfold, so a thousand keeps the
+    check far below the default floor of half either way; on the H200, a 43-layer model decoded
+    at 253 tok/s on the GPU and 51-61 tok/s in each fallback: bench/gpu_run.py).
     """
     doc = json.loads(reference.read_text())
     on_gpu = tmp_path / "recorded-on-gpu.json"
     on_gpu.write_text(
-        json.dumps({**doc, "recorded": {**doc["recorded"],
-                                        "decode_tps": 1000 * doc["recorded"]["decode_tps"]}})
+        json.dumps({**doc,
+                    "tolerance": {**doc["tolerance"], "min_decode_fraction": 0.5},
+                    "recorded": {**doc["recorded"],
+                                 "decode_tps": 1000 * doc["recorded"]["decode_tps"]}})
     )  # fmt: skip
     old = tmp_path / "old.json"
     old.write_text(json.dumps({**doc, "recorded": {"model": "x"}}))
@@ -169,7 +171,7 @@ def test_a_silent_cpu_fallback_fails_on_the_recorded_speed(
         assert verify.main([url, "--expect", str(old), *common]) == 0
         second = capsys.readouterr().out
     assert f"{len(verify.DEFAULT_CASES)}/{len(verify.DEFAULT_CASES)} cases passed" in first
-    assert "of the " in first and "tok/s recorded (need 10%)" in first
+    assert "of the " in first and "tok/s recorded (need 50%)" in first
     assert "the server may have fallen back to the CPU" in first
     assert "not checked (no speed recorded" in second
 

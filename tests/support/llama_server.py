@@ -250,19 +250,15 @@ def replace_value(argv: list[str], flag: str, value: str) -> list[str]:
     return [*argv[: index + 1], value, *argv[index + 2 :]]
 
 
-SAME_CPU_FRACTION = 0.1
-"""The share of a recorded decode rate a re-run on the same CPU must reach (`verify`'s floor in
-the tests: a busy machine can halve a median, a CPU fallback is 4-5x slower)."""
-
-
 def same_cpu_floor(expectations: pathlib.Path) -> None:
-    """Lower a recorded expectation file's decode floor to :data:`SAME_CPU_FRACTION`.
+    """Turn off a recorded expectation file's decode-speed check (``min_decode_fraction`` 0).
 
-    Recorded and checked on one CPU, a tiny model decodes a case in a few milliseconds, so a
-    busy machine alone can halve the median. A real CPU fallback decodes 4-5x slower than its
-    GPU (tests/fixtures/gpu_gate/h200-run.txt: 23-26% of the recording); at a tenth only a fall
-    of that kind fails, not the machine's load.
+    Recorded and checked on one CPU, a tiny model decodes a case in a few milliseconds: a busy
+    machine (other test workers' servers) alone made a check decode at 8% of its own recording
+    (524 against 6338 tok/s), below any floor that would still catch a fallback. These files
+    test the answers; the speed check has its own test, with a recording a thousand times faster
+    than the machine and the default floor.
     """
     doc = json.loads(expectations.read_text())
-    doc["tolerance"] = {**doc.get("tolerance", {}), "min_decode_fraction": SAME_CPU_FRACTION}
+    doc["tolerance"] = {**doc.get("tolerance", {}), "min_decode_fraction": 0.0}
     expectations.write_text(json.dumps(doc))
