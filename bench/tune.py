@@ -115,6 +115,30 @@ def gpu_models(seed: int) -> tuple[Path, dict[str, Path], dict[str, Path]]:
     return model, wrong, drafts
 
 
+def write_record(
+    out: Path,
+    results: list[tune_figures.CandidateResult],
+    expectations: dict[str, Any],
+    *,
+    runs: int,
+) -> tuple[list[int], tune_figures.CandidateResult | None]:
+    """Decide among `results` and write `out/tune.json`: (the depths measured, the winner)."""
+    measured = sorted({d.depth for r in results for d in r.depths})
+    winner = tune_figures.decide(results, measured)
+    record = tune_figures.tune_record(
+        "strix-halo",
+        None,
+        results,
+        winner,
+        depths=measured,
+        runs=runs,
+        where="local",
+        correctness=verify.rule_line(verify.tolerance_of(expectations)),
+    )
+    (out / "tune.json").write_text(json.dumps(record, indent=2) + "\n")
+    return measured, winner
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--argv", type=Path, required=True, help="the rendered llama-server args")
@@ -153,7 +177,7 @@ def main() -> int:
             into=into,
         )  # fmt: skip
         (args.out / "expect.json").write_text(json.dumps(expectations, indent=1))
-    results = []
+    results: list[tune_figures.CandidateResult] = []
     for candidate in candidates:
         result = tune_local.run_candidate(
             candidate, stack_args, model=args.model, port=free_port(), workdir=args.out,
@@ -162,19 +186,10 @@ def main() -> int:
         )  # fmt: skip
         print(f"{candidate.name}: {result.rejection or 'measured'}", file=sys.stderr)
         results.append(result)
-    measured = sorted({d.depth for r in results for d in r.depths})
-    winner = tune_figures.decide(results, measured)
-    record = tune_figures.tune_record(
-        "strix-halo",
-        None,
-        results,
-        winner,
-        depths=measured,
-        runs=args.runs,
-        where="local",
-        correctness=verify.rule_line(verify.tolerance_of(expectations)),
-    )
-    (args.out / "tune.json").write_text(json.dumps(record, indent=2) + "\n")
+        # The record so far, rewritten after each candidate: a run cut short keeps what it measured.
+        measured, winner = write_record(args.out, results, expectations, runs=args.runs)
+    if not results:
+        p.error("no candidates")
     print(tune_figures.format_table(results, measured))
     print(f"winner: {winner.name if winner else None}")
     return 0
