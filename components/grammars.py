@@ -23,7 +23,7 @@ from pydantic_core import PydanticCustomError
 from typing_extensions import TypedDict
 
 from components.gguf_header import ARCHITECTURE_PATTERN
-from components.k8s.images import parse_image
+from components.images import parse_image
 from components.llama_archs import unknown_architecture
 from components.payloads.fetcher import ModelFile
 from components.validation import Problem, cross_field_rule, error_messages

@@ -46,7 +46,6 @@ from pydantic_core import PydanticUndefined
 # typing's own is_typeddict misses typing_extensions' TypedDict (the fetcher's ModelFile).
 from typing_extensions import is_typeddict
 
-from components.k8s.children import with_integers
 from components.validation_annotations import (
     Default,
     _plain_type,
@@ -56,6 +55,7 @@ from components.validation_annotations import (
     type_hints,
     unwrapped,
     with_defaults,
+    with_integers,
 )
 from components.validation_docs import INPUTS_HEADING, documented
 from components.validation_problems import (

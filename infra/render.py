@@ -237,7 +237,7 @@ class _WarningLog(logging.Handler):
 def floating_images(rendered: Rendered) -> list[str]:
     """Every image reference in the render that does not name one build (no digest, no build
     tag), from container specs and compose files alike, each once."""
-    from components.k8s.images import parse_image
+    from components.images import parse_image
 
     found: list[str] = []
 

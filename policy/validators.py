@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.k8s.images import parse_image
+from components.images import parse_image
 from policy.caddy import caddy_adapt, caddy_allowlist_problems
 from policy.resources import (
     Files,

@@ -2,7 +2,7 @@
 
 from typing import Any, Literal
 
-from components.k8s.images import parse_image
+from components.images import parse_image
 
 GpuAccess = Literal["privileged", "device-plugin"]
 # Scratch space for the read-only root filesystem (Mesa's shader cache, Python's tempfiles).

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from components.extra_args import llama_server_options, owned_spellings, parse_extra_args
-from components.k8s.images import parse_image
+from components.images import parse_image
 from components.llamacpp.inputs import OWNED_OPTIONS, REFUSED_OPTIONS, LlamaCppVulkanServerArgs
 from components.payloads.props import check, new_props
 

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from components.k8s.images import parse_image
+from components.images import parse_image
 from components.k8s.pod_security import SCRATCH_MOUNT
 from components.payloads.gpu_gate import BACKEND_DEVICE_PREFIX
 

@@ -28,6 +28,7 @@ from components.llamacpp.manifests import (
     service_url,
     stop_before_model_change,
 )
+from components.llamacpp.monitoring import monitoring_spec
 from components.llamacpp.split import head_built
 from components.model_store.inputs import ModelVolume
 from components.monitoring.manifests import (
@@ -35,7 +36,6 @@ from components.monitoring.manifests import (
     dashboard_config_map,
     metrics_port,
     metrics_proxy_config_map,
-    monitoring_spec,
     prometheus_rule,
     proxy_source,
     service_monitor,

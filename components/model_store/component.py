@@ -6,7 +6,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s.children import after, inherited_dependencies, manifest_args, with_integers
+from components.k8s.children import after, inherited_dependencies, manifest_args
 from components.k8s.metadata import Meta
 from components.k8s.network_policies import egress_policy
 from components.model_store.inputs import MODELS_MOUNT, GgufModelStoreArgs, ModelVolume
@@ -30,6 +30,7 @@ from components.validation import (
     input_problems,
     with_defaults,
 )
+from components.validation_annotations import with_integers
 
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from components.k8s.metadata import Meta, config_map, object_head
 from components.k8s.pod_security import restricted_container
-from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.monitoring.dashboard import dashboard_json
 from components.monitoring.inputs import KubernetesMonitoring
 from components.monitoring.queries import METRICS_PATH, MonitoringSpec, rule_groups
@@ -23,23 +22,6 @@ JOB_LABEL = "app.kubernetes.io/instance"
 """The server label whose value becomes the `job` of its series (the monitor's jobLabel)."""
 MONITORING_API = "monitoring.coreos.com/v1"
 DASHBOARD_LABEL = "grafana_dashboard"
-
-
-def monitoring_spec(
-    name: str, namespace: str, args: LlamaCppVulkanServerArgs, monitoring: KubernetesMonitoring
-) -> MonitoringSpec:
-    """What the dashboard and the alerts of this server are generated from."""
-    flags = args["flags"]
-    return {
-        "job": name,
-        "alias": flags["alias"],
-        "namespace": namespace,
-        "min_decode_tps": args.get("min_decode_tps"),
-        "alerts": monitoring["alerts"],
-        "reference": monitoring["reference"],
-        "slot_context": flags["ctx_size"] // flags["parallel"],
-        "fetch_job_pattern": monitoring.get("fetch_job_pattern"),
-    }
 
 
 METRICS_PORT_NAME = "metrics"

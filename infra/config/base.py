@@ -40,7 +40,7 @@ from components.grammars import (
     is_ip_address,
     quantity_value,
 )
-from components.k8s.images import parse_image
+from components.images import parse_image
 from components.validation import error_messages
 
 __all__ = [

@@ -9,7 +9,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from components.extra_args import ExtraArgs, located
-from components.k8s.images import parse_image
+from components.images import parse_image
 from components.model_store.inputs import FETCH_IMAGE
 from components.vllm.inputs import (
     BASE_DIR,

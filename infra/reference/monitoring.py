@@ -56,7 +56,7 @@ def strix_halo_monitoring(stack: KubernetesStack, args: LlamaCppVulkanServerArgs
     metrics = args.get("metrics")
     if metrics is None:
         return ["## Metrics", "", "Off (`metrics.enabled: false`): no `--metrics`.", ""]
-    from components.monitoring.manifests import monitoring_spec
+    from components.llamacpp.monitoring import monitoring_spec
     from infra.targets.kubernetes import service_port
 
     name, namespace = stack.server.resource_name, stack.kubernetes.namespace

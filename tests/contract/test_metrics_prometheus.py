@@ -25,8 +25,9 @@ import pytest
 import yaml
 
 from components.llamacpp.manifests import api_key_secret
+from components.llamacpp.monitoring import monitoring_spec
 from components.monitoring.dashboard import panel_queries
-from components.monitoring.manifests import JOB_LABEL, monitoring_spec
+from components.monitoring.manifests import JOB_LABEL
 from components.monitoring.queries import MonitoringSpec, alert_rules
 from infra import program
 from infra.config import KubernetesStack, read_stack_file

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components.k8s.images import parse_image
+from components.images import parse_image
 from components.k8s.metadata import Meta
 from components.k8s.network_policies import egress_policy, ingress_policy
 from components.k8s.pod_security import DEFAULT_DRI_DEVICE

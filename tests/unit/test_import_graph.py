@@ -242,6 +242,50 @@ def command_line_importers(graph: dict[str, list[Import]]) -> list[str]:
     ]
 
 
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("components", "components.provider"),
+    ("components.llamacpp", "components.vllm"),
+    ("components.model_store", "components.monitoring"),
+    ("components.k8s",),
+    (
+        "components.grammars", "components.extra_args", "components.provider_server",
+        "components.validation", "components.validation_docs",
+        "components.validation_annotations", "components.validation_problems",
+        "components.gguf_header", "components.images", "components.llama_archs",
+        "components.addresses", "components.field_docs", "components.option_categories",
+    ),
+    ("components.payloads",),
+)  # fmt: skip
+"""The layers of `components/`, top first: a module imports from its own layer and those below,
+never from one above (the servers build on the store and the monitoring, those on the generic
+Kubernetes pieces, those on the input grammars and checks, and all of them ship the payloads).
+A module belongs to the layer of the longest name here that is it or its package."""
+
+
+def layer_of(module: str, layers: tuple[tuple[str, ...], ...]) -> int | None:
+    """The index (0 = top) of the layer `module` belongs to, or None outside every layer."""
+    best: tuple[int, int] | None = None
+    for index, names in enumerate(layers):
+        for name in names:
+            if (module == name or module.startswith(name + ".")) and (
+                best is None or len(name) > best[1]
+            ):
+                best = (index, len(name))
+    return None if best is None else best[0]
+
+
+def climbs(graph: dict[str, list[Import]], layers: tuple[tuple[str, ...], ...]) -> list[str]:
+    """`module:line: target` for each import of a module from a layer above its own."""
+    found = []
+    for name, edges in graph.items():
+        own = layer_of(name, layers)
+        for edge in edges:
+            target = layer_of(edge.target, layers)
+            if own is not None and target is not None and target < own:
+                found.append(f"{name}:{edge.line}: {edge.target}")
+    return found
+
+
 SYS_PATH = re.compile(r"\bsys\s*\.\s*path\b")
 
 
@@ -296,6 +340,12 @@ def test_the_payloads_import_only_the_standard_library_and_each_other(
 
 def test_no_layer_below_the_command_line_imports_it(graph: dict[str, list[Import]]) -> None:
     assert command_line_importers(graph) == []
+
+
+def test_no_import_climbs_to_a_higher_layer(graph: dict[str, list[Import]]) -> None:
+    layered = [name for name in graph if layer_of(name, LAYERS) is not None]
+    assert "components.payloads.verify" in layered and "components.k8s.children" in layered
+    assert climbs(graph, LAYERS) == []
 
 
 PATH_EDITS = {
@@ -408,3 +458,17 @@ def test_a_sys_path_edit_is_found(tmp_path: Path) -> None:
     )
     (tmp_path / "bench" / "b.py").write_text("import sys\n\nsys.path[:0] = ['bench']\n")
     assert sys_path_edits(tmp_path, ("bench",)) == ["bench/a.py:2", "bench/b.py:3"]
+
+
+def test_an_import_from_a_higher_layer_is_found(tmp_path: Path) -> None:
+    graph = write_tree(
+        tmp_path,
+        {
+            "components/__init__.py": "",
+            "components/k8s/__init__.py": "",
+            "components/k8s/helper.py": "def f():\n    from components.llamacpp.server import x\n",
+            "components/llamacpp/__init__.py": "",
+            "components/llamacpp/server.py": "from components.k8s.helper import f\nx = 1\n",
+        },
+    )
+    assert climbs(graph, LAYERS) == ["components.k8s.helper:2: components.llamacpp.server"]
