@@ -28,8 +28,8 @@ from typing import Any, Literal
 import numpy as np
 
 from bench.speed_shapes import CALIBRATION
+from infra.devices import DEVICES
 from infra.plan.deepseek4 import attention_shape
-from infra.plan.devices import DEVICES
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs, ModelWeights
 from infra.plan.llamacpp_speed import llamacpp_speed_inputs
 from infra.plan.report import GIB

@@ -95,9 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--shapes", default=",".join(SHAPES))
-    p.add_argument(
-        "--device", default="epyc-7003", help="the CPU's entry in infra.plan.devices.DEVICES"
-    )
+    p.add_argument("--device", default="epyc-7003", help="the CPU's entry in infra.devices.DEVICES")
     a = p.parse_args(argv)
     depths = [int(d) for d in a.depths.split(",")]
     record: dict[str, Any] = {

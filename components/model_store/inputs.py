@@ -32,7 +32,7 @@ CpuVariant = Literal[
     "cascadelake", "icelake", "cooperlake", "zen4", "alderlake", "sapphirerapids",
 ]  # fmt: skip
 """ggml's x86 CPU backend variants (`ggml/src/CMakeLists.txt` lines 493-517, b11434); their
-features are `infra.plan.repack.CPU_VARIANTS`'s."""
+features are `infra.cpus.CPU_VARIANTS`'s."""
 
 
 @documented

@@ -48,7 +48,7 @@ device (`memory.device`), decode has a physical ceiling of its own (`DecodeCeili
 @dataclass(frozen=True)
 class DecodeCeiling:
     """The physical decode ceiling of the stack's device: its bandwidth over the bytes one
-    token reads (`infra.plan.devices.decode_ceiling`); a decode figure above it is impossible."""
+    token reads (`infra.devices.decode_ceiling`); a decode figure above it is impossible."""
 
     tok_s: float
     what: str

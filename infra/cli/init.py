@@ -242,7 +242,7 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
     if args.threads is not None and not 1 <= args.threads <= 4096:
         problems.append(f"--threads: {args.threads} is not a core count (1-4096)")
     if args.node_cpu is not None:
-        from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
+        from infra.cpus import CPU_NAMES, CPU_VARIANTS
 
         if args.node_cpu not in CPU_NAMES and args.node_cpu not in CPU_VARIANTS:
             known = ", ".join(sorted({*CPU_NAMES, *CPU_VARIANTS}))

@@ -323,7 +323,7 @@ def stack_placement_problems(selectors: Sequence[tuple[str, Mapping[str, str]]])
 
 
 def _known_device(name: str) -> str:
-    from infra.plan.devices import DEVICES
+    from infra.devices import DEVICES
 
     if name not in DEVICES:
         raise ValueError(f"not in the plan's device table (one of: {', '.join(DEVICES)})")
@@ -334,7 +334,7 @@ DeviceName = Annotated[str, AfterValidator(_known_device)]
 
 
 class DeviceSettings(Strict):
-    """The device the plan's speed estimate reads: a table entry (`infra.plan.devices`), and
+    """The device the plan's speed estimate reads: a table entry (`infra.devices`), and
     figures of this box that differ from the published ones."""
 
     name: DeviceName

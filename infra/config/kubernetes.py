@@ -37,7 +37,7 @@ from infra.config.inputs import component_problems
 from infra.config.metrics import KubernetesMetricsSettings
 from infra.config.server import LlamaSpeculativeSettings, ServerSettings
 from infra.config.server import RuntimeSettings as RuntimeSettings
-from infra.plan.repack import CPU_NAMES, CPU_VARIANTS
+from infra.cpus import CPU_NAMES, CPU_VARIANTS
 
 
 def _known_cpu(name: str) -> str:

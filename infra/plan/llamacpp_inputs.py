@@ -159,7 +159,7 @@ class LlamaCppPlanInputs:
     draft: DraftPlan | None = None
     """The speculative draft model (`server.speculative.draft`), wholly on the GPU."""
     cpu_variant: CpuVariant | None = None
-    """The ggml CPU variant of the node (`infra.plan.repack.CPU_VARIANTS`), which decides the
+    """The ggml CPU variant of the node (`infra.cpus.CPU_VARIANTS`), which decides the
     repack buffers of CPU-resident weights; None: unknown, the largest is budgeted."""
     repack: bool = True
     """False with `--no-repack`: CPU-resident weights stay in the model buffer."""

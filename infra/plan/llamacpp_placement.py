@@ -6,6 +6,7 @@ import math
 import struct
 from dataclasses import dataclass, replace
 
+from infra.cpus import CPU_VARIANTS
 from infra.plan.deepseek4 import KvLayers, kv_cache_layers
 from infra.plan.llamacpp_compute import (
     compute_buffer_bytes,
@@ -15,7 +16,7 @@ from infra.plan.llamacpp_compute import (
     vulkan_compute_bytes,
 )
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs
-from infra.plan.repack import CPU_VARIANTS, MAX_GROWTH, MatmulWeight, Repack, repack, worst_repack
+from infra.plan.repack import MAX_GROWTH, MatmulWeight, Repack, repack, worst_repack
 from infra.plan.report import (
     GIB,
     MIB,

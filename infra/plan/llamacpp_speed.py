@@ -7,8 +7,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from infra.devices import DeviceFigures
 from infra.plan.deepseek4 import kv_layout
-from infra.plan.devices import DeviceFigures
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs
 from infra.plan.llamacpp_placement import kv_layers, placement
 from infra.plan.speed import SpeedEstimate, SpeedInputs, Work, active_share, estimate

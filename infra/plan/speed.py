@@ -2,7 +2,7 @@
 
 Decode reads, per token, every active weight byte (a mixture of experts: the shared tensors and
 `expert_used_count / expert_count` of the expert tensors) and the KV cache up to the depth, each
-on the device that holds it, at that device's bandwidth (`infra.plan.devices`). Prefill is
+on the device that holds it, at that device's bandwidth (`infra.devices`). Prefill is
 compute: 2 FLOPs per active parameter and per token, and the attention over the context. A
 backend never reaches the published peaks; what it reaches is measured once per backend
 (`CALIBRATIONS`): the share of the bandwidth and of the compute, a fixed cost per layer (kernel
@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from infra.plan.devices import GBPS, TFLOPS, DeviceFigures
+from infra.devices import GBPS, TFLOPS, DeviceFigures
 
 GIB = 1 << 30
 UBATCH = 512

@@ -18,10 +18,11 @@ from infra.config.base import RepoModelSettings
 from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
+from infra.cpus import cpu_variant
+from infra.devices import DeviceFigures, decode_ceiling, device_figures
 from infra.lock import ModelSource
 from infra.plan.architectures import without_unloaded_layers
 from infra.plan.deepseek4 import attention_shape, kv_layout
-from infra.plan.devices import DeviceFigures, decode_ceiling, device_figures
 from infra.plan.extra_args import extra_args_problems, rope_options, with_extra_args
 from infra.plan.llamacpp import (
     DEFAULT_CACHE_RAM_MIB,
@@ -35,7 +36,6 @@ from infra.plan.llamacpp_compute import compute_estimate
 from infra.plan.llamacpp_inputs import DraftPlan
 from infra.plan.llamacpp_placement import kv_layers
 from infra.plan.llamacpp_speed import llamacpp_speed
-from infra.plan.repack import cpu_variant
 from infra.plan.report import GB, GIB, MIB, Device, Fix, Plan, TableRow
 from infra.plan.speed import active_share
 from infra.plan.vllm import VllmPlanInputs, plan_vllm, vllm_speed

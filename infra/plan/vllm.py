@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.plan.devices import DeviceFigures
+from infra.devices import DeviceFigures
 from infra.plan.report import GB, GIB, Device, Plan, TableRow, fmt_num, fmt_size, gib
 from infra.plan.speed import SpeedEstimate, SpeedInputs, Work, estimate
 from infra.plan.vllm_kv import (

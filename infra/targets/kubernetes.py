@@ -38,9 +38,9 @@ from components.validation import ComponentInputError, input_problems, with_defa
 from infra.config import ConfigError, KubernetesStack, ProbeSettings, StackSecrets
 from infra.config.inputs import stack_key
 from infra.config.server import ServerSettings
+from infra.cpus import cpu_variant
 from infra.lock import ModelSource
 from infra.plan.llamacpp import rpc_tensor_split
-from infra.plan.repack import cpu_variant
 from infra.plan.stack import llamacpp_inputs
 from infra.targets.litellm import litellm_entry
 

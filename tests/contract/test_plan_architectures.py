@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
+from infra.cpus import cpu_variant
 from infra.plan.architectures import without_unloaded_layers
 from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, cpu_repack, placement
 from infra.plan.llamacpp_placement import kv_layers
-from infra.plan.repack import cpu_variant
 from infra.plan.report import MIB
 from tests.support import llama_build
 from tests.support.llama_server import free_port, run_llama_server

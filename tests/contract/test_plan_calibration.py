@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 
+from infra.cpus import cpu_variant
 from infra.plan.deepseek4 import attention_shape, kv_cache_layers
 from infra.plan.llamacpp import (
     LlamaCppPlanInputs,
@@ -32,7 +33,6 @@ from infra.plan.llamacpp import (
     cpu_repack,
     placement,
 )
-from infra.plan.repack import cpu_variant
 from infra.plan.report import MIB
 from tests.support import llama_build
 from tests.support.calibration_cases import CASES, Case

@@ -14,9 +14,10 @@ import pytest
 from components.llamacpp.inputs import LlamaServerFlags
 from components.llamacpp.manifests import llama_server_args
 from components.validation import with_defaults
+from infra.cpus import cpu_variant
 from infra.plan.deepseek4 import AttentionShape
 from infra.plan.llamacpp import LlamaCppPlanInputs, ModelWeights, plan_llamacpp
-from infra.plan.repack import MAX_GROWTH, MatmulWeight, cpu_variant, repack, worst_repack
+from infra.plan.repack import MAX_GROWTH, MatmulWeight, repack, worst_repack
 from infra.plan.report import GIB
 
 AVX2_VARIANTS = ["haswell", "skylakex", "icelake", "zen4", "alderlake", "sapphirerapids"]

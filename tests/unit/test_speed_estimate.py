@@ -34,7 +34,7 @@ from components.payloads.tune_figures import (
     figures_problem,
 )
 from components.payloads.tune_measure import DepthFigures, Series
-from infra.plan.devices import DEVICES, decode_ceiling, device_figures
+from infra.devices import DEVICES, decode_ceiling, device_figures
 from infra.plan.speed import CALIBRATIONS
 from tests.conftest import stack_document, write_stack
 from tests.support.cli import llm_infra
