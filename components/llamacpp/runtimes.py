@@ -35,7 +35,7 @@ RPC: Capability = "rpc"
 rpc-server (b11434's images of every backend configure without it: llama-server answers `--rpc`
 with "RPC not supported in this build")."""
 CAPABILITIES: tuple[str, ...] = get_args(Capability)
-ComputeEstimate = Literal["vulkan", "upper-bound"]
+ComputeEstimate = Literal["vulkan", "cpu", "upper-bound"]
 
 PINNED_BUILD = "b11434"
 OFFICIAL_REPOSITORY = "ghcr.io/ggml-org/llama.cpp"
@@ -65,8 +65,9 @@ class BackendTraits:
     layer on the host."""
     compute_estimate: ComputeEstimate
     """`vulkan`: the compute buffers measured through Vulkan (infra/plan/llamacpp.py
-    `vulkan_compute_bytes`); `upper-bound`: `compute_buffer_bytes`, checked against the CPU
-    build only: for a GPU it is an assumption the plan says aloud."""
+    `vulkan_compute_bytes`); `cpu`: the CPU build's buffer as measured (`cpu_compute_bytes`,
+    llama-style attention with flash attention; the upper bound otherwise); `upper-bound`:
+    `compute_buffer_bytes`, for a GPU an assumption the plan says aloud."""
     groups: str
     """Who may open the devices: what a non-root pod needs (`server.renderGroupId`)."""
     cmake: str
@@ -107,7 +108,7 @@ BACKEND_TRAITS: dict[str, BackendTraits] = {
         devices=(),
         env=(),
         device_prefix=BACKEND_DEVICE_PREFIX["cpu"],
-        compute_estimate="upper-bound",
+        compute_estimate="cpu",
         groups="none",
         cmake="",
         tag="server",

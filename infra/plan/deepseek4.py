@@ -77,6 +77,11 @@ class AttentionShape:
     n_embd: int = 0
     n_ff: int = 0
     n_vocab: int = 0
+    n_expert_used: int = 0
+    """Experts per token of a mixture of experts (0: dense; `n_ff` is then the experts' width
+    times this)."""
+    n_ff_dense: int = 0
+    """`feed_forward_length` of a mixture of experts' leading dense blocks (0: none)."""
     assumed: tuple[tuple[str, int], ...] = ()
     """Keys the metadata lacks and the shape took a default for, with the value it took
     (`infra.plan.llamacpp` prints each as an assumption with its effect)."""
@@ -207,6 +212,10 @@ def attention_shape(
         "n_embd": n_embd,
         "n_ff": n_ff * max(n_expert_used, 1),
         "n_vocab": vocab_size or _int(metadata, f"{a}.vocab_size", 0),
+        "n_expert_used": n_expert_used if f"{a}.expert_count" in metadata else 0,
+        "n_ff_dense": _int(metadata, f"{a}.feed_forward_length", 0)
+        if _int(metadata, f"{a}.leading_dense_block_count", 0) > 0
+        else 0,
         "assumed": assumed,
     }
     if a == "deepseek4":

@@ -13,7 +13,8 @@ buffers the way llama-server b11434 does:
 
 Compute buffers are estimates, overridable per device: `vulkan_compute_bytes` for llama-style
 attention (measured on a Vulkan GPU: the host's buffer whenever layers are offloaded, the GPU's
-over an F16 KV cache), else the upper bound `compute_buffer_bytes`. A runtime of another GPU
+over an F16 KV cache), `cpu_compute_bytes` for a CPU runtime's (flash attention), else the upper
+bound `compute_buffer_bytes`. A runtime of another GPU
 backend (ROCm) was not measured: it takes the upper bound, and the plan says so as an assumption.
 """
 
@@ -37,6 +38,7 @@ from infra.plan.llamacpp_compute import (
     MEASURED_CACHE_TYPES,
     VULKAN_SLACK_BYTES,
     compute_buffer_bytes,
+    cpu_compute_assumptions,
     graph_context,
     vulkan_compute_bytes,
 )
@@ -307,6 +309,7 @@ def _assumptions(inputs: LlamaCppPlanInputs, devices: dict[str, Device]) -> list
             "ubatch's whole graph), not a measured figure (set memory.computeGib from a real "
             f"load's `sched_reserve: {inputs.gpu_device} compute buffer size` line)"
         )
+    lines += cpu_compute_assumptions(inputs, memory["ram"].items["compute"])
     if inputs.weights.source == "file sizes + layer structure":
         n_layer = len(inputs.weights.layer_bytes)
         lines.append(

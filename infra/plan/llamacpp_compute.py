@@ -1,4 +1,4 @@
-"""llama.cpp compute buffers: the measured Vulkan estimate and the upper bound, per device."""
+"""llama.cpp compute buffers: the measured Vulkan and CPU estimates and the upper bound."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from infra.plan.deepseek4 import (
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs
 from infra.plan.report import (
     MIB,
+    fmt_size,
 )
 
 
@@ -69,6 +70,89 @@ def vulkan_compute_bytes(
     return mask + 4 * peak * ubatch + copied_kv_bytes + VULKAN_SLACK_BYTES
 
 
+def cpu_activation_floats(shape: AttentionShape) -> int:
+    """F32 values per ubatch token at the peak of llama-server b11434's CPU graph (flash
+    attention), as measured: ggml-alloc reuses a finished tensor's bytes, so the peak is the
+    widest FFN point of a layer in the middle of the model, not a sum over the graph.
+
+    With n_embd E and an FFN width X (n_ff; a mixture of experts' n_expert_used x n_ff_exp):
+    3X + 5E (the gate, up and activation outputs beside the residual stream, the normed input
+    and the blocks the attention left), and 2X + 5E when X <= E (one intermediate fits in a
+    block the attention freed); never below 7E (the attention's own peak). gpt-oss adds an
+    n_embd per expert used (the biased expert outputs); gemma2/gemma3 peak at 6E and 2X + 4E
+    for narrow FFNs; a mixture of experts' leading dense blocks (glm4moe's first) run before the
+    allocator has freed any block: F + 7E, at least 8E, while F <= E + n_head x head_k, else
+    3F + 5E (over by up to half where measured, never under). Plus 16 values of token ids, positions
+    and cache indices.
+    """
+    e = shape.n_embd
+    arch = shape.architecture
+    gemma = arch in ("gemma2", "gemma3")
+    base = (3 + shape.n_expert_used) * e if arch == "gpt-oss" else 5 * e
+
+    def ffn(width: int) -> int:
+        if width <= e:
+            return 2 * width + (4 * e if gemma else base)
+        return 3 * width + base
+
+    peaks = [6 * e if gemma else 7 * e, ffn(shape.n_ff)]
+    if shape.n_ff_dense:
+        dense = shape.n_ff_dense
+        q = shape.n_head * shape.head_k
+        peaks.append(max(8 * e, dense + 7 * e) if dense <= e + q else 3 * dense + 5 * e)
+    return max(peaks) + 16
+
+
+def swa_graph_cells(inputs: LlamaCppPlanInputs) -> int:
+    """The cells of the sliding-window layers' KQ mask (their own cache: the window per
+    sequence plus a ubatch, padded; the whole slot with `--swa-full`); 0 without such layers."""
+    shape = inputs.attention
+    if not any(shape.swa_layers):
+        return 0
+    cells = graph_context(inputs)
+    if inputs.swa_full:
+        return cells
+    seqs = inputs.parallel if inputs.kv_unified else 1
+    return pad(min(cells, shape.sliding_window * seqs + min(inputs.ubatch, inputs.batch)))
+
+
+def cpu_compute_bytes(inputs: LlamaCppPlanInputs) -> int:
+    """The CPU compute buffer of llama-server b11434 (`sched_reserve: CPU compute buffer size`)
+    for llama-style attention with flash attention, as measured (tests/contract/
+    test_plan_architectures.py; docs/memory-plan.md has the table).
+
+    The graph of one ubatch (T tokens, never more than the context): the F16 KQ mask over a
+    slot's cells (2 x cells x T bytes), a second one over the sliding-window cache when some
+    layers attend through a window, the layer peak (`cpu_activation_floats` x 4 x T bytes) and
+    the logits of one output per slot (n_vocab x `-np` floats)."""
+    shape = inputs.attention
+    layout = kv_layout(inputs.ctx_size, inputs.parallel, inputs.kv_unified)
+    tokens = min(inputs.ubatch, inputs.batch, layout.n_ctx)
+    masks = 2 * (graph_context(inputs) + swa_graph_cells(inputs)) * tokens
+    logits = 4 * shape.n_vocab * inputs.parallel
+    return masks + 4 * cpu_activation_floats(shape) * tokens + logits
+
+
+def measured_cpu_graph(inputs: LlamaCppPlanInputs) -> bool:
+    """Whether `cpu_compute_bytes` was measured for this graph (else the upper bound)."""
+    standard = inputs.attention.kind == "standard"
+    return inputs.compute_estimate == "cpu" and standard and inputs.flash_attn
+
+
+def cpu_compute_assumptions(inputs: LlamaCppPlanInputs, cpu_compute: int) -> list[str]:
+    """The plan's `assumed:` line for a CPU runtime whose graph was not measured."""
+    if inputs.compute_estimate != "cpu" or measured_cpu_graph(inputs):
+        return []
+    if "ram" in inputs.compute_override_bytes:
+        return []
+    return [
+        "compute buffers: measured on the CPU for llama-style attention with flash attention "
+        f"only, so the CPU's {fmt_size(cpu_compute)} is the upper bound (one ubatch's whole "
+        "graph; set memory.computeGib from a real load's `sched_reserve: CPU compute buffer "
+        "size` line)"
+    ]
+
+
 MEASURED_CACHE_TYPES = ("f16", "q8_0")
 """The KV cache types `vulkan_compute_bytes` was measured with on the GPU."""
 
@@ -96,7 +180,10 @@ def graph_context(inputs: LlamaCppPlanInputs) -> int:
 
 
 def compute_estimate(inputs: LlamaCppPlanInputs) -> int:
-    """The upper-bound compute buffer at the plan's settings and graph context."""
+    """The compute buffer of a device running the whole graph at the plan's settings: the CPU's
+    as measured (`cpu_compute_bytes`) where it was, else the upper bound."""
+    if measured_cpu_graph(inputs):
+        return cpu_compute_bytes(inputs)
     return compute_buffer_bytes(
         inputs.attention,
         graph_context(inputs),

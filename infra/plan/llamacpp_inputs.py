@@ -186,9 +186,9 @@ class LlamaCppPlanInputs:
     gpu_device: str = "Vulkan0"
     """The local GPU as llama-server's load log names it (`Vulkan0`, `ROCm0`): its buffers
     (`load_tensors: ROCm0 model buffer size`) are the plan's `vram`."""
-    compute_estimate: Literal["vulkan", "upper-bound"] = "vulkan"
-    """The runtime's compute-buffer estimate (`components.llamacpp.runtimes`): `vulkan` where
-    measured, else the upper bound, which the plan states as an assumption."""
+    compute_estimate: Literal["vulkan", "cpu", "upper-bound"] = "vulkan"
+    """The runtime's compute-buffer estimate (`components.llamacpp.runtimes`): `vulkan` or `cpu`
+    where measured, else the upper bound, which the plan states as an assumption."""
 
 
 # -- compute buffers ------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from infra.cpus import CPU_VARIANTS
 from infra.plan.deepseek4 import KvLayers, kv_cache_layers
 from infra.plan.llamacpp_compute import (
-    compute_buffer_bytes,
     compute_estimate,
     graph_context,
     measured_gpu_graph,
@@ -244,9 +243,7 @@ def llamacpp_devices(inputs: LlamaCppPlanInputs) -> tuple[dict[str, Device], Pla
     gpu_kv = sum(kv[il] for il in place.gpu_layers if il < n_kv)
     cpu_kv = sum(kv[il] for il in place.cpu_layers if il < n_kv)
     ubatch = min(inputs.ubatch, inputs.batch)
-    estimate = compute_buffer_bytes(
-        inputs.attention, graph_context(inputs), ubatch, flash_attn=inputs.flash_attn
-    )
+    estimate = compute_estimate(inputs)  # measured for a CPU runtime, else the upper bound
     # A CPU layer's ubatch runs on the GPU too: the largest CPU layer's KV cache is copied there.
     copied = max((kv[il] for il in place.cpu_layers if il < n_kv), default=0)
     gpu_compute = (
