@@ -10,15 +10,8 @@ from typing import Any
 from components.k8s import pod_security
 from components.k8s.metadata import Meta, app_labels, object_head
 from components.k8s.network_policies import network_policy, tcp_port
-from components.llamacpp.gpu_access import (
-    gpu_env,
-    gpu_mounts,
-    gpu_resources,
-    gpu_security,
-    gpu_skips,
-    gpu_volumes,
-)
-from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, args_runtime
+from components.llamacpp.gpu_access import PodGpu, pod_gpu
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.manifests import (
     ROLE_LABEL,
     WORKER_ROLE,
@@ -62,25 +55,25 @@ NO_PROBE_SKIPS = [
 ]  # fmt: skip
 
 
-def worker_container(args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
+def worker_container(args: LlamaCppRpcWorkerArgs, gpu: PodGpu) -> dict[str, Any]:
     """The rpc-server container, with the same GPU access as the server's."""
     return {
         "name": "rpc-server",
-        "image": args_runtime(args).pinned_image,
+        "image": gpu.image,
         "command": rpc_server_argv(args),
-        "env": gpu_env(args),
+        "env": gpu.env,
         "ports": [{"name": "rpc", "containerPort": args["port"], "protocol": "TCP"}],
-        "resources": gpu_resources(args),
-        "securityContext": gpu_security(args),
-        "volumeMounts": [pod_security.scratch_mount(), *gpu_mounts(args)],
+        "resources": gpu.resources,
+        "securityContext": gpu.security,
+        "volumeMounts": [pod_security.scratch_mount(), *gpu.mounts],
     }
 
 
 def worker_deployment(meta: Meta, args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
     """One replica pinned to its node, Recreate (one GPU: a second pod could never start)."""
-    volumes = [pod_security.scratch_volume(), *gpu_volumes(args)]
-    image = args_runtime(args).pinned_image
-    skips = pod_security.image_skips(image) + NO_PROBE_SKIPS + gpu_skips(args)
+    gpu = pod_gpu(args)
+    volumes = [pod_security.scratch_volume(), *gpu.volumes]
+    skips = pod_security.image_skips(gpu.image) + NO_PROBE_SKIPS + gpu.skips
     return {
         **object_head("apps/v1", "Deployment", meta, pod_security.checkov_skips(skips)),
         "spec": {
@@ -96,7 +89,7 @@ def worker_deployment(meta: Meta, args: LlamaCppRpcWorkerArgs) -> dict[str, Any]
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": pod_security.restricted_pod(args.get("supplemental_groups")),
-                    "containers": [worker_container(args)],
+                    "containers": [worker_container(args, gpu)],
                     "volumes": volumes,
                 },
             },
