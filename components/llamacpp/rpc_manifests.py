@@ -5,11 +5,13 @@ memory and run graphs on it. So its NetworkPolicy admits the head's pods only, o
 and lets the worker reach nothing; its Service carries labels of its own, never the API's.
 """
 
+from functools import partial
 from typing import Any
 
 from components.k8s import pod_security
 from components.k8s.metadata import Meta, app_labels, object_head
 from components.k8s.network_policies import network_policy, tcp_port
+from components.k8s.objects import KubeObject
 from components.llamacpp.gpu_access import PodGpu, pod_gpu
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.manifests import (
@@ -18,6 +20,42 @@ from components.llamacpp.manifests import (
     cluster_ip_service,
     gpu_pod_anti_affinity,
 )
+
+
+def worker_objects(name: str, args: LlamaCppRpcWorkerArgs) -> list[KubeObject]:
+    """A worker's objects, in the order they are created: the policy first, so that the port is
+    never open to the namespace, even for a moment."""
+    labels = worker_labels(name, args["head"])
+    policy = f"{name}-ingress"
+    return [
+        KubeObject(policy, "NetworkPolicy", partial(_policy, name, labels, args)),
+        KubeObject(
+            f"{name}-deployment",
+            "Deployment",
+            partial(_deployment, name, labels, args),
+            after=(policy,),
+        ),
+        KubeObject(f"{name}-service", "Service", partial(_service, name, labels, args)),
+    ]
+
+
+def _policy(
+    name: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs, namespace: str
+) -> dict[str, Any]:
+    meta = Meta(f"{name}-ingress", namespace, labels)
+    return worker_policy(meta, args["port"], args["head_pod_labels"])
+
+
+def _deployment(
+    name: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs, namespace: str
+) -> dict[str, Any]:
+    return worker_deployment(Meta(name, namespace, labels), args)
+
+
+def _service(
+    name: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs, namespace: str
+) -> dict[str, Any]:
+    return worker_service(Meta(name, namespace, labels), args["port"])
 
 
 def worker_labels(name: str, head: str) -> dict[str, str]:
