@@ -1,1 +1,1 @@
-"""Shared Kubernetes pieces: pod security, network policies, images, the verify Job, children."""
+"""Shared Kubernetes pieces: pod security, network policies, the verify Job, objects, children."""

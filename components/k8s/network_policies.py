@@ -59,10 +59,8 @@ def tcp_port(port: int) -> dict[str, Any]:
     return {"port": port, "protocol": "TCP"}
 
 
-def ingress_policy(
-    meta: Meta, pod_selector: dict[str, str], port: int, clients: list[NetworkClient]
-) -> dict[str, Any]:
-    """Admit traffic to the selected pods on one port, from the listed clients only."""
+def client_peers(clients: list[NetworkClient]) -> list[dict[str, Any]]:
+    """The clients as NetworkPolicy peers: a namespace (and pod labels), or a network."""
     peers = []
     for client in clients:
         if "cidr" in client:
@@ -76,7 +74,19 @@ def ingress_policy(
         if client.get("pod_labels"):
             peer["podSelector"] = {"matchLabels": client["pod_labels"]}
         peers.append(peer)
-    rules = [{"from": peers, "ports": [tcp_port(port)]}] if peers else []
+    return peers
+
+
+def ingress_rules(port: int, peers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One ingress rule that admits these peers on one TCP port; none without peers."""
+    return [{"from": peers, "ports": [tcp_port(port)]}] if peers else []
+
+
+def ingress_policy(
+    meta: Meta, pod_selector: dict[str, str], port: int, clients: list[NetworkClient]
+) -> dict[str, Any]:
+    """Admit traffic to the selected pods on one port, from the listed clients only."""
+    rules = ingress_rules(port, client_peers(clients))
     return network_policy(meta, pod_selector, ["Ingress"], rules)
 
 

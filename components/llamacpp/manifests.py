@@ -15,15 +15,7 @@ from components.k8s.pod_security import (
     scratch_volume,
 )
 from components.llamacpp.gate import probe_command, server_command
-from components.llamacpp.gpu_access import (
-    gpu_env,
-    gpu_mode,
-    gpu_mounts,
-    gpu_resources,
-    gpu_security,
-    gpu_skips,
-    gpu_volumes,
-)
+from components.llamacpp.gpu_access import PodGpu, pod_gpu
 from components.llamacpp.inputs import (
     API_KEY_OPTION,
     FLAG_OPTIONS,
@@ -31,7 +23,6 @@ from components.llamacpp.inputs import (
     LlamaCppSpeculative,
     LlamaCppVulkanServerArgs,
     LlamaServerFlags,
-    args_runtime,
 )
 from components.model_store.inputs import MODELS_MOUNT
 from components.model_store.manifests import model_check_container, model_volumes
@@ -249,10 +240,13 @@ def server_argv(args: LlamaCppVulkanServerArgs) -> list[str]:
 
 def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     """The llama-server container."""
+    return _server_container(args, pod_gpu(args))
+
+
+def _server_container(args: LlamaCppVulkanServerArgs, gpu: PodGpu) -> dict[str, Any]:
     flags = server_flags(args)
     probes = args["probes"]
     gate = args["gpu_gate"]
-    runtime = args_runtime(args)
     argv = server_argv(args)
     startup = http_probe(probes["startup"], "http")
     if gate:
@@ -268,7 +262,7 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
                 GATE_LOG,
                 flags["gpu_layers"],
                 health_url=f"http://127.0.0.1:{flags['port']}",
-                device_prefix=runtime.device_prefix,
+                device_prefix=gpu.runtime.device_prefix,
                 rpc_endpoints=flags.get("rpc") or (),
                 api_key_file=key_file,
                 draft=draft_loaded(flags),
@@ -282,21 +276,21 @@ def server_container(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
         mounts.append({"name": "logs", "mountPath": GATE_LOG.rsplit("/", 1)[0]})
     if args.get("api_key") is not None:
         mounts.append(api_key_mount())
-    mounts += gpu_mounts(args)
-    container: dict[str, Any] = {"name": "llama-server", "image": runtime.pinned_image}
+    mounts += gpu.mounts
+    container: dict[str, Any] = {"name": "llama-server", "image": gpu.image}
     if gate:
         # --log-file through a FIFO: the file keeps the load (the probe's evidence), never traffic.
         container["command"] = server_command(GATE_LOG)
     return {
         **container,
         "args": kubernetes_args(argv),
-        "env": gpu_env(args),
+        "env": gpu.env,
         "ports": [{"name": "http", "containerPort": flags["port"], "protocol": "TCP"}],
-        "resources": gpu_resources(args),
+        "resources": gpu.resources,
         "startupProbe": startup,
         "readinessProbe": http_probe(probes["readiness"], "http"),
         "livenessProbe": http_probe(probes["liveness"], "http"),
-        "securityContext": gpu_security(args),
+        "securityContext": gpu.security,
         "volumeMounts": mounts,
     }
 
@@ -312,10 +306,11 @@ def server_deployment(meta: Meta, args: LlamaCppVulkanServerArgs) -> dict[str, A
     model = args["model"]
     selector = selector_labels(meta.labels)
     deadline = progress_deadline_seconds(args)
+    gpu = pod_gpu(args)
     volumes = [
         *model_volumes(model["claim_name"], model["fetcher_config_map"], read_only=True),
         scratch_volume(),
-        *gpu_volumes(args),
+        *gpu.volumes,
     ]
     if args["gpu_gate"]:
         # Holds only the load log (at most gate.LOAD_LOG_LIMIT): -lv 4 traffic never lands here.
@@ -324,13 +319,16 @@ def server_deployment(meta: Meta, args: LlamaCppVulkanServerArgs) -> dict[str, A
         volumes.append(
             {
                 "name": "api-key",
-                "secret": {"secretName": api_key_secret(name)[0], "defaultMode": _key_mode(args)},
+                "secret": {
+                    "secretName": api_key_secret(name)[0],
+                    "defaultMode": _key_mode(args, gpu),
+                },
             }
         )
     if args.get("metrics") is not None:
         volumes.append(metrics_proxy_volume(name, proxy_source()))
     return {
-        **object_head("apps/v1", "Deployment", meta, checkov_skips(deployment_skips(args))),
+        **object_head("apps/v1", "Deployment", meta, checkov_skips(_deployment_skips(args, gpu))),
         "spec": {
             "replicas": 1,
             # A rolling update would start a second pod that can never get the one GPU.
@@ -345,7 +343,7 @@ def server_deployment(meta: Meta, args: LlamaCppVulkanServerArgs) -> dict[str, A
                     "affinity": gpu_pod_anti_affinity(),
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
-                    "securityContext": _pod_security(args),
+                    "securityContext": _pod_security(args, gpu),
                     "initContainers": [
                         model_check_container(model["check_image"], model["run_as_user"]),
                         *(
@@ -358,7 +356,7 @@ def server_deployment(meta: Meta, args: LlamaCppVulkanServerArgs) -> dict[str, A
                             else []
                         ),
                     ],
-                    "containers": pod_containers(name, args),
+                    "containers": _pod_containers(name, args, gpu),
                     "volumes": volumes,
                 },
             },
@@ -371,20 +369,20 @@ def api_key_secret(name: str) -> tuple[str, str]:
     return f"{name}-api-key", API_KEY_FILE
 
 
-def _non_root_key_reader(args: LlamaCppVulkanServerArgs) -> bool:
+def _non_root_key_reader(args: LlamaCppVulkanServerArgs, gpu: PodGpu) -> bool:
     """A server that runs as a non-root user (not privileged) and reads the API key file."""
-    return gpu_mode(args) != "privileged" and args.get("api_key") is not None
+    return gpu.mode != "privileged" and args.get("api_key") is not None
 
 
-def _key_mode(args: LlamaCppVulkanServerArgs) -> int:
+def _key_mode(args: LlamaCppVulkanServerArgs, gpu: PodGpu) -> int:
     """The key file's mode: owner-only for a root server; group-readable for a non-root one,
     whose pod's fsGroup then owns the file (a Secret's files are otherwise root's)."""
-    return 0o440 if _non_root_key_reader(args) else 0o400
+    return 0o440 if _non_root_key_reader(args, gpu) else 0o400
 
 
-def _pod_security(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
+def _pod_security(args: LlamaCppVulkanServerArgs, gpu: PodGpu) -> dict[str, Any]:
     context = restricted_pod(args.get("supplemental_groups"))
-    if _non_root_key_reader(args):
+    if _non_root_key_reader(args, gpu):
         # The kubelet gives the Secret's files to this group; OnRootMismatch keeps it from
         # walking a model volume whose owner already matches (the fetch Job's fsGroup).
         context["fsGroup"] = args["run_as_user"]
@@ -392,9 +390,9 @@ def _pod_security(args: LlamaCppVulkanServerArgs) -> dict[str, Any]:
     return context
 
 
-def pod_containers(name: str, args: LlamaCppVulkanServerArgs) -> list[dict[str, Any]]:
+def _pod_containers(name: str, args: LlamaCppVulkanServerArgs, gpu: PodGpu) -> list[dict[str, Any]]:
     """llama-server, and with metrics the metrics-only proxy beside it."""
-    containers = [server_container(args)]
+    containers = [_server_container(args, gpu)]
     metrics = args.get("metrics")
     if metrics is not None:
         containers.append(
@@ -417,10 +415,9 @@ def _pod_metadata(labels: dict[str, str], args: LlamaCppVulkanServerArgs) -> dic
     return {"labels": pod_labels, "annotations": scrape_annotations(metrics_port(metrics))}
 
 
-def deployment_skips(args: LlamaCppVulkanServerArgs) -> list[tuple[str, str]]:
+def _deployment_skips(args: LlamaCppVulkanServerArgs, gpu: PodGpu) -> list[tuple[str, str]]:
     """The checkov findings this Deployment accepts, each with its reason."""
-    skips = image_skips(args_runtime(args).pinned_image)
-    return skips + image_skips(args["model"]["check_image"]) + gpu_skips(args)
+    return image_skips(gpu.image) + image_skips(args["model"]["check_image"]) + gpu.skips
 
 
 def node_port_service(meta: Meta, port: int, node_port: int) -> dict[str, Any]:

@@ -5,26 +5,57 @@ memory and run graphs on it. So its NetworkPolicy admits the head's pods only, o
 and lets the worker reach nothing; its Service carries labels of its own, never the API's.
 """
 
+from functools import partial
 from typing import Any
 
 from components.k8s import pod_security
 from components.k8s.metadata import Meta, app_labels, object_head
 from components.k8s.network_policies import network_policy, tcp_port
-from components.llamacpp.gpu_access import (
-    gpu_env,
-    gpu_mounts,
-    gpu_resources,
-    gpu_security,
-    gpu_skips,
-    gpu_volumes,
-)
-from components.llamacpp.inputs import LlamaCppRpcWorkerArgs, args_runtime
+from components.k8s.objects import KubeObject
+from components.llamacpp.gpu_access import PodGpu, pod_gpu
+from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
 from components.llamacpp.manifests import (
     ROLE_LABEL,
     WORKER_ROLE,
     cluster_ip_service,
     gpu_pod_anti_affinity,
 )
+
+
+def worker_objects(name: str, args: LlamaCppRpcWorkerArgs) -> list[KubeObject]:
+    """A worker's objects, in the order they are created: the policy first, so that the port is
+    never open to the namespace, even for a moment."""
+    labels = worker_labels(name, args["head"])
+    policy = f"{name}-ingress"
+    return [
+        KubeObject(policy, "NetworkPolicy", partial(_policy, name, labels, args)),
+        KubeObject(
+            f"{name}-deployment",
+            "Deployment",
+            partial(_deployment, name, labels, args),
+            after=(policy,),
+        ),
+        KubeObject(f"{name}-service", "Service", partial(_service, name, labels, args)),
+    ]
+
+
+def _policy(
+    name: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs, namespace: str
+) -> dict[str, Any]:
+    meta = Meta(f"{name}-ingress", namespace, labels)
+    return worker_policy(meta, args["port"], args["head_pod_labels"])
+
+
+def _deployment(
+    name: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs, namespace: str
+) -> dict[str, Any]:
+    return worker_deployment(Meta(name, namespace, labels), args)
+
+
+def _service(
+    name: str, labels: dict[str, str], args: LlamaCppRpcWorkerArgs, namespace: str
+) -> dict[str, Any]:
+    return worker_service(Meta(name, namespace, labels), args["port"])
 
 
 def worker_labels(name: str, head: str) -> dict[str, str]:
@@ -62,25 +93,25 @@ NO_PROBE_SKIPS = [
 ]  # fmt: skip
 
 
-def worker_container(args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
+def worker_container(args: LlamaCppRpcWorkerArgs, gpu: PodGpu) -> dict[str, Any]:
     """The rpc-server container, with the same GPU access as the server's."""
     return {
         "name": "rpc-server",
-        "image": args_runtime(args).pinned_image,
+        "image": gpu.image,
         "command": rpc_server_argv(args),
-        "env": gpu_env(args),
+        "env": gpu.env,
         "ports": [{"name": "rpc", "containerPort": args["port"], "protocol": "TCP"}],
-        "resources": gpu_resources(args),
-        "securityContext": gpu_security(args),
-        "volumeMounts": [pod_security.scratch_mount(), *gpu_mounts(args)],
+        "resources": gpu.resources,
+        "securityContext": gpu.security,
+        "volumeMounts": [pod_security.scratch_mount(), *gpu.mounts],
     }
 
 
 def worker_deployment(meta: Meta, args: LlamaCppRpcWorkerArgs) -> dict[str, Any]:
     """One replica pinned to its node, Recreate (one GPU: a second pod could never start)."""
-    volumes = [pod_security.scratch_volume(), *gpu_volumes(args)]
-    image = args_runtime(args).pinned_image
-    skips = pod_security.image_skips(image) + NO_PROBE_SKIPS + gpu_skips(args)
+    gpu = pod_gpu(args)
+    volumes = [pod_security.scratch_volume(), *gpu.volumes]
+    skips = pod_security.image_skips(gpu.image) + NO_PROBE_SKIPS + gpu.skips
     return {
         **object_head("apps/v1", "Deployment", meta, pod_security.checkov_skips(skips)),
         "spec": {
@@ -96,7 +127,7 @@ def worker_deployment(meta: Meta, args: LlamaCppRpcWorkerArgs) -> dict[str, Any]
                     "automountServiceAccountToken": False,
                     "enableServiceLinks": False,
                     "securityContext": pod_security.restricted_pod(args.get("supplemental_groups")),
-                    "containers": [worker_container(args)],
+                    "containers": [worker_container(args, gpu)],
                     "volumes": volumes,
                 },
             },

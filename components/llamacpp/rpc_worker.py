@@ -3,16 +3,9 @@
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s.children import inherited_dependencies, manifest_args
-from components.k8s.metadata import Meta
+from components.k8s.children import inherited_dependencies, kube_resources
 from components.llamacpp.inputs import LlamaCppRpcWorkerArgs
-from components.llamacpp.rpc_manifests import (
-    rpc_endpoint,
-    worker_deployment,
-    worker_labels,
-    worker_policy,
-    worker_service,
-)
+from components.llamacpp.rpc_manifests import rpc_endpoint, worker_objects
 from components.llamacpp.split import worker_built
 from components.validation import checked_inputs
 
@@ -35,43 +28,19 @@ class LlamaCppRpcWorker(pulumi.ComponentResource):
         # Its head, when this program built it first: it admits the head, the head lists it.
         worker_built(name, args)
         super().__init__(TYPE_TOKEN, name, None, opts)
-        namespace = pulumi.Output.from_input(args["namespace"])
-        labels = worker_labels(name, args["head"])
+        made = kube_resources(
+            worker_objects(name, args),
+            {"namespace": args["namespace"]},
+            self,
+            inherited_dependencies(opts),
+        )
+        self.network_policy: k8s.networking.v1.NetworkPolicy = made[f"{name}-ingress"]
+        """Ingress from the head's pods only, on the RPC port; no egress at all."""
+        self.deployment: k8s.apps.v1.Deployment = made[f"{name}-deployment"]
+        """rpc-server's Deployment, pinned to its node."""
+        self.service: k8s.core.v1.Service = made[f"{name}-service"]
+        """The worker's Service: its name in the head's `--rpc` list."""
         port = args["port"]
-        inherited = inherited_dependencies(opts)
-        child = pulumi.ResourceOptions(parent=self, depends_on=inherited)
-        # The policy first: the port is never open to the namespace, even for a moment.
-        self.network_policy = k8s.networking.v1.NetworkPolicy(
-            f"{name}-ingress",
-            **manifest_args(
-                namespace.apply(
-                    lambda ns: worker_policy(
-                        Meta(f"{name}-ingress", ns, labels), port, args["head_pod_labels"]
-                    )
-                ),
-                "metadata",
-                "spec",
-            ),
-            opts=child,
-        )
-        self.deployment = k8s.apps.v1.Deployment(
-            f"{name}-deployment",
-            **manifest_args(
-                namespace.apply(lambda ns: worker_deployment(Meta(name, ns, labels), args)),
-                "metadata",
-                "spec",
-            ),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[*inherited, self.network_policy]),
-        )
-        self.service = k8s.core.v1.Service(
-            f"{name}-service",
-            **manifest_args(
-                namespace.apply(lambda ns: worker_service(Meta(name, ns, labels), port)),
-                "metadata",
-                "spec",
-            ),
-            opts=child,
-        )
         metadata = self.service.metadata
         self.service_name = metadata.name
         self.endpoint = pulumi.Output.all(metadata.name, metadata.namespace).apply(
