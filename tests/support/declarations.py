@@ -147,7 +147,7 @@ def _side(annotation: Any, required: bool, default: Any, docs: str | None) -> Si
 def _inputs(args_type: type, prefix: str = "") -> Iterator[tuple[str, Side]]:
     hints = type_hints(args_type)
     docs = field_docs(args_type)
-    required = getattr(args_type, "__required_keys__", frozenset())
+    required: frozenset[str] = getattr(args_type, "__required_keys__", frozenset())
     for name, hint in hints.items():
         declared = default_of(hint)
         default = PydanticUndefined if declared is None else declared.value

@@ -19,7 +19,11 @@ from infra.config.declared import STACK_OWN
 from tests.support.declarations import Pair, constraint_text, pairs
 
 PAIRS = list(pairs())
-EMPTY = (None, [], {})
+EMPTY: tuple[object, ...] = (None, [], {})
+INPUT_DOCS: dict[str, set[str | None]] = {}
+for _pair in PAIRS:
+    INPUT_DOCS.setdefault(_pair.key, set()).add(_pair.input.docs)
+"""Per stack key, the docs of the inputs it feeds (one key may feed several: the namespace)."""
 
 
 def bound_problem(pair: Pair) -> str | None:
@@ -28,7 +32,8 @@ def bound_problem(pair: Pair) -> str | None:
     if given.literal is not None or field.literal is not None:
         if given.literal == field.literal:
             return None
-        return f"allows {sorted(map(str, field.literal or ()))}, the input {sorted(map(str, given.literal or ()))}"
+        ours, theirs = sorted(map(str, field.literal or ())), sorted(map(str, given.literal or ()))
+        return f"allows {ours}, the input {theirs}"
     if {id(c) for c in given.constraints} == {id(c) for c in field.constraints}:
         return None
     ours, theirs = constraint_text(field.constraints), constraint_text(given.constraints)
@@ -45,7 +50,7 @@ def default_problem(pair: Pair) -> str | None:
             return f"is required, the input defaults to {given.default!r}"
         if field.default != given.default:
             return f"defaults to {field.default!r}, the input to {given.default!r}"
-        if field.docs != given.docs:
+        if field.docs not in INPUT_DOCS[pair.key]:
             return f"repeats the input's default {given.default!r} (take it with `declared`)"
         return None
     if field.required or field.default in EMPTY:
