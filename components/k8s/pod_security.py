@@ -1,6 +1,8 @@
 """Security contexts: least privilege wherever the hardware allows it."""
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from components.images import parse_image
 
@@ -132,3 +134,5 @@ def checkov_skips(skips: list[tuple[str, str]]) -> dict[str, str]:
 
 # Above 10000: no clash with the node's own users (checkov CKV_K8S_40).
 DEFAULT_UID = 10001
+RunAsUser = Annotated[int, Field(ge=1, le=2**31 - 1)]
+"""A non-root uid of a container."""

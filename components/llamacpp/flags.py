@@ -26,6 +26,24 @@ CacheType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_
 
 
 CACHE_TYPES: tuple[str, ...] = get_args(CacheType)
+GpuLayers = Annotated[int, Field(ge=0, le=100_000)]
+"""`-ngl`: layers offloaded to the GPU."""
+ContextSize = Annotated[int, Field(ge=1)]
+"""`-c`: KV-cache context of all slots together (tokens)."""
+Slots = Annotated[int, Field(ge=1, le=1024)]
+"""`-np`: parallel slots."""
+Temperature = Annotated[float, Field(ge=0, le=100)]
+"""`--temp`: sampling temperature."""
+TopP = Annotated[float, Field(gt=0, le=1)]
+"""`--top-p`: nucleus-sampling threshold."""
+TopK = Annotated[int, Field(ge=0, le=1_000_000)]
+"""`--top-k`: the k most likely tokens (0: all)."""
+MinP = Annotated[float, Field(ge=0, le=1)]
+"""`--min-p`: share of the most likely token's probability below which tokens drop."""
+Threads = Annotated[int, Field(ge=1, le=4096)]
+"""CPU threads of llama-server or rpc-server."""
+CacheRamMib = Annotated[int, Field(ge=0)]
+"""`--cache-ram`: prompt cache in host RAM (MiB)."""
 
 SpecType = Literal[
     "draft-mtp", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark",
@@ -97,38 +115,39 @@ class LlamaServerFlags(TypedDict):
     """`-m`: model file, the first shard; llama.cpp loads `-0000N-of-0000M` from the same folder."""
     alias: ModelName
     """`--alias`: name in `GET /v1/models`; must match LiteLLM's `model_name` for this server."""
-    host: IpAddress
+    host: NotRequired[Annotated[IpAddress, Default("0.0.0.0")]]
     """`--host`: bind address; `0.0.0.0` so the Service reaches the pod."""
-    port: Port
-    """`--port`: listen port (containerPort and Service targetPort)."""
-    jinja: bool
+    port: NotRequired[Annotated[Port, Default(8080)]]
+    """`--port`: listen port (containerPort and the Service's targetPort)."""
+    jinja: NotRequired[Annotated[bool, Default(True)]]
     """`--jinja`: use the chat template in the GGUF (reasoning comes back in
     `reasoning_content`)."""
-    gpu_layers: Annotated[int, Field(ge=0, le=100_000)]
-    """`-ngl`: GPU layers. llama.cpp offloads the output layer first: N = output + N-1 layers."""
-    ctx_size: Annotated[int, Field(ge=1)]
-    """`-c`: total KV-cache context, shared by the slots."""
-    parallel: Annotated[int, Field(ge=1, le=1024)]
-    """`-np`: parallel slots; each gets `-c / -np` tokens."""
-    cont_batching: bool
+    gpu_layers: GpuLayers
+    """`-ngl`: GPU layers. llama.cpp counts the output layer too and offloads it first (the
+    model's layers + 1 offloads them all)."""
+    ctx_size: ContextSize
+    """`-c`: KV-cache context of all slots together (tokens); each slot gets a `-np`th of it."""
+    parallel: NotRequired[Annotated[Slots, Default(1)]]
+    """`-np`: parallel slots, the requests served at once."""
+    cont_batching: NotRequired[Annotated[bool, Default(True)]]
     """`--cont-batching` (or `--no-cont-batching`): continuous batching across slots."""
-    cache_type_k: CacheType
+    cache_type_k: NotRequired[Annotated[CacheType, Default("f16")]]
     """`--cache-type-k`: K cache type, one of CACHE_TYPES (deepseek4 needs K = V)."""
-    cache_type_v: CacheType
+    cache_type_v: NotRequired[Annotated[CacheType, Default("f16")]]
     """`--cache-type-v`: V cache type, one of CACHE_TYPES."""
-    temperature: Annotated[float, Field(ge=0, le=100)]
+    temperature: Temperature
     """`--temp`: sampling temperature of the requests that set none (clients may override)."""
-    top_p: Annotated[float, Field(gt=0, le=1)]
+    top_p: TopP
     """`--top-p`: nucleus-sampling threshold of the requests that set none."""
-    top_k: NotRequired[Annotated[int, Field(ge=0, le=1_000_000)] | None]
+    top_k: NotRequired[TopK | None]
     """`--top-k`: sample from the k most likely tokens, for the requests that set none (0: all
     tokens; omitted: llama-server's 40)."""
-    min_p: NotRequired[Annotated[float, Field(ge=0, le=1)] | None]
+    min_p: NotRequired[MinP | None]
     """`--min-p`: drop tokens less likely than this share of the most likely one, for the
     requests that set none (0: off; omitted: llama-server's 0.05)."""
-    threads: Annotated[int, Field(ge=1, le=4096)]
-    """`--threads`: CPU threads: sampling and the CPU-resident layers."""
-    cache_ram_mib: NotRequired[Annotated[int, Field(ge=0)] | None]
+    threads: Threads
+    """`--threads`: CPU threads (sampling and the CPU-resident layers)."""
+    cache_ram_mib: NotRequired[CacheRamMib | None]
     """`--cache-ram`: prompt cache in host RAM (MiB), counted against the container limit (omitted:
     llama-server's 8192).
     """

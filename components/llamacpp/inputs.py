@@ -29,7 +29,7 @@ from components.grammars import (
     UrlPath,
 )
 from components.k8s.network_policies import NetworkClient
-from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
+from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID, GpuAccess, RunAsUser
 from components.llamacpp.flags import (
     API_KEY_OPTION,
     CACHE_TYPES,
@@ -43,6 +43,7 @@ from components.llamacpp.flags import (
     CacheType,
     LlamaCppSpeculative,
     LlamaServerFlags,
+    Threads,
     extra_args_problems,
     tensor_override_problem,
 )
@@ -55,7 +56,7 @@ from components.llamacpp.runtimes import (
     runtime_for,
 )
 from components.model_store.inputs import DRAFT_DIR, MODELS_MOUNT, ModelVolume
-from components.monitoring.inputs import KubernetesMonitoring
+from components.monitoring.inputs import KubernetesMonitoring, TokensPerSecond
 from components.validation import Default, Input, Problem, cross_field_rule, documented, ref
 
 __all__ = [
@@ -87,6 +88,16 @@ DISK_READ_MIBPS = 300.0
 """Model volume read speed assumed when the caller gives none (a SATA SSD, busy)."""
 INIT_SECONDS = 60
 """Start-up before the load assumed when the caller gives none."""
+ReadMibps = Annotated[float, Field(gt=0)]
+"""A read speed (MiB/s)."""
+Seconds = Annotated[int, Field(ge=0)]
+"""A duration in whole seconds."""
+ProbeDelay = Annotated[int, Field(ge=0, le=86_400)]
+"""Seconds before a probe's first try."""
+ProbeSeconds = Annotated[int, Field(ge=1, le=86_400)]
+"""Seconds between a probe's tries, or that one try may take."""
+FailureThreshold = Annotated[int, Field(ge=1, le=100_000)]
+"""Consecutive failures before a probe counts as failed."""
 
 
 @documented
@@ -151,15 +162,15 @@ def args_runtime(args: Mapping[str, Any]) -> Runtime:
 class HttpProbe(TypedDict):
     """An HTTP GET probe."""
 
-    path: UrlPath
-    """Request path, e.g. `/health`."""
-    initial_delay_seconds: Annotated[int, Field(ge=0, le=86_400)]
+    path: NotRequired[Annotated[UrlPath, Default("/health")]]
+    """Request path of the HTTP GET."""
+    initial_delay_seconds: ProbeDelay
     """Seconds after start (or after the startup probe succeeded) before the first probe."""
-    period_seconds: Annotated[int, Field(ge=1, le=86_400)]
+    period_seconds: ProbeSeconds
     """Seconds between probes."""
-    failure_threshold: Annotated[int, Field(ge=1, le=100_000)]
+    failure_threshold: FailureThreshold
     """Consecutive failures before the probe counts as failed."""
-    timeout_seconds: Annotated[int, Field(ge=1, le=86_400)]
+    timeout_seconds: NotRequired[Annotated[ProbeSeconds, Default(5)]]
     """Seconds one probe may take."""
 
 
@@ -167,11 +178,27 @@ class HttpProbe(TypedDict):
 class ServerProbes(TypedDict):
     """Startup, readiness and liveness probes of the server."""
 
-    startup: HttpProbe
-    """Covers the model load: liveness and readiness only start once it succeeded."""
-    readiness: HttpProbe
+    startup: NotRequired[
+        Annotated[
+            HttpProbe,
+            Default({"initial_delay_seconds": 30, "period_seconds": 10, "failure_threshold": 177}),
+        ]
+    ]
+    """Covers the model load: liveness and readiness start only once it succeeded; its window
+    (initial delay + period x failure threshold) must outlast the load."""
+    readiness: NotRequired[
+        Annotated[
+            HttpProbe,
+            Default({"initial_delay_seconds": 30, "period_seconds": 10, "failure_threshold": 6}),
+        ]
+    ]
     """When the pod receives traffic."""
-    liveness: HttpProbe
+    liveness: NotRequired[
+        Annotated[
+            HttpProbe,
+            Default({"initial_delay_seconds": 0, "period_seconds": 30, "failure_threshold": 5}),
+        ]
+    ]
     """When a hung server is restarted."""
 
 
@@ -180,15 +207,13 @@ class GpuAccessArgs(TypedDict):
 
     gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
     """Host path of the DRM render nodes mounted in `privileged` mode."""
-    gpu_access: NotRequired[
-        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
-    ]
+    gpu_access: NotRequired[Annotated[GpuAccess, Default("privileged")]]
     """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
     `device-plugin` (no privileges at all); a `cpu` runtime mounts nothing and runs unprivileged."""
     gpu_resource: NotRequired[Annotated[ExtendedResource, Default(GPU_RESOURCE)]]
     """Extended resource requested in `device-plugin` mode."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
-    """Non-root uid in `device-plugin` mode."""
+    run_as_user: NotRequired[Annotated[RunAsUser, Default(DEFAULT_UID)]]
+    """Non-root uid of the containers in `device-plugin` mode."""
     supplemental_groups: NotRequired[list[Annotated[int, Field(ge=0, le=2**31 - 1)]]]
     """Extra groups of the pod: the node's render group GID for a non-root Vulkan client."""
 
@@ -197,8 +222,8 @@ class GpuAccessArgs(TypedDict):
 class LlamaCppVulkanServerArgs(GpuAccessArgs):
     """Inputs of LlamaCppVulkanServer."""
 
-    namespace: Input[DnsLabel]
-    """Namespace of the Deployment and Service (may be a Namespace's output)."""
+    namespace: NotRequired[Annotated[Input[DnsLabel], Default("default")]]
+    """Namespace of the objects (may be a Namespace's output)."""
     image: ImageReference
     """Server image, pinned to a build (`server-vulkan-b11434`): the runtime's own image, or,
     for a built-in runtime, another build of its backend (from another repository: a custom
@@ -212,12 +237,12 @@ class LlamaCppVulkanServerArgs(GpuAccessArgs):
     """llama-server flags."""
     model: ModelVolume
     """The model volume and its init check: a GgufModelStore's `model_volume` (or its outputs)."""
-    node_selector: dict[LabelKey, LabelValue]
-    """Node labels the pod must match (the GPU node)."""
+    node_selector: NotRequired[Annotated[dict[LabelKey, LabelValue], Default({})]]
+    """Node labels the server pod must match (the GPU node)."""
     resources: dict[Literal["requests", "limits"], dict[ResourceName, Quantity]]
     """Container requests and limits (`{"requests": {...}, "limits": {...}}`)."""
-    probes: ServerProbes
-    """Startup, readiness and liveness probes."""
+    probes: NotRequired[Annotated[ServerProbes, Default({})]]
+    """Startup, readiness and liveness probes of the server."""
     service_port: NotRequired[Port]
     """Port of the Service; absent: the server port."""
     node_port: NotRequired[NodePortNumber | None]
@@ -239,12 +264,12 @@ class LlamaCppVulkanServerArgs(GpuAccessArgs):
     """Recorded expectations (`llm-infra verify --record`): a Job checks the answers after up."""
     verify_image: NotRequired[ImageReference]
     """Pinned stock Python image of the verify Job; absent: the model check's image."""
-    disk_read_mibps: NotRequired[Annotated[float, Field(gt=0), Default(DISK_READ_MIBPS)]]
+    disk_read_mibps: NotRequired[Annotated[ReadMibps, Default(DISK_READ_MIBPS)]]
     """Read speed of the model volume (MiB/s): with `init_seconds`, how long the load takes,
     which the startup probe must outlast (x1.5)."""
-    init_seconds: NotRequired[Annotated[int, Field(ge=0), Default(INIT_SECONDS)]]
+    init_seconds: NotRequired[Annotated[Seconds, Default(INIT_SECONDS)]]
     """Start-up time before the load (seconds: image start, the model check)."""
-    min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
+    min_decode_tps: NotRequired[TokensPerSecond | None]
     """Decode-speed floor the verify Job enforces (tok/s): catches a silent CPU fallback; also
     the floor of the LlmDecodeBelowFloor alert."""
     metrics: NotRequired[KubernetesMonitoring | None]
@@ -265,7 +290,7 @@ class LlamaCppVulkanServerArgs(GpuAccessArgs):
 class LlamaCppRpcWorkerArgs(GpuAccessArgs):
     """Inputs of LlamaCppRpcWorker."""
 
-    namespace: Input[DnsLabel]
+    namespace: NotRequired[Annotated[Input[DnsLabel], Default("default")]]
     """Namespace of the worker's objects (the server's: its policy admits pods of it)."""
     image: ImageReference
     """Image holding rpc-server, the same llama.cpp build as the server's, with -DGGML_RPC=ON."""
@@ -285,7 +310,7 @@ class LlamaCppRpcWorkerArgs(GpuAccessArgs):
     """rpc-server inside the image."""
     port: NotRequired[Annotated[Port, Default(RPC_PORT)]]
     """rpc-server's port, of the container and the Service."""
-    threads: NotRequired[Annotated[int, Field(ge=1, le=4096)] | None]
+    threads: NotRequired[Threads | None]
     """`-t`: CPU threads of rpc-server; absent: rpc-server's own count."""
 
 
@@ -326,7 +351,8 @@ def _server_fits_its_store(args: Mapping[str, Any]) -> list[Problem]:
             )
         )
     size = model.get("model_bytes")
-    startup = args.get("probes", {}).get("startup")
+    probes = args["probes"]
+    startup = probes.get("startup") if isinstance(probes, Mapping) else None
     if isinstance(size, int) and isinstance(startup, Mapping):
         read, init = args["disk_read_mibps"], args["init_seconds"]
         load = size / (read * 2**20) + init

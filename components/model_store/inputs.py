@@ -23,7 +23,7 @@ from components.grammars import (
     Revision,
     StorageClass,
 )
-from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID
+from components.k8s.pod_security import DEFAULT_DRI_DEVICE, DEFAULT_UID, GpuAccess, RunAsUser
 from components.payloads.fetcher import ModelFile, token_over_http_problem
 from components.validation import Default, Input, Problem, cross_field_rule, documented
 
@@ -35,18 +35,20 @@ CpuVariant = Literal[
 features are `infra.cpus.CPU_VARIANTS`'s."""
 
 
+GpuMemoryGib = Annotated[float, Field(gt=0)]
+"""GPU memory (GiB)."""
+
+
 @documented
 class NodePreflight(TypedDict):
     """What the node preflight checks before the model is downloaded."""
 
     image: ImageReference
     """The server image: its llama-server lists the Vulkan devices the server will see."""
-    gpu_access: NotRequired[
-        Annotated[Literal["privileged", "device-plugin"], Default("privileged")]
-    ]
+    gpu_access: NotRequired[Annotated[GpuAccess, Default("privileged")]]
     """`privileged`: mounts the render nodes and checks them and the Vulkan device;
     `device-plugin`: the plugin hands the GPU only to the server, so only sysfs and the disk."""
-    min_gpu_memory_gib: NotRequired[Annotated[float, Field(gt=0)] | None]
+    min_gpu_memory_gib: NotRequired[GpuMemoryGib | None]
     """GPU memory the memory plan counts on (`memory.vramGib`): VRAM + GTT must reach it."""
     gpu_device_path: NotRequired[Annotated[AbsolutePath, Default(DEFAULT_DRI_DEVICE)]]
     """Host path of the DRM render nodes."""
@@ -61,6 +63,8 @@ FETCH_IMAGE = "python:3.12.8-slim-bookworm"
 """The pinned stock Python image the stack files run the fetcher in when they name none."""
 PARALLEL_DOWNLOADS = 3
 """Model files downloaded at once when the caller gives no number."""
+ParallelDownloads = Annotated[int, Field(ge=1, le=16)]
+"""Model files downloaded at once."""
 FETCH_TIMEOUT_SECONDS = 12 * 3600
 """Deadline of a fetch when the caller gives none: 87 GiB over a slow home link."""
 
@@ -92,7 +96,7 @@ class ModelVolume(TypedDict):
     """ConfigMap with the fetcher and lock, for the server's init check."""
     check_image: ImageReference
     """Image that runs the init check (the store's fetch image)."""
-    run_as_user: Annotated[int, Field(ge=1, le=2**31 - 1)]
+    run_as_user: RunAsUser
     """Non-root uid of the init check."""
     model_file: NotRequired[FileName]
     """The store's first file: the server's `-m` must be `/models/<model_file>`."""
@@ -108,25 +112,26 @@ class ModelVolume(TypedDict):
 class GgufModelStoreArgs(TypedDict):
     """Inputs of GgufModelStore."""
 
-    namespace: Input[DnsLabel]
+    namespace: NotRequired[Annotated[Input[DnsLabel], Default("default")]]
     """Namespace of the PVC, ConfigMap, Secret and Job (may be a Namespace's output)."""
     repo: RepoId
     """Hugging Face repo id, e.g. `unsloth/DeepSeek-V4-Flash-0731-GGUF`."""
-    revision: Revision
-    """Branch, tag or commit sha to fetch."""
+    revision: NotRequired[Annotated[Revision, Default("main")]]
+    """Branch, tag or commit of the repo to fetch (`llm-infra lock` pins a commit)."""
     files: Annotated[list[ModelFile], Field(min_length=1)]
     """The files of the model, first shard first."""
     volume_size: Quantity
     """PVC size as a Kubernetes quantity (`120Gi`): the model plus room for the next one."""
-    storage_class: Input[StorageClass]
-    """Storage class of the PVC (k3s: `local-path`, bound to one node)."""
-    node_selector: dict[LabelKey, LabelValue]
+    storage_class: NotRequired[Annotated[Input[StorageClass], Default("local-path")]]
+    """StorageClass of the model volume's claim (k3s: `local-path`, bound to one node)."""
+    node_selector: NotRequired[Annotated[dict[LabelKey, LabelValue], Default({})]]
     """Where the Job runs: the server's node, since a local-path volume is node-bound."""
-    fetch_image: ImageReference
+    fetch_image: NotRequired[Annotated[ImageReference, Default(FETCH_IMAGE)]]
     """A pinned stock Python image that runs the fetcher (standard library only)."""
     retired_patterns: NotRequired[Annotated[list[FilePattern], Default([])]]
-    """Glob patterns of retired model files to delete (never a file of this model)."""
-    parallel_downloads: NotRequired[Annotated[int, Field(ge=1, le=16), Default(PARALLEL_DOWNLOADS)]]
+    """Glob patterns of retired model files on the volume to delete (never a file of this model;
+    no `/`, and no leading `-`, which would read as a flag)."""
+    parallel_downloads: NotRequired[Annotated[ParallelDownloads, Default(PARALLEL_DOWNLOADS)]]
     """Files downloaded at once."""
     fetch_timeout_seconds: NotRequired[
         Annotated[int, Field(ge=60, le=30 * 86_400), Default(FETCH_TIMEOUT_SECONDS)]
@@ -141,7 +146,7 @@ class GgufModelStoreArgs(TypedDict):
     network); False: such an endpoint with a token is refused."""
     network_policy: NotRequired[Annotated[bool, Default(True)]]
     """Restrict the fetch pod to DNS and the hub's port."""
-    run_as_user: NotRequired[Annotated[int, Field(ge=1, le=2**31 - 1), Default(DEFAULT_UID)]]
+    run_as_user: NotRequired[Annotated[RunAsUser, Default(DEFAULT_UID)]]
     """Non-root uid of the fetch and check containers."""
     upgrade: NotRequired[Annotated[Literal["keep", "replace"], Default("keep")]]
     """`keep`: on a new lock the old model stays until the new one is verified;

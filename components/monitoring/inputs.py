@@ -26,19 +26,29 @@ FOR_MINUTES = 5
 """Default minutes a condition must hold before the down, floor and KV alerts fire."""
 SCRAPE_INTERVAL_SECONDS = 30
 """Scrape interval of the monitors and scrape configs when the caller gives none."""
+TokensPerSecond = Annotated[float, Field(gt=0)]
+"""A speed in tokens per second."""
+HoldMinutes = Annotated[int, Field(ge=0, le=10_080)]
+"""Minutes a condition holds before an alert fires, at most a week."""
+StallMinutes = Annotated[int, Field(ge=1, le=10_080)]
+"""Minutes without a token before the stall alert, at most a week."""
+ShareOfCache = Annotated[float, Field(gt=0, le=1)]
+"""A share of the KV cache."""
+ScrapeSeconds = Annotated[int, Field(ge=1, le=3600)]
+"""A scrape interval (seconds)."""
 
 
 @documented
 class AlertThresholds(TypedDict):
     """When the alerts fire (the decode floor is the server's own `min_decode_tps`)."""
 
-    stall_minutes: NotRequired[Annotated[int, Field(ge=1, le=10_080), Default(STALL_MINUTES)]]
+    stall_minutes: NotRequired[Annotated[StallMinutes, Default(STALL_MINUTES)]]
     """Minutes without a generated token while requests wait before LlmNoTokensWhileRequestsWait
     fires."""
-    kv_cache_ratio: NotRequired[Annotated[float, Field(gt=0, le=1), Default(KV_CACHE_RATIO)]]
+    kv_cache_ratio: NotRequired[Annotated[ShareOfCache, Default(KV_CACHE_RATIO)]]
     """Share of the KV cache (vLLM) or of a slot's context (llama-server) that fires the KV
     alert."""
-    for_minutes: NotRequired[Annotated[int, Field(ge=0, le=10_080), Default(FOR_MINUTES)]]
+    for_minutes: NotRequired[Annotated[HoldMinutes, Default(FOR_MINUTES)]]
     """Minutes a condition must hold before the down, floor and KV alerts fire."""
 
 
@@ -46,11 +56,9 @@ class AlertThresholds(TypedDict):
 class ReferenceSpeeds(TypedDict):
     """Measured speeds the dashboard draws as reference lines (seed 002 for the MI300X)."""
 
-    decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
+    decode_tps: NotRequired[TokensPerSecond | None]
     """Single-stream decode tok/s (median)."""
-    aggregate_tps: NotRequired[
-        Annotated[dict[StreamCount, Annotated[float, Field(gt=0)]], Default({})]
-    ]
+    aggregate_tps: NotRequired[Annotated[dict[StreamCount, TokensPerSecond], Default({})]]
     """Aggregate decode tok/s by concurrent streams (`{"8": 542}`)."""
 
 
@@ -70,9 +78,7 @@ class KubernetesMonitoring(TypedDict):
     `GET /metrics` and nothing else, holding the API key itself."""
     monitor_kind: NotRequired[Literal["ServiceMonitor", "PodMonitor"] | None]
     """`ServiceMonitor` or `PodMonitor` (prometheus-operator CRDs); None creates neither."""
-    scrape_interval_seconds: NotRequired[
-        Annotated[int, Field(ge=1, le=3600), Default(SCRAPE_INTERVAL_SECONDS)]
-    ]
+    scrape_interval_seconds: NotRequired[Annotated[ScrapeSeconds, Default(SCRAPE_INTERVAL_SECONDS)]]
     """Scrape interval of the monitor and the annotations (seconds)."""
     monitor_labels: NotRequired[Annotated[dict[LabelKey, LabelValue], Default({})]]
     """Extra labels of the monitor and the rule, which a Prometheus selects them by."""

@@ -38,8 +38,14 @@ from components.grammars import (
     SshHostKey,
     SshUser,
 )
-from components.model_store.inputs import PARALLEL_DOWNLOADS
-from components.monitoring.inputs import SCRAPE_INTERVAL_SECONDS, AlertThresholds, ReferenceSpeeds
+from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS, ParallelDownloads
+from components.monitoring.inputs import (
+    SCRAPE_INTERVAL_SECONDS,
+    AlertThresholds,
+    ReferenceSpeeds,
+    ScrapeSeconds,
+    TokensPerSecond,
+)
 from components.payloads.fetcher import ModelFile
 from components.validation import Default, Input, Problem, cross_field_rule, documented, ref
 
@@ -51,6 +57,28 @@ BASE_DIR = "/opt/llm"
 """Host directory of the compose project when the caller names none."""
 STARTUP_TIMEOUT_SECONDS = 3600
 """How long `up` waits for vLLM by default: the load plus ROCm kernel builds."""
+METRICS_SITE_PORT = 9443
+"""HTTPS port of the metrics site when the caller names none."""
+StartupTimeout = Annotated[int, Field(ge=60, le=7 * 86_400)]
+"""How long `up` waits for vLLM (seconds, a minute to a week)."""
+DiskGib = Annotated[float, Field(ge=0, le=1_000_000)]
+"""A disk size (GiB)."""
+RamGib = Annotated[float, Field(ge=0, le=100_000)]
+"""A RAM size (GiB)."""
+TensorParallelSize = Annotated[int, Field(ge=1, le=8)]
+"""`-tp`: GPUs the model is split over."""
+MaxModelLen = Annotated[int, Field(ge=1024)]
+"""`--max-model-len`: longest context in tokens."""
+BatchedTokens = Annotated[int, Field(ge=16)]
+"""`--max-num-batched-tokens`: scheduler token budget per step."""
+KvCacheBytes = Annotated[int, Field(ge=2**30)]
+"""`--kv-cache-memory-bytes`: GPU KV cache (bytes, at least 1 GiB)."""
+OffloadGib = Annotated[float, Field(ge=0)]
+"""`--kv-offloading-size`: CPU KV tier (GiB)."""
+MaxNumSeqs = Annotated[int, Field(ge=1)]
+"""`--max-num-seqs`: concurrent sequences."""
+SpeculativeTokens = Annotated[int, Field(ge=1, le=16)]
+"""Tokens a vLLM draft proposes per step."""
 
 
 @documented
@@ -63,8 +91,8 @@ class CaddySite(TypedDict):
     """`auto`: ACME certificates for the domain; `internal`: Caddy's own CA."""
     allowed_cidrs: list[Cidr]
     """Client networks allowed through; everything else gets 403. Never empty."""
-    image: ImageReference
-    """A pinned Caddy 2.11 image (version tag or digest)."""
+    image: NotRequired[Annotated[ImageReference, Default(CADDY_IMAGE)]]
+    """The Caddy 2.11 image, pinned by a full version tag or a digest."""
     acme_email: NotRequired[Email | None]
     """ACME account email; required with `tls: auto`."""
     allow_world: NotRequired[Annotated[bool, Default(False)]]
@@ -100,9 +128,9 @@ def _allowlist_admits_someone_not_everyone(site: Mapping[str, Any]) -> list[Prob
 class HostRequirements(TypedDict):
     """What the preflight demands of the host before anything is downloaded or started."""
 
-    min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
+    min_free_disk_gib: DiskGib
     """Free disk in the model directory's filesystem, counting what the model already uses."""
-    min_ram_gib: Annotated[float, Field(ge=0, le=100_000)]
+    min_ram_gib: RamGib
     """Installed RAM (MemTotal): the CPU KV tier is pinned, so available RAM varies at run time."""
 
 
@@ -110,15 +138,13 @@ class HostRequirements(TypedDict):
 class HostMonitoring(TypedDict):
     """vLLM's metrics site, the optional GPU exporter, and what the alerts and dashboard watch."""
 
-    port: Port
+    port: NotRequired[Annotated[Port, Default(METRICS_SITE_PORT)]]
     """HTTPS port of the metrics site on the host (TLS like the API site)."""
     allowed_cidrs: list[Cidr]
     """Networks allowed to scrape; everyone else gets 403. Never empty."""
     allow_world: NotRequired[Annotated[bool, Default(False)]]
     """Accept a scrape allowlist that admits every address."""
-    scrape_interval_seconds: NotRequired[
-        Annotated[int, Field(ge=1, le=3600), Default(SCRAPE_INTERVAL_SECONDS)]
-    ]
+    scrape_interval_seconds: NotRequired[Annotated[ScrapeSeconds, Default(SCRAPE_INTERVAL_SECONDS)]]
     """Scrape interval of the rendered Prometheus scrape config (seconds)."""
     gpu_exporter_image: NotRequired[ImageReference | None]
     """Pinned image of AMD's device metrics exporter (None: no exporter)."""
@@ -138,7 +164,7 @@ class SpeculativeConfig(TypedDict):
 
     method: Identifier
     """Draft method, e.g. `dspark` (DeepSeek V4's own draft heads)."""
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
+    num_speculative_tokens: SpeculativeTokens
     """Tokens drafted per step (the seed measured 7)."""
 
 
@@ -152,24 +178,23 @@ class VllmFlags(TypedDict):
     """`--served-model-name`: model id in `/v1/models`; LiteLLM routes by it."""
     host: IpAddress
     """`--host`: bind address inside the compose network (never published on the host)."""
-    port: Port
+    port: NotRequired[Annotated[Port, Default(8000)]]
     """`--port`: vLLM's port behind Caddy, on the compose network."""
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=8)]
+    tensor_parallel_size: NotRequired[Annotated[TensorParallelSize, Default(1)]]
     """`-tp`: tensor parallel size, the GPUs the model is split over."""
-    max_model_len: Annotated[int, Field(ge=1024)]
+    max_model_len: MaxModelLen
     """`--max-model-len`: longest context in tokens (262144 = 256k)."""
-    max_num_batched_tokens: Annotated[int, Field(ge=16)]
+    max_num_batched_tokens: BatchedTokens
     """`--max-num-batched-tokens`: scheduler budget per step (seed 002: 2048)."""
-    kv_cache_memory_bytes: Annotated[int, Field(ge=2**30)]
+    kv_cache_memory_bytes: KvCacheBytes
     """`--kv-cache-memory-bytes`: GPU KV cache in bytes (replaces --gpu-memory-utilization)."""
-    kv_offloading_size_gib: Annotated[float, Field(ge=0)]
+    kv_offloading_size_gib: OffloadGib
     """`--kv-offloading-size`: CPU KV tier in GiB, pinned host memory for prefix-cache entries."""
-    kv_offloading_backend: Literal["native", "lmcache"]
+    kv_offloading_backend: NotRequired[Annotated[Literal["native", "lmcache"], Default("native")]]
     """`--kv-offloading-backend`: CPU KV tier implementation."""
-    enable_prefix_caching: bool
+    enable_prefix_caching: NotRequired[Annotated[bool, Default(True)]]
     """`--enable-prefix-caching` (or `--no-enable-prefix-caching`): reuses the KV of shared prompt
-    prefixes.
-    """
+    prefixes."""
     speculative_config: NotRequired[SpeculativeConfig | None]
     """`--speculative-config`: speculative decoding (DSpark, draft tokens), as compact JSON."""
     reasoning_parser: NotRequired[Identifier | None]
@@ -178,7 +203,7 @@ class VllmFlags(TypedDict):
     """`--tool-call-parser` (and `--enable-auto-tool-choice`): parses the model's tool calls; lets
     the model call tools the client offers.
     """
-    max_num_seqs: NotRequired[Annotated[int, Field(ge=1)] | None]
+    max_num_seqs: NotRequired[MaxNumSeqs | None]
     """`--max-num-seqs`: concurrent sequences (absent or None: vLLM's own)."""
     kv_cache_dtype: NotRequired[Identifier | None]
     """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4)."""
@@ -304,7 +329,7 @@ class VllmRocmServerArgs(TypedDict):
     """Host directory of the model files; survives `pulumi destroy`."""
     model_lock: ModelLock
     """The locked model, fetched into model_dir on the host (the fetcher's lock document)."""
-    fetch_image: ImageReference
+    fetch_image: NotRequired[Annotated[ImageReference, Default(FETCH_IMAGE)]]
     """A pinned stock Python image that runs the fetcher, so the host needs no Python."""
     image: ImageReference
     """vLLM ROCm image pinned by digest (`vllm/vllm-openai-rocm@sha256:...`)."""
@@ -323,14 +348,14 @@ class VllmRocmServerArgs(TypedDict):
     project_name: NotRequired[Annotated[DnsLabel, Default("llm")]]
     """Compose project name."""
     startup_timeout_seconds: NotRequired[
-        Annotated[int, Field(ge=60, le=7 * 86_400), Default(STARTUP_TIMEOUT_SECONDS)]
+        Annotated[StartupTimeout, Default(STARTUP_TIMEOUT_SECONDS)]
     ]
     """How long `up` waits for vLLM to turn healthy (seconds: load plus kernel builds)."""
-    fetch_parallel: NotRequired[Annotated[int, Field(ge=1, le=16), Default(PARALLEL_DOWNLOADS)]]
+    fetch_parallel: NotRequired[Annotated[ParallelDownloads, Default(PARALLEL_DOWNLOADS)]]
     """Model files downloaded at once."""
     verify_expectations: NotRequired[str | None]
     """Recorded expectations (`llm-infra verify --record`): checked on the host after each up."""
-    min_decode_tps: NotRequired[Annotated[float, Field(gt=0)] | None]
+    min_decode_tps: NotRequired[TokensPerSecond | None]
     """Decode-speed floor of that check (tok/s), and of the LlmDecodeBelowFloor alert."""
     metrics: NotRequired[HostMonitoring | None]
     """vLLM's /metrics on a second Caddy site, the GPU exporter, and the dashboard, alert rules

@@ -8,24 +8,13 @@ from pathlib import Path
 
 import pulumi
 
-from components import GgufModelStore, HttpProbe, LlamaCppVulkanServer, ModelFile
+from components import GgufModelStore, LlamaCppVulkanServer, ModelFile
 from infra.component_users import store_files_from_lock
 
 NAMESPACE = "llm"
 NODE = {"kubernetes.io/arch": "amd64", "hardware": "high-memory"}
 MODEL = "Qwen3-8B-Q4_K_M.gguf"
 LOCK = Path(__file__).with_name("qwen3-8b.lock.json")
-
-
-def health_probe(initial_delay_seconds: int, failure_threshold: int) -> HttpProbe:
-    """GET /health every 10 s."""
-    return {
-        "path": "/health",
-        "initial_delay_seconds": initial_delay_seconds,
-        "period_seconds": 10,
-        "failure_threshold": failure_threshold,
-        "timeout_seconds": 5,
-    }
 
 
 def model_files(lock: Path) -> list[ModelFile]:
@@ -43,12 +32,9 @@ def main(lock: Path = LOCK) -> None:
         {
             "namespace": NAMESPACE,
             "repo": "unsloth/Qwen3-8B-GGUF",
-            "revision": "main",
             "files": files,
             "volume_size": "20Gi",
-            "storage_class": "local-path",
             "node_selector": NODE,
-            "fetch_image": "python:3.12.8-slim-bookworm",
         },
     )
     server = LlamaCppVulkanServer(
@@ -59,13 +45,9 @@ def main(lock: Path = LOCK) -> None:
             "flags": {
                 "model_path": f"/models/{files[0]['name']}",
                 "alias": "qwen3-8b",
-                "host": "0.0.0.0",
-                "port": 8080,
-                "jinja": True,
                 "gpu_layers": 37,
                 "ctx_size": 32768,
                 "parallel": 2,
-                "cont_batching": True,
                 "cache_type_k": "q8_0",
                 "cache_type_v": "q8_0",
                 "temperature": 0.6,
@@ -78,10 +60,18 @@ def main(lock: Path = LOCK) -> None:
                 "requests": {"cpu": "500m", "memory": "2Gi"},
                 "limits": {"cpu": "2000m", "memory": "8Gi"},
             },
+            # A small model loads in seconds: a shorter startup window than the default's.
             "probes": {
-                "startup": health_probe(10, 60),
-                "readiness": health_probe(5, 3),
-                "liveness": health_probe(0, 5),
+                "startup": {
+                    "initial_delay_seconds": 10,
+                    "period_seconds": 10,
+                    "failure_threshold": 60,
+                },
+                "readiness": {
+                    "initial_delay_seconds": 5,
+                    "period_seconds": 10,
+                    "failure_threshold": 3,
+                },
             },
         },
         opts=pulumi.ResourceOptions(depends_on=[store]),

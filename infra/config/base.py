@@ -34,14 +34,18 @@ from components.grammars import (
     ModelName,
     Port,
     Quantity,
+    RepoId,
     RepoPath,
+    Revision,
     SiteAddress,
     SshHostKey,
     is_ip_address,
     quantity_value,
 )
 from components.images import parse_image
+from components.model_store.inputs import GgufModelStoreArgs
 from components.validation import error_messages
+from infra.config.declared import declared
 
 __all__ = [
     "AbsolutePath",
@@ -148,10 +152,9 @@ plan can count in bytes)."""
 class RepoModelSettings(Strict):
     """A model in a Hugging Face repo: which revision and which files (exact paths or globs)."""
 
-    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][-A-Za-z0-9_.]*/[A-Za-z0-9][-A-Za-z0-9_.]*$")]
+    repo: RepoId
     """Hugging Face repo, `owner/name`."""
-    revision: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,254}$")] = "main"
-    """Branch, tag or commit of the repo; `llm-infra lock` records the commit it resolves to."""
+    revision: Revision = declared(GgufModelStoreArgs, "revision")
     files: Annotated[list[RepoPath], Field(min_length=1)]
     """Files of the repo to fetch: exact paths or glob patterns (`llm-infra lock` resolves
     them); a GGUF model is one file or every shard of one split set, shard 1 first."""

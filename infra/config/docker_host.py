@@ -9,13 +9,26 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field
 
 from components.extra_args import ExtraArgs, located
+from components.grammars import SshUser
 from components.images import parse_image
-from components.model_store.inputs import FETCH_IMAGE
+from components.monitoring.inputs import TokensPerSecond
 from components.vllm.inputs import (
-    BASE_DIR,
-    CADDY_IMAGE,
-    SSH_PORT,
-    STARTUP_TIMEOUT_SECONDS,
+    BatchedTokens,
+    CaddySite,
+    DiskGib,
+    HostRequirements,
+    KvCacheBytes,
+    MaxModelLen,
+    MaxNumSeqs,
+    OffloadGib,
+    RamGib,
+    SpeculativeConfig,
+    SpeculativeTokens,
+    SshConnection,
+    StartupTimeout,
+    TensorParallelSize,
+    VllmFlags,
+    VllmRocmServerArgs,
     extra_args_problems,
 )
 from infra.config.base import (
@@ -36,6 +49,7 @@ from infra.config.base import (
     image_problems,
     is_ip_address,
 )
+from infra.config.declared import declared
 from infra.config.inputs import component_problems
 from infra.config.metrics import HostMetricsSettings
 
@@ -51,24 +65,18 @@ class HostSettings(Strict):
 
     address: SiteAddress
     """The host's DNS name or IP address."""
-    user: Annotated[str, Field(pattern=r"^[a-z_][a-z0-9_-]{0,31}$")]
+    user: SshUser
     """The SSH user on the host."""
-    port: Port = SSH_PORT
-    """The host's SSH port."""
+    port: Port = declared(SshConnection, "port")
     host_key: SshHostKey | None = None
     """The host's public key (a line of `ssh-keyscan -t ed25519 HOST`): any other key refuses
     the connection, so nobody in between receives the API key."""
-    insecure_ignore_host_key: bool = False
-    """Connect without checking the host key (render and preview warn)."""
-    base_dir: AbsolutePath = BASE_DIR
-    """Host directory of the compose project and its files."""
+    insecure_ignore_host_key: bool = declared(SshConnection, "insecure_ignore_host_key")
+    base_dir: AbsolutePath = declared(VllmRocmServerArgs, "base_dir")
     model_dir: AbsolutePath
     """Where the model lives on the host; `pulumi destroy` leaves it."""
-    min_free_disk_gib: Annotated[float, Field(ge=0, le=1_000_000)]
-    """Free disk the preflight demands in the model directory's filesystem (GiB), counting
-    what the model already uses."""
-    min_ram_gib: Annotated[float, Field(ge=0, le=100_000)]
-    """Installed RAM (MemTotal) the preflight demands (GiB): the CPU KV tier is pinned."""
+    min_free_disk_gib: DiskGib = declared(HostRequirements, "min_free_disk_gib")
+    min_ram_gib: RamGib = declared(HostRequirements, "min_ram_gib")
 
 
 class SpeculativeSettings(Strict):
@@ -76,8 +84,9 @@ class SpeculativeSettings(Strict):
 
     method: Identifier
     """Speculative decoding method (`method` of `--speculative-config`)."""
-    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)]
-    """Draft tokens proposed per step."""
+    num_speculative_tokens: SpeculativeTokens = declared(
+        SpeculativeConfig, "num_speculative_tokens"
+    )
 
 
 class VllmSettings(Strict):
@@ -89,22 +98,16 @@ class VllmSettings(Strict):
     """Accept an image without a digest."""
     served_model_name: ModelName
     """`--served-model-name`: model id in `/v1/models`; LiteLLM routes by it."""
-    port: Port = 8000
-    """`--port`: vLLM's port behind Caddy, on the compose network."""
-    tensor_parallel_size: Annotated[int, Field(ge=1, le=8)] = 1
-    """`-tp`: tensor parallel size, the GPUs the model is split over."""
-    max_model_len: Annotated[int, Field(ge=1024)]
-    """`--max-model-len`: longest context in tokens."""
-    max_num_batched_tokens: Annotated[int, Field(ge=16)]
-    """`--max-num-batched-tokens`: scheduler token budget per step."""
-    max_num_seqs: Annotated[int, Field(ge=1)] | None = None
-    """`--max-num-seqs`: concurrent sequences; unset: vLLM's own."""
-    kv_cache_memory_bytes: Annotated[int, Field(ge=2**30)]
-    """GPU KV cache in bytes (`--kv-cache-memory-bytes`; overrides gpu-memory-utilization)."""
-    kv_offloading_size: Annotated[float, Field(ge=0)]
-    """CPU KV tier in GiB (`--kv-offloading-size`), pinned host memory."""
-    kv_offloading_backend: Literal["native", "lmcache"] = "native"
-    """`--kv-offloading-backend`: implementation of the CPU KV tier."""
+    port: Port = declared(VllmFlags, "port")
+    tensor_parallel_size: TensorParallelSize = declared(VllmFlags, "tensor_parallel_size")
+    max_model_len: MaxModelLen = declared(VllmFlags, "max_model_len")
+    max_num_batched_tokens: BatchedTokens = declared(VllmFlags, "max_num_batched_tokens")
+    max_num_seqs: MaxNumSeqs | None = declared(VllmFlags, "max_num_seqs")
+    kv_cache_memory_bytes: KvCacheBytes = declared(VllmFlags, "kv_cache_memory_bytes")
+    kv_offloading_size: OffloadGib = declared(VllmFlags, "kv_offloading_size_gib")
+    kv_offloading_backend: Literal["native", "lmcache"] = declared(
+        VllmFlags, "kv_offloading_backend"
+    )
     kv_cache_dtype: Identifier | None = None
     """`--kv-cache-dtype`: KV cache dtype (fp8 becomes fp8_ds_mla for DeepSeek V4);
     unset: vLLM's own."""
@@ -116,16 +119,13 @@ class VllmSettings(Strict):
     tool_call_parser: Identifier | None = None
     """`--tool-call-parser` (and `--enable-auto-tool-choice`): parses the model's tool calls;
     unset: no tool calls."""
-    prefix_caching: bool = True
-    """`--enable-prefix-caching` (false: `--no-enable-prefix-caching`): reuse the KV of
-    shared prompt prefixes."""
-    startup_timeout_seconds: Annotated[int, Field(ge=60)] = STARTUP_TIMEOUT_SECONDS
-    """How long `pulumi up` waits for vLLM to turn healthy (seconds: the load plus ROCm
-    kernel builds)."""
+    prefix_caching: bool = declared(VllmFlags, "enable_prefix_caching")
+    startup_timeout_seconds: StartupTimeout = declared(
+        VllmRocmServerArgs, "startup_timeout_seconds"
+    )
     verify_after_up: bool = False
     """Run `llm-infra verify` on the host after each `pulumi up` (needs STACK.verify.json)."""
-    min_decode_tps: Annotated[float, Field(gt=0)] | None = None
-    """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
+    min_decode_tps: TokensPerSecond | None = declared(VllmRocmServerArgs, "min_decode_tps")
     extra_args: ExtraArgs = []
     """Further `vllm serve` (vLLM 0.33) arguments, as argv words after the rendered flags in
     the compose command, e.g. `["--enforce-eager"]` (never through a shell; a `$` is written
@@ -147,10 +147,8 @@ class CaddySettings(Strict):
     """ACME account email; required with `tls: auto`."""
     allowed_cidrs: list[Cidr]
     """Client networks allowed through; everything else gets 403."""
-    allow_world: bool = False
-    """Accept an allowlist that admits every address (0.0.0.0/0, ::/0, or CIDRs adding up to it)."""
-    image: ImageReference = CADDY_IMAGE
-    """The Caddy 2.11 image, pinned by a full version tag or a digest."""
+    allow_world: bool = declared(CaddySite, "allow_world")
+    image: ImageReference = declared(CaddySite, "image")
     allow_floating_image: bool = False
     """Accept a Caddy image tag that pins no full version."""
 
@@ -203,14 +201,12 @@ class DockerHostStack(SingleServer, Strict):
     """The GPU host, reached over SSH, and what it must offer."""
     model: DockerHostModelSettings
     """The checkpoint to serve: repo, revision and files (safetensors and configs)."""
-    fetch_image: ImageReference = FETCH_IMAGE
-    """Image the model download runs in on the host: a stock Python image, pinned."""
+    fetch_image: ImageReference = declared(VllmRocmServerArgs, "fetch_image")
     server: VllmSettings
     """`vllm serve` flags and vLLM's image."""
     caddy: CaddySettings
     """The HTTPS front: site, certificates and who may connect."""
-    patches: list[PatchSettings] = []
-    """Patched files mounted read-only over the image's own, each pinned by sha256."""
+    patches: list[PatchSettings] = declared(VllmRocmServerArgs, "patches")
     memory: HostMemorySettings = HostMemorySettings()
     """The host figures the memory plan checks the stack against."""
     metrics: HostMetricsSettings | None = None

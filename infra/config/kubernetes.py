@@ -8,17 +8,23 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import AfterValidator, Field
 from pydantic.alias_generators import to_camel
 
-from components.grammars import NodePortNumber
+from components.grammars import FilePattern, NodePortNumber, StorageClass
 from components.llamacpp.flags import SPEC_TYPES_OF_ARCHITECTURE
 from components.llamacpp.inputs import (
     CACHE_TYPES,
-    INIT_SECONDS,
+    LlamaCppVulkanServerArgs,
+    ReadMibps,
+    Seconds,
     runtime_record,
     server_runtime_problems,
     speculative_problems,
     worker_runtime_problems,
 )
-from components.model_store.inputs import FETCH_IMAGE, PARALLEL_DOWNLOADS
+from components.model_store.inputs import (
+    GgufModelStoreArgs,
+    GpuMemoryGib,
+    ParallelDownloads,
+)
 from infra.config.base import (
     Architecture,
     Cidr,
@@ -33,6 +39,7 @@ from infra.config.base import (
     SingleServer,
     Strict,
 )
+from infra.config.declared import declared
 from infra.config.inputs import component_problems
 from infra.config.metrics import KubernetesMetricsSettings
 from infra.config.server import LlamaSpeculativeSettings, ServerSettings
@@ -53,8 +60,7 @@ NodeCpu = Annotated[str, AfterValidator(_known_cpu)]
 class KubernetesSettings(Strict):
     """Where the Kubernetes objects go."""
 
-    namespace: DnsLabel = "default"
-    """Namespace of every object of the stack."""
+    namespace: DnsLabel = declared(LlamaCppVulkanServerArgs, "namespace")
     create_namespace: bool = False
     """Create the namespace (labelled as managed by llm-infra); false: it must exist."""
     context: KubeContext | None = None
@@ -90,9 +96,7 @@ class HubSettings(Strict):
     hf_endpoint: HttpUrl | None = None
     """Hugging Face hub, or a mirror of it, that `llm-infra lock` and the fetch Job
     download from; unset: huggingface.co."""
-    allow_token_over_http: bool = False
-    """Send hfToken to a plain-http hfEndpoint (a mirror on a trusted network); refused
-    unless set."""
+    allow_token_over_http: bool = declared(GgufModelStoreArgs, "allow_token_over_http")
 
 
 class StoreSettings(HubSettings):
@@ -103,26 +107,15 @@ class StoreSettings(HubSettings):
     size: Quantity
     """Requested size of the model volume (a quantity such as `200Gi`); the memory plan checks
     that the model's files fit."""
-    storage_class: Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")] = (
-        "local-path"
-    )
-    """StorageClass of the model volume's claim."""
-    fetch_image: ImageReference = FETCH_IMAGE
-    """Image the fetch Job runs the fetcher in: a stock Python image, pinned."""
+    storage_class: StorageClass = declared(GgufModelStoreArgs, "storage_class")
+    fetch_image: ImageReference = declared(GgufModelStoreArgs, "fetch_image")
     allow_floating_image: bool = False
     """Accept a fetchImage tag that pins no version (e.g. `latest`)."""
-    retired_patterns: list[
-        Annotated[str, Field(pattern=r"^[A-Za-z0-9._*?\[\]+=@][A-Za-z0-9._*?\[\]+=@-]{0,254}$")]
-    ] = []
-    """Glob patterns of file names on the volume (no `/`; a leading `-` would read as a flag)."""
-    parallel_downloads: Annotated[int, Field(ge=1, le=16)] = PARALLEL_DOWNLOADS
-    """Files the fetch Job downloads at once."""
+    retired_patterns: list[FilePattern] = declared(GgufModelStoreArgs, "retired_patterns")
+    parallel_downloads: ParallelDownloads = declared(GgufModelStoreArgs, "parallel_downloads")
     fetch_timeout_hours: Annotated[float, Field(ge=0.1, le=168)] = 12
     """How long the fetch Job may run before Kubernetes stops it (hours)."""
-    upgrade: Literal["keep", "replace"] = "keep"
-    """`keep`: on a new lock the old model stays on the volume, and serving, until the new one is
-    verified (the volume must hold both); `replace`: when it cannot, the retired files go first
-    and the server is down until the new model is in place."""
+    upgrade: Literal["keep", "replace"] = declared(GgufModelStoreArgs, "upgrade")
     node_preflight: bool = False
     """Run a Job on the server's node before the download that checks the render node, the
     amdgpu VRAM + GTT against `memory.vramGib`, the disk, and that the server image sees a Vulkan
@@ -169,17 +162,15 @@ class MemorySettings(Strict):
     checks the container limit and the host-side buffers against what is left, and its
     advice never raises the limit past it. Unset: only the container limit is checked."""
 
-    vram_gib: Annotated[float, Field(gt=0)] | None = None
+    vram_gib: GpuMemoryGib | None = None
     """GPU memory of the server's node that llama-server may use (GiB): the memory plan fits
     the offloaded layers, KV cache and compute buffers into it; unset: no GPU budget is checked."""
     compute_gib: Annotated[float, Field(ge=0)] | None = None
     """Measured GPU compute buffers, replacing the planner's estimate."""
     check: bool = True
     """Refuse a stack that does not fit (render, preview and up)."""
-    disk_read_mibps: Annotated[float, Field(gt=0)] = 300
-    """Sequential read speed of the model volume: how long the load takes, for the probes."""
-    init_seconds: Annotated[int, Field(ge=0)] = INIT_SECONDS
-    """Device and runtime start-up on top of reading the weights (Vulkan init, warm-up)."""
+    disk_read_mibps: ReadMibps = declared(LlamaCppVulkanServerArgs, "disk_read_mibps")
+    init_seconds: Seconds = declared(LlamaCppVulkanServerArgs, "init_seconds")
     node_cpu: NodeCpu | None = None
     """The server node's CPU (`zen5`, `sapphirerapids`, ...) or ggml CPU variant (`haswell`,
     ...): it decides which CPU-resident weights llama.cpp repacks into buffers of their own

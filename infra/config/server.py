@@ -8,15 +8,37 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag
 
 from components.extra_args import ExtraArgs
-from components.k8s.pod_security import DEFAULT_UID
-from components.llamacpp.flags import DraftProbability, DraftTokens, MinDraftTokens, SpecType
+from components.grammars import ExtendedResource, UrlPath
+from components.k8s.pod_security import GpuAccess, RunAsUser
+from components.llamacpp.flags import (
+    CacheRamMib,
+    ContextSize,
+    DraftProbability,
+    DraftTokens,
+    GpuLayers,
+    MinDraftTokens,
+    MinP,
+    Slots,
+    SpecType,
+    Temperature,
+    Threads,
+    TopK,
+    TopP,
+)
 from components.llamacpp.inputs import (
-    GPU_RESOURCE,
-    RPC_BINARY,
-    RPC_PORT,
     CacheType,
+    FailureThreshold,
+    GpuAccessArgs,
+    HttpProbe,
+    LlamaCppRpcWorkerArgs,
+    LlamaCppVulkanServerArgs,
+    LlamaServerFlags,
+    ProbeDelay,
+    ProbeSeconds,
+    ServerProbes,
 )
 from components.llamacpp.runtimes import BUILTIN_RUNTIMES, NAME, Runtime, runtime_for
+from components.monitoring.inputs import TokensPerSecond
 from infra.config.base import (
     UNION_TAG,
     AbsolutePath,
@@ -32,21 +54,17 @@ from infra.config.base import (
     RepoModelSettings,
     Strict,
 )
+from infra.config.declared import declared
 
 
 class ProbeSettings(Strict):
     """An HTTP GET probe."""
 
-    path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._~/-]*$")] = "/health"
-    """Request path of the HTTP GET."""
-    initial_delay_seconds: Annotated[int, Field(ge=0)]
-    """Seconds after start (or after the startup probe succeeded) before the first probe."""
-    period_seconds: Annotated[int, Field(ge=1)]
-    """Seconds between probes."""
-    failure_threshold: Annotated[int, Field(ge=1)]
-    """Consecutive failures before the probe counts as failed."""
-    timeout_seconds: Annotated[int, Field(ge=1)] = 5
-    """Seconds one probe may take."""
+    path: UrlPath = declared(HttpProbe, "path")
+    initial_delay_seconds: ProbeDelay = declared(HttpProbe, "initial_delay_seconds")
+    period_seconds: ProbeSeconds = declared(HttpProbe, "period_seconds")
+    failure_threshold: FailureThreshold = declared(HttpProbe, "failure_threshold")
+    timeout_seconds: ProbeSeconds = declared(HttpProbe, "timeout_seconds")
 
     @property
     def window_seconds(self) -> int:
@@ -57,19 +75,9 @@ class ProbeSettings(Strict):
 class ProbesSettings(Strict):
     """Probes of the server. The startup probe covers the model load (see `minLoadSeconds`)."""
 
-    startup: ProbeSettings = ProbeSettings(
-        initial_delay_seconds=30, period_seconds=10, failure_threshold=177
-    )
-    """Covers the model load: liveness and readiness start only once it succeeded; its window
-    must outlast minLoadSeconds and the planned load."""
-    readiness: ProbeSettings = ProbeSettings(
-        initial_delay_seconds=30, period_seconds=10, failure_threshold=6
-    )
-    """When the pod receives traffic."""
-    liveness: ProbeSettings = ProbeSettings(
-        initial_delay_seconds=0, period_seconds=30, failure_threshold=5
-    )
-    """When a hung server is restarted."""
+    startup: ProbeSettings = declared(ServerProbes, "startup", ProbeSettings)
+    readiness: ProbeSettings = declared(ServerProbes, "readiness", ProbeSettings)
+    liveness: ProbeSettings = declared(ServerProbes, "liveness", ProbeSettings)
 
 
 class ComputeResources(Strict):
@@ -108,8 +116,7 @@ class RpcWorkerSettings(Strict):
     """GPU memory of that node available to rpc-server (the plan checks each worker against it)."""
     compute_gib: Annotated[float, Field(ge=0)] | None = None
     """Measured compute buffer of the worker's device, replacing the planner's estimate."""
-    threads: Annotated[int, Field(ge=1)] | None = None
-    """`-t`: CPU threads of rpc-server (its CPU device only)."""
+    threads: Threads | None = declared(LlamaCppRpcWorkerArgs, "threads")
     resources: ResourceSettings = _worker_resources()
     """Container requests and limits of the worker's rpc-server."""
 
@@ -119,13 +126,11 @@ class RpcSettings(Strict):
 
     workers: Annotated[list[RpcWorkerSettings], Field(min_length=1)]
     """The nodes that lend their GPU, in `--rpc` order."""
-    port: Port = RPC_PORT
-    """rpc-server's port on each worker (container and Service)."""
+    port: Port = declared(LlamaCppRpcWorkerArgs, "port")
     image: ImageReference | None = None
     """Worker image; unset: server.image. Head and workers must be the same llama.cpp build,
     configured with -DGGML_RPC=ON: the RPC protocol has no compatibility across versions."""
-    binary: AbsolutePath = RPC_BINARY
-    """rpc-server inside the image."""
+    binary: AbsolutePath = declared(LlamaCppRpcWorkerArgs, "binary")
     network_mibps: Annotated[float, Field(gt=0)] = 280
     """Throughput from the head to the workers (2.5 GbE: ~280 MiB/s): every load sends each
     worker its weights, which the startup probe must allow for."""
@@ -191,33 +196,22 @@ RuntimeChoice = Annotated[
 class ServerSettings(Strict):
     """llama-server and its Deployment."""
 
-    gpu_access: Literal["privileged", "device-plugin"] = "privileged"
-    """`privileged` + hostPath of the runtime's devices (/dev/dri; ROCm also /dev/kfd), or
-    `device-plugin`: gpuResource requested from the node, no privileges (runs as runAsUser)."""
-    gpu_resource: Annotated[str, Field(pattern=r"^[a-z0-9.-]+/[a-z0-9.-]+$")] = GPU_RESOURCE
-    """Extended resource requested in `device-plugin` mode."""
+    gpu_access: GpuAccess = declared(GpuAccessArgs, "gpu_access")
+    gpu_resource: ExtendedResource = declared(GpuAccessArgs, "gpu_resource")
     render_group_id: Annotated[int, Field(ge=1)] | None = None
     """GID of the node's render group, added to the pods' supplemental groups: a non-root
     process needs it to open the render node."""
-    run_as_user: Annotated[int, Field(ge=1)] = DEFAULT_UID
-    """Non-root uid of the server's and workers' containers in `device-plugin` mode."""
+    run_as_user: RunAsUser = declared(GpuAccessArgs, "run_as_user")
     api_key: bool = False
     """Require the apiKey secret as a Bearer token (`--api-key-file`, from a Kubernetes Secret);
     LiteLLM's route then sends it."""
-    gpu_gate: bool = False
-    """Startup probe that fails unless the load log shows the layers on the runtime's GPU device
-    (a `cpu` runtime: every layer on the host)."""
+    gpu_gate: bool = declared(LlamaCppVulkanServerArgs, "gpu_gate")
     verify_after_up: bool = False
     """Run `llm-infra verify` as a Job after each `pulumi up` (needs stacks/STACK.verify.json;
     a fleet's server stacks/STACK.SERVER.verify.json)."""
-    min_decode_tps: Annotated[float, Field(gt=0)] | None = None
-    """Decode-speed floor (tok/s) of `llm-infra verify` and the post-up check."""
-    cache_ram: Annotated[int, Field(ge=0)] | None = None
-    """`--cache-ram` MiB (prompt cache in the container's RAM); None: llama-server's 8192."""
-    repack: bool = True
-    """Let llama.cpp repack CPU-resident weights into CPU_REPACK/AMX buffers (false:
-    `--no-repack`). b11434's AMX path dies on quantized weights: the plan refuses it on an AMX
-    node (memory.nodeCpu) until this is false."""
+    min_decode_tps: TokensPerSecond | None = declared(LlamaCppVulkanServerArgs, "min_decode_tps")
+    cache_ram: CacheRamMib | None = declared(LlamaServerFlags, "cache_ram_mib")
+    repack: bool = declared(LlamaServerFlags, "repack")
 
     name: DnsLabel | None = None
     """Name of the Deployment and Service, and the prefix of the server's other objects;
@@ -239,20 +233,13 @@ class ServerSettings(Strict):
     is a custom build, taken to have `rpc`); a declared or tuned runtime names its own."""
     allow_floating_image: bool = False
     """Accept a server image (or runtime image) tag that pins no build."""
-    host: IpAddress = "0.0.0.0"
-    """`--host`: llama-server's bind address."""
-    port: Port = 8080
-    """`--port`: llama-server's listen port (containerPort and the Service's targetPort)."""
+    host: IpAddress = declared(LlamaServerFlags, "host")
+    port: Port = declared(LlamaServerFlags, "port")
     service_port: Port | None = None
     """Port of the Service; unset: port."""
-    jinja: bool = True
-    """`--jinja`: use the chat template in the GGUF."""
-    gpu_layers: Annotated[int, Field(ge=0)]
-    """`-ngl`: layers offloaded to the GPU; llama.cpp counts the output layer too (the
-    model's layers + 1 offloads them all)."""
-    context_size: Annotated[int, Field(ge=1)]
-    """`-c`: KV-cache context of all slots together (tokens); each slot gets
-    contextSize / parallel."""
+    jinja: bool = declared(LlamaServerFlags, "jinja")
+    gpu_layers: GpuLayers = declared(LlamaServerFlags, "gpu_layers")
+    context_size: ContextSize = declared(LlamaServerFlags, "ctx_size")
     min_slot_context: Annotated[int, Field(ge=1)] = 65536
     """Smallest context one slot may get (contextSize / parallel): the checks refuse less,
     and the plan's advice keeps at least this (it never proposes fewer tokens a slot, and
@@ -262,33 +249,20 @@ class ServerSettings(Strict):
     `server.minSlotContext`. A stack for shorter requests lowers it to run more slots
     (parallel: 2 with contextSize: 65536 needs minSlotContext: 32768); it may be no more than
     the model's trained context (or its YaRN extension)."""
-    parallel: Annotated[int, Field(ge=1)] = 1
-    """`-np`: parallel slots, the requests served at once."""
-    cont_batching: bool = True
-    """`--cont-batching` (false: `--no-cont-batching`): continuous batching across slots."""
-    cache_type_k: CacheType = "f16"
-    """`--cache-type-k`: K cache type (deepseek4 needs it equal to cacheTypeV)."""
-    cache_type_v: CacheType = "f16"
-    """`--cache-type-v`: V cache type."""
-    temperature: Annotated[float, Field(ge=0)]
-    """`--temp`: sampling temperature of the requests that set none."""
-    top_p: Annotated[float, Field(gt=0, le=1)]
-    """`--top-p`: nucleus-sampling threshold of the requests that set none."""
-    top_k: Annotated[int, Field(ge=0, le=1_000_000)] | None = None
-    """`--top-k`: sample from the k most likely tokens, for requests that set none (0: every
-    token); unset: llama-server's own (40)."""
-    min_p: Annotated[float, Field(ge=0, le=1)] | None = None
-    """`--min-p`: drop tokens less likely than this share of the most likely one, for requests
-    that set none (0: off); unset: llama-server's own (0.05)."""
-    threads: Annotated[int, Field(ge=1)]
-    """`--threads`: CPU threads (sampling and the CPU-resident layers)."""
-    node_selector: dict[LabelKey, LabelValue] = {}
-    """Node labels the server pod must match (the GPU node)."""
+    parallel: Slots = declared(LlamaServerFlags, "parallel")
+    cont_batching: bool = declared(LlamaServerFlags, "cont_batching")
+    cache_type_k: CacheType = declared(LlamaServerFlags, "cache_type_k")
+    cache_type_v: CacheType = declared(LlamaServerFlags, "cache_type_v")
+    temperature: Temperature = declared(LlamaServerFlags, "temperature")
+    top_p: TopP = declared(LlamaServerFlags, "top_p")
+    top_k: TopK | None = declared(LlamaServerFlags, "top_k")
+    min_p: MinP | None = declared(LlamaServerFlags, "min_p")
+    threads: Threads = declared(LlamaServerFlags, "threads")
+    node_selector: dict[LabelKey, LabelValue] = declared(LlamaCppVulkanServerArgs, "node_selector")
     resources: ResourceSettings
     """Container requests and limits of llama-server; limits.memory bounds what the memory
     plan places in host RAM."""
-    probes: ProbesSettings = ProbesSettings()
-    """Startup, readiness and liveness probes of the server."""
+    probes: ProbesSettings = declared(LlamaCppVulkanServerArgs, "probes", ProbesSettings)
     min_load_seconds: Annotated[int, Field(ge=0)] = 300
     """The least time the startup probe must allow (initialDelaySeconds + periodSeconds x
     failureThreshold): the checks refuse a shorter window."""

@@ -25,7 +25,8 @@ from components import GgufModelStore, LlamaCppRpcWorker, LlamaCppVulkanServer, 
 from components.grammars import ssh_host_key
 from components.llamacpp.split import check_split, split_problems
 from components.validation import ComponentInputError, checked_inputs
-from components.vllm.inputs import VllmRocmServerArgs
+from components.vllm.inputs import CADDY_IMAGE, VllmRocmServerArgs
+from infra.config.docker_host import CaddySettings
 from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
@@ -139,10 +140,17 @@ def test_an_empty_allowlist_is_refused() -> None:
     assert "caddy.allowed_cidrs: is empty, so nobody could connect" in problems
 
 
-def test_missing_caddy_image_is_refused_not_a_key_error() -> None:
+def test_missing_caddy_tls_is_refused_not_a_key_error() -> None:
+    args = vllm_args()
+    args["caddy"] = {k: v for k, v in args["caddy"].items() if k != "tls"}  # type: ignore[assignment]
+    assert "caddy.tls: is required" in refusal(lambda: VllmRocmServer("x", args) and None)
+
+
+def test_missing_caddy_image_is_the_pinned_image_a_stack_file_gets() -> None:
     args = vllm_args()
     args["caddy"] = {k: v for k, v in args["caddy"].items() if k != "image"}  # type: ignore[assignment]
-    assert "caddy.image: is required" in refusal(lambda: VllmRocmServer("x", args) and None)
+    checked = checked_inputs("VllmRocmServer", "x", args, VllmRocmServerArgs)
+    assert checked["caddy"]["image"] == CADDY_IMAGE == CaddySettings.model_fields["image"].default
 
 
 def test_truncated_host_key_is_refused_and_a_fingerprint_is_explained() -> None:

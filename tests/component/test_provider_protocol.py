@@ -282,10 +282,10 @@ def test_a_refusal_found_inside_an_apply_keeps_its_inputs_path(preview: Deployme
 
 def test_a_missing_required_input_is_refused_naming_it(preview: Deployment) -> None:
     properties = dict(EXAMPLE["resources"]["models"]["properties"])
-    del properties["fetchImage"]
+    del properties["volumeSize"]
     with pytest.raises(grpc.RpcError) as caught:
         preview.construct(STORE, "models", properties)
-    assert [path for path, _ in input_errors(caught.value)] == ["fetchImage"]
+    assert [path for path, _ in input_errors(caught.value)] == ["volumeSize"]
 
 
 def test_plugin_manifest_uses_only_options_the_python_host_reads() -> None:

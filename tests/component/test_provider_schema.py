@@ -40,17 +40,17 @@ def every_property(schema: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]
     [
         (
             STORE,
-            {"namespace", "repo", "revision", "files", "volumeSize", "storageClass", "fetchImage"},
+            {"repo", "files", "volumeSize"},
             {"claimName", "fetcherConfigMap", "lockDigest", "modelPath"},
         ),
         (
             LLAMA,
-            {"namespace", "image", "flags", "model", "nodeSelector", "resources", "probes"},
+            {"image", "flags", "model", "resources"},
             {"serviceName", "url", "alias"},
         ),
         (
             RPC_WORKER,
-            {"namespace", "image", "head", "headPodLabels", "nodeSelector", "resources"},
+            {"image", "head", "headPodLabels", "nodeSelector", "resources"},
             {"serviceName", "endpoint"},
         ),
         (

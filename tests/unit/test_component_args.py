@@ -190,6 +190,7 @@ def test_a_component_reads_its_inputs_with_the_defaults_filled() -> None:
     }
     args = checked_inputs("LlamaCppRpcWorker", "w", worker, components.LlamaCppRpcWorkerArgs)
     assert {key: args[key] for key in declared_defaults(components.LlamaCppRpcWorkerArgs)} == {
+        "namespace": "llm",
         "binary": "/app/ggml-rpc-server",
         "port": 50052,
         "gpu_device_path": "/dev/dri",

@@ -165,3 +165,22 @@ def test_a_stale_reference_fails_the_check(tmp_path: Path) -> None:
     result = llm_infra("schema", "--format", "markdown", "--check", "--output-file", str(stale))
     assert result.returncode == 1
     assert "is not current: run llm-infra schema --format markdown --output-file" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "bound"),
+    [("temperature", 150, "100"), ("parallel", 2048, "1024"), ("threads", 5000, "4096")],
+)
+def test_a_value_past_the_components_bound_is_refused_by_the_schema_and_by_the_reader(
+    key: str, value: int, bound: str, tmp_path: Path
+) -> None:
+    """The stack field is the component input's own declaration: its upper bound too."""
+    document = strix()
+    document["config"]["llm-infra:server"][key] = value
+    assert list(VALIDATOR.iter_errors(document)) != []
+    path = tmp_path / "Pulumi.bad.yaml"
+    path.write_text(yaml.safe_dump(document))
+    result = llm_infra("plan", str(path))
+    assert result.returncode == 2
+    assert f"server.{key}: " in result.stderr and bound in result.stderr
+    assert "Traceback" not in result.stderr
