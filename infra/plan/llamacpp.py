@@ -244,9 +244,12 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
                 "would still fit (with no headroom)"
             )
     assumptions = _assumptions(inputs, devices)
+    # The split the plan placed the layers by: the server's --tensor-split is this one.
+    tensor_split = rpc_tensor_split(inputs) if inputs.rpc_devices else None
     return Plan(
-        devices, advice, problems, rows, notes, weights.source, transfers, assumptions, fixes
-    )
+        devices, advice, problems, rows, notes, weights.source, transfers, assumptions, fixes,
+        tensor_split=tensor_split,
+    )  # fmt: skip
 
 
 ALONE = "not enough alone: the memory refusals above say what decides whether the model runs"

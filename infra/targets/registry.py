@@ -48,17 +48,15 @@ class Target(Protocol[S_contra]):
         sources: list[ModelSource],
         secrets: StackSecrets,
         expectations: list[str | None],
+        plan: Plan,
     ) -> None:
-        """Create the stack's resources and export its outputs (inside a Pulumi program)."""
+        """Create the stack's resources and export its outputs (inside a Pulumi program), from
+        the plan the program made of them (a split model's `--tensor-split` is the plan's)."""
         ...
 
     def plan(self, stack: S_contra, sources: list[ModelSource], header: Header) -> Plan:
         """The stack's memory and disk budget (`header`: a GGUF header read instead of the
         lock's)."""
-        ...
-
-    def probe_problems(self, stack: S_contra, sources: list[ModelSource]) -> list[str]:
-        """Probes that would kill a server while it is still loading its model."""
         ...
 
     def endpoint_url(self, stack: S_contra) -> str:
@@ -79,9 +77,15 @@ class Target(Protocol[S_contra]):
         ...
 
     def docs(
-        self, stack: S_contra, sources: list[ModelSource], name: str, picture: str | None
+        self,
+        stack: S_contra,
+        sources: list[ModelSource],
+        plan: Plan,
+        name: str,
+        picture: str | None,
     ) -> str:
-        """The stack's reference page (`picture`: its plan picture, relative to the page)."""
+        """The stack's reference page (`plan`: its plan; `picture`: its plan picture, relative
+        to the page)."""
         ...
 
     def llamacpp_server(self, stack: S_contra) -> KubernetesStack | None:
@@ -126,23 +130,18 @@ class KubernetesTarget(_OneServerTarget):
         sources: list[ModelSource],
         secrets: StackSecrets,
         expectations: list[str | None],
+        plan: Plan,
     ) -> None:
         """The store, the server and the outputs a single-server stack always had."""
         from infra.targets import cluster
 
-        cluster.deploy(stack, sources, secrets, expectations)
+        cluster.deploy(stack, sources, secrets, plan, expectations)
 
     def plan(self, stack: KubernetesStack, sources: list[ModelSource], header: Header) -> Plan:
         """llama.cpp's placement of the model over VRAM and RAM, and the volume."""
         from infra.plan.stack import llamacpp_plan
 
         return llamacpp_plan(stack, sources[0], header)
-
-    def probe_problems(self, stack: KubernetesStack, sources: list[ModelSource]) -> list[str]:
-        """The startup probe against the load time the plan estimates."""
-        from infra.plan.stack import llamacpp_inputs, probe_problems
-
-        return probe_problems(stack, llamacpp_inputs(stack, sources[0]))
 
     def model_name(self, stack: KubernetesStack) -> str:
         """llama-server's `--alias`."""
@@ -155,12 +154,17 @@ class KubernetesTarget(_OneServerTarget):
         return kubernetes.server_props(stack, source)
 
     def docs(
-        self, stack: KubernetesStack, sources: list[ModelSource], name: str, picture: str | None
+        self,
+        stack: KubernetesStack,
+        sources: list[ModelSource],
+        plan: Plan,
+        name: str,
+        picture: str | None,
     ) -> str:
         """The server's flags, placement, probes and access."""
         from infra.reference.page import kubernetes_page
 
-        return kubernetes_page(stack, sources[0], name, picture)
+        return kubernetes_page(stack, sources[0], plan, name, picture)
 
     def llamacpp_server(self, stack: KubernetesStack) -> KubernetesStack | None:
         """The stack's own server."""
@@ -185,6 +189,7 @@ class DockerHostTarget(_OneServerTarget):
         sources: list[ModelSource],
         secrets: StackSecrets,
         expectations: list[str | None],
+        plan: Plan,
     ) -> None:
         """The host's preflight, files, compose project and check."""
         from infra.targets import docker_host
@@ -197,10 +202,6 @@ class DockerHostTarget(_OneServerTarget):
 
         return vllm_plan(stack, sources[0])
 
-    def probe_problems(self, stack: DockerHostStack, sources: list[ModelSource]) -> list[str]:
-        """None: compose waits for the container's health check, with no kill deadline."""
-        return []
-
     def model_name(self, stack: DockerHostStack) -> str:
         """vLLM's `--served-model-name`."""
         return stack.server.served_model_name
@@ -212,12 +213,17 @@ class DockerHostTarget(_OneServerTarget):
         return docker_host.server_props(stack)
 
     def docs(
-        self, stack: DockerHostStack, sources: list[ModelSource], name: str, picture: str | None
+        self,
+        stack: DockerHostStack,
+        sources: list[ModelSource],
+        plan: Plan,
+        name: str,
+        picture: str | None,
     ) -> str:
         """vLLM's flags, the memory budget and the access rules."""
         from infra.reference.page import docker_host_page
 
-        return docker_host_page(stack, sources[0], name, picture)
+        return docker_host_page(stack, sources[0], plan, name, picture)
 
     def llamacpp_server(self, stack: DockerHostStack) -> KubernetesStack | None:
         """None: vLLM's sizes are set by hand from the plan."""
@@ -239,23 +245,18 @@ class FleetTarget:
         sources: list[ModelSource],
         secrets: StackSecrets,
         expectations: list[str | None],
+        plan: Plan,
     ) -> None:
         """Every server, with the fleet's outputs (`servers`, `litellmModelList`)."""
         from infra.targets import cluster
 
-        cluster.deploy(stack, sources, secrets, expectations, fleet=True)
+        cluster.deploy(stack, sources, secrets, plan, expectations, fleet=True)
 
     def plan(self, stack: FleetStack, sources: list[ModelSource], header: Header) -> Plan:
         """Every server's plan in one, its devices and lines named by server."""
         from infra.plan.stack import fleet_plan
 
         return fleet_plan(stack, sources, header)
-
-    def probe_problems(self, stack: FleetStack, sources: list[ModelSource]) -> list[str]:
-        """Each server's, naming its `servers[i]` key."""
-        from infra.plan.stack import fleet_probe_problems
-
-        return fleet_probe_problems(stack, sources)
 
     def endpoint_url(self, stack: FleetStack) -> str:
         """None: several servers (ConfigError)."""
@@ -274,12 +275,17 @@ class FleetTarget:
         raise ConfigError([ONE_SERVER])
 
     def docs(
-        self, stack: FleetStack, sources: list[ModelSource], name: str, picture: str | None
+        self,
+        stack: FleetStack,
+        sources: list[ModelSource],
+        plan: Plan,
+        name: str,
+        picture: str | None,
     ) -> str:
         """The plan picture once, then one section per server."""
         from infra.reference.page import fleet_page
 
-        return fleet_page(stack, sources, name, picture)
+        return fleet_page(stack, sources, plan, name, picture)
 
     def llamacpp_server(self, stack: FleetStack) -> KubernetesStack | None:
         """None: a fleet's servers are sized each by hand from the plan."""
@@ -342,8 +348,12 @@ def routes(stack: StackConfig) -> list[dict[str, Any]]:
 
 
 def render_docs(
-    stack: StackConfig, sources: list[ModelSource], name: str, picture: str | None = None
+    stack: StackConfig,
+    sources: list[ModelSource],
+    plan: Plan,
+    name: str,
+    picture: str | None = None,
 ) -> str:
-    """The reference page of a stack (a fleet: one section per server), showing the plan
-    picture at `picture` (a path relative to the page) when given."""
-    return target_of(stack).docs(stack, sources, name, picture)
+    """The reference page of a stack (a fleet: one section per server) from its plan, showing
+    the plan picture at `picture` (a path relative to the page) when given."""
+    return target_of(stack).docs(stack, sources, plan, name, picture)
