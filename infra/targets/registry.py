@@ -1,31 +1,35 @@
 """The table of targets: what each kind of stack does, keyed as the stack file says it.
 
 `target: kubernetes` (one llama.cpp server), `target: docker-host` (vLLM behind Caddy) and a
-fleet (`target: kubernetes` with `servers:`) each have one `Target` in `TARGETS`; everything that
-differs between them (the Pulumi program's part, the memory plan, the endpoint, the LiteLLM
-route, the reference page) is a method of it. Callers ask `target_of(stack)`; no other module
-switches on a stack's type (tests/unit/test_target_registry.py keeps it so). The target
-modules (`kubernetes`, `docker_host`, `cluster`) are imported when a method needs them, so a
+fleet (`target: kubernetes` with `servers:`) each have one target module
+(`kubernetes_target`, `docker_host_target`, `fleet_target`) whose class is its entry in
+`TARGETS`. Every target has the `Target` core (deploy, plan, reference page); the optional parts
+(`OneServer`, `SizesLlamaCpp`, `TunedRuntimes`, `Drafts`) are Protocols a target implements only
+where it has them, and callers ask for a part through this module, which answers a target
+without it with the error (or the default) the command gives. Callers ask `target_of(stack)`;
+no other module switches on a stack's type (tests/unit/test_target_registry.py keeps it so),
+and the lists of targets elsewhere (`init --target`) are read from `TARGETS`. A target module
+imports its wiring (`kubernetes`, `docker_host`, `cluster`) when a method needs it, so a
 command that only plans never loads the Kubernetes provider.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from infra.config import (
-    ConfigError,
-    DockerHostStack,
-    FleetStack,
-    KubernetesStack,
-    StackConfig,
-    StackSecrets,
-)
+from infra.config import ConfigError, KubernetesStack, StackConfig, StackSecrets
 from infra.lock import ModelSource
 from infra.plan.report import Plan
+from infra.targets.docker_host_target import DockerHostTarget
+from infra.targets.fleet_target import FleetTarget
+from infra.targets.kubernetes_target import KubernetesTarget
+
+if TYPE_CHECKING:
+    from infra.lock import ModelLock
+    from infra.new_stack import Draft, StackRequest
+    from infra.new_stack_docker_host import CheckpointConfig
 
 ONE_SERVER = (
     "servers: the stack has several servers, so it has no one URL or model name (pass --url "
@@ -37,7 +41,7 @@ Header = Mapping[str, Any] | None
 
 
 class Target(Protocol[S_contra]):
-    """What a target does with a validated stack of its kind."""
+    """What every target does with a validated stack of its kind."""
 
     kind: str
     """Its key in `TARGETS`: the stack file's `target` (`fleet`: kubernetes with servers:)."""
@@ -59,23 +63,6 @@ class Target(Protocol[S_contra]):
         lock's)."""
         ...
 
-    def endpoint_url(self, stack: S_contra) -> str:
-        """The base URL the stack serves (ConfigError for several servers)."""
-        ...
-
-    def model_name(self, stack: S_contra) -> str:
-        """The model id clients send (ConfigError for several servers)."""
-        ...
-
-    def route(self, stack: S_contra) -> dict[str, Any]:
-        """The stack's LiteLLM `model_list` entry (ConfigError for several servers)."""
-        ...
-
-    def server_props(self, stack: S_contra, source: ModelSource) -> dict[str, Any]:
-        """What the stack's one server must report of itself (llama-server's /props, vLLM's
-        /v1/models), from the inputs its render is made of."""
-        ...
-
     def docs(
         self,
         stack: S_contra,
@@ -88,214 +75,69 @@ class Target(Protocol[S_contra]):
         to the page)."""
         ...
 
-    def llamacpp_server(self, stack: S_contra) -> KubernetesStack | None:
-        """The stack's one llama.cpp server: what `plan --suggest` sizes and `tune` bakes off
-        (None: vLLM, or a fleet, whose servers are taken one at a time)."""
+
+@runtime_checkable
+class OneServer(Protocol[S_contra]):
+    """The part of a target whose stack is one server: one URL, one model name, one route."""
+
+    def endpoint_url(self, stack: S_contra) -> str:
+        """The base URL the stack serves."""
         ...
+
+    def model_name(self, stack: S_contra) -> str:
+        """The model id clients send."""
+        ...
+
+    def route(self, stack: S_contra) -> dict[str, Any]:
+        """The stack's LiteLLM `model_list` entry."""
+        ...
+
+    def server_props(self, stack: S_contra, source: ModelSource) -> dict[str, Any]:
+        """What the stack's one server must report of itself (llama-server's /props, vLLM's
+        /v1/models), from the inputs its render is made of."""
+        ...
+
+
+@runtime_checkable
+class SizesLlamaCpp(Protocol[S_contra]):
+    """The part of a target whose stack is one llama.cpp server: what `plan --suggest` sizes
+    and `tune` bakes off."""
+
+    def llamacpp_server(self, stack: S_contra) -> KubernetesStack:
+        """The stack's one llama.cpp server."""
+        ...
+
+
+@runtime_checkable
+class TunedRuntimes(Protocol[S_contra]):
+    """The part of a target whose servers may run `server.runtime: tuned`."""
 
     def with_tuned(self, stack: S_contra, lock_path: Path) -> StackConfig:
         """The stack with each `server.runtime: tuned` replaced by its tune record's winner."""
         ...
 
 
-class _OneServerTarget:
-    """A target of one server: its module (`infra.targets.<module>`) gives the server's URL
-    (kubernetes: the in-cluster Service's; docker-host: the public one Caddy serves) and the
-    LiteLLM route of the model name to it."""
+@runtime_checkable
+class Drafts(Protocol):
+    """The part of a target `llm-infra init` drafts a new stack for (`--target KIND`)."""
 
-    module: str
+    def option_problems(self, request: StackRequest) -> list[str]:
+        """init's options that this target does not take, before anything is fetched."""
+        ...
 
-    def _target_module(self) -> Any:
-        return importlib.import_module(f"infra.targets.{self.module}")
+    def check_request(self, request: StackRequest) -> None:
+        """ConfigError for what the request lacks, before the hub is asked."""
+        ...
 
-    def endpoint_url(self, stack: Any) -> str:
-        """The server's base URL."""
-        return self._target_module().endpoint_url(stack)  # type: ignore[no-any-return]
-
-    def route(self, stack: Any) -> dict[str, Any]:
-        """The server's model name, routed to its URL."""
-        target = self._target_module()
-        return target.litellm_route(stack, target.endpoint_url(stack))  # type: ignore[no-any-return]
-
-
-class KubernetesTarget(_OneServerTarget):
-    """`target: kubernetes`: one llama.cpp server and its model store on a k3s node."""
-
-    kind = "kubernetes"
-    module = "kubernetes"
-
-    def deploy(
+    def draft(
         self,
-        stack: KubernetesStack,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-        plan: Plan,
-    ) -> None:
-        """The store, the server and the outputs a single-server stack always had."""
-        from infra.targets import cluster
-
-        cluster.deploy(stack, sources, secrets, plan, expectations)
-
-    def plan(self, stack: KubernetesStack, sources: list[ModelSource], header: Header) -> Plan:
-        """llama.cpp's placement of the model over VRAM and RAM, and the volume."""
-        from infra.plan.stack import llamacpp_plan
-
-        return llamacpp_plan(stack, sources[0], header)
-
-    def model_name(self, stack: KubernetesStack) -> str:
-        """llama-server's `--alias`."""
-        return stack.server.alias
-
-    def server_props(self, stack: KubernetesStack, source: ModelSource) -> dict[str, Any]:
-        """llama-server's `/props`, as the verify Job checks it."""
-        from infra.targets import kubernetes
-
-        return kubernetes.server_props(stack, source)
-
-    def docs(
-        self,
-        stack: KubernetesStack,
-        sources: list[ModelSource],
-        plan: Plan,
-        name: str,
-        picture: str | None,
-    ) -> str:
-        """The server's flags, placement, probes and access."""
-        from infra.reference.page import kubernetes_page
-
-        return kubernetes_page(stack, sources[0], plan, name, picture)
-
-    def llamacpp_server(self, stack: KubernetesStack) -> KubernetesStack | None:
-        """The stack's own server."""
-        return stack
-
-    def with_tuned(self, stack: KubernetesStack, lock_path: Path) -> StackConfig:
-        """The server's tune record's winner, when its runtime is `tuned`."""
-        from infra.tune import tuned_server
-
-        return tuned_server(stack, lock_path)
-
-
-class DockerHostTarget(_OneServerTarget):
-    """`target: docker-host`: vLLM ROCm behind Caddy on one GPU host, over SSH."""
-
-    kind = "docker-host"
-    module = "docker_host"
-
-    def deploy(
-        self,
-        stack: DockerHostStack,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-        plan: Plan,
-    ) -> None:
-        """The host's preflight, files, compose project and check."""
-        from infra.targets import docker_host
-
-        docker_host.deploy(stack, sources[0], secrets, expectations[0])
-
-    def plan(self, stack: DockerHostStack, sources: list[ModelSource], header: Header) -> Plan:
-        """vLLM's HBM, the host's RAM (CPU KV tier) and disk (a GGUF header does not apply)."""
-        from infra.plan.stack import vllm_plan
-
-        return vllm_plan(stack, sources[0])
-
-    def model_name(self, stack: DockerHostStack) -> str:
-        """vLLM's `--served-model-name`."""
-        return stack.server.served_model_name
-
-    def server_props(self, stack: DockerHostStack, source: ModelSource) -> dict[str, Any]:
-        """vLLM's `/v1/models` (vLLM has no /props)."""
-        from infra.targets import docker_host
-
-        return docker_host.server_props(stack)
-
-    def docs(
-        self,
-        stack: DockerHostStack,
-        sources: list[ModelSource],
-        plan: Plan,
-        name: str,
-        picture: str | None,
-    ) -> str:
-        """vLLM's flags, the memory budget and the access rules."""
-        from infra.reference.page import docker_host_page
-
-        return docker_host_page(stack, sources[0], plan, name, picture)
-
-    def llamacpp_server(self, stack: DockerHostStack) -> KubernetesStack | None:
-        """None: vLLM's sizes are set by hand from the plan."""
-        return None
-
-    def with_tuned(self, stack: DockerHostStack, lock_path: Path) -> StackConfig:
-        """The stack itself: vLLM has one runtime."""
-        return stack
-
-
-class FleetTarget:
-    """A fleet: several llama.cpp servers on one cluster, each the kubernetes target's server."""
-
-    kind = "fleet"
-
-    def deploy(
-        self,
-        stack: FleetStack,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-        plan: Plan,
-    ) -> None:
-        """Every server, with the fleet's outputs (`servers`, `litellmModelList`)."""
-        from infra.targets import cluster
-
-        cluster.deploy(stack, sources, secrets, plan, expectations, fleet=True)
-
-    def plan(self, stack: FleetStack, sources: list[ModelSource], header: Header) -> Plan:
-        """Every server's plan in one, its devices and lines named by server."""
-        from infra.plan.stack import fleet_plan
-
-        return fleet_plan(stack, sources, header)
-
-    def endpoint_url(self, stack: FleetStack) -> str:
-        """None: several servers (ConfigError)."""
-        raise ConfigError([ONE_SERVER])
-
-    def model_name(self, stack: FleetStack) -> str:
-        """None: several servers (ConfigError)."""
-        raise ConfigError([ONE_SERVER])
-
-    def route(self, stack: FleetStack) -> dict[str, Any]:
-        """None: several servers (ConfigError; `routes` has one per server)."""
-        raise ConfigError([ONE_SERVER])
-
-    def server_props(self, stack: FleetStack, source: ModelSource) -> dict[str, Any]:
-        """None: several servers (ConfigError; ask for one server's)."""
-        raise ConfigError([ONE_SERVER])
-
-    def docs(
-        self,
-        stack: FleetStack,
-        sources: list[ModelSource],
-        plan: Plan,
-        name: str,
-        picture: str | None,
-    ) -> str:
-        """The plan picture once, then one section per server."""
-        from infra.reference.page import fleet_page
-
-        return fleet_page(stack, sources, plan, name, picture)
-
-    def llamacpp_server(self, stack: FleetStack) -> KubernetesStack | None:
-        """None: a fleet's servers are sized each by hand from the plan."""
-        return None
-
-    def with_tuned(self, stack: FleetStack, lock_path: Path) -> StackConfig:
-        """Each server whose runtime is `tuned` with its own record's winner."""
-        from infra.tune import tuned_fleet
-
-        return tuned_fleet(stack, lock_path)
+        request: StackRequest,
+        locked: ModelLock,
+        config_json: Callable[[], CheckpointConfig],
+    ) -> tuple[ModelLock, Draft]:
+        """The lock as the stack names its files, and the drafted stack (`config_json`: reads
+        a safetensors checkpoint's config.json at the locked commit)."""
+        ...
 
 
 TARGETS: dict[str, Target[Any]] = {
@@ -309,10 +151,39 @@ def target_of(stack: StackConfig) -> Target[Any]:
     return TARGETS[stack.kind]
 
 
+def init_kinds() -> list[str]:
+    """The targets `llm-infra init` drafts a stack for (`--target`), in the table's order."""
+    return [kind for kind, target in TARGETS.items() if isinstance(target, Drafts)]
+
+
+def drafts(kind: str) -> Drafts:
+    """The init part of the target `kind` (one of `init_kinds()`)."""
+    target = TARGETS[kind]
+    assert isinstance(target, Drafts), kind
+    return target
+
+
+def one_server(stack: StackConfig) -> OneServer[Any]:
+    """The one-server part of the stack's target; ConfigError for several servers."""
+    target = target_of(stack)
+    if not isinstance(target, OneServer):
+        raise ConfigError([ONE_SERVER])
+    return target
+
+
+def llamacpp_server(stack: StackConfig) -> KubernetesStack | None:
+    """The stack's one llama.cpp server: what `plan --suggest` sizes and `tune` bakes off
+    (None: vLLM, or a fleet, whose servers are taken one at a time)."""
+    target = target_of(stack)
+    return target.llamacpp_server(stack) if isinstance(target, SizesLlamaCpp) else None
+
+
 def with_tuned_runtimes(stack: StackConfig, lock_path: Path) -> StackConfig:
     """The stack with each `server.runtime: tuned` replaced by its tune record's winner, which
-    must pass the checks of a runtime named in the stack file; ConfigError otherwise."""
-    return target_of(stack).with_tuned(stack, lock_path)
+    must pass the checks of a runtime named in the stack file; ConfigError otherwise (a target
+    without tuned runtimes: the stack itself)."""
+    target = target_of(stack)
+    return target.with_tuned(stack, lock_path) if isinstance(target, TunedRuntimes) else stack
 
 
 def stack_plan(
@@ -329,17 +200,17 @@ def stack_plan(
 
 def endpoint_url(stack: StackConfig) -> str:
     """The base URL a stack serves (in-cluster for kubernetes: reach it by port-forward)."""
-    return target_of(stack).endpoint_url(stack)
+    return one_server(stack).endpoint_url(stack)
 
 
 def model_name(stack: StackConfig) -> str:
     """The model id clients send (and `/v1/models` lists)."""
-    return target_of(stack).model_name(stack)
+    return one_server(stack).model_name(stack)
 
 
 def route(stack: StackConfig) -> dict[str, Any]:
     """The stack's LiteLLM `model_list` entry, as its `litellmModel` output shows it."""
-    return target_of(stack).route(stack)
+    return one_server(stack).route(stack)
 
 
 def routes(stack: StackConfig) -> list[dict[str, Any]]:
