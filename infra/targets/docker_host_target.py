@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from infra.config import ConfigError, DockerHostStack, StackSecrets
 from infra.lock import ModelSource
 from infra.plan.report import Plan
+from infra.targets.target import Drafts, OneServer, Target
 
 if TYPE_CHECKING:
     from infra.lock import ModelLock
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from infra.new_stack_docker_host import CheckpointConfig
 
 
-class DockerHostTarget:
+class DockerHostTarget(Target[DockerHostStack], OneServer[DockerHostStack], Drafts):
     """`target: docker-host`: vLLM ROCm behind Caddy on one GPU host, over SSH."""
 
     kind = "docker-host"
@@ -110,3 +111,6 @@ class DockerHostTarget:
         if locked.gguf is not None:
             raise ConfigError([new_stack_docker_host.GGUF_ON_DOCKER_HOST])
         return locked, new_stack_docker_host.docker_host_draft(request, locked, config_json())
+
+
+TARGET = DockerHostTarget()

@@ -16,9 +16,10 @@ from typing import Any
 from infra.config import FleetStack, StackConfig, StackSecrets
 from infra.lock import ModelSource
 from infra.plan.report import Plan
+from infra.targets.target import Target, TunedRuntimes
 
 
-class FleetTarget:
+class FleetTarget(Target[FleetStack], TunedRuntimes[FleetStack]):
     """A fleet: several llama.cpp servers on one cluster, each the kubernetes target's server."""
 
     kind = "fleet"
@@ -64,3 +65,6 @@ class FleetTarget:
         from infra.tune import tuned_fleet
 
         return tuned_fleet(stack, lock_path)
+
+
+TARGET = FleetTarget()

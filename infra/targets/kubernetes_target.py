@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from infra.config import KubernetesStack, StackConfig, StackSecrets
 from infra.lock import ModelSource
 from infra.plan.report import Plan
+from infra.targets.target import Drafts, OneServer, SizesLlamaCpp, Target, TunedRuntimes
 
 if TYPE_CHECKING:
     from infra.lock import ModelLock
@@ -22,7 +23,13 @@ if TYPE_CHECKING:
     from infra.new_stack_docker_host import CheckpointConfig
 
 
-class KubernetesTarget:
+class KubernetesTarget(
+    Target[KubernetesStack],
+    OneServer[KubernetesStack],
+    SizesLlamaCpp[KubernetesStack],
+    TunedRuntimes[KubernetesStack],
+    Drafts,
+):
     """`target: kubernetes`: one llama.cpp server and its model store on a k3s node."""
 
     kind = "kubernetes"
@@ -120,3 +127,6 @@ class KubernetesTarget:
         if locked.gguf is not None:
             locked = new_stack_text.with_exact_files(locked)
         return locked, new_stack.kubernetes_draft(request, locked)
+
+
+TARGET = KubernetesTarget()

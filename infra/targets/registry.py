@@ -1,147 +1,73 @@
 """The table of targets: what each kind of stack does, keyed as the stack file says it.
 
 `target: kubernetes` (one llama.cpp server), `target: docker-host` (vLLM behind Caddy) and a
-fleet (`target: kubernetes` with `servers:`) each have one target module
-(`kubernetes_target`, `docker_host_target`, `fleet_target`) whose class is its entry in
-`TARGETS`. Every target has the `Target` core (deploy, plan, reference page); the optional parts
-(`OneServer`, `SizesLlamaCpp`, `TunedRuntimes`, `Drafts`) are Protocols a target implements only
-where it has them, and callers ask for a part through this module, which answers a target
-without it with the error (or the default) the command gives. Callers ask `target_of(stack)`;
-no other module switches on a stack's type (tests/unit/test_target_registry.py keeps it so),
-and the lists of targets elsewhere (`init --target`) are read from `TARGETS`. A target module
-imports its wiring (`kubernetes`, `docker_host`, `cluster`) when a method needs it, so a
-command that only plans never loads the Kubernetes provider.
+fleet (`target: kubernetes` with `servers:`) each have one target module,
+`infra/targets/<kind>_target.py`, whose `TARGET` is its entry in `TARGETS`; the table has one
+entry per kind of stack model (`infra.config.stack.STACK_MODELS`), so a new kind of stack needs
+no line here. Every target has the `Target` core; the optional parts (`infra.targets.target`)
+are asked for through this module, which answers a target without the part with the error (or
+the default) the command gives. Callers ask `target_of(stack)`; no other module switches on a
+stack's type (tests/unit/test_target_registry.py keeps it so), and the lists of targets
+elsewhere (`init --target`) are read from `TARGETS`. A target module imports its wiring
+(`kubernetes`, `docker_host`, `cluster`) when a method needs it, so a command that only plans
+never loads the Kubernetes provider.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import importlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any
 
-from infra.config import ConfigError, KubernetesStack, StackConfig, StackSecrets
+from infra.config import ConfigError, KubernetesStack, StackConfig
+from infra.config.stack import STACK_MODELS
 from infra.lock import ModelSource
 from infra.plan.report import Plan
-from infra.targets.docker_host_target import DockerHostTarget
-from infra.targets.fleet_target import FleetTarget
-from infra.targets.kubernetes_target import KubernetesTarget
+from infra.targets.target import (
+    Drafts,
+    OneServer,
+    SizesLlamaCpp,
+    Target,
+    TunedRuntimes,
+)
 
-if TYPE_CHECKING:
-    from infra.lock import ModelLock
-    from infra.new_stack import Draft, StackRequest
-    from infra.new_stack_docker_host import CheckpointConfig
+__all__ = [
+    "ONE_SERVER",
+    "TARGETS",
+    "Drafts",
+    "OneServer",
+    "SizesLlamaCpp",
+    "Target",
+    "TunedRuntimes",
+    "drafts",
+    "endpoint_url",
+    "init_kinds",
+    "llamacpp_server",
+    "model_name",
+    "one_server",
+    "render_docs",
+    "route",
+    "routes",
+    "stack_plan",
+    "target_module",
+    "target_of",
+    "with_tuned_runtimes",
+]
 
 ONE_SERVER = (
     "servers: the stack has several servers, so it has no one URL or model name (pass --url "
     "and the model of one of them)"
 )
 
-S_contra = TypeVar("S_contra", contravariant=True)
-Header = Mapping[str, Any] | None
 
-
-class Target(Protocol[S_contra]):
-    """What every target does with a validated stack of its kind."""
-
-    kind: str
-    """Its key in `TARGETS`: the stack file's `target` (`fleet`: kubernetes with servers:)."""
-
-    def deploy(
-        self,
-        stack: S_contra,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-        plan: Plan,
-    ) -> None:
-        """Create the stack's resources and export its outputs (inside a Pulumi program), from
-        the plan the program made of them (a split model's `--tensor-split` is the plan's)."""
-        ...
-
-    def plan(self, stack: S_contra, sources: list[ModelSource], header: Header) -> Plan:
-        """The stack's memory and disk budget (`header`: a GGUF header read instead of the
-        lock's)."""
-        ...
-
-    def docs(
-        self,
-        stack: S_contra,
-        sources: list[ModelSource],
-        plan: Plan,
-        name: str,
-        picture: str | None,
-    ) -> str:
-        """The stack's reference page (`plan`: its plan; `picture`: its plan picture, relative
-        to the page)."""
-        ...
-
-
-@runtime_checkable
-class OneServer(Protocol[S_contra]):
-    """The part of a target whose stack is one server: one URL, one model name, one route."""
-
-    def endpoint_url(self, stack: S_contra) -> str:
-        """The base URL the stack serves."""
-        ...
-
-    def model_name(self, stack: S_contra) -> str:
-        """The model id clients send."""
-        ...
-
-    def route(self, stack: S_contra) -> dict[str, Any]:
-        """The stack's LiteLLM `model_list` entry."""
-        ...
-
-    def server_props(self, stack: S_contra, source: ModelSource) -> dict[str, Any]:
-        """What the stack's one server must report of itself (llama-server's /props, vLLM's
-        /v1/models), from the inputs its render is made of."""
-        ...
-
-
-@runtime_checkable
-class SizesLlamaCpp(Protocol[S_contra]):
-    """The part of a target whose stack is one llama.cpp server: what `plan --suggest` sizes
-    and `tune` bakes off."""
-
-    def llamacpp_server(self, stack: S_contra) -> KubernetesStack:
-        """The stack's one llama.cpp server."""
-        ...
-
-
-@runtime_checkable
-class TunedRuntimes(Protocol[S_contra]):
-    """The part of a target whose servers may run `server.runtime: tuned`."""
-
-    def with_tuned(self, stack: S_contra, lock_path: Path) -> StackConfig:
-        """The stack with each `server.runtime: tuned` replaced by its tune record's winner."""
-        ...
-
-
-@runtime_checkable
-class Drafts(Protocol):
-    """The part of a target `llm-infra init` drafts a new stack for (`--target KIND`)."""
-
-    def option_problems(self, request: StackRequest) -> list[str]:
-        """init's options that this target does not take, before anything is fetched."""
-        ...
-
-    def check_request(self, request: StackRequest) -> None:
-        """ConfigError for what the request lacks, before the hub is asked."""
-        ...
-
-    def draft(
-        self,
-        request: StackRequest,
-        locked: ModelLock,
-        config_json: Callable[[], CheckpointConfig],
-    ) -> tuple[ModelLock, Draft]:
-        """The lock as the stack names its files, and the drafted stack (`config_json`: reads
-        a safetensors checkpoint's config.json at the locked commit)."""
-        ...
+def target_module(kind: str) -> str:
+    """The module of the target of `kind`: `docker-host` → `infra.targets.docker_host_target`."""
+    return f"infra.targets.{kind.replace('-', '_')}_target"
 
 
 TARGETS: dict[str, Target[Any]] = {
-    target.kind: target for target in (KubernetesTarget(), DockerHostTarget(), FleetTarget())
+    kind: importlib.import_module(target_module(kind)).TARGET for kind in STACK_MODELS
 }
 """Every target, by the kind of stack it deploys (`StackConfig`'s models, `kind`)."""
 
