@@ -25,7 +25,7 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from infra.boxes import BOXES
 from infra.config.base import PLACEHOLDER_PREFIX, ConfigError
@@ -37,7 +37,6 @@ from infra.lock import ModelLock, ModelSource
 from infra.plan.report import GIB, fmt_size
 
 SCHEMA_LINE = "# yaml-language-server: $schema=../docs/stack.schema.json"
-Target = Literal["kubernetes", "docker-host"]
 
 DEFAULT_SLOT_CONTEXT: int = ServerSettings.model_fields["min_slot_context"].default
 """Tokens a slot holds unless the model serves fewer (`server.minSlotContext`'s default)."""
@@ -50,7 +49,8 @@ class StackRequest:
     """What `llm-infra init` was asked for (options not given are None)."""
 
     name: str
-    target: Target
+    target: str
+    """The kind of target the stack is for (`infra.targets.registry.init_kinds()`)."""
     alias: str | None = None
     gpu_memory_gib: float | None = None
     context_size: int | None = None
@@ -153,8 +153,7 @@ def option_problems(problems: Sequence[str], options: Mapping[str, str]) -> list
 def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
     """The stack of a GGUF model on llama-server in Kubernetes, sized by the planner."""
     from infra.plan.llamacpp import max_gpu_layers, suggest
-    from infra.plan.stack import llamacpp_inputs, model_structure, served_context
-    from infra.targets.registry import stack_plan
+    from infra.plan.stack import llamacpp_inputs, llamacpp_plan, model_structure, served_context
 
     if lock.gguf is None:
         raise ConfigError(
@@ -238,20 +237,20 @@ def kubernetes_draft(request: StackRequest, lock: ModelLock) -> Draft:
         server["contextSize"] = _round_context(best.ctx_size, slots, floor)
     if server["minSlotContext"] == DEFAULT_SLOT_CONTEXT:
         del server["minSlotContext"]
-    plan = stack_plan(parsed_stack(values), source)
+    plan = llamacpp_plan(parsed_stack(values), source)
     if any(fix.changes.get("server.repack") is False for fix in plan.fixes):
         # An AMX CPU with quantized weights on the CPU: b11434 dies on their AMX buffers.
         server["repack"] = False
     # The container's memory: what the plan puts on the CPU side, and a quarter more, never
     # more than the node can give (the plan refuses, with its advice, when that is too little).
-    plan = stack_plan(parsed_stack(values), source)
+    plan = llamacpp_plan(parsed_stack(values), source)
     ram_gib = math.ceil(plan.devices["ram"].used_bytes * 1.25 / GIB)
     node_gib = parsed_stack(values).memory.node.pod_gib
     ram_gib = max(min(ram_gib, math.floor(node_gib)), 1)
     server["resources"]["limits"]["memory"] = f"{ram_gib}Gi"
     server["resources"]["requests"]["memory"] = f"{min(ram_gib, 4)}Gi"
     final = parsed_stack(values)
-    plan = stack_plan(final, source)
+    plan = llamacpp_plan(final, source)
     if not plan.fits:
         raise ConfigError(plan.problems)
     draft = Draft({k: v for k, v in values.items() if v != {}})

@@ -92,7 +92,7 @@ def checkpoint_config(text: bytes) -> CheckpointConfig:
 
 def docker_host_draft(request: StackRequest, lock: ModelLock, config: CheckpointConfig) -> Draft:
     """The stack of a safetensors checkpoint on vLLM (ROCm) behind Caddy on an SSH host."""
-    from infra.targets.registry import stack_plan
+    from infra.plan.stack import vllm_plan
 
     if lock.gguf is not None:
         raise ConfigError([GGUF_ON_DOCKER_HOST])
@@ -158,7 +158,7 @@ def docker_host_draft(request: StackRequest, lock: ModelLock, config: Checkpoint
     }
     filled = _filled(values)
     source = ModelSource(revision=lock.revision, files=list(lock.files), locked=True)
-    plan = stack_plan(parsed_stack(filled), source)
+    plan = vllm_plan(parsed_stack(filled), source)
     if not plan.fits:
         raise ConfigError(plan.problems)
     draft = Draft(values)

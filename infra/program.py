@@ -33,14 +33,15 @@ def main() -> None:
                 "and sha256): run `llm-infra lock STACK` and commit the lock; `pulumi up` "
                 "refuses an unlocked model"
             )
+    # The one plan of the program: its checks here, and the target deploys what it placed.
     plan = stack_plan(stack, sources)
     problems = list(plan.problems) if stack.memory.check else []
-    problems += target.probe_problems(stack, sources)
+    problems += plan.probe_problems
     if problems:
         raise ConfigError(problems)
     expectations = verify_expectations(stack, lock_path)
     try:
-        target.deploy(stack, sources, secrets, expectations)
+        target.deploy(stack, sources, secrets, expectations, plan)
     except ComponentInputError as exc:
         # The components' own checks, reported under the stack file's keys.
         raise ConfigError(stack_problems(exc)) from None

@@ -35,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
         name = stack_file.name
         out = args.output_file or project_root() / "docs" / f"{name}.md"
         picture = picture_path(out)
+        plan = stack_plan(stack, sources)
         pages = {
-            out: render_docs(stack, sources, name, picture.name),
-            picture: render_plan_picture(stack_plan(stack, sources), name),
+            out: render_docs(stack, sources, plan, name, picture.name),
+            picture: render_plan_picture(plan, name),
         }
     except ConfigError as exc:
         return report_config_error(exc, f"invalid configuration in {args.stack}")

@@ -6,6 +6,7 @@ import argparse
 import os
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,7 @@ from infra.cli.common import Subparsers, report_config_error, shown_path
 
 if TYPE_CHECKING:
     from infra.lock import ModelLock
+    from infra.new_stack import StackRequest
     from infra.new_stack_docker_host import CheckpointConfig
 
 EXIT_NETWORK = 3
@@ -31,6 +33,23 @@ OPTIONS = {
 ENDPOINTS = (
     "the hub is --endpoint, else $HF_ENDPOINT, else huggingface.co; a token comes from $HF_TOKEN"
 )
+
+
+class TargetChoices:
+    """`--target`'s choices: the targets `init` drafts a stack for, read from the table of
+    targets when argparse needs them (an option given, the help), so that building the parser
+    imports no stack model."""
+
+    def _kinds(self) -> list[str]:
+        from infra.targets.registry import init_kinds
+
+        return init_kinds()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kinds())
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._kinds()
 
 
 def add_parser(sub: Subparsers) -> None:
@@ -50,7 +69,7 @@ def add_parser(sub: Subparsers) -> None:
     )
     parser.add_argument(
         "--target",
-        choices=("kubernetes", "docker-host"),
+        choices=TargetChoices(),
         default="kubernetes",
         help="llama.cpp in Kubernetes (GGUF) or vLLM on an SSH host (safetensors)",
     )
@@ -133,10 +152,11 @@ def run(args: argparse.Namespace) -> int:
     """Resolve the model, draft the stack from its header, write the stack file and lock."""
     from pydantic import ValidationError
 
-    from infra import lock, new_stack, new_stack_docker_host, new_stack_text
+    from infra import lock, new_stack_text
     from infra.config import ConfigError, RepoModelSettings
     from infra.config.base import validation_problems
     from infra.config.stack import checkout_root, lock_path_for, stack_file_in
+    from infra.targets.registry import drafts
 
     what = f"cannot init {args.name}"
     problems = usage_problems(args)
@@ -159,37 +179,19 @@ def run(args: argparse.Namespace) -> int:
         return report_config_error(ConfigError(option_lines(lines, args.files)), what)
     endpoint = args.endpoint or os.environ.get("HF_ENDPOINT") or None
     token = os.environ.get("HF_TOKEN") or None
-    request = new_stack.StackRequest(
-        name=args.name,
-        target=args.target,
-        alias=args.alias,
-        gpu_memory_gib=args.gpu_memory_gib,
-        context_size=args.context_size,
-        parallel=args.parallel,
-        box=args.box,
-        node_ram_gib=args.node_ram_gib,
-        carve_out_gib=args.carve_out_gib,
-        node_cpu=args.node_cpu,
-        threads=args.threads,
-    )
-    if args.target == "kubernetes":
-        try:
-            request.node_figures()
-        except ConfigError as exc:
-            return report_config_error(exc, what)
+    request = stack_request(args)
+    target = drafts(args.target)
     try:
-        locked = lock.resolve_lock(
+        target.check_request(request)
+    except ConfigError as exc:
+        return report_config_error(exc, what)
+    try:
+        resolved = lock.resolve_lock(
             model, token=token, endpoint=endpoint, allow_token_over_http=args.allow_token_over_http
         )
-        if args.target == "kubernetes":
-            if locked.gguf is not None:
-                locked = new_stack_text.with_exact_files(locked)
-            draft = new_stack.kubernetes_draft(request, locked)
-        else:
-            if locked.gguf is not None:
-                raise ConfigError([new_stack_docker_host.GGUF_ON_DOCKER_HOST])
-            config = read_config_json(locked, endpoint, token)
-            draft = new_stack_docker_host.docker_host_draft(request, locked, config)
+        locked, draft = target.draft(
+            request, resolved, lambda: read_config_json(resolved, endpoint, token)
+        )
         new_stack_text.check_lock_matches(locked, draft.values)
         text = new_stack_text.stack_file_text(draft)
     except lock.HubUnreachable as exc:
@@ -247,14 +249,9 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
         if args.node_cpu not in CPU_NAMES and args.node_cpu not in CPU_VARIANTS:
             known = ", ".join(sorted({*CPU_NAMES, *CPU_VARIANTS}))
             problems.append(f"--node-cpu: {args.node_cpu!r} is not a CPU the plan knows ({known})")
-    if args.target == "docker-host":
-        given = [o for o, v in (("--box", args.box), ("--node-ram-gib", args.node_ram_gib),
-                                ("--carve-out-gib", args.carve_out_gib),
-                                ("--node-cpu", args.node_cpu), ("--threads", args.threads))
-                 if v is not None]  # fmt: skip
-        problems += [
-            f"{o}: a kubernetes option (docker-host: set host.* in the stack)" for o in given
-        ]
+    from infra.targets.registry import drafts
+
+    problems += drafts(args.target).option_problems(stack_request(args))
     if args.context_size is not None and not 256 <= args.context_size <= 1 << 26:
         problems.append(f"--context-size: {args.context_size} is not a context (256 or more)")
     if args.parallel is not None and not 1 <= args.parallel <= 1024:
@@ -269,6 +266,25 @@ def usage_problems(args: argparse.Namespace) -> list[str]:
                 f"{SERVER_NAME_MAX})"
             )
     return problems
+
+
+def stack_request(args: argparse.Namespace) -> StackRequest:
+    """What the options ask `init` for."""
+    from infra.new_stack import StackRequest
+
+    return StackRequest(
+        name=args.name,
+        target=args.target,
+        alias=args.alias,
+        gpu_memory_gib=args.gpu_memory_gib,
+        context_size=args.context_size,
+        parallel=args.parallel,
+        box=args.box,
+        node_ram_gib=args.node_ram_gib,
+        carve_out_gib=args.carve_out_gib,
+        node_cpu=args.node_cpu,
+        threads=args.threads,
+    )
 
 
 def read_config_json(

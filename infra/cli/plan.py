@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs
-    from infra.targets.registry import stack_plan, target_of, with_tuned_runtimes
+    from infra.targets.registry import llamacpp_server, stack_plan, with_tuned_runtimes
 
     header = None
     try:
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(
                     [f"--gguf: the GGUF header of {', '.join(args.gguf)}: {exc}"]
                 ) from None
-        single = target_of(stack).llamacpp_server(stack)
+        single = llamacpp_server(stack)
         if args.suggest and single is None:
             raise ConfigError(
                 [
@@ -134,7 +134,7 @@ def suggest_despite(
     from infra.lock import stack_model_sources
     from infra.plan.llamacpp import suggest
     from infra.plan.stack import llamacpp_inputs
-    from infra.targets.registry import target_of, with_tuned_runtimes
+    from infra.targets.registry import llamacpp_server, with_tuned_runtimes
 
     try:
         stack_file = read_stack_file(stack)
@@ -150,7 +150,7 @@ def suggest_despite(
             return None
         server.update(contextSize=slots, minSlotContext=1)
         parsed = with_tuned_runtimes(parse_stack(values), stack_file.lock_path)
-        single = target_of(parsed).llamacpp_server(parsed)
+        single = llamacpp_server(parsed)
         if single is None:
             return None
         sources = stack_model_sources(single, stack_file.lock_path, preview=True)

@@ -120,10 +120,10 @@ def llamacpp_server(stack: StackConfig, server: str | None) -> KubernetesStack:
     """The llama.cpp server `--server` names (a fleet needs one), or ConfigError."""
     from infra.cli.verify import one_server
     from infra.config import ConfigError
-    from infra.targets.registry import target_of
+    from infra.targets import registry
 
     chosen = one_server(stack, server)
-    found = target_of(chosen).llamacpp_server(chosen)
+    found = registry.llamacpp_server(chosen)
     if found is None:
         raise ConfigError(["server: tune picks among llama.cpp runtimes; this stack runs vLLM"])
     return found

@@ -14,8 +14,8 @@ buffers the way llama-server b11434 does:
 Compute buffers are estimates, overridable per device: `vulkan_compute_bytes` for llama-style
 attention (measured on a Vulkan GPU: the host's buffer whenever layers are offloaded, the GPU's
 over an F16 KV cache), `cpu_compute_bytes` for a CPU runtime's (flash attention), else the upper
-bound `compute_buffer_bytes`. A runtime of another GPU
-backend (ROCm) was not measured: it takes the upper bound, and the plan says so as an assumption.
+bound `compute_buffer_bytes`. A runtime of another GPU backend (ROCm) was not measured: it takes
+the upper bound, and the plan says so as an assumption.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from infra.plan.llamacpp_compute import (
     graph_context,
     vulkan_compute_bytes,
 )
-from infra.plan.llamacpp_host_advice import node_refusals, ram_refusal
+from infra.plan.llamacpp_host_advice import node_refusals, ram_refusal, two_models_advice
 from infra.plan.llamacpp_inputs import (
     DEFAULT_CACHE_RAM_MIB,
     LlamaCppPlanInputs,
@@ -232,7 +232,7 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
             + (fix.text if fix else f"raise store.size to at least {need}Gi ({ALONE})")
         )
     if disk is not None and disk.fits and inputs.upgrade_keeps_old_model:
-        advice += _two_models_advice(inputs, disk)
+        advice += two_models_advice(inputs, disk)
     if vram is not None and vram.fits and place.cpu_layers:
         best = max_gpu_layers(inputs)
         fix = None
@@ -246,9 +246,12 @@ def plan_llamacpp(inputs: LlamaCppPlanInputs) -> Plan:
                 "would still fit (with no headroom)"
             )
     assumptions = _assumptions(inputs, devices)
+    # The split the plan placed the layers by: the server's --tensor-split is this one.
+    tensor_split = rpc_tensor_split(inputs) if inputs.rpc_devices else None
     return Plan(
-        devices, advice, problems, rows, notes, weights.source, transfers, assumptions, fixes
-    )
+        devices, advice, problems, rows, notes, weights.source, transfers, assumptions, fixes,
+        tensor_split=tensor_split,
+    )  # fmt: skip
 
 
 ALONE = "not enough alone: the memory refusals above say what decides whether the model runs"
@@ -353,22 +356,6 @@ def _rpc_refusal(
         f"--tensor-split {split}): set server.rpc.workers[{index}].vramGib to what the node "
         "really has, add a worker, or lower server.contextSize"
     )
-
-
-def _two_models_advice(inputs: LlamaCppPlanInputs, disk: Device) -> list[str]:
-    """What an upgrade needs when the old model serves until the new one is verified."""
-    files, reserve = disk.items["model_files"], disk.items["reserve"]
-    both = 2 * files + reserve
-    capacity = disk.capacity_bytes or 0
-    if both <= capacity:
-        return []
-    need = math.ceil(gib(2 * files) / (1 - inputs.disk_headroom_fraction))
-    return [
-        f"store.upgrade: keep holds the old and the new model during an upgrade, but the volume "
-        f"cannot: {fmt_size(both)} needed (2 x model files {fmt_size(files)}, reserve "
-        f"{fmt_size(reserve)}) of {fmt_size(capacity)}; raise store.size to at least {need}Gi, "
-        "or set store.upgrade: replace to accept the downtime (the old files go first)"
-    ]
 
 
 def _notes(inputs: LlamaCppPlanInputs) -> list[str]:

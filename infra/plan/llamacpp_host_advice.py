@@ -1,5 +1,6 @@
 """The llama.cpp plan's advice on the host side: the container's memory limit and the node's RAM
-(`memory.node`), fixes checked against the whole plan as `checked_fix` does."""
+(`memory.node`), and the volume during an upgrade; fixes checked against the whole plan as
+`checked_fix` does."""
 
 from __future__ import annotations
 
@@ -128,3 +129,19 @@ def node_refusals(inputs: LlamaCppPlanInputs, node: Device) -> tuple[list[str], 
     else:
         return [], []
     return [text], fixes
+
+
+def two_models_advice(inputs: LlamaCppPlanInputs, disk: Device) -> list[str]:
+    """What an upgrade needs when the old model serves until the new one is verified."""
+    files, reserve = disk.items["model_files"], disk.items["reserve"]
+    both = 2 * files + reserve
+    capacity = disk.capacity_bytes or 0
+    if both <= capacity:
+        return []
+    need = math.ceil(gib(2 * files) / (1 - inputs.disk_headroom_fraction))
+    return [
+        f"store.upgrade: keep holds the old and the new model during an upgrade, but the volume "
+        f"cannot: {fmt_size(both)} needed (2 x model files {fmt_size(files)}, reserve "
+        f"{fmt_size(reserve)}) of {fmt_size(capacity)}; raise store.size to at least {need}Gi, "
+        "or set store.upgrade: replace to accept the downtime (the old files go first)"
+    ]

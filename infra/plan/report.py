@@ -173,6 +173,20 @@ class Plan:
     speed: SpeedEstimate | str | None = None
     """The decode and prefill estimate (`memory.device`), or why there is none (`--json`:
     `speed`); None: no device named."""
+    tensor_split: tuple[float, ...] | None = None
+    """A split model's `--tensor-split`, each device's share as this plan placed the layers
+    (None: no RPC workers); the server's flags take it from here."""
+    load_seconds: float | None = None
+    """Estimated time from container start to a loaded model (None: not estimated, vLLM)."""
+    probe_problems: list[str] = field(default_factory=list)
+    """A startup probe that would kill the server while it loads: refused whether or not
+    `memory.check` is on (not in `problems`, so `plan` reports and `fits` leave it out)."""
+    servers: tuple[Plan, ...] = ()
+    """A fleet's plan: each server's own, in `servers:` order (empty for one server)."""
+
+    def server_plans(self) -> list[Plan]:
+        """Each server's own plan, in `servers:` order: a fleet's `servers`, else this one."""
+        return list(self.servers) or [self]
 
     def speed_lines(self) -> list[str]:
         """The estimate's lines (empty without `memory.device`)."""

@@ -411,7 +411,12 @@ def llamacpp_plan(
         raise ConfigError([f"model.metadata: {exc}"]) from None
     # What server.extraArgs change that the plan cannot count: refused, never ignored.
     extra = extra_args_problems(stack.server.extra_args, header_summary or source.gguf)
-    plan = replace(plan, problems=[*plan.problems, *extra]) if extra else plan
+    plan = replace(
+        plan,
+        problems=[*plan.problems, *extra],
+        load_seconds=load_seconds(stack, inputs, plan),
+        probe_problems=probe_problems(stack, inputs, plan),
+    )
     figures = stack_device(stack.memory.device)
     if figures is None:
         return plan
@@ -480,12 +485,16 @@ def fleet_plan(
     kinds: list[str] = []
     fixes: list[Fix] = []
     assumptions: list[str] = []
+    probes: list[str] = []
+    servers: list[Plan] = []
     for index, (entry, stack) in enumerate(zip(fleet.servers, fleet.server_stacks(), strict=True)):
         own_memory = entry.memory is not None
         try:
             plan = llamacpp_plan(stack, sources[index], header_summary)
         except ConfigError as exc:
             raise ConfigError([entry_key(p, index, own_memory) for p in exc.problems]) from None
+        servers.append(plan)
+        probes += [entry_key(p, index, own_memory) for p in plan.probe_problems]
         name = stack.server.resource_name
         for device, budget in plan.devices.items():
             devices[device if ":" in device else f"{device}:{name}"] = budget
@@ -504,34 +513,30 @@ def fleet_plan(
         transfers.update(plan.transfers)
         kinds.append(f"{name}: {plan.source}")
     return Plan(
-        devices, advice, problems, rows, notes, "; ".join(kinds), transfers, assumptions, fixes
-    )
+        devices, advice, problems, rows, notes, "; ".join(kinds), transfers, assumptions, fixes,
+        probe_problems=probes, servers=tuple(servers),
+    )  # fmt: skip
 
 
-def load_seconds(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> float:
+def load_seconds(
+    stack: StrixHaloStack, inputs: LlamaCppPlanInputs, plan: Plan | None = None
+) -> float:
     """Estimated time from container start to a loaded model (a split model: plus sending the
-    workers their weights)."""
+    workers their weights, as `plan` of these inputs sends them; planned here without one)."""
     read = inputs.weights.total_bytes / (stack.memory.disk_read_mibps * MIB)
     rpc = stack.server.rpc
     if rpc is not None:
-        sent = sum(plan_llamacpp(inputs).transfers.values())
+        sent = sum((plan or plan_llamacpp(inputs)).transfers.values())
         read += sent / (rpc.network_mibps * MIB)
     return read + stack.memory.init_seconds
 
 
-def fleet_probe_problems(fleet: FleetStack, sources: list[ModelSource]) -> list[str]:
-    """Each server's startup-probe problems, naming its `servers[i]` key."""
-    problems = []
-    for index, (entry, stack) in enumerate(zip(fleet.servers, fleet.server_stacks(), strict=True)):
-        inputs = llamacpp_inputs(stack, sources[index])
-        problems += [
-            entry_key(p, index, entry.memory is not None) for p in probe_problems(stack, inputs)
-        ]
-    return problems
-
-
-def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[str]:
-    """A startup probe that would kill the server while it is still loading."""
+def probe_problems(
+    stack: StrixHaloStack, inputs: LlamaCppPlanInputs, plan: Plan | None = None
+) -> list[str]:
+    """A startup probe that would kill the server while it is still loading (`plan`: these
+    inputs' plan, when the caller has it)."""
+    seconds = load_seconds(stack, inputs, plan)
     startup = stack.server.probes.startup
     threshold = startup_threshold_needed(
         {
@@ -541,7 +546,7 @@ def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[st
             "failure_threshold": startup.failure_threshold,
             "timeout_seconds": startup.timeout_seconds,
         },
-        load_seconds(stack, inputs),
+        seconds,
     )
     if threshold is None:
         return []
@@ -554,6 +559,6 @@ def probe_problems(stack: StrixHaloStack, inputs: LlamaCppPlanInputs) -> list[st
         f"{inputs.weights.total_bytes / GIB:.1f} GiB at memory.diskReadMibps "
         f"{stack.memory.disk_read_mibps:g} MiB/s{network} plus {stack.memory.init_seconds}s of "
         "start-up "
-        f"takes ~{load_seconds(stack, inputs):.0f}s: raise failureThreshold to at least "
+        f"takes ~{seconds:.0f}s: raise failureThreshold to at least "
         f"{threshold} (x{LOAD_MARGIN} margin)"
     ]

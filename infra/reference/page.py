@@ -9,13 +9,7 @@ from infra.config import DockerHostStack, FleetStack, KubernetesStack
 from infra.lock import ModelSource
 from infra.plan.picture import plan_svg
 from infra.plan.report import Plan
-from infra.plan.stack import (
-    llamacpp_inputs,
-    llamacpp_plan,
-    load_seconds,
-    model_structure,
-    vllm_plan,
-)
+from infra.plan.stack import model_structure
 from infra.reference.flags import extra_meanings, flag_meanings, flag_rows, for_architecture
 from infra.reference.monitoring import mi300x_monitoring, strix_halo_monitoring
 
@@ -41,13 +35,13 @@ def _picture(picture: str | None, name: str) -> list[str]:
 
 
 def _strix_halo(
-    stack: KubernetesStack, source: ModelSource, name: str, picture: str | None = None
+    stack: KubernetesStack, source: ModelSource, plan: Plan, name: str, picture: str | None = None
 ) -> list[str]:
     from components.llamacpp.manifests import probe_window_seconds, server_argv
     from infra.targets.kubernetes import server_args
 
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
-    args = server_args(stack, source, volume)  # type: ignore[arg-type]
+    args = server_args(stack, source, volume, plan.tensor_split)  # type: ignore[arg-type]
     if stack.server.api_key:
         args["api_key"] = "[secret]"
     # The container the Deployment runs: the reference shows exactly what is deployed.
@@ -59,7 +53,6 @@ def _strix_halo(
         else f"GET {probes.startup.path}"
     )
     readiness = probes.readiness
-    inputs = llamacpp_inputs(stack, source)
     structure = model_structure(stack, source)
     resources = server.resources
     lines = [
@@ -86,7 +79,7 @@ def _strix_halo(
         "",
         *_picture(picture, name),
         "```",
-        llamacpp_plan(stack, source).table(),
+        plan.table(),
         "```",
         "",
         "## Resources",
@@ -100,7 +93,7 @@ def _strix_halo(
         "",
         f"- `startupProbe`: {startup}, every {probes.startup.period_seconds}s, up to "
         f"{probe_window_seconds(args['probes']['startup'])}s for the load (estimated "
-        f"{load_seconds(stack, inputs):.0f}s at {stack.memory.disk_read_mibps:g} MiB/s"
+        f"{plan.load_seconds or 0:.0f}s at {stack.memory.disk_read_mibps:g} MiB/s"
         + (
             f", the workers' weights at {server.rpc.network_mibps:g} MiB/s"
             if server.rpc is not None
@@ -187,7 +180,7 @@ def _rpc_workers(stack: KubernetesStack) -> list[str]:
 
 
 def _mi300x(
-    stack: DockerHostStack, source: ModelSource, name: str, picture: str | None = None
+    stack: DockerHostStack, source: ModelSource, plan: Plan, name: str, picture: str | None = None
 ) -> list[str]:
     from infra.targets.docker_host import vllm_flags
 
@@ -212,7 +205,7 @@ def _mi300x(
         "",
         *_picture(picture, name),
         "```",
-        vllm_plan(stack, source).table(),
+        plan.table(),
         "```",
         "",
         "## Access",
@@ -225,21 +218,25 @@ def _mi300x(
 
 
 def kubernetes_page(
-    stack: KubernetesStack, source: ModelSource, name: str, picture: str | None = None
+    stack: KubernetesStack, source: ModelSource, plan: Plan, name: str, picture: str | None = None
 ) -> str:
-    """The reference page of a single llama.cpp server stack."""
-    return "\n".join(_strix_halo(stack, source, name, picture))
+    """The reference page of a single llama.cpp server stack (`plan`: its plan)."""
+    return "\n".join(_strix_halo(stack, source, plan, name, picture))
 
 
 def docker_host_page(
-    stack: DockerHostStack, source: ModelSource, name: str, picture: str | None = None
+    stack: DockerHostStack, source: ModelSource, plan: Plan, name: str, picture: str | None = None
 ) -> str:
-    """The reference page of a docker-host (vLLM) stack."""
-    return "\n".join(_mi300x(stack, source, name, picture))
+    """The reference page of a docker-host (vLLM) stack (`plan`: its plan)."""
+    return "\n".join(_mi300x(stack, source, plan, name, picture))
 
 
 def fleet_page(
-    stack: FleetStack, sources: list[ModelSource], name: str, picture: str | None = None
+    stack: FleetStack,
+    sources: list[ModelSource],
+    plan: Plan,
+    name: str,
+    picture: str | None = None,
 ) -> str:
     """The reference page of a fleet: the plan picture once, then one section per server."""
     intro = []
@@ -253,8 +250,10 @@ def fleet_page(
             *_picture(picture, name),
         ]
     parts = [
-        "\n".join(_strix_halo(server, server_source, f"{name} / {server.server.resource_name}"))
-        for server, server_source in zip(stack.server_stacks(), sources, strict=True)
+        "\n".join(_strix_halo(server, source, own, f"{name} / {server.server.resource_name}"))
+        for server, source, own in zip(
+            stack.server_stacks(), sources, plan.server_plans(), strict=True
+        )
     ]
     return "\n\n".join(["\n".join(intro).rstrip("\n"), *parts] if intro else parts)
 

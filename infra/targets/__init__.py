@@ -1,5 +1,6 @@
-"""Targets: one module per platform, each wiring the components from a validated stack, behind
-one `Target` protocol and one table of them (`infra.targets.registry`)."""
+"""Targets: one module per target (its `Target` class: the core and the optional parts it has),
+the wiring of the components from a validated stack, and one table of the targets
+(`infra.targets.registry`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from infra.config import ConfigError, StackConfig
 from infra.targets.registry import (
     ONE_SERVER,
     TARGETS,
+    Drafts,
+    OneServer,
+    SizesLlamaCpp,
     Target,
+    TunedRuntimes,
     endpoint_url,
     model_name,
+    one_server,
     render_docs,
     route,
     routes,
@@ -23,9 +29,14 @@ from infra.targets.registry import (
 __all__ = [
     "ONE_SERVER",
     "TARGETS",
+    "Drafts",
+    "OneServer",
+    "SizesLlamaCpp",
     "Target",
+    "TunedRuntimes",
     "endpoint_url",
     "model_name",
+    "one_server",
     "render_docs",
     "route",
     "routes",
@@ -53,7 +64,7 @@ def server_props(stack: StackConfig, lock_path: Path, server: str | None = None)
         raise ConfigError([ONE_SERVER])
     single = servers[index]
     try:
-        props = target_of(single).server_props(single, sources[index])
+        props = one_server(single).server_props(single, sources[index])
     except ComponentInputError as exc:
         raise ConfigError(stack_problems(exc)) from None
     if "checks" in props:

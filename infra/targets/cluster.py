@@ -14,6 +14,7 @@ from components.validation import ComponentInputError
 from infra.config import ConfigError, FleetStack, KubernetesStack, StackSecrets
 from infra.config.inputs import stack_problems
 from infra.lock import ModelSource
+from infra.plan.report import Plan
 from infra.targets.kubernetes import deploy_server, litellm_route
 
 
@@ -21,13 +22,16 @@ def deploy(
     stack: KubernetesStack | FleetStack,
     sources: list[ModelSource],
     secrets: StackSecrets,
+    plan: Plan,
     verify_expectations: list[str | None] | None = None,
     *,
     fleet: bool = False,
 ) -> None:
     """Create the stack's resources (each server's, in `servers:` order) and its outputs.
 
-    `verify_expectations`: per server, what its post-up verify Job checks (None: no Job).
+    `plan`: the stack's plan (each server's own in `plan.server_plans()`), which a split
+    model's `--tensor-split` comes from. `verify_expectations`: per server, what its post-up
+    verify Job checks (None: no Job).
 
     A single-server stack keeps the names and outputs it always had; a fleet (`fleet`: the
     fleet target's outputs) adds `servers` (per server: url, alias, modelPath, lockDigest,
@@ -58,11 +62,13 @@ def deploy(
     entries: list[pulumi.Output[dict[str, Any]]] = []
     outputs: dict[str, pulumi.Output[dict[str, Any]]] = {}
     expectations = verify_expectations or [None] * len(servers)
-    for index, (server_stack, source, expect) in enumerate(
-        zip(servers, sources, expectations, strict=True)
+    for index, (server_stack, source, expect, server_plan) in enumerate(
+        zip(servers, sources, expectations, plan.server_plans(), strict=True)
     ):
         try:
-            store, server = deploy_server(server_stack, source, secrets, provider, depends, expect)
+            store, server = deploy_server(
+                server_stack, source, secrets, provider, depends, expect, server_plan.tensor_split
+            )
         except ComponentInputError as exc:
             # A component's refusal, named by the stack file's key (a fleet's: `servers[1].image`).
             raise ConfigError([stack.server_key(p, index) for p in stack_problems(exc)]) from None

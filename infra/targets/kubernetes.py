@@ -3,6 +3,7 @@ servers each as one; `infra.targets.cluster` puts them on the cluster)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, cast
 
 import pulumi
@@ -40,8 +41,7 @@ from infra.config.inputs import stack_key
 from infra.config.server import ServerSettings
 from infra.cpus import cpu_variant
 from infra.lock import ModelSource
-from infra.plan.llamacpp import rpc_tensor_split
-from infra.plan.stack import llamacpp_inputs
+from infra.plan.stack import llamacpp_plan
 from infra.targets.litellm import litellm_entry
 
 
@@ -52,8 +52,10 @@ def deploy_server(
     provider: k8s.Provider,
     depends: list[pulumi.Resource],
     verify_expectations: str | None,
+    tensor_split: Sequence[float] | None = None,
 ) -> tuple[GgufModelStore, LlamaCppVulkanServer]:
-    """One server: its model store, its RPC workers (a split model), then llama-server.
+    """One server: its model store, its RPC workers (a split model, whose `--tensor-split` is
+    the plan's), then llama-server.
 
     With `store.upgrade: replace` the order of a model change is the server first (its old
     Deployment deleted, so no pod maps the old files), then the fetch Job that may delete them.
@@ -64,7 +66,7 @@ def deploy_server(
     # replace the server comes first.
     volume = store_model_volume(stack.store.name, model_store_args)
     head_args: LlamaCppVulkanServerArgs = {
-        **server_args(stack, source, volume),
+        **server_args(stack, source, volume, tensor_split),
         "api_key": secrets.api_key,
         "verify_expectations": verify_expectations,
         "min_decode_tps": stack.server.min_decode_tps,
@@ -131,7 +133,10 @@ def server_props(stack: KubernetesStack, source: ModelSource) -> dict[str, Any]:
              "locked (run: llm-infra lock STACK)"]
         )  # fmt: skip
     volume = store_model_volume(stack.store.name, store_args(stack, source, None))
-    args = server_args(stack, source, volume)
+    split = None
+    if stack.server.rpc is not None:
+        split = llamacpp_plan(stack, source).tensor_split
+    args = server_args(stack, source, volume, split)
     problems = input_problems(args, LlamaCppVulkanServerArgs)
     if problems:
         raise ComponentInputError("LlamaCppVulkanServer", stack.server.resource_name, problems)
@@ -274,9 +279,13 @@ def store_args(
 
 
 def server_args(
-    stack: KubernetesStack, source: ModelSource, model: ModelVolume
+    stack: KubernetesStack,
+    source: ModelSource,
+    model: ModelVolume,
+    tensor_split: Sequence[float] | None = None,
 ) -> LlamaCppVulkanServerArgs:
-    """LlamaCppVulkanServer inputs from the stack config and the model lock."""
+    """LlamaCppVulkanServer inputs from the stack config and the model lock (`tensor_split`: a
+    split model's, from its plan: `Plan.tensor_split`)."""
     server = stack.server
     flags: LlamaServerFlags = {
         "model_path": f"{MODELS_MOUNT}/{source.files[0]['name']}",
@@ -308,8 +317,10 @@ def server_args(
         flags["speculative"] = cast(LlamaCppSpeculative, spec)
     if server.rpc is not None:
         # A split model: the workers' Services, and each device's share from the memory plan.
+        if tensor_split is None:
+            raise ValueError("server.rpc: a split model's server needs its plan's tensor split")
         flags["rpc"] = rpc_endpoints(stack)
-        flags["tensor_split"] = list(rpc_tensor_split(llamacpp_inputs(stack, source)))
+        flags["tensor_split"] = list(tensor_split)
     args: LlamaCppVulkanServerArgs = {
         "namespace": stack.kubernetes.namespace,
         "image": server.server_image,

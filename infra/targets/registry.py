@@ -1,12 +1,16 @@
 """The table of targets: what each kind of stack does, keyed as the stack file says it.
 
 `target: kubernetes` (one llama.cpp server), `target: docker-host` (vLLM behind Caddy) and a
-fleet (`target: kubernetes` with `servers:`) each have one `Target` in `TARGETS`; everything that
-differs between them (the Pulumi program's part, the memory plan, the endpoint, the LiteLLM
-route, the reference page) is a method of it. Callers ask `target_of(stack)`; no other module
-switches on a stack's type (tests/unit/test_target_registry.py keeps it so). The target
-modules (`kubernetes`, `docker_host`, `cluster`) are imported when a method needs them, so a
-command that only plans never loads the Kubernetes provider.
+fleet (`target: kubernetes` with `servers:`) each have one target module,
+`infra/targets/<kind>_target.py`, whose `TARGET` is its entry in `TARGETS`; the table has one
+entry per kind of stack model (`infra.config.stack.STACK_MODELS`), so a new kind of stack needs
+no line here. Every target has the `Target` core; the optional parts (`infra.targets.target`)
+are asked for through this module, which answers a target without the part with the error (or
+the default) the command gives. Callers ask `target_of(stack)`; no other module switches on a
+stack's type (tests/unit/test_target_registry.py keeps it so), and the lists of targets
+elsewhere (`init --target`) are read from `TARGETS`. A target module imports its wiring
+(`kubernetes`, `docker_host`, `cluster`) when a method needs it, so a command that only plans
+never loads the Kubernetes provider.
 """
 
 from __future__ import annotations
@@ -14,286 +18,56 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
-from infra.config import (
-    ConfigError,
-    DockerHostStack,
-    FleetStack,
-    KubernetesStack,
-    StackConfig,
-    StackSecrets,
-)
+from infra.config import ConfigError, KubernetesStack, StackConfig
+from infra.config.stack import STACK_MODELS
 from infra.lock import ModelSource
 from infra.plan.report import Plan
+from infra.targets.target import (
+    Drafts,
+    OneServer,
+    SizesLlamaCpp,
+    Target,
+    TunedRuntimes,
+)
+
+__all__ = [
+    "ONE_SERVER",
+    "TARGETS",
+    "Drafts",
+    "OneServer",
+    "SizesLlamaCpp",
+    "Target",
+    "TunedRuntimes",
+    "drafts",
+    "endpoint_url",
+    "init_kinds",
+    "llamacpp_server",
+    "model_name",
+    "one_server",
+    "render_docs",
+    "route",
+    "routes",
+    "stack_plan",
+    "target_module",
+    "target_of",
+    "with_tuned_runtimes",
+]
 
 ONE_SERVER = (
     "servers: the stack has several servers, so it has no one URL or model name (pass --url "
     "and the model of one of them)"
 )
 
-S_contra = TypeVar("S_contra", contravariant=True)
-Header = Mapping[str, Any] | None
 
-
-class Target(Protocol[S_contra]):
-    """What a target does with a validated stack of its kind."""
-
-    kind: str
-    """Its key in `TARGETS`: the stack file's `target` (`fleet`: kubernetes with servers:)."""
-
-    def deploy(
-        self,
-        stack: S_contra,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-    ) -> None:
-        """Create the stack's resources and export its outputs (inside a Pulumi program)."""
-        ...
-
-    def plan(self, stack: S_contra, sources: list[ModelSource], header: Header) -> Plan:
-        """The stack's memory and disk budget (`header`: a GGUF header read instead of the
-        lock's)."""
-        ...
-
-    def probe_problems(self, stack: S_contra, sources: list[ModelSource]) -> list[str]:
-        """Probes that would kill a server while it is still loading its model."""
-        ...
-
-    def endpoint_url(self, stack: S_contra) -> str:
-        """The base URL the stack serves (ConfigError for several servers)."""
-        ...
-
-    def model_name(self, stack: S_contra) -> str:
-        """The model id clients send (ConfigError for several servers)."""
-        ...
-
-    def route(self, stack: S_contra) -> dict[str, Any]:
-        """The stack's LiteLLM `model_list` entry (ConfigError for several servers)."""
-        ...
-
-    def server_props(self, stack: S_contra, source: ModelSource) -> dict[str, Any]:
-        """What the stack's one server must report of itself (llama-server's /props, vLLM's
-        /v1/models), from the inputs its render is made of."""
-        ...
-
-    def docs(
-        self, stack: S_contra, sources: list[ModelSource], name: str, picture: str | None
-    ) -> str:
-        """The stack's reference page (`picture`: its plan picture, relative to the page)."""
-        ...
-
-    def llamacpp_server(self, stack: S_contra) -> KubernetesStack | None:
-        """The stack's one llama.cpp server: what `plan --suggest` sizes and `tune` bakes off
-        (None: vLLM, or a fleet, whose servers are taken one at a time)."""
-        ...
-
-    def with_tuned(self, stack: S_contra, lock_path: Path) -> StackConfig:
-        """The stack with each `server.runtime: tuned` replaced by its tune record's winner."""
-        ...
-
-
-class _OneServerTarget:
-    """A target of one server: its module (`infra.targets.<module>`) gives the server's URL
-    (kubernetes: the in-cluster Service's; docker-host: the public one Caddy serves) and the
-    LiteLLM route of the model name to it."""
-
-    module: str
-
-    def _target_module(self) -> Any:
-        return importlib.import_module(f"infra.targets.{self.module}")
-
-    def endpoint_url(self, stack: Any) -> str:
-        """The server's base URL."""
-        return self._target_module().endpoint_url(stack)  # type: ignore[no-any-return]
-
-    def route(self, stack: Any) -> dict[str, Any]:
-        """The server's model name, routed to its URL."""
-        target = self._target_module()
-        return target.litellm_route(stack, target.endpoint_url(stack))  # type: ignore[no-any-return]
-
-
-class KubernetesTarget(_OneServerTarget):
-    """`target: kubernetes`: one llama.cpp server and its model store on a k3s node."""
-
-    kind = "kubernetes"
-    module = "kubernetes"
-
-    def deploy(
-        self,
-        stack: KubernetesStack,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-    ) -> None:
-        """The store, the server and the outputs a single-server stack always had."""
-        from infra.targets import cluster
-
-        cluster.deploy(stack, sources, secrets, expectations)
-
-    def plan(self, stack: KubernetesStack, sources: list[ModelSource], header: Header) -> Plan:
-        """llama.cpp's placement of the model over VRAM and RAM, and the volume."""
-        from infra.plan.stack import llamacpp_plan
-
-        return llamacpp_plan(stack, sources[0], header)
-
-    def probe_problems(self, stack: KubernetesStack, sources: list[ModelSource]) -> list[str]:
-        """The startup probe against the load time the plan estimates."""
-        from infra.plan.stack import llamacpp_inputs, probe_problems
-
-        return probe_problems(stack, llamacpp_inputs(stack, sources[0]))
-
-    def model_name(self, stack: KubernetesStack) -> str:
-        """llama-server's `--alias`."""
-        return stack.server.alias
-
-    def server_props(self, stack: KubernetesStack, source: ModelSource) -> dict[str, Any]:
-        """llama-server's `/props`, as the verify Job checks it."""
-        from infra.targets import kubernetes
-
-        return kubernetes.server_props(stack, source)
-
-    def docs(
-        self, stack: KubernetesStack, sources: list[ModelSource], name: str, picture: str | None
-    ) -> str:
-        """The server's flags, placement, probes and access."""
-        from infra.reference.page import kubernetes_page
-
-        return kubernetes_page(stack, sources[0], name, picture)
-
-    def llamacpp_server(self, stack: KubernetesStack) -> KubernetesStack | None:
-        """The stack's own server."""
-        return stack
-
-    def with_tuned(self, stack: KubernetesStack, lock_path: Path) -> StackConfig:
-        """The server's tune record's winner, when its runtime is `tuned`."""
-        from infra.tune import tuned_server
-
-        return tuned_server(stack, lock_path)
-
-
-class DockerHostTarget(_OneServerTarget):
-    """`target: docker-host`: vLLM ROCm behind Caddy on one GPU host, over SSH."""
-
-    kind = "docker-host"
-    module = "docker_host"
-
-    def deploy(
-        self,
-        stack: DockerHostStack,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-    ) -> None:
-        """The host's preflight, files, compose project and check."""
-        from infra.targets import docker_host
-
-        docker_host.deploy(stack, sources[0], secrets, expectations[0])
-
-    def plan(self, stack: DockerHostStack, sources: list[ModelSource], header: Header) -> Plan:
-        """vLLM's HBM, the host's RAM (CPU KV tier) and disk (a GGUF header does not apply)."""
-        from infra.plan.stack import vllm_plan
-
-        return vllm_plan(stack, sources[0])
-
-    def probe_problems(self, stack: DockerHostStack, sources: list[ModelSource]) -> list[str]:
-        """None: compose waits for the container's health check, with no kill deadline."""
-        return []
-
-    def model_name(self, stack: DockerHostStack) -> str:
-        """vLLM's `--served-model-name`."""
-        return stack.server.served_model_name
-
-    def server_props(self, stack: DockerHostStack, source: ModelSource) -> dict[str, Any]:
-        """vLLM's `/v1/models` (vLLM has no /props)."""
-        from infra.targets import docker_host
-
-        return docker_host.server_props(stack)
-
-    def docs(
-        self, stack: DockerHostStack, sources: list[ModelSource], name: str, picture: str | None
-    ) -> str:
-        """vLLM's flags, the memory budget and the access rules."""
-        from infra.reference.page import docker_host_page
-
-        return docker_host_page(stack, sources[0], name, picture)
-
-    def llamacpp_server(self, stack: DockerHostStack) -> KubernetesStack | None:
-        """None: vLLM's sizes are set by hand from the plan."""
-        return None
-
-    def with_tuned(self, stack: DockerHostStack, lock_path: Path) -> StackConfig:
-        """The stack itself: vLLM has one runtime."""
-        return stack
-
-
-class FleetTarget:
-    """A fleet: several llama.cpp servers on one cluster, each the kubernetes target's server."""
-
-    kind = "fleet"
-
-    def deploy(
-        self,
-        stack: FleetStack,
-        sources: list[ModelSource],
-        secrets: StackSecrets,
-        expectations: list[str | None],
-    ) -> None:
-        """Every server, with the fleet's outputs (`servers`, `litellmModelList`)."""
-        from infra.targets import cluster
-
-        cluster.deploy(stack, sources, secrets, expectations, fleet=True)
-
-    def plan(self, stack: FleetStack, sources: list[ModelSource], header: Header) -> Plan:
-        """Every server's plan in one, its devices and lines named by server."""
-        from infra.plan.stack import fleet_plan
-
-        return fleet_plan(stack, sources, header)
-
-    def probe_problems(self, stack: FleetStack, sources: list[ModelSource]) -> list[str]:
-        """Each server's, naming its `servers[i]` key."""
-        from infra.plan.stack import fleet_probe_problems
-
-        return fleet_probe_problems(stack, sources)
-
-    def endpoint_url(self, stack: FleetStack) -> str:
-        """None: several servers (ConfigError)."""
-        raise ConfigError([ONE_SERVER])
-
-    def model_name(self, stack: FleetStack) -> str:
-        """None: several servers (ConfigError)."""
-        raise ConfigError([ONE_SERVER])
-
-    def route(self, stack: FleetStack) -> dict[str, Any]:
-        """None: several servers (ConfigError; `routes` has one per server)."""
-        raise ConfigError([ONE_SERVER])
-
-    def server_props(self, stack: FleetStack, source: ModelSource) -> dict[str, Any]:
-        """None: several servers (ConfigError; ask for one server's)."""
-        raise ConfigError([ONE_SERVER])
-
-    def docs(
-        self, stack: FleetStack, sources: list[ModelSource], name: str, picture: str | None
-    ) -> str:
-        """The plan picture once, then one section per server."""
-        from infra.reference.page import fleet_page
-
-        return fleet_page(stack, sources, name, picture)
-
-    def llamacpp_server(self, stack: FleetStack) -> KubernetesStack | None:
-        """None: a fleet's servers are sized each by hand from the plan."""
-        return None
-
-    def with_tuned(self, stack: FleetStack, lock_path: Path) -> StackConfig:
-        """Each server whose runtime is `tuned` with its own record's winner."""
-        from infra.tune import tuned_fleet
-
-        return tuned_fleet(stack, lock_path)
+def target_module(kind: str) -> str:
+    """The module of the target of `kind`: `docker-host` → `infra.targets.docker_host_target`."""
+    return f"infra.targets.{kind.replace('-', '_')}_target"
 
 
 TARGETS: dict[str, Target[Any]] = {
-    target.kind: target for target in (KubernetesTarget(), DockerHostTarget(), FleetTarget())
+    kind: importlib.import_module(target_module(kind)).TARGET for kind in STACK_MODELS
 }
 """Every target, by the kind of stack it deploys (`StackConfig`'s models, `kind`)."""
 
@@ -303,10 +77,39 @@ def target_of(stack: StackConfig) -> Target[Any]:
     return TARGETS[stack.kind]
 
 
+def init_kinds() -> list[str]:
+    """The targets `llm-infra init` drafts a stack for (`--target`), in the table's order."""
+    return [kind for kind, target in TARGETS.items() if isinstance(target, Drafts)]
+
+
+def drafts(kind: str) -> Drafts:
+    """The init part of the target `kind` (one of `init_kinds()`)."""
+    target = TARGETS[kind]
+    assert isinstance(target, Drafts), kind
+    return target
+
+
+def one_server(stack: StackConfig) -> OneServer[Any]:
+    """The one-server part of the stack's target; ConfigError for several servers."""
+    target = target_of(stack)
+    if not isinstance(target, OneServer):
+        raise ConfigError([ONE_SERVER])
+    return target
+
+
+def llamacpp_server(stack: StackConfig) -> KubernetesStack | None:
+    """The stack's one llama.cpp server: what `plan --suggest` sizes and `tune` bakes off
+    (None: vLLM, or a fleet, whose servers are taken one at a time)."""
+    target = target_of(stack)
+    return target.llamacpp_server(stack) if isinstance(target, SizesLlamaCpp) else None
+
+
 def with_tuned_runtimes(stack: StackConfig, lock_path: Path) -> StackConfig:
     """The stack with each `server.runtime: tuned` replaced by its tune record's winner, which
-    must pass the checks of a runtime named in the stack file; ConfigError otherwise."""
-    return target_of(stack).with_tuned(stack, lock_path)
+    must pass the checks of a runtime named in the stack file; ConfigError otherwise (a target
+    without tuned runtimes: the stack itself)."""
+    target = target_of(stack)
+    return target.with_tuned(stack, lock_path) if isinstance(target, TunedRuntimes) else stack
 
 
 def stack_plan(
@@ -323,17 +126,17 @@ def stack_plan(
 
 def endpoint_url(stack: StackConfig) -> str:
     """The base URL a stack serves (in-cluster for kubernetes: reach it by port-forward)."""
-    return target_of(stack).endpoint_url(stack)
+    return one_server(stack).endpoint_url(stack)
 
 
 def model_name(stack: StackConfig) -> str:
     """The model id clients send (and `/v1/models` lists)."""
-    return target_of(stack).model_name(stack)
+    return one_server(stack).model_name(stack)
 
 
 def route(stack: StackConfig) -> dict[str, Any]:
     """The stack's LiteLLM `model_list` entry, as its `litellmModel` output shows it."""
-    return target_of(stack).route(stack)
+    return one_server(stack).route(stack)
 
 
 def routes(stack: StackConfig) -> list[dict[str, Any]]:
@@ -342,8 +145,12 @@ def routes(stack: StackConfig) -> list[dict[str, Any]]:
 
 
 def render_docs(
-    stack: StackConfig, sources: list[ModelSource], name: str, picture: str | None = None
+    stack: StackConfig,
+    sources: list[ModelSource],
+    plan: Plan,
+    name: str,
+    picture: str | None = None,
 ) -> str:
-    """The reference page of a stack (a fleet: one section per server), showing the plan
-    picture at `picture` (a path relative to the page) when given."""
-    return target_of(stack).docs(stack, sources, name, picture)
+    """The reference page of a stack (a fleet: one section per server) from its plan, showing
+    the plan picture at `picture` (a path relative to the page) when given."""
+    return target_of(stack).docs(stack, sources, plan, name, picture)

@@ -65,6 +65,20 @@ def test_each_command_help_shows_all_its_options_under_its_own_name(
         assert f" {option}" in result.stdout, (option, result.stdout)
 
 
+def test_init_offers_as_target_the_table_of_targets_that_draft_a_stack() -> None:
+    from infra.targets.registry import init_kinds
+
+    listed = ",".join(init_kinds())
+    assert f"--target {{{listed}}}" in llm_infra("init", "--help").stdout
+    refused = run_cli(["init", "x", "--repo", "a/b", "--file", "f", "--target", "fleet"])
+    assert refused.returncode == 2
+    assert (
+        "argument --target: invalid choice: 'fleet' (choose from "
+        + ", ".join(repr(kind) for kind in init_kinds())
+        + ")"
+    ) in refused.stderr
+
+
 def test_a_mistyped_option_prints_that_commands_usage() -> None:
     result = llm_infra("plan", "strix-halo", "--jsn")
     assert result.returncode == 2

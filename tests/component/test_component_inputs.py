@@ -30,6 +30,7 @@ from infra.config.docker_host import CaddySettings
 from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
+from infra.targets.registry import stack_plan
 from tests.conftest import stack_values, strix, unlocked_source
 from tests.support.provider_deploy import (
     LLAMA,
@@ -400,7 +401,9 @@ def split_stack() -> Any:
 def split_pair() -> tuple[str, Any, dict[str, Any]]:
     """The head's name and args and its workers' args, as the stack target builds them."""
     stack = split_stack()
-    head = copy.deepcopy(server_args(stack, unlocked_source(stack), SPLIT_VOLUME))
+    source = unlocked_source(stack)
+    split = stack_plan(stack, source).tensor_split
+    head = copy.deepcopy(server_args(stack, source, SPLIT_VOLUME, split))
     return stack.server.resource_name, head, copy.deepcopy(dict(rpc_worker_args(stack)))
 
 

@@ -16,16 +16,14 @@ from infra.plan.report import GIB, Device, Plan, gib, usage_text
 from infra.targets.registry import stack_plan
 from tests.conftest import ROOT, STACKS
 from tests.support.cli import run_cli
-from tests.support.render import render
+from tests.support.render import COMMITTED_STACKS, render
 
 
 def docs(*args: str) -> subprocess.CompletedProcess[str]:
     return run_cli(["docs", *args], cwd=ROOT)
 
 
-@pytest.mark.parametrize(
-    "stack", ["strix-halo", "mi300x", "strix-halo-pair", "strix-halo-pair-split"]
-)
+@pytest.mark.parametrize("stack", COMMITTED_STACKS)
 def test_committed_reference_matches_what_is_deployed(stack: str) -> None:
     result = docs(stack, "--check")
     assert result.returncode == 0, f"{result.stderr} (run: llm-infra docs {stack})"

@@ -15,7 +15,7 @@ from components.llamacpp.inputs import DEFAULT_IMAGE
 from components.llamacpp.manifests import head_pod_labels, server_labels
 from infra.config import ConfigError, FleetStack, KubernetesStack, parse_stack
 from infra.lock import model_source
-from infra.plan.llamacpp import device_layers, rpc_tensor_split, split_layers
+from infra.plan.llamacpp import device_layers, plan_llamacpp, rpc_tensor_split, split_layers
 from infra.plan.stack import llamacpp_inputs, probe_problems
 from infra.targets.registry import stack_plan
 from tests.conftest import ROOT, STACKS, stack_values
@@ -162,6 +162,55 @@ def test_head_argv_carries_the_workers_and_the_plans_tensor_split(split: Path) -
     # The GPU gate also wants a model buffer on the worker.
     probe = " ".join(container["startupProbe"]["exec"]["command"])
     assert "deepseek-v4-flash-0731-rpc-0.llm.svc:50052" in probe
+
+
+@pytest.mark.parametrize(("stack", "servers"), [(SPLIT, 1), (PAIR, 2), ("strix-halo", 1)])
+def test_the_program_plans_each_server_once_and_the_target_deploys_that_plan(
+    stack: str, servers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from infra import program
+    from infra.config import read_stack_file
+    from infra.plan import stack as plan_stack
+    from infra.render import run_program
+
+    calls = {"inputs": 0, "structure": 0, "placement": 0}
+
+    def counted(name: str, function: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(
+        plan_stack, "llamacpp_inputs", counted("inputs", plan_stack.llamacpp_inputs)
+    )
+    monkeypatch.setattr(
+        plan_stack, "model_structure", counted("structure", plan_stack.model_structure)
+    )
+    placement = counted("placement", plan_llamacpp)
+    monkeypatch.setattr(plan_stack, "plan_llamacpp", placement)
+    stack_file = read_stack_file(STACKS / f"Pulumi.{stack}.yaml")
+    rendered = run_program(program.main, stack_file.config, stack_file.secret_keys, stack=stack)
+    # The split model's load estimate and its --tensor-split come from that one plan too.
+    assert calls == {"inputs": servers, "structure": servers, "placement": servers}
+    assert rendered.outputs["plan"]["fits"] is True
+
+
+def test_a_split_models_server_takes_its_tensor_split_from_the_plan_and_only_from_it() -> None:
+    from infra.targets.kubernetes import server_args
+
+    stack = parse_stack(stack_values(SPLIT))
+    assert isinstance(stack, KubernetesStack)
+    source = model_source(stack.model, STACKS / "no-such.lock.json", preview=True)
+    volume: Any = {"claim_name": "m", "fetcher_config_map": "f", "check_image": "i"}
+    plan = stack_plan(stack, source)
+    assert plan.tensor_split is not None and len(plan.tensor_split) == 2
+    assert server_args(stack, source, volume, plan.tensor_split)["flags"]["tensor_split"] == list(
+        plan.tensor_split
+    )
+    with pytest.raises(ValueError, match="tensor split"):
+        server_args(stack, source, volume)
 
 
 def test_split_plan_places_weights_kv_and_compute_per_device(split: Path) -> None:

@@ -24,6 +24,7 @@ from infra import program
 from infra.config import ConfigError
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args
+from infra.targets.registry import stack_plan
 from tests.conftest import ROOT, STACKS, stack_values, strix, unlocked_source
 from tests.support.cli import run_cli
 from tests.support.tune_records import written_record
@@ -203,7 +204,9 @@ def split_args(record: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
     stack = strix(stack_values(SPLIT))
     volume = {"claim_name": "m", "fetcher_config_map": "f", "check_image": "python:3.12.8",
               "run_as_user": 1}  # fmt: skip
-    head: Any = copy.deepcopy(server_args(stack, unlocked_source(stack), volume))  # type: ignore[arg-type]
+    source = unlocked_source(stack)
+    split = stack_plan(stack, source).tensor_split
+    head: Any = copy.deepcopy(server_args(stack, source, volume, split))  # type: ignore[arg-type]
     workers: dict[str, Any] = copy.deepcopy(dict(rpc_worker_args(stack)))
     args: Any
     for args in (head, *workers.values()):

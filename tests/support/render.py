@@ -13,6 +13,11 @@ from tests.support.cli import run_cli
 STACK_FILE = ROOT / "stacks" / "Pulumi.strix-halo.yaml"
 FLEET_STACKS = ["strix-halo-pair", "strix-halo-pair-split"]
 """The example stacks of several servers and of a split model."""
+COMMITTED_STACKS = sorted(
+    path.name[len("Pulumi.") : -len(".yaml")] for path in (ROOT / "stacks").glob("Pulumi.*.yaml")
+)
+"""Every committed stack (`stacks/Pulumi.STACK.yaml`): each has a golden render and a reference
+page, a new target's example stack included without a list to extend."""
 
 
 def render(

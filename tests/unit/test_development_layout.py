@@ -1,4 +1,5 @@
-"""docs/development.md's layout stays true: what it names exists, and it names every package.
+"""docs/development.md's layout and guides stay true: what the layout names exists, it names
+every package, and every file a guide (`## Adding a target`, ...) names exists.
 
 The layout is the code block under `## Layout`. A line that starts at column 0 or 2 opens an
 entry: its first word is a path (`infra/`, `  lock.py`), from the root at column 0 and from the
@@ -19,6 +20,14 @@ DOCUMENTED_PACKAGES = ("components", "infra")
 """Every package under these is an entry of the layout."""
 _FILE_WORD = re.compile(r"(?<![\w./<>-])\w[\w/]*\.(?:py|sh)\b")
 _MODULE_WORD = re.compile(r"(?<![\w./*<>-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w./-])")
+GUIDES = ("Adding a target", "Adding a llama-server flag", "Adding a component")
+"""The contributor guides: each a section of numbered steps, one file each."""
+MOST_TARGET_FILES = 6
+"""What adding a target may take (a target is one module over its wiring, its stack model, and
+an example stack)."""
+_STEP = re.compile(r"^\d+\. `([^`]+)`", re.MULTILINE)
+_PATH = re.compile(r"`([\w.<>-]+(?:/[\w.<>-]+)+/?)`")
+_PLACEHOLDER = re.compile(r"<[^>]+>")
 
 
 def layout_lines(text: str) -> list[str]:
@@ -73,3 +82,67 @@ def test_the_layout_names_every_package_of_components_and_infra() -> None:
     entries, _ = layout_paths(layout_lines(DEVELOPMENT.read_text()))
     unnamed = [str(p) for p in packages(ROOT) if p not in entries]
     assert unnamed == [], f"docs/development.md's layout has no entry for {unnamed}"
+
+
+def guide(text: str, title: str) -> str:
+    """The text of the section `## {title}`, up to the next section."""
+    return text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def guide_steps(section: str) -> list[str]:
+    """The file each numbered step of a guide starts with."""
+    return _STEP.findall(section)
+
+
+def named_paths(section: str) -> list[str]:
+    """Every path a guide names in backticks (a word with a slash; `<kind>` a placeholder)."""
+    return _PATH.findall(section)
+
+
+def path_exists(path: str) -> bool:
+    """Whether the path exists; one with placeholders, whether any file fits it."""
+    if _PLACEHOLDER.search(path):
+        return any(ROOT.glob(_PLACEHOLDER.sub("*", path)))
+    return (ROOT / path).exists()
+
+
+def test_every_file_the_guides_name_exists() -> None:
+    text = DEVELOPMENT.read_text()
+    missing = [
+        f"## {title}: {path}"
+        for title in GUIDES
+        for path in named_paths(guide(text, title))
+        if not path_exists(path)
+    ]
+    assert missing == [], f"the guides name what does not exist: {missing}"
+
+
+def test_each_guide_is_steps_that_each_name_the_file_they_touch() -> None:
+    text = DEVELOPMENT.read_text()
+    for title in GUIDES:
+        steps = guide_steps(guide(text, title))
+        assert steps, f"## {title}: no numbered steps"
+        assert len(set(steps)) == len(steps), f"## {title}: a file in two steps: {steps}"
+        assert all(step in named_paths(guide(text, title)) for step in steps), steps
+
+
+def test_adding_a_target_takes_at_most_six_files() -> None:
+    steps = guide_steps(guide(DEVELOPMENT.read_text(), "Adding a target"))
+    assert len(steps) <= MOST_TARGET_FILES, steps
+    assert "infra/targets/<kind>_target.py" in steps
+
+
+def test_the_guide_reader_finds_steps_paths_and_placeholders() -> None:
+    section = (
+        "1. `infra/targets/<kind>_target.py` (as `infra/lock.py`): `flags.<field>`, "
+        "`llm-infra docs STACK`\n2. `docs/no-such.md`: text\n"
+    )
+    assert guide_steps(section) == ["infra/targets/<kind>_target.py", "docs/no-such.md"]
+    assert named_paths(section) == [
+        "infra/targets/<kind>_target.py",
+        "infra/lock.py",
+        "docs/no-such.md",
+    ]
+    assert path_exists("infra/targets/<kind>_target.py")
+    assert not path_exists("infra/targets/<kind>_no_such.py")
+    assert not path_exists("docs/no-such.md")

@@ -18,6 +18,7 @@ from infra.config.inputs import STACK_KEYS, stack_key
 from infra.config.schema import explain
 from infra.config.secrets import StackSecrets
 from infra.targets import docker_host, kubernetes
+from infra.targets.registry import stack_plan
 from tests.conftest import ROOT, unlocked_source
 
 VOLUME = {"claim_name": "m", "fetcher_config_map": "m-f", "check_image": "i", "run_as_user": 1}
@@ -54,7 +55,8 @@ def built_inputs(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "VllmRocmServer", args
         return
     assert isinstance(stack, KubernetesStack)
-    server = dict(kubernetes.server_args(stack, source, VOLUME))  # type: ignore[arg-type]
+    split = stack_plan(stack, source).tensor_split
+    server = dict(kubernetes.server_args(stack, source, VOLUME, split))  # type: ignore[arg-type]
     server.update(api_key="k", verify_expectations="{}", stop_before_model_change=True)
     yield "LlamaCppVulkanServer", server
     yield "GgufModelStore", dict(kubernetes.store_args(stack, source, "token"))

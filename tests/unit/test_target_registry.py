@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from infra.config import (
+    ConfigError,
     DockerHostStack,
     FleetStack,
     KubernetesStack,
@@ -17,7 +18,23 @@ from infra.config import (
     parse_stack,
 )
 from infra.config.stack import STACK_MODELS
-from infra.targets.registry import TARGETS, target_of
+from infra.targets.registry import (
+    ONE_SERVER,
+    TARGETS,
+    Drafts,
+    OneServer,
+    SizesLlamaCpp,
+    TunedRuntimes,
+    endpoint_url,
+    init_kinds,
+    llamacpp_server,
+    model_name,
+    route,
+    routes,
+    target_module,
+    target_of,
+    with_tuned_runtimes,
+)
 from tests.conftest import ROOT, stack_values
 
 STACK_TYPES = {"KubernetesStack", "StrixHaloStack", "DockerHostStack", "Mi300xStack", "FleetStack"}
@@ -107,8 +124,14 @@ def test_each_committed_stack_is_deployed_by_the_target_of_its_kind(
 
 
 def test_every_kind_of_stack_model_has_a_target_and_no_target_lacks_one() -> None:
-    assert set(STACK_MODELS) == set(TARGETS) == {"kubernetes", "docker-host", "fleet"}
+    assert list(TARGETS) == list(STACK_MODELS)
+    assert {"kubernetes", "docker-host", "fleet"} <= set(TARGETS)
     assert all(model.kind == kind for kind, model in STACK_MODELS.items())
+    for kind, target in TARGETS.items():
+        # Each kind's target is its own module's, named for the kind.
+        assert target.kind == kind
+        assert type(target).__module__ == target_module(kind)
+        assert (ROOT / (target_module(kind).replace(".", "/") + ".py")).is_file()
 
 
 def test_the_former_stack_names_still_name_the_platform_types() -> None:
@@ -130,3 +153,52 @@ def test_a_fleet_answers_for_each_server_what_a_single_server_stack_answers_for_
     lock = Path("stacks/x.lock.json")
     assert single.lock_paths(lock) == [lock]
     assert len(fleet.lock_paths(lock)) == len(names)
+
+
+PARTS: dict[str, set[type]] = {
+    "kubernetes": {OneServer, SizesLlamaCpp, TunedRuntimes, Drafts},
+    "docker-host": {OneServer, Drafts},
+    "fleet": {TunedRuntimes},
+}
+"""The optional parts each target implements: a fleet has no one server, none to size or tune
+by itself, and no init draft."""
+
+
+@pytest.mark.parametrize("kind", sorted(PARTS))
+def test_each_target_implements_the_core_and_only_the_optional_parts_it_has(kind: str) -> None:
+    target = TARGETS[kind]
+    parts = (OneServer, SizesLlamaCpp, TunedRuntimes, Drafts)
+    assert {part for part in parts if isinstance(target, part)} == PARTS[kind]
+    assert all(callable(getattr(target, method)) for method in ("deploy", "plan", "docs"))
+    # What a fleet does not have it does not define (no method that only raises).
+    if kind == "fleet":
+        assert not hasattr(target, "endpoint_url") and not hasattr(target, "llamacpp_server")
+
+
+@pytest.mark.parametrize("ask", [endpoint_url, model_name, route])
+def test_a_fleet_asked_for_one_servers_answer_gets_the_one_server_error(ask: object) -> None:
+    fleet = parse_stack(stack_values("strix-halo-pair"))
+    assert isinstance(fleet, FleetStack)
+    with pytest.raises(ConfigError) as caught:
+        ask(fleet)  # type: ignore[operator]
+    assert caught.value.problems == [ONE_SERVER]
+    # Each of its servers has the part: one route per server.
+    assert [entry["model_name"] for entry in routes(fleet)] == [
+        entry.alias for entry in fleet.servers
+    ]
+
+
+def test_a_target_without_a_part_gets_what_its_commands_give_without_it() -> None:
+    single = parse_stack(stack_values("strix-halo"))
+    vllm = parse_stack(stack_values("mi300x"))
+    fleet = parse_stack(stack_values("strix-halo-pair"))
+    assert llamacpp_server(single) is single
+    assert llamacpp_server(vllm) is None and llamacpp_server(fleet) is None
+    # vLLM has one runtime: nothing to resolve, no tune record read.
+    assert with_tuned_runtimes(vllm, ROOT / "stacks" / "no-such.lock.json") is vllm
+
+
+def test_the_targets_init_drafts_for_are_read_from_the_table() -> None:
+    assert init_kinds() == [kind for kind, target in TARGETS.items() if isinstance(target, Drafts)]
+    assert init_kinds()[:2] == ["kubernetes", "docker-host"]
+    assert "fleet" not in init_kinds()
