@@ -131,6 +131,32 @@ def vulkan_points() -> list[Point]:
     return points
 
 
+GPU_RECORD = FIXTURES / "speed" / "vulkan.json"
+"""`bench.speed_measure --backend vulkan`: generated shapes the Vulkan calibration never saw."""
+
+
+def gpu_points(record: dict[str, Any] | None = None) -> list[Point]:
+    """The GPU runs of `bench.speed_measure` (each shape at each `-ngl`): checks only."""
+    if record is None:
+        record = json.loads(GPU_RECORD.read_text())
+    points = []
+    for model in record["models"]:
+        inputs = plan_inputs(
+            model["summary"], model["ngl"], model["context"], "f16", gpu=True,
+            device=record["device"], threads=record["threads"],
+        )  # fmt: skip
+        label = f"{model['shape']} -ngl {model['ngl']}"
+        for fig in model["figures"]:
+            for kind, key in FIGURES:
+                if fig[key]["median"] is None:
+                    continue
+                points.append(
+                    Point(label, inputs, kind, fig["depth"], fig[key]["median"],
+                          calibration=False, runs=tuple(fig[key]["runs"]))
+                )  # fmt: skip
+    return points
+
+
 def cpu_points(record: dict[str, Any] | None = None) -> list[Point]:
     """The CPU runs of `bench.speed_measure` (`CALIBRATION`'s shapes calibrate)."""
     if record is None:
@@ -310,8 +336,9 @@ def table(points: Sequence[Point], calibration: Calibration) -> tuple[str, list[
 
 
 def main() -> int:
+    gpu = gpu_points() if GPU_RECORD.exists() else []
     for name, points, fitter in (
-        ("vulkan", vulkan_points(), fit_vulkan),
+        ("vulkan", vulkan_points() + gpu, fit_vulkan),
         ("cpu", cpu_points(), fit_cpu),
     ):
         calibration = fitter(points)

@@ -56,6 +56,11 @@ SHAPES = {
     "moe-12x512": Shape(12, 512, 8, 2, 512, n_expert=32, n_expert_used=2),
 }
 """Each shape by name: larger than a server CPU's L3 cache, so decode reads memory."""
+GPU_SHAPES = {
+    "dense-32x2048": Shape(32, 2048, 16, 8, 5632),
+    "moe-16x1024": Shape(16, 1024, 16, 4, 1024, n_expert=64, n_expert_used=8),
+}
+"""Larger shapes for a GPU run (GiBs of weights: a GPU's decode is launch-bound below that)."""
 
 CALIBRATION = ("dense-8x1024", "dense-24x512")
 """The shapes the CPU factor is derived from; the others only check it."""
@@ -108,8 +113,8 @@ def _tensors(s: Shape, n_vocab: int) -> list[Tensor]:
 
 
 def write_shape(directory: Path, name: str, context_length: int = 131072) -> Path:
-    """`{name}.gguf` of one shape under `directory`."""
-    s = SHAPES[name]
+    """`{name}.gguf` of one shape (of `SHAPES` or `GPU_SHAPES`) under `directory`."""
+    s = {**SHAPES, **GPU_SHAPES}[name]
     tokens, scores, types = _vocab()
     a = "qwen3moe" if s.n_expert else "llama"
     meta: list[tuple[str, Value]] = [

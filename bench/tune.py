@@ -191,7 +191,10 @@ def main() -> int:
     if not results:
         p.error("no candidates")
     print(tune_figures.format_table(results, measured))
-    print(f"winner: {winner.name if winner else None}")
+    if winner is None:
+        print("no candidate passed: the record names no winner")
+        return 1
+    print(f"winner: {winner.name}")
     return 0
 
 
