@@ -20,6 +20,7 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGES = ("components", "infra")
+PAYLOADS = "components.payloads"
 
 
 @dataclass(frozen=True)
@@ -121,6 +122,9 @@ def imports(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
         for target in targets:
             # `import a.b.c` of a project module names it; of anything else, its distribution.
             resolved = target if target in modules else target.split(".")[0]
+            if package == PAYLOADS and f"{PAYLOADS}.{resolved}" in modules:
+                # A payload run as a script imports the payload shipped beside it by file name.
+                resolved = f"{PAYLOADS}.{resolved}"
             found.append(Import(resolved, statement.lineno, type_only, optional))
     return found
 
@@ -199,7 +203,7 @@ def path_to(graph: dict[str, list[Import]], start: str, external: str) -> list[s
 
 def payloads(graph: dict[str, list[Import]]) -> list[str]:
     """The payload modules (stdlib-only scripts shipped into pods and hosts)."""
-    return [name for name in graph if name.startswith("components.payloads.")]
+    return [name for name in graph if name.startswith(f"{PAYLOADS}.")]
 
 
 FORBIDDEN_IN_PAYLOADS = ("pulumi", "pulumi_kubernetes", "pulumi_command", "pydantic")
@@ -420,6 +424,7 @@ PAYLOAD_TREE = {
     "components/payloads/clean.py": "import json\n",
     "components/payloads/bad.py": "from components.payloads import helper\n",
     "components/payloads/helper.py": "def f():\n    from components.k8s.children import x\n",
+    "components/payloads/by_name.py": "import helper\n",
     "components/k8s/__init__.py": "",
     "components/k8s/children.py": "import pulumi_kubernetes as k8s\nx = 1\n",
 }
@@ -434,8 +439,16 @@ def test_a_payload_reaching_pulumi_through_a_sibling_is_found(tmp_path: Path) ->
         "components.k8s.children",
         "pulumi_kubernetes",
     ]
+    # `import helper`: the payload shipped beside it, by the name a script imports it by.
+    assert path_to(graph, "components.payloads.by_name", "pulumi_kubernetes") == [
+        "components.payloads.by_name",
+        "components.payloads.helper",
+        "components.k8s.children",
+        "pulumi_kubernetes",
+    ]
     assert set(payloads_reaching_forbidden(graph)) == {
         "components.payloads.bad -> pulumi_kubernetes",
+        "components.payloads.by_name -> pulumi_kubernetes",
         "components.payloads.helper -> pulumi_kubernetes",
     }
 
