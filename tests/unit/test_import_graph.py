@@ -1,5 +1,6 @@
 """Dependencies point one way: no import circle in `infra/` or `components/`, no payload that
-reaches pulumi, and no layer below the command line that imports `infra/cli/`.
+reaches pulumi or loads a module from a file (which no import statement shows), and no layer
+below the command line that imports `infra/cli/`.
 
 Read from the import statements themselves (`ast`), so an import inside a function or under
 `TYPE_CHECKING` counts as much as one at the top of a module.
@@ -231,6 +232,22 @@ def payload_imports_outside_stdlib(graph: dict[str, list[Import]]) -> list[str]:
     ]
 
 
+FILE_LOADERS = ("importlib", "runpy")
+"""What loads a module from a path: such a module is no edge of the graph, so none of the checks
+here would see what it imports."""
+
+
+def payload_file_loads(graph: dict[str, list[Import]]) -> list[str]:
+    """`module:line: loader` for each payload that imports a module loader rather than naming
+    the payload it needs (`import http_policy` finds it beside a script)."""
+    return [
+        f"{name}:{edge.line}: {edge.target}"
+        for name in payloads(graph)
+        for edge in graph[name]
+        if edge.target in FILE_LOADERS
+    ]
+
+
 def command_line_importers(graph: dict[str, list[Import]]) -> list[str]:
     """`module:line: infra.cli...` for each module outside `infra/cli/` that imports it."""
 
@@ -364,6 +381,10 @@ def test_the_payloads_import_only_the_standard_library_and_each_other(
     assert payload_imports_outside_stdlib(graph) == []
 
 
+def test_the_payloads_load_no_module_from_a_file(graph: dict[str, list[Import]]) -> None:
+    assert payload_file_loads(graph) == []
+
+
 def test_no_layer_below_the_command_line_imports_it(graph: dict[str, list[Import]]) -> None:
     assert command_line_importers(graph) == []
 
@@ -483,6 +504,22 @@ def test_a_third_party_payload_import_and_a_command_line_import_below_it_are_fou
         "components.payloads.uses_yaml:1: yaml",
     ]
     assert command_line_importers(graph) == ["infra.reference:1: infra.cli.common"]
+
+
+def test_a_payload_loading_a_module_from_a_file_is_found(tmp_path: Path) -> None:
+    loads = (
+        "import os\n"
+        "def sibling(name):\n"
+        "    import importlib.util\n"
+        "    path = os.path.join(os.path.dirname(__file__), name + '.py')\n"
+        "    spec = importlib.util.spec_from_file_location(name, path)\n"
+        "    return importlib.util.module_from_spec(spec)\n"
+        "helper = sibling('helper')\n"
+    )
+    graph = write_tree(tmp_path, {**PAYLOAD_TREE, "components/payloads/loads.py": loads})
+    assert payload_file_loads(graph) == ["components.payloads.loads:3: importlib"]
+    # What it loads is no edge of the graph: only this check sees the payload use another.
+    assert path_to(graph, "components.payloads.loads", "pulumi_kubernetes") is None
 
 
 def test_a_sys_path_edit_is_found(tmp_path: Path) -> None:
