@@ -51,6 +51,10 @@ MODEL_VOLUME: dict[str, Any] = {
 """A server's model volume as a GgufModelStore's `model_volume` gives it."""
 PROPS_FIXTURE = ROOT / "tests" / "fixtures" / "llama_server_props" / "b11434-props.json"
 """The real /props answer of llama-server b11434 on the tiny model (-c 8192 -np 4)."""
+STOCK_PYTHON = (sys.executable, "-E", "-s")
+"""A plain Python as a stock image runs a shipped script: the script's folder first on the path,
+where it finds the modules shipped beside it, and nothing of this checkout's environment (`-E`:
+no PYTHONPATH, `-s`: no user site). That is `-I` less `-P`, which would leave the folder out."""
 
 pytest_plugins = ["tests.support.policy", "tests.support.upgrade"]
 """Fixtures that more than one tier uses, beside the helpers they come with."""

@@ -3,7 +3,10 @@
 Each shipped file runs as it is in a stock Python image (the fetch Job, the verify Job, the
 MI300X host, the metrics proxy beside llama-server); most are also the back-end of an
 `llm-infra` command. The benchmark (`bench`, `bench_client`, `bench_report`) and the GPU gate's
-log check are back-ends only, which a GPU machine's plain Python imports from here.
+log check are back-ends only, which a GPU machine's plain Python imports from here. A shipped
+script imports the modules shipped beside it by their file names (`import http_policy`): run
+as `python3 SCRIPT` (never with `-I` or `-P`), its own folder is first on the path; imported as
+``components.payloads.NAME``, it imports them from this package.
 """
 
 from pathlib import Path

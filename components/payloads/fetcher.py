@@ -49,20 +49,8 @@ except ImportError:  # a stock Python image: the standard library's serves the f
 
 if TYPE_CHECKING or "components.payloads" in sys.modules:
     from components.payloads import http_policy
-else:  # a stock image or a plain Python: the policy is shipped beside this file
-
-    def _sibling(name: str) -> Any:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(
-            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
-    http_policy = sys.modules.get("http_policy") or _sibling("http_policy")
+else:  # a script beside http_policy.py: its folder is first on sys.path (unless -I or -P)
+    import http_policy
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 STATE_DIR = ".llm-infra"

@@ -30,21 +30,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING or "components.payloads" in sys.modules:
     from components.payloads import http_policy as http_policy  # bench's too
     from components.payloads import props as props
-else:  # a stock image or a plain Python: the policy is shipped beside this file
-
-    def _sibling(name: str) -> Any:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(
-            name, os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
-        )
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-        return module
-
-    http_policy = sys.modules.get("http_policy") or _sibling("http_policy")
-    props = sys.modules.get("props") or _sibling("props")
+else:  # a script beside http_policy.py, props.py: its folder is first on sys.path (unless -I, -P)
+    import http_policy
+    import props
 
 FORMAT = "llm-infra-verify/1"
 API_KEY_ENV = "LLM_INFRA_API_KEY"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,7 @@ from components.payloads import (
     verify,
 )
 from infra.targets.kubernetes import server_args
-from tests.conftest import MODEL_VOLUME, PROPS_FIXTURE, strix, unlocked_source
+from tests.conftest import MODEL_VOLUME, PROPS_FIXTURE, STOCK_PYTHON, strix, unlocked_source
 from tests.support.llama_server import free_port, get_json, run_llama_server
 from tests.support.tiny_gguf import write_tiny_split_model
 
@@ -140,7 +139,7 @@ def test_the_verify_jobs_own_files_check_props_behind_the_api_key(
     plain = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     with run_llama_server([*server_argv(args), "--api-key", key]) as url:
         argv[1] = url
-        record = [sys.executable, "-I", argv[0], url, "--expect", argv[3], "--record"]
+        record = [*STOCK_PYTHON, argv[0], url, "--expect", argv[3], "--record"]
         env = {**plain, verify.API_KEY_ENV: key}
         recorded = subprocess.run(record, env=env, capture_output=True, text=True, check=False)
         assert recorded.returncode == 0, recorded.stderr
@@ -150,10 +149,10 @@ def test_the_verify_jobs_own_files_check_props_behind_the_api_key(
         doc["tolerance"]["min_decode_fraction"] = 0.0
         (mount / "expect.json").write_text(json.dumps(doc))
         checked = subprocess.run(
-            [sys.executable, "-I", *argv], env=env, capture_output=True, text=True, check=False
+            [*STOCK_PYTHON, *argv], env=env, capture_output=True, text=True, check=False
         )
         keyless = subprocess.run(
-            [sys.executable, "-I", *argv], env=plain, capture_output=True, text=True, check=False
+            [*STOCK_PYTHON, *argv], env=plain, capture_output=True, text=True, check=False
         )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert checked.stdout.splitlines()[0] == props.summary(expected)

@@ -30,6 +30,7 @@ from components.payloads import (
 from components.payloads import http_policy as hp
 from components.payloads.fetcher import fetch_document
 from infra.lock import RangeReader, small_file_sha256
+from tests.conftest import STOCK_PYTHON
 from tests.support import hostile_http as peers
 from tests.support.hostile_http import Seen
 
@@ -312,12 +313,13 @@ def run_measured(
 
 def stock_copy(tmp_path: Path, *scripts: Path) -> list[Path]:
     """The scripts and the modules shipped beside them (the policy; verify's server-properties
-    check) alone in a directory, as a stock image receives them."""
+    check) alone in a read-only directory, as a stock image receives them."""
     where = tmp_path / "opt"
-    where.mkdir(exist_ok=True)
+    where.mkdir()
     beside = [HTTP_POLICY_SOURCE, *([PROPS_SOURCE] if VERIFY_SOURCE in scripts else [])]
     for source in (*scripts, *beside):
         shutil.copy(source, where / source.name)
+    where.chmod(0o555)
     return [where / script.name for script in scripts]
 
 
@@ -336,8 +338,7 @@ def test_the_fetcher_in_a_stock_image_keeps_the_token_from_the_cdn(tmp_path: Pat
         peers.redirect(to(cdn))
     ) as hub:  # fmt: skip
         result = subprocess.run(
-            # -I: no site-packages, no project on the path: only the two shipped files
-            [sys.executable, "-I", str(script), "fetch", "--lock", str(lock), "--dest", str(dest)],
+            [*STOCK_PYTHON, str(script), "fetch", "--lock", str(lock), "--dest", str(dest)],
             capture_output=True, text=True, env=fetch_env(hub.url, "hf_secret"), timeout=120,
         )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
@@ -477,7 +478,7 @@ def test_verify_in_a_stock_image_reads_no_more_than_its_limit(tmp_path: Path) ->
     expect.write_text(json.dumps(verify.new_expectations()))
     with peers.serve(peers.endless_body()) as api:
         code, out, err, rss_kib = run_measured(
-            [sys.executable, "-I", str(script), api.url, "--expect", str(expect)]
+            [*STOCK_PYTHON, str(script), api.url, "--expect", str(expect)]
         )
     assert code == 1, out + err
     assert f"goes on past the {verify.MAX_ANSWER_BYTES} bytes" in err

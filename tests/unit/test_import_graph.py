@@ -1,5 +1,6 @@
 """Dependencies point one way: no import circle in `infra/` or `components/`, no payload that
-reaches pulumi, and no layer below the command line that imports `infra/cli/`.
+reaches pulumi or loads a module from a file (which no import statement shows), and no layer
+below the command line that imports `infra/cli/`.
 
 Read from the import statements themselves (`ast`), so an import inside a function or under
 `TYPE_CHECKING` counts as much as one at the top of a module.
@@ -20,6 +21,7 @@ import pytest
 from tests.conftest import ROOT
 
 PACKAGES = ("components", "infra")
+PAYLOADS = "components.payloads"
 
 
 @dataclass(frozen=True)
@@ -121,6 +123,9 @@ def imports(name: str, path: Path, modules: dict[str, Path]) -> list[Import]:
         for target in targets:
             # `import a.b.c` of a project module names it; of anything else, its distribution.
             resolved = target if target in modules else target.split(".")[0]
+            if package == PAYLOADS and f"{PAYLOADS}.{resolved}" in modules:
+                # A payload run as a script imports the payload shipped beside it by file name.
+                resolved = f"{PAYLOADS}.{resolved}"
             found.append(Import(resolved, statement.lineno, type_only, optional))
     return found
 
@@ -199,7 +204,7 @@ def path_to(graph: dict[str, list[Import]], start: str, external: str) -> list[s
 
 def payloads(graph: dict[str, list[Import]]) -> list[str]:
     """The payload modules (stdlib-only scripts shipped into pods and hosts)."""
-    return [name for name in graph if name.startswith("components.payloads.")]
+    return [name for name in graph if name.startswith(f"{PAYLOADS}.")]
 
 
 FORBIDDEN_IN_PAYLOADS = ("pulumi", "pulumi_kubernetes", "pulumi_command", "pydantic")
@@ -224,6 +229,22 @@ def payload_imports_outside_stdlib(graph: dict[str, list[Import]]) -> list[str]:
         for name in payloads(graph)
         for edge in graph[name]
         if not (edge.type_only or edge.optional) and edge.target not in allowed
+    ]
+
+
+FILE_LOADERS = ("importlib", "runpy")
+"""What loads a module from a path: such a module is no edge of the graph, so none of the checks
+here would see what it imports."""
+
+
+def payload_file_loads(graph: dict[str, list[Import]]) -> list[str]:
+    """`module:line: loader` for each payload that imports a module loader rather than naming
+    the payload it needs (`import http_policy` finds it beside a script)."""
+    return [
+        f"{name}:{edge.line}: {edge.target}"
+        for name in payloads(graph)
+        for edge in graph[name]
+        if edge.target in FILE_LOADERS
     ]
 
 
@@ -360,6 +381,10 @@ def test_the_payloads_import_only_the_standard_library_and_each_other(
     assert payload_imports_outside_stdlib(graph) == []
 
 
+def test_the_payloads_load_no_module_from_a_file(graph: dict[str, list[Import]]) -> None:
+    assert payload_file_loads(graph) == []
+
+
 def test_no_layer_below_the_command_line_imports_it(graph: dict[str, list[Import]]) -> None:
     assert command_line_importers(graph) == []
 
@@ -420,6 +445,7 @@ PAYLOAD_TREE = {
     "components/payloads/clean.py": "import json\n",
     "components/payloads/bad.py": "from components.payloads import helper\n",
     "components/payloads/helper.py": "def f():\n    from components.k8s.children import x\n",
+    "components/payloads/by_name.py": "import helper\n",
     "components/k8s/__init__.py": "",
     "components/k8s/children.py": "import pulumi_kubernetes as k8s\nx = 1\n",
 }
@@ -434,8 +460,16 @@ def test_a_payload_reaching_pulumi_through_a_sibling_is_found(tmp_path: Path) ->
         "components.k8s.children",
         "pulumi_kubernetes",
     ]
+    # `import helper`: the payload shipped beside it, by the name a script imports it by.
+    assert path_to(graph, "components.payloads.by_name", "pulumi_kubernetes") == [
+        "components.payloads.by_name",
+        "components.payloads.helper",
+        "components.k8s.children",
+        "pulumi_kubernetes",
+    ]
     assert set(payloads_reaching_forbidden(graph)) == {
         "components.payloads.bad -> pulumi_kubernetes",
+        "components.payloads.by_name -> pulumi_kubernetes",
         "components.payloads.helper -> pulumi_kubernetes",
     }
 
@@ -470,6 +504,22 @@ def test_a_third_party_payload_import_and_a_command_line_import_below_it_are_fou
         "components.payloads.uses_yaml:1: yaml",
     ]
     assert command_line_importers(graph) == ["infra.reference:1: infra.cli.common"]
+
+
+def test_a_payload_loading_a_module_from_a_file_is_found(tmp_path: Path) -> None:
+    loads = (
+        "import os\n"
+        "def sibling(name):\n"
+        "    import importlib.util\n"
+        "    path = os.path.join(os.path.dirname(__file__), name + '.py')\n"
+        "    spec = importlib.util.spec_from_file_location(name, path)\n"
+        "    return importlib.util.module_from_spec(spec)\n"
+        "helper = sibling('helper')\n"
+    )
+    graph = write_tree(tmp_path, {**PAYLOAD_TREE, "components/payloads/loads.py": loads})
+    assert payload_file_loads(graph) == ["components.payloads.loads:3: importlib"]
+    # What it loads is no edge of the graph: only this check sees the payload use another.
+    assert path_to(graph, "components.payloads.loads", "pulumi_kubernetes") is None
 
 
 def test_a_sys_path_edit_is_found(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 set -euo pipefail
-# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 9024e5584f6408f361fbcad82e381393870808428c07178105b53bd9256348b3
+# lock sha256 b88fa26e3d875822626461f24899ee3c4f68f0c27677c5f1d91b2c3579b40913, fetcher sha256 c0e2f169ed97a1ee8706e264e5bab6b85a37b296c46eae4a0491170f6390f571
 mkdir -p /opt/llm/models/DeepSeek-V4-Flash-0731
 # As the SSH user, so the model files are not root's.
 docker run --rm --user "$(id -u):$(id -g)" --network host \
