@@ -11,6 +11,7 @@ from components.images import parse_image
 from components.k8s.metadata import Meta
 from components.k8s.network_policies import egress_policy, ingress_policy
 from components.k8s.pod_security import DEFAULT_DRI_DEVICE
+from components.llamacpp.flags import FLAGS
 from components.llamacpp.inputs import LlamaServerFlags
 from components.llamacpp.manifests import (
     llama_server_args,
@@ -62,6 +63,10 @@ def seed_server(strix_halo_values: dict[str, Any]) -> Any:
 
 def test_seed_stack_renders_the_seed_argv(seed_server: Any) -> None:
     assert llama_server_args(seed_server["flags"]) == SEED_ARGV
+
+
+def test_every_flag_but_speculative_decoding_is_written_by_the_flag_table() -> None:
+    assert {*FLAGS, "speculative"} == set(LlamaServerFlags.__annotations__)
 
 
 def test_argv_follows_typed_fields(seed_server: Any) -> None:
