@@ -42,6 +42,8 @@ TopK = Annotated[int, Field(ge=0, le=1_000_000)]
 """`--top-k`: the k most likely tokens (0: all)."""
 MinP = Annotated[float, Field(ge=0, le=1)]
 """`--min-p`: share of the most likely token's probability below which tokens drop."""
+PredictTokens = Annotated[int, Field(ge=-1, le=2**31 - 1)]
+"""`--n-predict`: tokens a request generates at most (-1: no limit)."""
 Threads = Annotated[int, Field(ge=1, le=4096)]
 """CPU threads of llama-server or rpc-server."""
 CacheRamMib = Annotated[int, Field(ge=0)]
@@ -147,6 +149,10 @@ class LlamaServerFlags(TypedDict):
     min_p: NotRequired[MinP | None]
     """`--min-p`: drop tokens less likely than this share of the most likely one, for the
     requests that set none (0: off; omitted: llama-server's 0.05)."""
+    n_predict: NotRequired[PredictTokens | None]
+    """`--n-predict`: the most tokens a request that sets no `max_tokens` generates, so a
+    request that never stops cannot hold its slot for good (-1: no limit; b11434 generates one
+    token for 0 as for 1; omitted: llama-server's -1)."""
     threads: Threads
     """`--threads`: CPU threads (sampling and the CPU-resident layers)."""
     cache_ram_mib: NotRequired[CacheRamMib | None]
@@ -243,6 +249,7 @@ FLAGS: dict[str, Flag] = {
     "top_p": Flag("--top-p", valued(number)),
     "top_k": Flag("--top-k"),
     "min_p": Flag("--min-p", valued(number)),
+    "n_predict": Flag("--n-predict"),
     "threads": Flag("--threads"),
     "rpc": Flag("--rpc", valued(comma_list)),
     "tensor_split": Flag("--tensor-split", valued(comma_list)),

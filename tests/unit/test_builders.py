@@ -84,6 +84,20 @@ def test_argv_follows_typed_fields(seed_server: Any) -> None:
     assert argv[argv.index("-ngl") + 1] == "38"
 
 
+def test_a_stack_files_n_predict_is_rendered_and_unset_leaves_llama_servers_own(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    strix_halo_values["server"]["nPredict"] = 4096
+    stack = strix(strix_halo_values)
+    flags = server_args(stack, unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
+    argv = llama_server_args(flags)
+    assert argv[argv.index("--n-predict") + 1] == "4096"
+    del strix_halo_values["server"]["nPredict"]
+    stack = strix(strix_halo_values)
+    unset = server_args(stack, unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
+    assert "--n-predict" not in llama_server_args(unset)
+
+
 def test_cache_ram_is_passed_only_when_configured(seed_server: Any) -> None:
     flags: LlamaServerFlags = copy.deepcopy(seed_server["flags"])
     assert "--cache-ram" not in llama_server_args(flags)
