@@ -18,12 +18,11 @@ from pydantic import BaseModel
 
 from components.field_docs import field_docs
 from infra.config.base import LOCATION_KEYS, NAMESPACE, SECRET_KEYS
-from infra.config.docker_host import DockerHostStack
-from infra.config.fleet import FleetStack
-from infra.config.kubernetes import KubernetesStack
+from infra.config.stack import StackConfig
 
 SCHEMA_ID = "https://llm-infra.invalid/stack.schema.json"
-STACK_MODELS: tuple[type[BaseModel], ...] = (KubernetesStack, FleetStack, DockerHostStack)
+STACK_MODELS: tuple[type[BaseModel], ...] = get_args(StackConfig)
+"""The stack models the schema describes: `StackConfig`'s."""
 _SECURE = {
     "type": "object",
     "properties": {

@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pulumi
 import yaml
@@ -49,13 +49,20 @@ StackConfig = KubernetesStack | FleetStack | DockerHostStack
 ServerStack = KubernetesStack | DockerHostStack
 """One server as a stack (`StackConfig.server_stacks()`: a fleet's each, else the stack)."""
 
-TARGETS = ("kubernetes", "docker-host")
-"""What a stack file's `target:` may say (`kubernetes` with `servers:` is a fleet)."""
-
 STACK_MODELS: dict[str, type[KubernetesStack] | type[FleetStack] | type[DockerHostStack]] = {
-    model.kind: model for model in (KubernetesStack, DockerHostStack, FleetStack)
+    model.kind: model for model in get_args(StackConfig)
 }
-"""The model of each kind of stack, keyed as the table of targets is."""
+"""The model of each kind of stack (`StackConfig`'s), keyed as the table of targets is."""
+
+TARGETS: tuple[str, ...] = tuple(
+    dict.fromkeys(
+        value
+        for model in STACK_MODELS.values()
+        for value in get_args(model.model_fields["target"].annotation)
+    )
+)
+"""What a stack file's `target:` may say: the models' `target` literals (`kubernetes` with
+`servers:` is a fleet)."""
 
 
 def parse_stack(values: Mapping[str, Any]) -> StackConfig:

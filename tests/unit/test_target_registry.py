@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
@@ -17,7 +18,9 @@ from infra.config import (
     StrixHaloStack,
     parse_stack,
 )
-from infra.config.stack import STACK_MODELS
+from infra.config.schema import STACK_MODELS as SCHEMA_MODELS
+from infra.config.stack import STACK_MODELS, StackConfig
+from infra.config.stack import TARGETS as TARGET_WORDS
 from infra.targets.registry import (
     ONE_SERVER,
     TARGETS,
@@ -202,3 +205,12 @@ def test_the_targets_init_drafts_for_are_read_from_the_table() -> None:
     assert init_kinds() == [kind for kind, target in TARGETS.items() if isinstance(target, Drafts)]
     assert init_kinds()[:2] == ["kubernetes", "docker-host"]
     assert "fleet" not in init_kinds()
+
+
+def test_the_lists_of_targets_are_read_from_the_stack_models() -> None:
+    models = get_args(StackConfig)
+    assert models == SCHEMA_MODELS
+    assert list(STACK_MODELS.values()) == list(models)
+    assert set(TARGETS) == set(STACK_MODELS)
+    literals = {v for m in models for v in get_args(m.model_fields["target"].annotation)}
+    assert set(TARGET_WORDS) == literals == {"kubernetes", "docker-host"}
