@@ -27,7 +27,8 @@ from typing import Any
 from components.llamacpp.runtimes import Runtime, record_problems
 from infra.config.base import ConfigError
 from infra.config.fleet import FleetStack, entry_key
-from infra.config.kubernetes import KubernetesStack, RuntimeSettings, runtime_problems
+from infra.config.kubernetes import KubernetesStack, RuntimeSettings
+from infra.config.kubernetes_checks import runtime_problems
 from infra.config.limits import read_limited
 from infra.config.stack import tune_path_for
 

@@ -3,7 +3,9 @@ extra args: what a stack may add to the command line and what it may not.
 """
 
 import re
-from typing import Annotated, Literal, NotRequired, TypedDict, get_args
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, NotRequired, TypedDict, get_args
 
 from pydantic import Field
 
@@ -40,6 +42,8 @@ TopK = Annotated[int, Field(ge=0, le=1_000_000)]
 """`--top-k`: the k most likely tokens (0: all)."""
 MinP = Annotated[float, Field(ge=0, le=1)]
 """`--min-p`: share of the most likely token's probability below which tokens drop."""
+PredictTokens = Annotated[int, Field(ge=-1, le=2**31 - 1)]
+"""`--n-predict`: tokens a request generates at most (-1: no limit)."""
 Threads = Annotated[int, Field(ge=1, le=4096)]
 """CPU threads of llama-server or rpc-server."""
 CacheRamMib = Annotated[int, Field(ge=0)]
@@ -145,6 +149,10 @@ class LlamaServerFlags(TypedDict):
     min_p: NotRequired[MinP | None]
     """`--min-p`: drop tokens less likely than this share of the most likely one, for the
     requests that set none (0: off; omitted: llama-server's 0.05)."""
+    n_predict: NotRequired[PredictTokens | None]
+    """`--n-predict`: the most tokens a request that sets no `max_tokens` generates, so a
+    request that never stops cannot hold its slot for good (-1: no limit; b11434 generates one
+    token for 0 as for 1; omitted: llama-server's -1)."""
     threads: Threads
     """`--threads`: CPU threads (sampling and the CPU-resident layers)."""
     cache_ram_mib: NotRequired[CacheRamMib | None]
@@ -171,31 +179,89 @@ class LlamaServerFlags(TypedDict):
     """`--spec-type` and its `--spec-draft-*` settings: speculative decoding; omitted: none."""
 
 
-FLAG_OPTIONS: dict[str, str] = {
-    "model_path": "-m",
-    "alias": "--alias",
-    "host": "--host",
-    "port": "--port",
-    "jinja": "--jinja",
-    "gpu_layers": "-ngl",
-    "ctx_size": "-c",
-    "parallel": "-np",
-    "cont_batching": "--cont-batching",
-    "cache_type_k": "--cache-type-k",
-    "cache_type_v": "--cache-type-v",
-    "temperature": "--temp",
-    "top_p": "--top-p",
-    "top_k": "--top-k",
-    "min_p": "--min-p",
-    "threads": "--threads",
-    "rpc": "--rpc",
-    "tensor_split": "--tensor-split",
-    "cache_ram_mib": "--cache-ram",
-    "log_verbosity": "-lv",
-    "log_file": "--log-file",
-    "metrics": "--metrics",
-    "repack": "--no-repack",
+Words = Callable[[str, Any], list[str]]
+"""How a flag is written: its option and value → its argv words."""
+
+
+def valued(text: Callable[[Any], str] = str) -> Words:
+    """`OPTION VALUE`, the value as `text` writes it; nothing for an unset or empty value."""
+
+    def words(option: str, value: Any) -> list[str]:
+        return [] if value is None or value == "" or value == [] else [option, text(value)]
+
+    return words
+
+
+plain_value = valued()
+"""`OPTION VALUE`, the value as `str` writes it."""
+
+
+def switch(option: str, value: Any) -> list[str]:
+    """The option alone when the value is true."""
+    return [option] if value else []
+
+
+def switch_off(option: str, value: Any) -> list[str]:
+    """The option (a `--no-...`) alone when the value is false."""
+    return [] if value else [option]
+
+
+def either(off: str) -> Words:
+    """The option when the value is true, `off` (its negation) when it is false."""
+
+    def words(option: str, value: Any) -> list[str]:
+        return [option if value else off]
+
+    return words
+
+
+def number(value: float) -> str:
+    """A float as llama-server reads it (`1.0`, `0.95`)."""
+    return repr(float(value))
+
+
+def comma_list(values: list[Any]) -> str:
+    """`a,b,c`, numbers in their shortest form."""
+    return ",".join(f"{v:g}" if isinstance(v, float | int) else str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a field of LlamaServerFlags is rendered: its option and how its words are written."""
+
+    option: str
+    words: Words = plain_value
+
+
+FLAGS: dict[str, Flag] = {
+    "model_path": Flag("-m"),
+    "alias": Flag("--alias"),
+    "host": Flag("--host"),
+    "port": Flag("--port"),
+    "jinja": Flag("--jinja", switch),
+    "gpu_layers": Flag("-ngl"),
+    "ctx_size": Flag("-c"),
+    "parallel": Flag("-np"),
+    "cont_batching": Flag("--cont-batching", either("--no-cont-batching")),
+    "cache_type_k": Flag("--cache-type-k"),
+    "cache_type_v": Flag("--cache-type-v"),
+    "temperature": Flag("--temp", valued(number)),
+    "top_p": Flag("--top-p", valued(number)),
+    "top_k": Flag("--top-k"),
+    "min_p": Flag("--min-p", valued(number)),
+    "n_predict": Flag("--n-predict"),
+    "threads": Flag("--threads"),
+    "rpc": Flag("--rpc", valued(comma_list)),
+    "tensor_split": Flag("--tensor-split", valued(comma_list)),
+    "cache_ram_mib": Flag("--cache-ram"),
+    "log_verbosity": Flag("-lv"),
+    "log_file": Flag("--log-file"),
+    "metrics": Flag("--metrics", switch),
+    "repack": Flag("--no-repack", switch_off),
 }
+"""Each field of LlamaServerFlags but `speculative` as `llama_server_args` writes it, in argv
+order: a new flag is a field and its entry here."""
+FLAG_OPTIONS: dict[str, str] = {field: flag.option for field, flag in FLAGS.items()}
 """The option each field of LlamaServerFlags renders (`llama_server_args` writes exactly these):
 every spelling of these options is the program's, never an extra argument."""
 SPECULATIVE_OPTIONS = (

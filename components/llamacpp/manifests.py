@@ -3,7 +3,7 @@
 # Over ~400 lines: the server's container, pod, Deployment and Service builders share their
 # constants; how a pod reaches its GPU is gpu_access.py, the worker's objects rpc_manifests.py.
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from components.k8s.metadata import Meta, app_labels, object_head
@@ -14,11 +14,11 @@ from components.k8s.pod_security import (
     scratch_mount,
     scratch_volume,
 )
+from components.llamacpp.flags import FLAGS, number
 from components.llamacpp.gate import probe_command, server_command
 from components.llamacpp.gpu_access import PodGpu, pod_gpu
 from components.llamacpp.inputs import (
     API_KEY_OPTION,
-    FLAG_OPTIONS,
     HttpProbe,
     LlamaCppSpeculative,
     LlamaCppVulkanServerArgs,
@@ -35,6 +35,7 @@ from components.monitoring.manifests import (
     scrape_annotations,
 )
 from components.payloads.gate_decode import DECODE_TIMEOUT_S
+from components.validation import with_defaults
 
 # Time granted for pulling the server image (about 2 GB) before the model load starts.
 IMAGE_PULL_ALLOWANCE_S = 600
@@ -112,53 +113,13 @@ def server_labels(name: str) -> dict[str, str]:
     return app_labels("llama-server", name)
 
 
-def _number(value: float) -> str:
-    return repr(float(value))
-
-
-_VALUED_FLAGS: list[tuple[str, Callable[[Any], str]]] = [
-    ("cache_type_k", str),
-    ("cache_type_v", str),
-    ("temperature", _number),
-    ("top_p", _number),
-    ("top_k", str),
-    ("min_p", _number),
-    ("threads", str),
-    ("rpc", ",".join),
-    ("tensor_split", lambda split: ",".join(f"{share:g}" for share in split)),
-    ("cache_ram_mib", str),
-    ("log_verbosity", str),
-    ("log_file", str),
-]
-"""The flags after `--cont-batching` that take a value, in argv order, each with how its value
-is written; one that is None or empty (no workers, no log file) is left out."""
-
-
 def llama_server_args(flags: LlamaServerFlags) -> list[str]:
-    """The llama-server argv (flags only: the image's entrypoint is llama-server); each option
-    as `FLAG_OPTIONS` names it (what an extra argument may not repeat)."""
-    option = FLAG_OPTIONS
+    """The llama-server argv (flags only: the image's entrypoint is llama-server): each field as
+    `FLAGS` writes it, in its order, then speculative decoding's."""
+    values: Mapping[str, Any] = with_defaults(flags, LlamaServerFlags)
     argv = [
-        option["model_path"], flags["model_path"],
-        option["alias"], flags["alias"],
-        option["host"], flags["host"],
-        option["port"], str(flags["port"]),
-    ]  # fmt: skip
-    if flags["jinja"]:
-        argv.append(option["jinja"])
-    argv += [option["gpu_layers"], str(flags["gpu_layers"])]
-    argv += [option["ctx_size"], str(flags["ctx_size"])]
-    argv += [option["parallel"], str(flags["parallel"])]
-    argv.append(option["cont_batching"] if flags["cont_batching"] else "--no-cont-batching")
-    values: Mapping[str, object] = flags
-    for key, text in _VALUED_FLAGS:
-        value = values.get(key)
-        if value not in (None, "", []):
-            argv += [option[key], text(value)]
-    if flags["metrics"]:
-        argv.append(option["metrics"])
-    if not flags["repack"]:
-        argv.append(option["repack"])
+        word for field, flag in FLAGS.items() for word in flag.words(flag.option, values.get(field))
+    ]
     spec = flags.get("speculative")
     if spec:
         argv += speculative_args(spec)
@@ -182,7 +143,7 @@ def speculative_args(spec: LlamaCppSpeculative) -> list[str]:
     ):
         value = spec.get(key)
         if value is not None:
-            argv += [flag, _number(value) if isinstance(value, float) else str(value)]
+            argv += [flag, number(value) if isinstance(value, float) else str(value)]
     if spec.get("draft_model_path"):
         argv += ["--spec-draft-ngl", "all"]
     return argv

@@ -29,6 +29,9 @@ STACK_OWN: dict[str, str] = {
     "clients; the component without `allowed_clients` creates no policy at all",
     "network.policies": "one switch for every NetworkPolicy of the stack (the server's and the "
     "fetch Job's), so its docs are the stack's own; its default is the fetch Job's",
+    "server.rpc.workers.nodeSelector": "a stack file's worker is one node, which the plan "
+    "checks against its vramGib: it must name that node; the component places a worker "
+    "wherever the labels it is given allow",
     "metrics.gpuExporter.image": "the block's presence runs the exporter, so its image has a "
     "pinned default; the component's absent image means no exporter",
 }

@@ -15,10 +15,7 @@ from components.llamacpp.inputs import (
     LlamaCppVulkanServerArgs,
     ReadMibps,
     Seconds,
-    runtime_record,
-    server_runtime_problems,
     speculative_problems,
-    worker_runtime_problems,
 )
 from components.model_store.inputs import (
     GgufModelStoreArgs,
@@ -40,7 +37,6 @@ from infra.config.base import (
     Strict,
 )
 from infra.config.declared import declared
-from infra.config.inputs import component_problems
 from infra.config.metrics import KubernetesMetricsSettings
 from infra.config.server import LlamaSpeculativeSettings, ServerSettings
 from infra.config.server import RuntimeSettings as RuntimeSettings
@@ -253,45 +249,6 @@ StrixHaloStack = KubernetesStack
 # The longest names the components derive: `<server>-verify-<8 hex>` and `<store>-fetcher-<8 hex>`.
 SERVER_NAME_MAX = 63 - len("-verify-") - 8
 STORE_NAME_MAX = 63 - len("-fetcher-") - 8
-
-
-def runtime_problems(stack: KubernetesStack, where: str = "") -> list[str]:
-    """The server's runtime against its image and keys: the components' own rules
-    (components/llamacpp/inputs.py) in the stack file's words, and the node preflight, which
-    checks a Vulkan device. `where`: whence a tuned runtime came (`tuned (the winner ...)`)."""
-    server = stack.server
-    if server.runtime == "tuned":
-        if server.image is not None:
-            return [
-                "server.image: set while server.runtime: tuned takes the image from the tune "
-                "record's winner (drop server.image, or name the runtime)"
-            ]
-        return []
-    named = {"runtime": runtime_record(server.declared_runtime)} if server.named_runtime else {}
-    head = {
-        "image": server.server_image,
-        **named,
-        "gpu_access": server.gpu_access,
-        "flags": {"gpu_layers": server.gpu_layers, "rpc": ["rpc"] if server.rpc else None},
-    }
-    problems = component_problems("LlamaCppVulkanServer", server_runtime_problems(head))
-    if server.rpc is not None and server.rpc.image is not None:
-        worker = {"image": server.rpc.image, **named, "gpu_access": server.gpu_access}
-        problems += component_problems("LlamaCppRpcWorker", worker_runtime_problems(worker))
-    runtime = server.effective_runtime
-    if stack.store.node_preflight and runtime.backend != "vulkan":
-        problems.append(
-            "store.nodePreflight: checks a Vulkan device in the server image (llama-server "
-            f"--list-devices); the runtime {runtime.name!r} ({runtime.backend}) is not checked "
-            "by it (set store.nodePreflight: false)"
-        )
-    if where:
-        key = "server.runtime: "
-        problems = [
-            f"{key}{where}: {p.removeprefix(key)}" if p.startswith(key) else f"{p} ({key}{where})"
-            for p in problems
-        ]
-    return problems
 
 
 def structure_problems(

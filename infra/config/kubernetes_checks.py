@@ -8,6 +8,9 @@ from components.addresses import covers_every_address
 from components.extra_args import located
 from components.llamacpp.inputs import (
     extra_args_problems,
+    runtime_record,
+    server_runtime_problems,
+    worker_runtime_problems,
 )
 from components.payloads.fetcher import retire_pattern_problem
 from infra.config.base import (
@@ -23,10 +26,48 @@ from infra.config.kubernetes import (
     STORE_NAME_MAX,
     KubernetesStack,
     NodeMemory,
-    runtime_problems,
     structure_problems,
 )
 from infra.config.server import ResourceSettings, RuntimeSettings
+
+
+def runtime_problems(stack: KubernetesStack, where: str = "") -> list[str]:
+    """The server's runtime against its image and keys: the components' own rules
+    (components/llamacpp/inputs.py) in the stack file's words, and the node preflight, which
+    checks a Vulkan device. `where`: whence a tuned runtime came (`tuned (the winner ...)`)."""
+    server = stack.server
+    if server.runtime == "tuned":
+        if server.image is not None:
+            return [
+                "server.image: set while server.runtime: tuned takes the image from the tune "
+                "record's winner (drop server.image, or name the runtime)"
+            ]
+        return []
+    named = {"runtime": runtime_record(server.declared_runtime)} if server.named_runtime else {}
+    head = {
+        "image": server.server_image,
+        **named,
+        "gpu_access": server.gpu_access,
+        "flags": {"gpu_layers": server.gpu_layers, "rpc": ["rpc"] if server.rpc else None},
+    }
+    problems = component_problems("LlamaCppVulkanServer", server_runtime_problems(head))
+    if server.rpc is not None and server.rpc.image is not None:
+        worker = {"image": server.rpc.image, **named, "gpu_access": server.gpu_access}
+        problems += component_problems("LlamaCppRpcWorker", worker_runtime_problems(worker))
+    runtime = server.effective_runtime
+    if stack.store.node_preflight and runtime.backend != "vulkan":
+        problems.append(
+            "store.nodePreflight: checks a Vulkan device in the server image (llama-server "
+            f"--list-devices); the runtime {runtime.name!r} ({runtime.backend}) is not checked "
+            "by it (set store.nodePreflight: false)"
+        )
+    if where:
+        key = "server.runtime: "
+        problems = [
+            f"{key}{where}: {p.removeprefix(key)}" if p.startswith(key) else f"{p} ({key}{where})"
+            for p in problems
+        ]
+    return problems
 
 
 def kubernetes_name_problems(stack: KubernetesStack) -> list[str]:

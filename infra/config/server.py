@@ -18,6 +18,7 @@ from components.llamacpp.flags import (
     GpuLayers,
     MinDraftTokens,
     MinP,
+    PredictTokens,
     Slots,
     SpecType,
     Temperature,
@@ -257,6 +258,7 @@ class ServerSettings(Strict):
     top_p: TopP = declared(LlamaServerFlags, "top_p")
     top_k: TopK | None = declared(LlamaServerFlags, "top_k")
     min_p: MinP | None = declared(LlamaServerFlags, "min_p")
+    n_predict: PredictTokens | None = declared(LlamaServerFlags, "n_predict")
     threads: Threads = declared(LlamaServerFlags, "threads")
     node_selector: dict[LabelKey, LabelValue] = declared(LlamaCppVulkanServerArgs, "node_selector")
     resources: ResourceSettings

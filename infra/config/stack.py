@@ -28,7 +28,8 @@ from infra.config.base import (
     placeholder_problems,
     validation_problems,
 )
-from infra.config.docker_host import DockerHostStack, docker_host_checks
+from infra.config.docker_host import DockerHostStack
+from infra.config.docker_host_checks import docker_host_checks
 from infra.config.fleet import FleetStack, fleet_checks
 from infra.config.kubernetes import KubernetesStack
 from infra.config.kubernetes_checks import cross_checks

@@ -17,7 +17,8 @@ of a new build cannot slip past the plan:
 - uncountable: anything else that changes memory (`--no-kv-offload`, a LoRA, a projector, a
   draft model, `--override-kv`, ...): the plan refuses the stack and says why.
 
-The options the program renders itself never reach here: the component refuses them.
+The options the program renders itself never reach here: the component refuses them (a
+neutral one may stay listed as neutral).
 """
 
 from __future__ import annotations
@@ -128,7 +129,9 @@ NEUTRAL = frozenset(
         "--video-ffmpeg-dir",
     }
 )  # fmt: skip
-"""Options that change no memory the plan budgets."""
+"""Options that change no memory the plan budgets. One the program renders may stay listed
+(the component refuses it in extra words before the plan reads them): a flag made of a neutral
+option needs nothing of the plan."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ import pulumi_kubernetes as k8s
 from components import (
     GgufModelStore,
     GgufModelStoreArgs,
-    HttpProbe,
     LlamaCppVulkanServer,
     LlamaCppVulkanServerArgs,
     LlamaServerFlags,
@@ -32,11 +31,12 @@ from components.llamacpp.rpc_manifests import rpc_endpoint
 from components.llamacpp.rpc_worker import LlamaCppRpcWorker
 from components.llamacpp.split import check_split
 from components.model_store.component import store_model_volume
-from components.model_store.inputs import MODELS_MOUNT
+from components.model_store.inputs import MODELS_MOUNT, DraftModel, NodePreflight
 from components.model_store.manifests import DRAFT_PATH, fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import ComponentInputError, input_problems, with_defaults
-from infra.config import ConfigError, KubernetesStack, ProbeSettings, StackSecrets
+from infra.config import ConfigError, KubernetesStack, StackSecrets
+from infra.config.feeds import fed
 from infra.config.inputs import stack_key
 from infra.config.server import ServerSettings
 from infra.cpus import cpu_variant
@@ -69,7 +69,6 @@ def deploy_server(
         **server_args(stack, source, volume, tensor_split),
         "api_key": secrets.api_key,
         "verify_expectations": verify_expectations,
-        "min_decode_tps": stack.server.min_decode_tps,
         "stop_before_model_change": replace,
     }
     worker_args = rpc_worker_args(stack)
@@ -155,24 +154,19 @@ def rpc_worker_args(stack: KubernetesStack) -> dict[str, LlamaCppRpcWorkerArgs]:
     head_labels = head_pod_labels(server.resource_name)
     workers: dict[str, LlamaCppRpcWorkerArgs] = {}
     for worker, name in zip(rpc.workers, server.rpc_worker_names, strict=True):
-        given: LlamaCppRpcWorkerArgs = {
-            "namespace": stack.kubernetes.namespace,
-            "image": server.rpc_image,
-            "head": server.resource_name,
-            "head_pod_labels": head_labels,
-            "node_selector": dict(worker.node_selector),
-            "resources": {
-                "requests": worker.resources.requests.model_dump(),
-                "limits": worker.resources.limits.model_dump(),
+        given = cast(
+            LlamaCppRpcWorkerArgs,
+            {
+                **fed(stack.kubernetes, LlamaCppRpcWorkerArgs),
+                **fed(server, LlamaCppRpcWorkerArgs),
+                **fed(rpc, LlamaCppRpcWorkerArgs),
+                **fed(worker, LlamaCppRpcWorkerArgs),
+                "image": server.rpc_image,
+                "head": server.resource_name,
+                "head_pod_labels": head_labels,
+                "supplemental_groups": supplemental_groups(server),
             },
-            "binary": rpc.binary,
-            "port": rpc.port,
-            "threads": worker.threads,
-            "gpu_access": server.gpu_access,
-            "gpu_resource": server.gpu_resource,
-            "run_as_user": server.run_as_user,
-            "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
-        }
+        )
         runtime = runtime_input(server)
         if runtime is not None:
             given["runtime"] = runtime
@@ -216,20 +210,13 @@ def allowed_clients(stack: KubernetesStack) -> list[NetworkClient] | None:
     """Who the server's NetworkPolicy admits (None: no policy)."""
     if not stack.network.policies:
         return None
-    clients: list[NetworkClient] = [
-        {"namespace": c.namespace, "pod_labels": dict(c.pod_labels)} for c in stack.network.clients
-    ]
+    clients = [cast(NetworkClient, fed(client, NetworkClient)) for client in stack.network.clients]
     return clients + [{"cidr": cidr} for cidr in stack.network.allow_cidrs]
 
 
-def _probe(probe: ProbeSettings) -> HttpProbe:
-    return {
-        "path": probe.path,
-        "initial_delay_seconds": probe.initial_delay_seconds,
-        "period_seconds": probe.period_seconds,
-        "failure_threshold": probe.failure_threshold,
-        "timeout_seconds": probe.timeout_seconds,
-    }
+def supplemental_groups(server: ServerSettings) -> list[int]:
+    """The pods' supplemental groups: the node's render group, where the stack names it."""
+    return [server.render_group_id] if server.render_group_id else []
 
 
 def store_args(
@@ -238,44 +225,44 @@ def store_args(
     """GgufModelStore inputs from the stack config and the model lock."""
     store = stack.store
     files: list[ModelFile] = list(source.files)
-    args: GgufModelStoreArgs = {
-        "namespace": stack.kubernetes.namespace,
-        "repo": stack.model.repo,
-        "revision": source.revision,
-        "files": files,
-        "volume_size": store.size,
-        "storage_class": store.storage_class,
-        "node_selector": dict(stack.server.node_selector),
-        "fetch_image": store.fetch_image,
-        "retired_patterns": list(store.retired_patterns),
-        "parallel_downloads": store.parallel_downloads,
-        "fetch_timeout_seconds": int(store.fetch_timeout_hours * 3600),
-        "hf_endpoint": store.hf_endpoint,
-        "hf_token": hf_token,
-        "allow_token_over_http": store.allow_token_over_http,
-        "network_policy": stack.network.policies,
-        "run_as_user": stack.server.run_as_user,
-        "upgrade": store.upgrade,
-        # The server's image and GPU access: the preflight sees the node as the server will.
-        "node_preflight": {
-            "image": stack.server.effective_runtime.pinned_image,
-            "gpu_access": stack.server.gpu_access,
-            "min_gpu_memory_gib": stack.memory.vram_gib,
-            "cpu_variant": None
-            if stack.memory.node_cpu is None
-            else cpu_variant(stack.memory.node_cpu),
-        }
-        if store.node_preflight
-        else None,
+    fed_args = {
+        **fed(stack.kubernetes, GgufModelStoreArgs),
+        **fed(stack.model, GgufModelStoreArgs),
+        **fed(store, GgufModelStoreArgs),
+        **fed(stack.server, GgufModelStoreArgs),
+        **fed(stack.network, GgufModelStoreArgs),
     }
+    args = cast(GgufModelStoreArgs, fed_args)
+    args.update(
+        {
+            "revision": source.revision,
+            "files": files,
+            "fetch_timeout_seconds": int(store.fetch_timeout_hours * 3600),
+            "hf_token": hf_token,
+            # The server's image and GPU access: the preflight sees the node as the server will.
+            "node_preflight": node_preflight(stack) if store.node_preflight else None,
+        }
+    )
     spec = stack.server.speculative
     if spec is not None and spec.draft is not None and source.draft is not None:
-        args["draft"] = {
-            "repo": spec.draft.repo,
-            "revision": source.draft.revision,
-            "files": list(source.draft.files),
-        }
+        draft = {**fed(spec.draft, DraftModel), "revision": source.draft.revision}
+        args["draft"] = cast(DraftModel, {**draft, "files": list(source.draft.files)})
     return with_defaults(args, GgufModelStoreArgs)
+
+
+def node_preflight(stack: KubernetesStack) -> NodePreflight:
+    """The node preflight's inputs: the server's image and GPU access, so the preflight sees
+    the node as the server will."""
+    node_cpu = stack.memory.node_cpu
+    return cast(
+        NodePreflight,
+        {
+            **fed(stack.server, NodePreflight),
+            **fed(stack.memory, NodePreflight),
+            "image": stack.server.effective_runtime.pinned_image,
+            "cpu_variant": None if node_cpu is None else cpu_variant(node_cpu),
+        },
+    )
 
 
 def server_args(
@@ -287,28 +274,13 @@ def server_args(
     """LlamaCppVulkanServer inputs from the stack config and the model lock (`tensor_split`: a
     split model's, from its plan: `Plan.tensor_split`)."""
     server = stack.server
-    flags: LlamaServerFlags = {
-        "model_path": f"{MODELS_MOUNT}/{source.files[0]['name']}",
-        "alias": server.alias,
-        "host": server.host,
-        "port": server.port,
-        "jinja": server.jinja,
-        "gpu_layers": server.gpu_layers,
-        "ctx_size": server.context_size,
-        "parallel": server.parallel,
-        "cont_batching": server.cont_batching,
-        "cache_type_k": server.cache_type_k,
-        "cache_type_v": server.cache_type_v,
-        "temperature": server.temperature,
-        "top_p": server.top_p,
-        "threads": server.threads,
-        "cache_ram_mib": server.cache_ram,
-        "repack": server.repack,
-    }
-    if server.top_k is not None:
-        flags["top_k"] = server.top_k
-    if server.min_p is not None:
-        flags["min_p"] = server.min_p
+    flags = cast(
+        LlamaServerFlags,
+        {
+            **fed(server, LlamaServerFlags),
+            "model_path": f"{MODELS_MOUNT}/{source.files[0]['name']}",
+        },
+    )
     if server.speculative is not None:
         spec = server.speculative.model_dump(exclude_none=True, exclude={"draft"})
         draft = source.draft
@@ -321,40 +293,26 @@ def server_args(
             raise ValueError("server.rpc: a split model's server needs its plan's tensor split")
         flags["rpc"] = rpc_endpoints(stack)
         flags["tensor_split"] = list(tensor_split)
-    args: LlamaCppVulkanServerArgs = {
-        "namespace": stack.kubernetes.namespace,
-        "image": server.server_image,
-        "flags": flags,
-        "model": model,
-        "node_selector": dict(server.node_selector),
-        "resources": {
-            "requests": server.resources.requests.model_dump(),
-            "limits": server.resources.limits.model_dump(),
+    args = cast(
+        LlamaCppVulkanServerArgs,
+        {
+            **fed(stack.kubernetes, LlamaCppVulkanServerArgs),
+            **fed(server, LlamaCppVulkanServerArgs),
+            # The server checks its startup probe against its store's model at these speeds too.
+            **fed(stack.memory, LlamaCppVulkanServerArgs),
+            **fed(stack.network, LlamaCppVulkanServerArgs),
+            "image": server.server_image,
+            "flags": flags,
+            "model": model,
+            "service_port": service_port(stack),
+            "supplemental_groups": supplemental_groups(server),
+            "allowed_clients": allowed_clients(stack),
+            "metrics": monitoring(stack),
         },
-        "probes": {
-            "startup": _probe(server.probes.startup),
-            "readiness": _probe(server.probes.readiness),
-            "liveness": _probe(server.probes.liveness),
-        },
-        "service_port": service_port(stack),
-        "gpu_access": server.gpu_access,
-        "gpu_gate": server.gpu_gate,
-        "gpu_resource": server.gpu_resource,
-        "run_as_user": server.run_as_user,
-        "supplemental_groups": [server.render_group_id] if server.render_group_id else [],
-        "allowed_clients": allowed_clients(stack),
-        "metrics": monitoring(stack),
-        # The server checks its startup probe against its store's model at these speeds too.
-        "disk_read_mibps": stack.memory.disk_read_mibps,
-        "init_seconds": stack.memory.init_seconds,
-    }
-    if stack.network.node_port is not None:
-        args["node_port"] = stack.network.node_port
+    )
     runtime = runtime_input(server)
     if runtime is not None:
         args["runtime"] = runtime
-    if server.extra_args:
-        args["extra_args"] = list(server.extra_args)
     return with_defaults(args, LlamaCppVulkanServerArgs)
 
 
@@ -363,20 +321,14 @@ def monitoring(stack: KubernetesStack) -> KubernetesMonitoring | None:
     metrics = stack.metrics
     if not metrics.enabled:
         return None
-    return {
-        "scrapers": [
-            {"namespace": s.namespace, "pod_labels": dict(s.pod_labels)} for s in metrics.scrapers
-        ]
-        if stack.network.policies
-        else [],
-        "port": metrics.port,
-        "monitor_kind": metrics.monitor_kind if metrics.service_monitor else None,
-        "scrape_interval_seconds": metrics.scrape_interval_seconds,
-        "monitor_labels": dict(metrics.monitor_labels),
-        "rules": metrics.rules,
-        "dashboard": metrics.dashboard,
-        "dashboard_namespace": metrics.dashboard_namespace,
-        "alerts": metrics.alerts.thresholds(),
-        "reference": metrics.reference.speeds(),
-        "fetch_job_pattern": fetch_job_pattern(stack.store.name),
-    }
+    scrapers = [cast(NetworkClient, fed(scraper, NetworkClient)) for scraper in metrics.scrapers]
+    return cast(
+        KubernetesMonitoring,
+        {
+            **fed(metrics, KubernetesMonitoring),
+            "scrapers": scrapers if stack.network.policies else [],
+            "monitor_kind": metrics.monitor_kind if metrics.service_monitor else None,
+            "reference": metrics.reference.speeds(),
+            "fetch_job_pattern": fetch_job_pattern(stack.store.name),
+        },
+    )

@@ -8,16 +8,20 @@ the test fails.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import gguf
 import yaml
 
-from tests.conftest import ROOT
+from components.llamacpp.manifests import llama_server_args
+from infra.targets.kubernetes import server_args
+from tests.conftest import MODEL_VOLUME, ROOT, stack_values, strix, unlocked_source
 from tests.support.llama_server import free_port, get_json, replace_value, run_llama_server
 from tests.support.render import render
 from tests.support.tiny_gguf import shard_names, write_tiny_split_model
@@ -79,6 +83,32 @@ def test_llama_server_boots_with_rendered_args(tmp_path: Path) -> None:
         # from the first shard's name alone, as it will on the PVC.
         n_params = sum(int(t.n_elements) for s in shards for t in gguf.GGUFReader(s).tensors)
         assert models["data"][0]["meta"]["n_params"] == n_params
+
+
+def test_llama_server_stops_a_request_without_max_tokens_at_the_rendered_n_predict(
+    tmp_path: Path,
+) -> None:
+    """`server.nPredict` as the stack file renders it: a request that sets no token limit (and
+    ignores end-of-stream) stops after that many tokens."""
+    values = stack_values("strix-halo")
+    values["server"]["nPredict"] = 5
+    stack = strix(values)
+    args = server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
+    rendered = llama_server_args(args["flags"])
+    prefix = Path(rendered[rendered.index("-m") + 1]).name.rsplit("-00001-of-", 1)[0]
+    shards = write_tiny_split_model(tmp_path / "models", prefix, shards=3)
+    argv = replace_value(rendered, "-m", str(shards[0]))
+    argv = replace_value(argv, "--threads", "2")
+    argv = replace_value(argv, "--port", str(free_port()))
+    assert argv[argv.index("--n-predict") + 1] == "5"
+    body = json.dumps({"prompt": "hello", "ignore_eos": True, "temperature": 0}).encode()
+    with run_llama_server(argv, timeout=120.0, log_path=tmp_path / "stderr.log") as base_url:
+        request = urllib.request.Request(
+            f"{base_url}/completion", body, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            answer = json.loads(response.read())
+    assert (answer["tokens_predicted"], answer["stop_type"]) == (5, "limit")
 
 
 def test_rendered_gpu_gate_fails_on_the_cpu_build(tmp_path: Path) -> None:

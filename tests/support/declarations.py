@@ -43,6 +43,7 @@ DERIVED = {
     ("LlamaCppVulkanServer", "model.fetcher_config_map"),
     ("LlamaCppVulkanServer", "metrics.fetch_job_pattern"),
     ("LlamaCppVulkanServer", "metrics.monitor_kind"),
+    ("GgufModelStore", "draft.revision"),
     ("VllmRocmServer", "model_lock.repo"),
     ("VllmRocmServer", "model_lock.revision"),
     ("VllmRocmServer", "model_lock.unresolved_patterns"),

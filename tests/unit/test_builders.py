@@ -11,6 +11,7 @@ from components.images import parse_image
 from components.k8s.metadata import Meta
 from components.k8s.network_policies import egress_policy, ingress_policy
 from components.k8s.pod_security import DEFAULT_DRI_DEVICE
+from components.llamacpp.flags import FLAGS
 from components.llamacpp.inputs import LlamaServerFlags
 from components.llamacpp.manifests import (
     llama_server_args,
@@ -64,6 +65,10 @@ def test_seed_stack_renders_the_seed_argv(seed_server: Any) -> None:
     assert llama_server_args(seed_server["flags"]) == SEED_ARGV
 
 
+def test_every_flag_but_speculative_decoding_is_written_by_the_flag_table() -> None:
+    assert {*FLAGS, "speculative"} == set(LlamaServerFlags.__annotations__)
+
+
 def test_argv_follows_typed_fields(seed_server: Any) -> None:
     flags: LlamaServerFlags = copy.deepcopy(seed_server["flags"])
     flags["jinja"] = False
@@ -77,6 +82,20 @@ def test_argv_follows_typed_fields(seed_server: Any) -> None:
     assert argv[argv.index("--temp") + 1] == "0.6"
     assert argv[argv.index("--top-p") + 1] == "1.0"
     assert argv[argv.index("-ngl") + 1] == "38"
+
+
+def test_a_stack_files_n_predict_is_rendered_and_unset_leaves_llama_servers_own(
+    strix_halo_values: dict[str, Any],
+) -> None:
+    strix_halo_values["server"]["nPredict"] = 4096
+    stack = strix(strix_halo_values)
+    flags = server_args(stack, unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
+    argv = llama_server_args(flags)
+    assert argv[argv.index("--n-predict") + 1] == "4096"
+    del strix_halo_values["server"]["nPredict"]
+    stack = strix(strix_halo_values)
+    unset = server_args(stack, unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
+    assert "--n-predict" not in llama_server_args(unset)
 
 
 def test_cache_ram_is_passed_only_when_configured(seed_server: Any) -> None:

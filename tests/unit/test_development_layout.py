@@ -25,6 +25,9 @@ GUIDES = ("Adding a target", "Adding a llama-server flag", "Adding a component")
 MOST_TARGET_FILES = 5
 """What adding a target may take (a target is one module over its wiring, its stack model in the
 `StackConfig` union, and an example stack)."""
+MOST_FLAG_FILES = 2
+"""What adding a llama-server flag may take: the component's flag and the stack's key (the
+target and the keys of refusals follow from the key's name)."""
 _STEP = re.compile(r"^\d+\. `([^`]+)`", re.MULTILINE)
 _PATH = re.compile(r"`([\w.<>-]+(?:/[\w.<>-]+)+/?)`")
 _PLACEHOLDER = re.compile(r"<[^>]+>")
@@ -130,6 +133,11 @@ def test_adding_a_target_takes_at_most_five_files() -> None:
     steps = guide_steps(guide(DEVELOPMENT.read_text(), "Adding a target"))
     assert len(steps) <= MOST_TARGET_FILES, steps
     assert "infra/targets/<kind>_target.py" in steps
+
+
+def test_adding_a_llama_server_flag_takes_at_most_two_files() -> None:
+    steps = guide_steps(guide(DEVELOPMENT.read_text(), "Adding a llama-server flag"))
+    assert len(steps) <= MOST_FLAG_FILES, steps
 
 
 def test_the_guide_reader_finds_steps_paths_and_placeholders() -> None:

@@ -12,9 +12,11 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from infra.config import DockerHostStack, KubernetesStack, read_stack_file
-from infra.config.inputs import STACK_KEYS, stack_key
+from infra.config.feeds import FEEDS, fed
+from infra.config.inputs import FED_KEYS, RENAMED_INPUTS, STACK_KEYS, stack_key
 from infra.config.schema import explain
 from infra.config.secrets import StackSecrets
 from infra.targets import docker_host, kubernetes
@@ -45,13 +47,19 @@ def leaves(value: Any, loc: tuple[str | int, ...] = ()) -> Iterator[tuple[str | 
         yield loc
 
 
-def built_inputs(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def read_stack(name: str) -> KubernetesStack | DockerHostStack:
     stack = read_stack_file(ROOT / "stacks" / f"Pulumi.{name}.yaml").stack()
+    assert isinstance(stack, KubernetesStack | DockerHostStack)
+    return stack
+
+
+def built_inputs(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    stack = read_stack(name)
     source = unlocked_source(stack)
     if isinstance(stack, DockerHostStack):
         secrets = StackSecrets.model_construct(hf_token=None, api_key="k", ssh_private_key="k")
         args = dict(docker_host.server_args(stack, source, secrets))
-        args.update(min_decode_tps=1.0, verify_expectations="{}")
+        args.update(verify_expectations="{}")
         yield "VllmRocmServer", args
         return
     assert isinstance(stack, KubernetesStack)
@@ -112,3 +120,44 @@ def test_a_refusal_below_a_mapped_input_is_named_in_the_stack_files_spelling() -
 def test_explain_of_a_secret_key_describes_it() -> None:
     lines = explain("apiKey")
     assert lines and "encrypted" in "\n".join(lines)
+
+
+def test_the_renamed_inputs_hold_only_what_no_field_of_their_name_feeds() -> None:
+    """The explicit table is the deliberate renames: an entry the feeds already give is a copy."""
+    repeated = [
+        f"{component}.{path}"
+        for component, renamed in RENAMED_INPUTS.items()
+        for path, key in renamed.items()
+        if FED_KEYS[component].get(path) == key
+    ]
+    assert repeated == []
+
+
+def at(value: Any, path: str) -> Any:
+    """The value at a dotted path of attributes or keys; None where a part is absent."""
+    for part in path.split(".") if path else ():
+        value = getattr(value, part, None) if isinstance(value, BaseModel) else value.get(part)
+        if value is None:
+            return None
+    return value
+
+
+@pytest.mark.parametrize("stack", ["strix-halo", "strix-halo-pair-split", "mi300x"])
+def test_every_field_a_stack_feeds_as_it_is_reaches_its_input_unchanged(stack: str) -> None:
+    """The targets compute only what no field gives: each fed field's value is the input's."""
+    model = read_stack(stack)
+    changed, checked = [], 0
+    for component, args in built_inputs(stack):
+        for feed in FEEDS:
+            settings, inputs = at(model, feed.key), at(args, feed.path)
+            if feed.component != component or not isinstance(inputs, dict):
+                continue
+            # A list of settings (the workers, the clients) feeds each item: left to the renders.
+            if not isinstance(settings, feed.settings):
+                continue
+            for name, value in fed(settings, feed.into).items():
+                checked += 1
+                if inputs.get(name) != value:
+                    changed.append(f"{component}.{feed.path}.{name}: {inputs.get(name)!r}")
+    assert checked > 20
+    assert changed == []

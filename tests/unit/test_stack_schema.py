@@ -169,7 +169,13 @@ def test_a_stale_reference_fails_the_check(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("key", "value", "bound"),
-    [("temperature", 150, "100"), ("parallel", 2048, "1024"), ("threads", 5000, "4096")],
+    [
+        ("temperature", 150, "100"),
+        ("parallel", 2048, "1024"),
+        ("threads", 5000, "4096"),
+        ("nPredict", 2**31, "2147483647"),
+        ("nPredict", -2, "-1"),
+    ],
 )
 def test_a_value_past_the_components_bound_is_refused_by_the_schema_and_by_the_reader(
     key: str, value: int, bound: str, tmp_path: Path
