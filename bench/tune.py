@@ -171,7 +171,9 @@ def main() -> int:
     else:
         current = next((c for c in candidates if c.current), candidates[0])
         # The --gpu models are random-weight ones: flat, so checked by their own thresholds.
-        into = with_random_model_tolerance(verify.new_expectations()) if args.gpu else None
+        into = (
+            with_random_model_tolerance(verify.new_expectations(), gpu=True) if args.gpu else None
+        )
         expectations = tune_local.record_expectations(
             current, stack_args, model=args.model, port=free_port(), log=args.out / "record.log",
             into=into,

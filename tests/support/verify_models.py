@@ -24,9 +24,15 @@ flips), small enough to load and answer in a second on two cores."""
 
 RANDOM_MODEL_TOLERANCE: dict[str, float] = {"decisive_margin": 0.01, "logprob_abs": 0.01}
 """The rule's thresholds for a random-weight model (nats)."""
+RANDOM_MODEL_GPU_TOLERANCE: dict[str, float] = {"decisive_margin": 0.05, "logprob_abs": 0.08}
+"""The same for a random-weight model through a GPU backend (nats): on one H100 through
+NVIDIA's Vulkan driver the same build, flags and model, started twice, differed by up to 0.026
+nats in a chosen logprob and flipped tokens where the reference led by up to 0.027 nats (seeds
+201-203 of the 43-layer llama); a Q4_0 copy of the weights differed by 0.207."""
 
 
-def with_random_model_tolerance(doc: dict[str, Any]) -> dict[str, Any]:
-    """An expectations document checked by the random-model thresholds (its other tolerances,
-    the decode-speed fraction, as they were)."""
-    return {**doc, "tolerance": {**doc.get("tolerance", {}), **RANDOM_MODEL_TOLERANCE}}
+def with_random_model_tolerance(doc: dict[str, Any], *, gpu: bool = False) -> dict[str, Any]:
+    """An expectations document checked by the random-model thresholds (`gpu`: those of a GPU
+    backend; its other tolerances, the decode-speed fraction, as they were)."""
+    tolerance = RANDOM_MODEL_GPU_TOLERANCE if gpu else RANDOM_MODEL_TOLERANCE
+    return {**doc, "tolerance": {**doc.get("tolerance", {}), **tolerance}}
