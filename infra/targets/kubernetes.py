@@ -39,7 +39,6 @@ from infra.config import ConfigError, KubernetesStack, StackSecrets
 from infra.config.feeds import fed
 from infra.config.inputs import stack_key
 from infra.config.server import ServerSettings
-from infra.cpus import cpu_variant
 from infra.lock import ModelSource
 from infra.plan.stack import llamacpp_plan
 from infra.targets.litellm import litellm_entry
@@ -253,14 +252,13 @@ def store_args(
 def node_preflight(stack: KubernetesStack) -> NodePreflight:
     """The node preflight's inputs: the server's image and GPU access, so the preflight sees
     the node as the server will."""
-    node_cpu = stack.memory.node_cpu
     return cast(
         NodePreflight,
         {
             **fed(stack.server, NodePreflight),
             **fed(stack.memory, NodePreflight),
             "image": stack.server.effective_runtime.pinned_image,
-            "cpu_variant": None if node_cpu is None else cpu_variant(node_cpu),
+            "cpu_variant": stack.memory.cpu_variant,
         },
     )
 
