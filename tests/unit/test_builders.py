@@ -245,8 +245,8 @@ def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
     new = fetch_document("o/r", "abc123", files)  # type: ignore[arg-type]
     assert lock_digest(old) != lock_digest(new)
     old_names, new_names = (
-        store_names("models", content_digest(old, FETCHER_SOURCE.read_text())),
-        store_names("models", content_digest(new, FETCHER_SOURCE.read_text())),
+        store_names("models", content_digest(lock_digest(old), FETCHER_SOURCE.read_text())),
+        store_names("models", content_digest(lock_digest(new), FETCHER_SOURCE.read_text())),
     )
     assert old_names["job"] != new_names["job"]
     assert old_names["config_map"] != new_names["config_map"]
