@@ -34,6 +34,11 @@ def _picture(picture: str | None, name: str) -> list[str]:
     return [f"![Memory plan of {name}: one bar per device]({picture})", ""]
 
 
+def _memory_budget(plan: Plan, name: str, picture: str | None) -> list[str]:
+    """A page's memory budget section: the plan picture's line, then the plan's table."""
+    return ["## Memory budget", "", *_picture(picture, name), "```", plan.table(), "```", ""]
+
+
 def _strix_halo(
     stack: KubernetesStack, source: ModelSource, plan: Plan, name: str, picture: str | None = None
 ) -> list[str]:
@@ -76,13 +81,7 @@ def _strix_halo(
             ),
         ),
         "",
-        "## Memory budget",
-        "",
-        *_picture(picture, name),
-        "```",
-        plan.table(),
-        "```",
-        "",
+        *_memory_budget(plan, name, picture),
         "## Resources",
         "",
         "```",
@@ -204,13 +203,7 @@ def _mi300x(
         ),
         f"| *(model)* | `{argv[2]}` | The host's modelDir, mounted read-only. |",
         "",
-        "## Memory budget",
-        "",
-        *_picture(picture, name),
-        "```",
-        plan.table(),
-        "```",
-        "",
+        *_memory_budget(plan, name, picture),
         "## Access",
         "",
         f"- HTTPS at `https://{caddy.site}` ({tls}), allowed from {allowed}; others get 403.",
