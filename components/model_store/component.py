@@ -7,10 +7,7 @@ import pulumi_kubernetes as k8s
 
 from components.k8s.children import after, inherited_dependencies, kube_resources
 from components.model_store.inputs import MODELS_MOUNT, GgufModelStoreArgs, ModelVolume
-from components.model_store.manifests import content_digest, store_names
-from components.model_store.objects import store_locks, store_objects
-from components.payloads import FETCHER_SOURCE, HTTP_POLICY_SOURCE
-from components.payloads.fetcher import ModelFile, lock_digest
+from components.model_store.objects import model_volume, store_objects, store_of
 from components.validation import (
     ComponentInputError,
     checked_inputs,
@@ -22,12 +19,6 @@ from components.validation_annotations import with_integers
 TYPE_TOKEN = "llm-infra:index:GgufModelStore"
 
 
-def model_bytes(files: list[ModelFile]) -> int | None:
-    """Bytes of the model files, when every size is known (from a lock)."""
-    sizes = [file.get("size") for file in files]
-    return None if any(size is None for size in sizes) else sum(size or 0 for size in sizes)
-
-
 def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
     """The volume a store of these inputs makes, known before the store exists (a server that
     must be created first, `upgrade: replace`, mounts it by these names). The inputs get the
@@ -35,22 +26,7 @@ def store_model_volume(name: str, args: GgufModelStoreArgs) -> ModelVolume:
     problems = input_problems(with_integers(args, GgufModelStoreArgs), GgufModelStoreArgs)
     if problems:
         raise ComponentInputError("GgufModelStore", name, problems)
-    args = with_defaults(args, GgufModelStoreArgs)
-    lock, draft_lock = store_locks(args)
-    source = FETCHER_SOURCE.read_text() + HTTP_POLICY_SOURCE.read_text()
-    names = store_names(name, content_digest(lock, source, draft_lock))
-    volume: ModelVolume = {
-        "claim_name": names["pvc"],
-        "fetcher_config_map": names["config_map"],
-        "check_image": args["fetch_image"],
-        "run_as_user": args["run_as_user"],
-        "model_file": args["files"][0]["name"],
-        "model_bytes": model_bytes(args["files"]),
-    }
-    draft = args.get("draft")
-    if draft:
-        volume["draft_file"] = draft["files"][0]["name"]
-    return volume
+    return model_volume(store_of(name, with_defaults(args, GgufModelStoreArgs)))
 
 
 class GgufModelStore(pulumi.ComponentResource):
@@ -87,9 +63,10 @@ class GgufModelStore(pulumi.ComponentResource):
                 "with a lock file (llm-infra lock; from Python, "
                 "infra.component_users.store_files_from_lock)"
             )
+        store = store_of(name, args)
         inputs = {key: args.get(key) for key in ("namespace", "storage_class", "hf_token")}
         made = kube_resources(
-            store_objects(name, args),
+            store_objects(store),
             inputs,
             self,
             inherited_dependencies(opts),
@@ -107,12 +84,12 @@ class GgufModelStore(pulumi.ComponentResource):
         """The Job that fetches the locked files onto the volume."""
         self.fetch_policy: k8s.networking.v1.NetworkPolicy | None = made.get(f"{name}-fetch-egress")
         """The fetch pod's egress policy; None when network_policy is off."""
-        self.model_volume: ModelVolume = store_model_volume(name, args)
+        self.model_volume: ModelVolume = model_volume(store)
         """The volume, its init check and image, as LlamaCppVulkanServerArgs.model takes them."""
         self.claim_name = self.pvc.metadata.name
         self.fetcher_config_map = self.config_map.metadata.name
         # The digest and the shard's path are only true of the volume once the Job completed.
-        self.lock_digest = after(self.fetch_job, lock_digest(store_locks(args)[0]))
+        self.lock_digest = after(self.fetch_job, store.lock_digest)
         self.model_path = after(self.fetch_job, f"{MODELS_MOUNT}/{args['files'][0]['name']}")
         self.register_outputs(
             {

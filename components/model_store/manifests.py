@@ -24,7 +24,6 @@ from components.payloads import (
     HTTP_POLICY_FILE,
     LOCK_FILE,
 )
-from components.payloads.fetcher import lock_digest
 
 HF_TOKEN_KEY = "token"
 
@@ -38,13 +37,11 @@ DRAFT_PATH = f"{MODELS_MOUNT}/{DRAFT_DIR}"
 """Where a pod finds the speculative draft's files."""
 
 
-def content_digest(
-    lock: dict[str, Any], fetcher_source: str, draft_lock: dict[str, Any] | None = None
-) -> str:
-    """sha256 of what the Job runs (the locks and the fetcher): a change makes a new ConfigMap
-    and Job."""
-    draft = "" if draft_lock is None else "draft:" + lock_digest(draft_lock)
-    return hashlib.sha256((lock_digest(lock) + draft + fetcher_source).encode()).hexdigest()
+def content_digest(lock_digest: str, fetcher_source: str, draft_digest: str | None = None) -> str:
+    """sha256 of what the Job runs (the locks, by their digests, and the fetcher): a change
+    makes a new ConfigMap and Job."""
+    draft = "" if draft_digest is None else "draft:" + draft_digest
+    return hashlib.sha256((lock_digest + draft + fetcher_source).encode()).hexdigest()
 
 
 def fetch_pod_labels(name: str) -> dict[str, str]:

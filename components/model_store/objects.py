@@ -13,7 +13,7 @@ from typing import Any
 from components.k8s.metadata import Meta, object_head
 from components.k8s.network_policies import egress_policy
 from components.k8s.objects import KubeObject
-from components.model_store.inputs import GgufModelStoreArgs, NodePreflight
+from components.model_store.inputs import GgufModelStoreArgs, ModelVolume, NodePreflight
 from components.model_store.manifests import (
     HF_TOKEN_KEY,
     content_digest,
@@ -27,16 +27,7 @@ from components.model_store.manifests import (
 )
 from components.model_store.node_preflight import preflight_network_policy, store_preflight_job
 from components.payloads import FETCHER_SOURCE, HTTP_POLICY_SOURCE
-from components.payloads.fetcher import fetch_document
-
-
-def store_locks(args: GgufModelStoreArgs) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """The lock documents the fetch Job runs: the model's, and the speculative draft's."""
-    lock = fetch_document(args["repo"], args["revision"], args["files"])
-    draft = args.get("draft")
-    if not draft:
-        return lock, None
-    return lock, fetch_document(draft["repo"], draft["revision"], draft["files"])
+from components.payloads.fetcher import ModelFile, fetch_document, lock_digest
 
 
 @dataclass(frozen=True)
@@ -48,6 +39,8 @@ class Store:
     labels: dict[str, str]
     lock: dict[str, Any]
     draft_lock: dict[str, Any] | None
+    lock_digest: str
+    """The model lock's sha256: the fetch Job's completion marker is named after it."""
     names: dict[str, str]
     """Object names, by `store_names`: the content digest in the ConfigMap's and the Job's."""
     fetcher_source: str
@@ -58,22 +51,56 @@ class Store:
         return Meta(object_name, namespace, self.labels)
 
 
-def store_objects(name: str, args: GgufModelStoreArgs) -> list[KubeObject]:
-    """Every object of a store of these validated inputs, in the order they are created."""
-    lock, draft_lock = store_locks(args)
+def store_of(name: str, args: GgufModelStoreArgs) -> Store:
+    """The store of these validated inputs: the locks its Job runs (the model's, and the
+    speculative draft's), and the names their content gives its objects."""
+    lock = fetch_document(args["repo"], args["revision"], args["files"])
+    draft = args.get("draft")
+    draft_lock = fetch_document(draft["repo"], draft["revision"], draft["files"]) if draft else None
+    digests = lock_digest(lock), None if draft_lock is None else lock_digest(draft_lock)
     fetcher_source = FETCHER_SOURCE.read_text()
     policy_source = HTTP_POLICY_SOURCE.read_text()
-    digest = content_digest(lock, fetcher_source + policy_source, draft_lock)
-    store = Store(
+    digest = content_digest(digests[0], fetcher_source + policy_source, digests[1])
+    names = store_names(name, digest)
+    return Store(
         name,
         args,
         store_labels(name),
         lock,
         draft_lock,
-        store_names(name, digest),
+        digests[0],
+        names,
         fetcher_source,
         policy_source,
     )
+
+
+def model_bytes(files: list[ModelFile]) -> int | None:
+    """Bytes of the model files, when every size is known (from a lock)."""
+    sizes = [file.get("size") for file in files]
+    return None if any(size is None for size in sizes) else sum(size or 0 for size in sizes)
+
+
+def model_volume(store: Store) -> ModelVolume:
+    """The volume the store makes, its init check and image, as a server mounts it."""
+    args = store.args
+    volume: ModelVolume = {
+        "claim_name": store.names["pvc"],
+        "fetcher_config_map": store.names["config_map"],
+        "check_image": args["fetch_image"],
+        "run_as_user": args["run_as_user"],
+        "model_file": args["files"][0]["name"],
+        "model_bytes": model_bytes(args["files"]),
+    }
+    draft = args.get("draft")
+    if draft:
+        volume["draft_file"] = draft["files"][0]["name"]
+    return volume
+
+
+def store_objects(store: Store) -> list[KubeObject]:
+    """Every object of the store, in the order they are created."""
+    name, args = store.name, store.args
     pvc, fetcher = f"{name}-pvc", f"{name}-fetcher"
     objects = [
         KubeObject(

@@ -117,7 +117,7 @@ def run_stack(args: argparse.Namespace) -> int:
     from infra.cli.common import report_config_error
     from infra.cli.verify import one_server
     from infra.config import ConfigError, read_stack_file
-    from infra.targets import endpoint_url
+    from infra.targets.registry import endpoint_url
 
     try:
         stack = read_stack_file(args.stack).stack()

@@ -20,7 +20,7 @@ import yaml
 
 from infra.cli.common import Subparsers, print_json, report_config_error
 from infra.config import ConfigError, StackFile, project_root, read_stack_file
-from infra.targets import route, routes
+from infra.targets.registry import route, routes
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1

@@ -57,7 +57,7 @@ def one_server(stack: StackConfig, server: str | None) -> KubernetesStack | Dock
 def run(args: argparse.Namespace) -> int:
     """Record or check the expectations against the stack's (or one fleet server's) endpoint."""
     from infra.config import ConfigError, read_stack_file
-    from infra.targets import endpoint_url, server_props
+    from infra.targets.registry import endpoint_url, server_props
 
     try:
         stack_file = read_stack_file(args.stack)

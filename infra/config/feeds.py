@@ -3,9 +3,9 @@ inputs, which the targets build their Args with (`fed`) and which names a refusa
 (`infra.config.inputs`).
 
 Each settings model feeds the component inputs of its fields' names (`FEEDS`): a target takes
-those values with `fed` and computes only the rest (what comes from the lock, the plan, the
-secrets, the names). A field that feeds an input of another name is a deliberate rename
-(`Feed.renames`).
+what a stack gives in one pass (`fed`) and computes only the rest (what comes from the lock,
+the plan, the secrets, the names). A field that feeds an input of another name is a deliberate
+rename (`Feed.renames`).
 """
 
 from __future__ import annotations
@@ -166,7 +166,6 @@ FEEDS = _feeds(
         only=frozenset({"gpu_access", "gpu_resource", "run_as_user", "runtime"}),
         computed=frozenset({"runtime"}),
     ),
-    Feed("server", ServerSettings, "GgufModelStore", "", GgufModelStoreArgs),
     Feed(
         "server", ServerSettings, "GgufModelStore", "node_preflight", NodePreflight,
         only=frozenset({"image", "gpu_access"}), computed=frozenset({"image"}),
@@ -188,6 +187,7 @@ FEEDS = _feeds(
         "store", StoreSettings, "GgufModelStore", "", GgufModelStoreArgs,
         renames={"size": "volume_size"}, computed=frozenset({"node_preflight"}),
     ),
+    Feed("server", ServerSettings, "GgufModelStore", "", GgufModelStoreArgs),
     Feed("memory", MemorySettings, "LlamaCppVulkanServer", "", LlamaCppVulkanServerArgs),
     Feed(
         "memory", MemorySettings, "GgufModelStore", "node_preflight", NodePreflight,
@@ -215,6 +215,10 @@ FEEDS = _feeds(
         "host", HostSettings, "VllmRocmServer", "connection", SshConnection,
         renames={"address": "host"},
     ),
+    Feed(
+        "", DockerHostStack, "VllmRocmServer", "", VllmRocmServerArgs,
+        only=frozenset({"fetch_image", "patches"}), computed=frozenset({"patches"}),
+    ),
     Feed("host", HostSettings, "VllmRocmServer", "", VllmRocmServerArgs),
     Feed("host", HostSettings, "VllmRocmServer", "requirements", HostRequirements),
     Feed(
@@ -236,51 +240,105 @@ FEEDS = _feeds(
         computed=frozenset({"source"}),
     ),
     Feed(
-        "", DockerHostStack, "VllmRocmServer", "", VllmRocmServerArgs,
-        only=frozenset({"fetch_image", "patches"}), computed=frozenset({"patches"}),
-    ),
-    Feed(
         "metrics", HostMetricsSettings, "VllmRocmServer", "metrics", HostMonitoring,
         computed=frozenset({"reference"}),
     ),
 )  # fmt: skip
-"""Every stack settings model that feeds a component, and what it feeds."""
+"""Every stack settings model that feeds a component, and what it feeds; the feeds of one input
+place merge in this order (`fed`)."""
 
 
-def fed(settings: BaseModel, into: type) -> dict[str, Any]:
-    """The inputs of TypedDict `into` that `settings` gives as they are (`FEEDS`): each fed
-    field's value under its input's name, a nested model as the input's TypedDict takes it; an
-    unset field (None) is left out where the input takes no None."""
-    feed = _FEED_OF[(type(settings), into)]
-    hints = type_hints(into)
-    given: dict[str, Any] = {}
-    for name, target in feed.fields().items():
-        if name in feed.computed:
+Nested = dict[str, "Nested | None"]
+"""How a model becomes a nested input: the inputs of the TypedDict it (or each item of a list
+of them) is given as, each with its own (None: a model is dumped as it is)."""
+
+
+def _nested(annotation: Any) -> Nested | None:
+    typed = _typeddict(annotation)
+    if typed is None:
+        return None
+    return {name: _nested(hint) for name, hint in type_hints(typed).items()}
+
+
+@dataclass(frozen=True)
+class _Given:
+    """A field a feed gives as it is: the input it is given as, and how."""
+
+    field: str
+    input: str
+    nested: Nested | None
+    admits_none: bool
+    """An unset field (None) is given only where its input takes None."""
+
+
+def _given_fields(feed: Feed) -> tuple[_Given, ...]:
+    hints = type_hints(feed.into)
+    return tuple(
+        _Given(name, target, _nested(hints[target]), _admits_none(hints[target]))
+        for name, target in feed.fields().items()
+        if name not in feed.computed
+    )
+
+
+_GIVEN = tuple((feed, _given_fields(feed)) for feed in FEEDS)
+"""Each feed with the fields it gives as they are, their conversion read once, here."""
+
+
+Fed = dict[tuple[str, str], Any]
+"""What a stack gives as it is: (component, input path) → its inputs (a list: one an item)."""
+
+
+def fed(stack: BaseModel) -> Fed:
+    """What a stack's settings give as it is (`FEEDS`), by (component, input path): each given
+    field's value under its input's name, a nested model as the input's TypedDict takes it, the
+    feeds of one place merged in FEEDS order; a list of settings (the workers, the clients)
+    gives a list, an item each, over what the single settings of that place give."""
+    given: Fed = {}
+    for feed, fields in _GIVEN:
+        settings = _at(stack, feed.key)
+        items = settings if isinstance(settings, list) else [settings]
+        if not all(isinstance(item, feed.settings) for item in items):
             continue
-        value = _input_value(getattr(settings, name), hints[target])
-        if value is not None or _admits_none(hints[target]):
-            given[target] = value
+        before = given.get((feed.component, feed.path), {})
+        rows = [
+            {**row, **_inputs(item, fields)}
+            for row in (before if isinstance(before, list) else [before])
+            for item in items
+        ]
+        many = isinstance(settings, list) or isinstance(before, list)
+        given[feed.component, feed.path] = rows if many else rows[0]
     return given
 
 
-_FEED_OF = {(feed.settings, feed.into): feed for feed in FEEDS}
+def _at(stack: BaseModel, key: str) -> Any:
+    """The settings at a stack key (`server.rpc`), or None where a part is unset."""
+    value: Any = stack
+    for part in key.split(".") if key else ():
+        value = getattr(value, part, None)
+    return value
 
 
-def _input_value(value: Any, annotation: Any) -> Any:
-    """A settings value as the input of `annotation` takes it (containers copied)."""
+def _inputs(settings: BaseModel, fields: tuple[_Given, ...]) -> dict[str, Any]:
+    given: dict[str, Any] = {}
+    for each in fields:
+        value = _input_value(getattr(settings, each.field), each.nested)
+        if value is not None or each.admits_none:
+            given[each.input] = value
+    return given
+
+
+def _input_value(value: Any, nested: Nested | None) -> Any:
+    """A settings value as its input takes it (containers copied)."""
     if isinstance(value, BaseModel):
-        nested = _typeddict(annotation)
         if nested is None:
             return value.model_dump()
-        hints = type_hints(nested)
         return {
-            name: _input_value(getattr(value, name), hints[name])
-            for name in hints
+            name: _input_value(getattr(value, name), inner)
+            for name, inner in nested.items()
             if name in type(value).model_fields
         }
     if isinstance(value, list):
-        item = _typeddict(annotation)
-        return [_input_value(v, item) for v in value]
+        return [_input_value(item, nested) for item in value]
     if isinstance(value, dict):
         return dict(value)
     return value

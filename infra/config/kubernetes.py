@@ -18,6 +18,7 @@ from components.llamacpp.inputs import (
     speculative_problems,
 )
 from components.model_store.inputs import (
+    CpuVariant,
     GgufModelStoreArgs,
     GpuMemoryGib,
     ParallelDownloads,
@@ -40,7 +41,7 @@ from infra.config.declared import declared
 from infra.config.metrics import KubernetesMetricsSettings
 from infra.config.server import LlamaSpeculativeSettings, ServerSettings
 from infra.config.server import RuntimeSettings as RuntimeSettings
-from infra.cpus import CPU_NAMES, CPU_VARIANTS
+from infra.cpus import CPU_NAMES, CPU_VARIANTS, cpu_variant
 
 
 def _known_cpu(name: str) -> str:
@@ -175,6 +176,11 @@ class MemorySettings(Strict):
     device: DeviceSettings | None = None
     """The node's GPU (or CPU) in the plan's device table, for the speed estimate (decode and
     prefill tok/s) and the bake-off's physical ceiling; unset: no estimate."""
+
+    @property
+    def cpu_variant(self) -> CpuVariant | None:
+        """The ggml CPU variant of node_cpu (None: unset)."""
+        return None if self.node_cpu is None else cpu_variant(self.node_cpu)
 
 
 class NetworkClientSettings(NamespacePods):

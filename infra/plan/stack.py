@@ -18,7 +18,6 @@ from infra.config.base import RepoModelSettings
 from infra.config.docker_host import Mi300xStack
 from infra.config.fleet import entry_key
 from infra.config.kubernetes import structure_problems
-from infra.cpus import cpu_variant
 from infra.devices import DeviceFigures, decode_ceiling, device_figures
 from infra.lock import ModelSource
 from infra.plan.architectures import without_unloaded_layers
@@ -273,7 +272,7 @@ def llamacpp_inputs(
         disk_bytes=int(quantity_value(stack.store.size)),
         upgrade_keeps_old_model=stack.store.upgrade == "keep",
         rpc_devices=rpc_devices(stack),
-        cpu_variant=cpu_variant(memory.node_cpu) if memory.node_cpu is not None else None,
+        cpu_variant=memory.cpu_variant,
         repack=server.repack,
         n_rs_seq=0 if spec is None else rollback_planes(spec.method, spec.num_speculative_tokens),
         speculative=None if spec is None else spec.method,

@@ -104,9 +104,10 @@ def strix_halo_monitoring(stack: KubernetesStack, args: LlamaCppVulkanServerArgs
 def mi300x_monitoring(stack: DockerHostStack) -> list[str]:
     """The sections of vLLM on a Docker host: the metrics site behind Caddy and its files."""
     from components.vllm.host_monitoring import monitoring_dir, monitoring_spec
+    from infra.config.feeds import fed
     from infra.targets.docker_host import monitoring
 
-    metrics = monitoring(stack)
+    metrics = monitoring(stack, fed(stack))
     if metrics is None or stack.metrics is None:
         return ["## Metrics", "", "Off (no `metrics:`): vLLM's /metrics stays on the compose "
                 "network.", ""]  # fmt: skip

@@ -34,14 +34,20 @@ def _picture(picture: str | None, name: str) -> list[str]:
     return [f"![Memory plan of {name}: one bar per device]({picture})", ""]
 
 
+def _memory_budget(plan: Plan, name: str, picture: str | None) -> list[str]:
+    """A page's memory budget section: the plan picture's line, then the plan's table."""
+    return ["## Memory budget", "", *_picture(picture, name), "```", plan.table(), "```", ""]
+
+
 def _strix_halo(
     stack: KubernetesStack, source: ModelSource, plan: Plan, name: str, picture: str | None = None
 ) -> list[str]:
     from components.llamacpp.manifests import probe_window_seconds, server_argv
+    from infra.config.feeds import fed
     from infra.targets.kubernetes import server_args
 
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
-    args = server_args(stack, source, volume, plan.tensor_split)  # type: ignore[arg-type]
+    args = server_args(stack, fed(stack), source, volume, plan.tensor_split)  # type: ignore[arg-type]
     if stack.server.api_key:
         args["api_key"] = "[secret]"
     # The container the Deployment runs: the reference shows exactly what is deployed.
@@ -75,13 +81,7 @@ def _strix_halo(
             ),
         ),
         "",
-        "## Memory budget",
-        "",
-        *_picture(picture, name),
-        "```",
-        plan.table(),
-        "```",
-        "",
+        *_memory_budget(plan, name, picture),
         "## Resources",
         "",
         "```",
@@ -147,9 +147,10 @@ def _gpu_access(stack: KubernetesStack) -> str:
 def _rpc_workers(stack: KubernetesStack) -> list[str]:
     """The split model's workers: where each runs, what it runs, who may reach it."""
     from components.llamacpp.rpc_manifests import rpc_server_argv
+    from infra.config.feeds import fed
     from infra.targets.kubernetes import rpc_endpoints, rpc_worker_args
 
-    workers = rpc_worker_args(stack)
+    workers = rpc_worker_args(stack, fed(stack))
     if not workers:
         return []
     lines = [
@@ -182,9 +183,10 @@ def _rpc_workers(stack: KubernetesStack) -> list[str]:
 def _mi300x(
     stack: DockerHostStack, source: ModelSource, plan: Plan, name: str, picture: str | None = None
 ) -> list[str]:
+    from infra.config.feeds import fed
     from infra.targets.docker_host import vllm_flags
 
-    argv = vllm_serve_args(vllm_flags(stack), stack.server.extra_args)
+    argv = vllm_serve_args(vllm_flags(stack, fed(stack)), stack.server.extra_args)
     caddy = stack.caddy
     tls = "ACME certificates" if caddy.tls == "auto" else "Caddy internal CA"
     allowed = ", ".join(f"`{c}`" for c in caddy.allowed_cidrs)
@@ -201,13 +203,7 @@ def _mi300x(
         ),
         f"| *(model)* | `{argv[2]}` | The host's modelDir, mounted read-only. |",
         "",
-        "## Memory budget",
-        "",
-        *_picture(picture, name),
-        "```",
-        plan.table(),
-        "```",
-        "",
+        *_memory_budget(plan, name, picture),
         "## Access",
         "",
         f"- HTTPS at `https://{caddy.site}` ({tls}), allowed from {allowed}; others get 403.",

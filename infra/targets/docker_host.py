@@ -15,7 +15,6 @@ from components.vllm.component import VllmRocmServer
 from components.vllm.inputs import (
     CaddySite,
     HostMonitoring,
-    HostRequirements,
     ModelLock,
     PatchOverlay,
     SshConnection,
@@ -23,7 +22,7 @@ from components.vllm.inputs import (
     VllmRocmServerArgs,
 )
 from infra.config import DockerHostStack, StackSecrets, project_root
-from infra.config.feeds import fed
+from infra.config.feeds import Fed, fed
 from infra.config.inputs import stack_key
 from infra.lock import ModelSource
 from infra.targets.litellm import litellm_entry
@@ -52,14 +51,10 @@ def litellm_route(stack: DockerHostStack, url: str) -> dict[str, Any]:
     return litellm_entry(stack.server.served_model_name, url, api_key=True)
 
 
-def caddy_site(stack: DockerHostStack) -> CaddySite:
-    """The Caddy site of the stack, as VllmRocmServer takes it."""
-    return cast(CaddySite, fed(stack.caddy, CaddySite))
-
-
 def endpoint_url(stack: DockerHostStack) -> str:
     """The public HTTPS base URL of the stack."""
-    return base_url(caddy_site(stack))
+    caddy: CaddySite = fed(stack)["VllmRocmServer", "caddy"]
+    return base_url(caddy)
 
 
 def server_props(stack: DockerHostStack) -> dict[str, Any]:
@@ -69,17 +64,17 @@ def server_props(stack: DockerHostStack) -> dict[str, Any]:
     def key(path: str) -> str:
         return stack_key("VllmRocmServer", tuple(path.split(".")))
 
-    return expected_models(vllm_flags(stack), key)
+    return expected_models(vllm_flags(stack, fed(stack)), key)
 
 
-def vllm_flags(stack: DockerHostStack) -> VllmFlags:
-    """`vllm serve` flags from the stack config."""
+def vllm_flags(stack: DockerHostStack, given: Fed) -> VllmFlags:
+    """`vllm serve` flags from the stack config (`given`: what it gives, `fed`)."""
     return cast(
         VllmFlags,
         {
             "model": f"{MODELS_IN_CONTAINER}/{Path(stack.host.model_dir).name}",
             "host": "0.0.0.0",
-            **fed(stack.server, VllmFlags),
+            **given["VllmRocmServer", "flags"],
         },
     )
 
@@ -88,43 +83,43 @@ def server_args(
     stack: DockerHostStack, source: ModelSource, secrets: StackSecrets
 ) -> VllmRocmServerArgs:
     """VllmRocmServer inputs from the stack config, the lock and the secrets."""
-    host = stack.host
     if secrets.ssh_private_key is None or secrets.api_key is None:
         raise ValueError("docker-host stacks need the sshPrivateKey and apiKey secrets")
+    given = fed(stack)
     files: list[ModelFile] = list(source.files)
-    given = {**fed(stack.model, ModelLock), "revision": source.revision, "files": files}
-    lock = cast(ModelLock, given)
+    lock = cast(
+        ModelLock,
+        {**given["VllmRocmServer", "model_lock"], "revision": source.revision, "files": files},
+    )
     if not source.locked and not files:
         lock["unresolved_patterns"] = list(stack.model.files)
     root = project_root()
     patches = [
-        cast(PatchOverlay, {"source": str(root / p.source), **fed(p, PatchOverlay)})
-        for p in stack.patches
+        cast(PatchOverlay, {"source": str(root / p.source), **overlay})
+        for p, overlay in zip(stack.patches, given["VllmRocmServer", "patches"], strict=True)
     ]
     connection = cast(
         SshConnection,
-        {**fed(host, SshConnection), "private_key": secrets.ssh_private_key},
+        {**given["VllmRocmServer", "connection"], "private_key": secrets.ssh_private_key},
     )
     args = cast(
         VllmRocmServerArgs,
         {
-            **fed(stack, VllmRocmServerArgs),
-            **fed(host, VllmRocmServerArgs),
-            **fed(stack.server, VllmRocmServerArgs),
+            **given["VllmRocmServer", ""],
             "connection": connection,
             "model_lock": lock,
-            "flags": vllm_flags(stack),
-            "caddy": caddy_site(stack),
+            "flags": vllm_flags(stack, given),
+            "caddy": given["VllmRocmServer", "caddy"],
             "api_key": secrets.api_key,
-            "requirements": fed(host, HostRequirements),
+            "requirements": given["VllmRocmServer", "requirements"],
             "patches": patches,
-            "metrics": monitoring(stack),
+            "metrics": monitoring(stack, given),
         },
     )
     return with_defaults(args, VllmRocmServerArgs)
 
 
-def monitoring(stack: DockerHostStack) -> HostMonitoring | None:
+def monitoring(stack: DockerHostStack, given: Fed) -> HostMonitoring | None:
     """The metrics site, the GPU exporter and the alert thresholds (None: no metrics)."""
     metrics = stack.metrics
     if metrics is None:
@@ -133,7 +128,7 @@ def monitoring(stack: DockerHostStack) -> HostMonitoring | None:
     return cast(
         HostMonitoring,
         {
-            **fed(metrics, HostMonitoring),
+            **given["VllmRocmServer", "metrics"],
             "gpu_exporter_image": exporter.image if exporter else None,
             "reference": metrics.reference.speeds(),
         },

@@ -36,10 +36,9 @@ from components.model_store.manifests import DRAFT_PATH, fetch_job_pattern
 from components.monitoring.inputs import KubernetesMonitoring
 from components.validation import ComponentInputError, input_problems, with_defaults
 from infra.config import ConfigError, KubernetesStack, StackSecrets
-from infra.config.feeds import fed
+from infra.config.feeds import Fed, fed
 from infra.config.inputs import stack_key
 from infra.config.server import ServerSettings
-from infra.cpus import cpu_variant
 from infra.lock import ModelSource
 from infra.plan.stack import llamacpp_plan
 from infra.targets.litellm import litellm_entry
@@ -61,17 +60,18 @@ def deploy_server(
     Deployment deleted, so no pod maps the old files), then the fetch Job that may delete them.
     """
     replace = stack.store.upgrade == "replace"
-    model_store_args = store_args(stack, source, secrets.hf_token)
+    given = fed(stack)
+    model_store_args = store_args(stack, given, source, secrets.hf_token)
     # The store's volume by name, known (and its inputs checked) before the store exists: with
     # replace the server comes first.
     volume = store_model_volume(stack.store.name, model_store_args)
     head_args: LlamaCppVulkanServerArgs = {
-        **server_args(stack, source, volume, tensor_split),
+        **server_args(stack, given, source, volume, tensor_split),
         "api_key": secrets.api_key,
         "verify_expectations": verify_expectations,
         "stop_before_model_change": replace,
     }
-    worker_args = rpc_worker_args(stack)
+    worker_args = rpc_worker_args(stack, given)
     if worker_args:
         # A split model: the head's own inputs and the rules between it and its workers,
         # before either exists (the head is built last: its --rpc names the workers).
@@ -131,11 +131,12 @@ def server_props(stack: KubernetesStack, source: ModelSource) -> dict[str, Any]:
             [f"model.files: patterns {list(stack.model.files)} name no file until the model is "
              "locked (run: llm-infra lock STACK)"]
         )  # fmt: skip
-    volume = store_model_volume(stack.store.name, store_args(stack, source, None))
+    given = fed(stack)
+    volume = store_model_volume(stack.store.name, store_args(stack, given, source, None))
     split = None
     if stack.server.rpc is not None:
         split = llamacpp_plan(stack, source).tensor_split
-    args = server_args(stack, source, volume, split)
+    args = server_args(stack, given, source, volume, split)
     problems = input_problems(args, LlamaCppVulkanServerArgs)
     if problems:
         raise ComponentInputError("LlamaCppVulkanServer", stack.server.resource_name, problems)
@@ -146,21 +147,19 @@ def server_props(stack: KubernetesStack, source: ModelSource) -> dict[str, Any]:
     return expected_props(args, key)
 
 
-def rpc_worker_args(stack: KubernetesStack) -> dict[str, LlamaCppRpcWorkerArgs]:
-    """LlamaCppRpcWorker inputs of a split model, by worker name, in `--rpc` order."""
-    server, rpc = stack.server, stack.server.rpc
-    if rpc is None:
+def rpc_worker_args(stack: KubernetesStack, given: Fed) -> dict[str, LlamaCppRpcWorkerArgs]:
+    """LlamaCppRpcWorker inputs of a split model, by worker name, in `--rpc` order (`given`:
+    what the stack gives, `fed`)."""
+    server = stack.server
+    if server.rpc is None:
         return {}
     head_labels = head_pod_labels(server.resource_name)
     workers: dict[str, LlamaCppRpcWorkerArgs] = {}
-    for worker, name in zip(rpc.workers, server.rpc_worker_names, strict=True):
-        given = cast(
+    for worker, name in zip(given["LlamaCppRpcWorker", ""], server.rpc_worker_names, strict=True):
+        args = cast(
             LlamaCppRpcWorkerArgs,
             {
-                **fed(stack.kubernetes, LlamaCppRpcWorkerArgs),
-                **fed(server, LlamaCppRpcWorkerArgs),
-                **fed(rpc, LlamaCppRpcWorkerArgs),
-                **fed(worker, LlamaCppRpcWorkerArgs),
+                **worker,
                 "image": server.rpc_image,
                 "head": server.resource_name,
                 "head_pod_labels": head_labels,
@@ -169,8 +168,8 @@ def rpc_worker_args(stack: KubernetesStack) -> dict[str, LlamaCppRpcWorkerArgs]:
         )
         runtime = runtime_input(server)
         if runtime is not None:
-            given["runtime"] = runtime
-        workers[name] = with_defaults(given, LlamaCppRpcWorkerArgs)
+            args["runtime"] = runtime
+        workers[name] = with_defaults(args, LlamaCppRpcWorkerArgs)
     return workers
 
 
@@ -206,11 +205,11 @@ def litellm_route(stack: KubernetesStack, url: str) -> dict[str, Any]:
     return litellm_entry(stack.server.alias, url, api_key=stack.server.api_key)
 
 
-def allowed_clients(stack: KubernetesStack) -> list[NetworkClient] | None:
+def allowed_clients(stack: KubernetesStack, given: Fed) -> list[NetworkClient] | None:
     """Who the server's NetworkPolicy admits (None: no policy)."""
     if not stack.network.policies:
         return None
-    clients = [cast(NetworkClient, fed(client, NetworkClient)) for client in stack.network.clients]
+    clients: list[NetworkClient] = given["LlamaCppVulkanServer", "allowed_clients"]
     return clients + [{"cidr": cidr} for cidr in stack.network.allow_cidrs]
 
 
@@ -220,64 +219,61 @@ def supplemental_groups(server: ServerSettings) -> list[int]:
 
 
 def store_args(
-    stack: KubernetesStack, source: ModelSource, hf_token: pulumi.Input[str] | None
+    stack: KubernetesStack,
+    given: Fed,
+    source: ModelSource,
+    hf_token: pulumi.Input[str] | None,
 ) -> GgufModelStoreArgs:
-    """GgufModelStore inputs from the stack config and the model lock."""
+    """GgufModelStore inputs from the stack config (`given`: what it gives, `fed`) and the
+    model lock."""
     store = stack.store
     files: list[ModelFile] = list(source.files)
-    fed_args = {
-        **fed(stack.kubernetes, GgufModelStoreArgs),
-        **fed(stack.model, GgufModelStoreArgs),
-        **fed(store, GgufModelStoreArgs),
-        **fed(stack.server, GgufModelStoreArgs),
-        **fed(stack.network, GgufModelStoreArgs),
-    }
-    args = cast(GgufModelStoreArgs, fed_args)
-    args.update(
+    args = cast(
+        GgufModelStoreArgs,
         {
+            **given["GgufModelStore", ""],
             "revision": source.revision,
             "files": files,
             "fetch_timeout_seconds": int(store.fetch_timeout_hours * 3600),
             "hf_token": hf_token,
             # The server's image and GPU access: the preflight sees the node as the server will.
-            "node_preflight": node_preflight(stack) if store.node_preflight else None,
-        }
+            "node_preflight": node_preflight(stack, given) if store.node_preflight else None,
+        },
     )
     spec = stack.server.speculative
     if spec is not None and spec.draft is not None and source.draft is not None:
-        draft = {**fed(spec.draft, DraftModel), "revision": source.draft.revision}
+        draft = {**given["GgufModelStore", "draft"], "revision": source.draft.revision}
         args["draft"] = cast(DraftModel, {**draft, "files": list(source.draft.files)})
     return with_defaults(args, GgufModelStoreArgs)
 
 
-def node_preflight(stack: KubernetesStack) -> NodePreflight:
+def node_preflight(stack: KubernetesStack, given: Fed) -> NodePreflight:
     """The node preflight's inputs: the server's image and GPU access, so the preflight sees
     the node as the server will."""
-    node_cpu = stack.memory.node_cpu
     return cast(
         NodePreflight,
         {
-            **fed(stack.server, NodePreflight),
-            **fed(stack.memory, NodePreflight),
+            **given["GgufModelStore", "node_preflight"],
             "image": stack.server.effective_runtime.pinned_image,
-            "cpu_variant": None if node_cpu is None else cpu_variant(node_cpu),
+            "cpu_variant": stack.memory.cpu_variant,
         },
     )
 
 
 def server_args(
     stack: KubernetesStack,
+    given: Fed,
     source: ModelSource,
     model: ModelVolume,
     tensor_split: Sequence[float] | None = None,
 ) -> LlamaCppVulkanServerArgs:
-    """LlamaCppVulkanServer inputs from the stack config and the model lock (`tensor_split`: a
-    split model's, from its plan: `Plan.tensor_split`)."""
+    """LlamaCppVulkanServer inputs from the stack config (`given`: what it gives, `fed`) and the
+    model lock (`tensor_split`: a split model's, from its plan: `Plan.tensor_split`)."""
     server = stack.server
     flags = cast(
         LlamaServerFlags,
         {
-            **fed(server, LlamaServerFlags),
+            **given["LlamaCppVulkanServer", "flags"],
             "model_path": f"{MODELS_MOUNT}/{source.files[0]['name']}",
         },
     )
@@ -296,18 +292,16 @@ def server_args(
     args = cast(
         LlamaCppVulkanServerArgs,
         {
-            **fed(stack.kubernetes, LlamaCppVulkanServerArgs),
-            **fed(server, LlamaCppVulkanServerArgs),
-            # The server checks its startup probe against its store's model at these speeds too.
-            **fed(stack.memory, LlamaCppVulkanServerArgs),
-            **fed(stack.network, LlamaCppVulkanServerArgs),
+            # memory's speeds too: the server checks its startup probe against its store's model
+            # at them.
+            **given["LlamaCppVulkanServer", ""],
             "image": server.server_image,
             "flags": flags,
             "model": model,
             "service_port": service_port(stack),
             "supplemental_groups": supplemental_groups(server),
-            "allowed_clients": allowed_clients(stack),
-            "metrics": monitoring(stack),
+            "allowed_clients": allowed_clients(stack, given),
+            "metrics": monitoring(stack, given),
         },
     )
     runtime = runtime_input(server)
@@ -316,16 +310,16 @@ def server_args(
     return with_defaults(args, LlamaCppVulkanServerArgs)
 
 
-def monitoring(stack: KubernetesStack) -> KubernetesMonitoring | None:
+def monitoring(stack: KubernetesStack, given: Fed) -> KubernetesMonitoring | None:
     """The server's metrics and monitoring objects from the stack's `metrics` (None: off)."""
     metrics = stack.metrics
     if not metrics.enabled:
         return None
-    scrapers = [cast(NetworkClient, fed(scraper, NetworkClient)) for scraper in metrics.scrapers]
+    scrapers = given["LlamaCppVulkanServer", "metrics.scrapers"]
     return cast(
         KubernetesMonitoring,
         {
-            **fed(metrics, KubernetesMonitoring),
+            **given["LlamaCppVulkanServer", "metrics"],
             "scrapers": scrapers if stack.network.policies else [],
             "monitor_kind": metrics.monitor_kind if metrics.service_monitor else None,
             "reference": metrics.reference.speeds(),

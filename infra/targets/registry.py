@@ -49,6 +49,7 @@ __all__ = [
     "render_docs",
     "route",
     "routes",
+    "server_props",
     "stack_plan",
     "target_module",
     "target_of",
@@ -127,6 +128,35 @@ def stack_plan(
 def endpoint_url(stack: StackConfig) -> str:
     """The base URL a stack serves (in-cluster for kubernetes: reach it by port-forward)."""
     return one_server(stack).endpoint_url(stack)
+
+
+def server_props(stack: StackConfig, lock_path: Path, server: str | None = None) -> dict[str, Any]:
+    """What the stack's server (a fleet's: the one named `server`) must report of itself
+    (llama-server's /props, vLLM's /v1/models), from the inputs its render is made of; its
+    inputs named by the stack file's keys. ConfigError when they cannot be built (no lock)."""
+    from components.validation import ComponentInputError
+    from infra.config.inputs import stack_problems
+    from infra.lock import stack_model_sources
+
+    sources = stack_model_sources(stack, lock_path, preview=True)
+    servers = stack.server_stacks()
+    names = stack.server_names()
+    index = next(
+        (i for i, name in enumerate(names) if name is None or server in (None, name)), None
+    )
+    if index is None or (server is None and len(servers) > 1):
+        raise ConfigError([ONE_SERVER])
+    single = servers[index]
+    try:
+        props = one_server(single).server_props(single, sources[index])
+    except ComponentInputError as exc:
+        raise ConfigError(stack_problems(exc)) from None
+    if "checks" in props:
+        for item in props["checks"]:
+            item["rendered"] = stack.server_key(item["rendered"], index)
+    if "notes" in props:
+        props["notes"] = [stack.server_key(note, index) for note in props["notes"]]
+    return props
 
 
 def model_name(stack: StackConfig) -> str:

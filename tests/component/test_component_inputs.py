@@ -27,6 +27,7 @@ from components.llamacpp.split import check_split, split_problems
 from components.validation import ComponentInputError, checked_inputs
 from components.vllm.inputs import CADDY_IMAGE, VllmRocmServerArgs
 from infra.config.docker_host import CaddySettings
+from infra.config.feeds import fed
 from infra.config.inputs import stack_key
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args, store_args
@@ -78,14 +79,14 @@ def llama(change: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
         "check_image": "python:3.12.8-slim-bookworm",
         "run_as_user": 10001,
     }
-    args = copy.deepcopy(dict(server_args(stack, source, volume)))  # type: ignore[arg-type]
+    args = copy.deepcopy(dict(server_args(stack, fed(stack), source, volume)))  # type: ignore[arg-type]
     change(args)
     return lambda: LlamaCppVulkanServer("ds", args) and None  # type: ignore[arg-type]
 
 
 def store(change: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
     stack = strix(stack_values("strix-halo"))
-    args = copy.deepcopy(dict(store_args(stack, unlocked_source(stack), None)))
+    args = copy.deepcopy(dict(store_args(stack, fed(stack), unlocked_source(stack), None)))
     change(args)
     return lambda: GgufModelStore("models", args) and None  # type: ignore[arg-type]
 
@@ -352,7 +353,7 @@ def test_the_server_must_load_the_stores_first_file() -> None:
 
 def test_a_store_gives_its_server_the_first_file_and_the_model_size() -> None:
     stack = strix(stack_values("strix-halo"))
-    args: Any = copy.deepcopy(dict(store_args(stack, unlocked_source(stack), None)))
+    args: Any = copy.deepcopy(dict(store_args(stack, fed(stack), unlocked_source(stack), None)))
     args["files"] = [{**f, "size": 2**30, "sha256": "a" * 64} for f in args["files"]]
     volumes: list[Any] = []
     run_program(lambda: volumes.append(GgufModelStore("m", args).model_volume), {}, [], "t")
@@ -403,8 +404,8 @@ def split_pair() -> tuple[str, Any, dict[str, Any]]:
     stack = split_stack()
     source = unlocked_source(stack)
     split = stack_plan(stack, source).tensor_split
-    head = copy.deepcopy(server_args(stack, source, SPLIT_VOLUME, split))
-    return stack.server.resource_name, head, copy.deepcopy(dict(rpc_worker_args(stack)))
+    head = copy.deepcopy(server_args(stack, fed(stack), source, SPLIT_VOLUME, split))
+    return stack.server.resource_name, head, copy.deepcopy(dict(rpc_worker_args(stack, fed(stack))))
 
 
 def test_a_split_models_head_and_workers_as_the_stack_builds_them_agree() -> None:

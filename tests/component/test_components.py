@@ -14,6 +14,7 @@ import yaml
 from components import GgufModelStore, LlamaCppVulkanServer, LlamaCppVulkanServerArgs
 from infra import program
 from infra.config import ConfigError, KubernetesStack, read_stack_file
+from infra.config.feeds import fed
 from infra.render import EchoMocks, RecordingMonitor, Rendered, run_program
 from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import STACKS, strix, unlocked_source
@@ -26,8 +27,8 @@ def store_and_server_args(
 ) -> tuple[GgufModelStore, LlamaCppVulkanServerArgs]:
     """The stack's model store, built inside a program, and its server's args reading from it."""
     source = unlocked_source(stack)
-    store = GgufModelStore("models", store_args(stack, source, hf_token))
-    return store, server_args(stack, source, store.model_volume)
+    store = GgufModelStore("models", store_args(stack, fed(stack), source, hf_token))
+    return store, server_args(stack, fed(stack), source, store.model_volume)
 
 
 def render_components(values: dict[str, Any], hf_token: str | None) -> Rendered:
@@ -142,9 +143,9 @@ def test_namespace_from_another_resource_reaches_every_child(stack: KubernetesSt
     def build() -> None:
         namespace = k8s.core.v1.Namespace("ns", metadata={"name": "llm-team"})
         source = unlocked_source(stack)
-        args = store_args(stack, source, pulumi.Output.secret(TOKEN))
+        args = store_args(stack, fed(stack), source, pulumi.Output.secret(TOKEN))
         store = GgufModelStore("models", {**args, "namespace": namespace.metadata.name})
-        server = server_args(stack, source, store.model_volume)
+        server = server_args(stack, fed(stack), source, store.model_volume)
         LlamaCppVulkanServer("ds", {**server, "namespace": namespace.metadata.name})
 
     rendered = run_program(build, {}, [], stack="test")

@@ -14,6 +14,7 @@ import yaml
 from components.llamacpp.inputs import DEFAULT_IMAGE
 from components.llamacpp.manifests import head_pod_labels, server_labels
 from infra.config import ConfigError, FleetStack, KubernetesStack, parse_stack
+from infra.config.feeds import fed
 from infra.lock import model_source
 from infra.plan.llamacpp import device_layers, plan_llamacpp, rpc_tensor_split, split_layers
 from infra.plan.stack import llamacpp_inputs, probe_problems
@@ -206,11 +207,10 @@ def test_a_split_models_server_takes_its_tensor_split_from_the_plan_and_only_fro
     volume: Any = {"claim_name": "m", "fetcher_config_map": "f", "check_image": "i"}
     plan = stack_plan(stack, source)
     assert plan.tensor_split is not None and len(plan.tensor_split) == 2
-    assert server_args(stack, source, volume, plan.tensor_split)["flags"]["tensor_split"] == list(
-        plan.tensor_split
-    )
+    args = server_args(stack, fed(stack), source, volume, plan.tensor_split)
+    assert args["flags"]["tensor_split"] == list(plan.tensor_split)
     with pytest.raises(ValueError, match="tensor split"):
-        server_args(stack, source, volume)
+        server_args(stack, fed(stack), source, volume)
 
 
 def test_split_plan_places_weights_kv_and_compute_per_device(split: Path) -> None:

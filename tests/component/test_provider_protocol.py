@@ -23,6 +23,7 @@ from components.k8s.pod_security import DEFAULT_UID
 from components.llamacpp.inputs import LlamaCppVulkanServerArgs
 from components.model_store.inputs import GgufModelStoreArgs, ModelVolume
 from components.payloads.fetcher import fetch_document, lock_digest
+from infra.config.feeds import fed
 from infra.render import clean
 from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import stack_values, strix, unlocked_source
@@ -332,7 +333,7 @@ def test_the_stack_files_inputs_through_the_provider_render_what_the_stack_file_
     golden = json.loads((ROOT / "tests/golden/strix-halo/resources.json").read_text())
     stack = strix(stack_values("strix-halo"))
     source = unlocked_source(stack)
-    store_inputs = store_args(stack, source, None)
+    store_inputs = store_args(stack, fed(stack), source, None)
     store = up.construct(STORE, "models", wire_names(store_inputs, GgufModelStoreArgs))
     built = outputs(store)
     volume: ModelVolume = {
@@ -344,7 +345,7 @@ def test_the_stack_files_inputs_through_the_provider_render_what_the_stack_file_
         "model_bytes": None,
     }
     server_inputs: LlamaCppVulkanServerArgs = {
-        **server_args(stack, source, volume),
+        **server_args(stack, fed(stack), source, volume),
         # As the stack's target passes it (store.upgrade: replace).
         "stop_before_model_change": stack.store.upgrade == "replace",
     }

@@ -22,6 +22,7 @@ from components.llamacpp.runtimes import BUILTIN_RUNTIMES
 from components.validation import ComponentInputError
 from infra import program
 from infra.config import ConfigError
+from infra.config.feeds import fed
 from infra.render import run_program
 from infra.targets.kubernetes import rpc_worker_args, server_args
 from infra.targets.registry import stack_plan
@@ -206,8 +207,8 @@ def split_args(record: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
               "run_as_user": 1}  # fmt: skip
     source = unlocked_source(stack)
     split = stack_plan(stack, source).tensor_split
-    head: Any = copy.deepcopy(server_args(stack, source, volume, split))  # type: ignore[arg-type]
-    workers: dict[str, Any] = copy.deepcopy(dict(rpc_worker_args(stack)))
+    head: Any = copy.deepcopy(server_args(stack, fed(stack), source, volume, split))  # type: ignore[arg-type]
+    workers: dict[str, Any] = copy.deepcopy(dict(rpc_worker_args(stack, fed(stack))))
     args: Any
     for args in (head, *workers.values()):
         args["runtime"] = record

@@ -20,6 +20,7 @@ import gguf
 import yaml
 
 from components.llamacpp.manifests import llama_server_args
+from infra.config.feeds import fed
 from infra.targets.kubernetes import server_args
 from tests.conftest import MODEL_VOLUME, ROOT, stack_values, strix, unlocked_source
 from tests.support.llama_server import free_port, get_json, replace_value, run_llama_server
@@ -93,7 +94,7 @@ def test_llama_server_stops_a_request_without_max_tokens_at_the_rendered_n_predi
     values = stack_values("strix-halo")
     values["server"]["nPredict"] = 5
     stack = strix(values)
-    args = server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
+    args = server_args(stack, fed(stack), unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
     rendered = llama_server_args(args["flags"])
     prefix = Path(rendered[rendered.index("-m") + 1]).name.rsplit("-00001-of-", 1)[0]
     shards = write_tiny_split_model(tmp_path / "models", prefix, shards=3)

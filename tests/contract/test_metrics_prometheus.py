@@ -31,6 +31,7 @@ from components.monitoring.manifests import JOB_LABEL
 from components.monitoring.queries import MonitoringSpec, alert_rules
 from infra import program
 from infra.config import KubernetesStack, read_stack_file
+from infra.config.feeds import fed
 from infra.render import run_program
 from infra.targets.kubernetes import server_args
 from tests.conftest import ROOT, stack_values, unlocked_source
@@ -230,7 +231,7 @@ def spec_of(scraped: Scraped) -> MonitoringSpec:
     stack = read_stack_file(scraped.stack_file).stack()
     assert isinstance(stack, KubernetesStack)
     volume = {"claim_name": "", "fetcher_config_map": "", "check_image": "", "run_as_user": 0}
-    args = server_args(stack, unlocked_source(stack), volume)  # type: ignore[arg-type]
+    args = server_args(stack, fed(stack), unlocked_source(stack), volume)  # type: ignore[arg-type]
     # As `deploy` passes it on.
     args["min_decode_tps"] = stack.server.min_decode_tps
     metrics = args.get("metrics")

@@ -28,6 +28,7 @@ from components.payloads import (
     props,
     verify,
 )
+from infra.config.feeds import fed
 from infra.targets.kubernetes import server_args
 from tests.conftest import MODEL_VOLUME, PROPS_FIXTURE, STOCK_PYTHON, strix, unlocked_source
 from tests.support.llama_server import free_port, get_json, run_llama_server
@@ -44,7 +45,7 @@ def rendered_args(values: dict[str, Any], model: Path) -> Any:
     values["server"]["gpuGate"] = False
     values["metrics"] = {"enabled": False}
     stack = strix(values)
-    args = server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
+    args = server_args(stack, fed(stack), unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
     args["flags"] = {
         **args["flags"],
         "model_path": str(model),

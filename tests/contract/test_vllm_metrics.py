@@ -28,6 +28,7 @@ from components.monitoring.dashboard import panel_queries
 from components.monitoring.queries import MonitoringSpec, alert_rules
 from components.vllm.host_monitoring import monitoring_spec
 from infra.config import DockerHostStack, read_stack_file
+from infra.config.feeds import fed
 from infra.targets.docker_host import monitoring as host_monitoring
 from tests.conftest import ROOT
 from tests.support.llama_server import free_port
@@ -133,7 +134,7 @@ def scraped_vllm(mi300x: Path) -> Iterator[ScrapedVllm]:
     """vLLM's own stat logger scraped by a real Prometheus under the rendered job and path."""
     stack = read_stack_file(ROOT / "stacks" / "Pulumi.mi300x.yaml").stack()
     assert isinstance(stack, DockerHostStack) and stack.server.speculative is not None
-    monitoring = host_monitoring(stack)
+    monitoring = host_monitoring(stack, fed(stack))
     assert monitoring is not None
     spec = monitoring_spec(
         stack.server.served_model_name,

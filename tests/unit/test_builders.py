@@ -30,6 +30,7 @@ from components.model_store.manifests import (
 )
 from components.payloads import FETCHER_SOURCE
 from components.payloads.fetcher import fetch_document, lock_digest
+from infra.config.feeds import fed
 from infra.targets.kubernetes import server_args, store_args
 from tests.conftest import MODEL_VOLUME, strix, unlocked_source
 
@@ -58,7 +59,7 @@ SEED_ARGV = [
 @pytest.fixture
 def seed_server(strix_halo_values: dict[str, Any]) -> Any:
     stack = strix(strix_halo_values)
-    return server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
+    return server_args(stack, fed(stack), unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
 
 
 def test_seed_stack_renders_the_seed_argv(seed_server: Any) -> None:
@@ -89,12 +90,12 @@ def test_a_stack_files_n_predict_is_rendered_and_unset_leaves_llama_servers_own(
 ) -> None:
     strix_halo_values["server"]["nPredict"] = 4096
     stack = strix(strix_halo_values)
-    flags = server_args(stack, unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
+    flags = server_args(stack, fed(stack), unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
     argv = llama_server_args(flags)
     assert argv[argv.index("--n-predict") + 1] == "4096"
     del strix_halo_values["server"]["nPredict"]
     stack = strix(strix_halo_values)
-    unset = server_args(stack, unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
+    unset = server_args(stack, fed(stack), unlocked_source(stack), MODEL_VOLUME)["flags"]  # type: ignore[arg-type]
     assert "--n-predict" not in llama_server_args(unset)
 
 
@@ -208,7 +209,7 @@ def test_job_runs_fetcher_on_the_server_node_with_token_from_secret(
     strix_halo_values: dict[str, Any],
 ) -> None:
     stack = strix(strix_halo_values)
-    args = store_args(stack, unlocked_source(stack), None)
+    args = store_args(stack, fed(stack), unlocked_source(stack), None)
     job = fetch_job(
         Meta("models-fetch-1", "llm", {}), image=args["fetch_image"], claim_name="models",
         config_map="cm", node_selector=args["node_selector"], retired=["Qwen3.6*.gguf"],
@@ -245,8 +246,8 @@ def test_a_new_lock_gets_a_new_job_and_config_map() -> None:
     new = fetch_document("o/r", "abc123", files)  # type: ignore[arg-type]
     assert lock_digest(old) != lock_digest(new)
     old_names, new_names = (
-        store_names("models", content_digest(old, FETCHER_SOURCE.read_text())),
-        store_names("models", content_digest(new, FETCHER_SOURCE.read_text())),
+        store_names("models", content_digest(lock_digest(old), FETCHER_SOURCE.read_text())),
+        store_names("models", content_digest(lock_digest(new), FETCHER_SOURCE.read_text())),
     )
     assert old_names["job"] != new_names["job"]
     assert old_names["config_map"] != new_names["config_map"]
@@ -363,7 +364,8 @@ def test_ingress_policy_can_admit_a_node_network(strix_halo_values: dict[str, An
     from infra.targets.kubernetes import allowed_clients
 
     strix_halo_values["network"] = {"allowCidrs": ["192.168.1.10/32"]}
-    clients = allowed_clients(strix(strix_halo_values))
+    stack = strix(strix_halo_values)
+    clients = allowed_clients(stack, fed(stack))
     assert clients == [{"namespace": "litellm", "pod_labels": {}}, {"cidr": "192.168.1.10/32"}]
     policy = ingress_policy(Meta("ds-ingress", "llm", {}), {"app": "ds"}, 8080, clients)
     assert {"ipBlock": {"cidr": "192.168.1.10/32"}} in policy["spec"]["ingress"][0]["from"]
@@ -388,10 +390,10 @@ def test_store_args_carry_the_upgrade_mode_and_the_preflight_from_the_server(
     for mode in ("keep", "replace"):
         strix_halo_values["store"] = {**strix_halo_values["store"], "upgrade": mode}
         stack = strix(strix_halo_values)
-        assert store_args(stack, unlocked_source(stack), None).get("upgrade") == mode
+        assert store_args(stack, fed(stack), unlocked_source(stack), None).get("upgrade") == mode
     strix_halo_values["store"] = {**strix_halo_values["store"], "nodePreflight": True}
     stack = strix(strix_halo_values)
-    args = store_args(stack, unlocked_source(stack), None)
+    args = store_args(stack, fed(stack), unlocked_source(stack), None)
     assert args.get("node_preflight") == {
         "image": stack.server.server_image,
         "gpu_access": "privileged",
@@ -400,7 +402,5 @@ def test_store_args_carry_the_upgrade_mode_and_the_preflight_from_the_server(
         "gpu_device_path": DEFAULT_DRI_DEVICE,  # NodePreflight's default, filled in
     }
     del strix_halo_values["store"]["nodePreflight"]
-    assert (
-        store_args(strix(strix_halo_values), unlocked_source(stack), None).get("node_preflight")
-        is None
-    )
+    stack = strix(strix_halo_values)
+    assert store_args(stack, fed(stack), unlocked_source(stack), None).get("node_preflight") is None

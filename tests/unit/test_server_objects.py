@@ -11,7 +11,7 @@ from components.llamacpp.manifests import MODEL_ANNOTATION
 from components.llamacpp.rpc_manifests import worker_objects
 from components.llamacpp.server_objects import server_objects
 from components.model_store.inputs import GgufModelStoreArgs
-from components.model_store.objects import store_objects
+from components.model_store.objects import store_objects, store_of
 from components.monitoring.inputs import METRICS_PORT
 from components.validation import checked_inputs
 from tests.conftest import MODEL_VOLUME
@@ -199,7 +199,7 @@ def test_a_worker_admits_its_head_before_its_port_exists() -> None:
 
 
 def test_a_store_protects_its_volume_and_fetches_after_the_preflight() -> None:
-    objects = store_objects("models", store(model_store()))
+    objects = store_objects(store_of("models", store(model_store())))
     assert kinds_and_names(objects) == [
         ("PersistentVolumeClaim", "models-pvc"),
         ("ConfigMap", "models-fetcher"),
@@ -219,7 +219,7 @@ def test_a_store_protects_its_volume_and_fetches_after_the_preflight() -> None:
 
 def test_a_store_without_preflight_or_policy_fetches_after_its_volume_and_lock() -> None:
     given = {**model_store(), "node_preflight": None, "network_policy": False, "hf_token": None}
-    objects = store_objects("models", store(given))
+    objects = store_objects(store_of("models", store(given)))
     assert kinds_and_names(objects) == [
         ("PersistentVolumeClaim", "models-pvc"),
         ("ConfigMap", "models-fetcher"),

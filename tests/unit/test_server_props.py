@@ -13,6 +13,7 @@ import pytest
 from components.llamacpp.expected_props import expected_props, image_build, slot_cells
 from components.payloads import props
 from components.vllm.builders import expected_models
+from infra.config.feeds import fed
 from infra.targets.kubernetes import server_args
 from tests.conftest import MODEL_VOLUME, PROPS_FIXTURE, strix, unlocked_source
 
@@ -27,7 +28,7 @@ def answer() -> dict[str, Any]:
 def fixture_server_args(values: dict[str, Any], **flags: Any) -> Any:
     """The strix-halo stack's server args, with the flags the fixture's server ran with."""
     stack = strix(values)
-    args: Any = server_args(stack, unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
+    args: Any = server_args(stack, fed(stack), unlocked_source(stack), MODEL_VOLUME)  # type: ignore[arg-type]
     args["flags"] = {
         **args["flags"],
         "model_path": "/tmp/llm-infra-props/models/tiny-00001-of-00003.gguf",

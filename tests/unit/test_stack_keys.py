@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from infra.config import DockerHostStack, KubernetesStack, read_stack_file
-from infra.config.feeds import FEEDS, fed
+from infra.config.feeds import fed
 from infra.config.inputs import FED_KEYS, RENAMED_INPUTS, STACK_KEYS, stack_key
 from infra.config.schema import explain
 from infra.config.secrets import StackSecrets
@@ -63,12 +63,12 @@ def built_inputs(name: str) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "VllmRocmServer", args
         return
     assert isinstance(stack, KubernetesStack)
-    split = stack_plan(stack, source).tensor_split
-    server = dict(kubernetes.server_args(stack, source, VOLUME, split))  # type: ignore[arg-type]
+    split, given = stack_plan(stack, source).tensor_split, fed(stack)
+    server = dict(kubernetes.server_args(stack, given, source, VOLUME, split))  # type: ignore[arg-type]
     server.update(api_key="k", verify_expectations="{}", stop_before_model_change=True)
     yield "LlamaCppVulkanServer", server
-    yield "GgufModelStore", dict(kubernetes.store_args(stack, source, "token"))
-    for worker in kubernetes.rpc_worker_args(stack).values():
+    yield "GgufModelStore", dict(kubernetes.store_args(stack, given, source, "token"))
+    for worker in kubernetes.rpc_worker_args(stack, given).values():
         yield "LlamaCppRpcWorker", dict(worker)
 
 
@@ -144,20 +144,21 @@ def at(value: Any, path: str) -> Any:
 
 @pytest.mark.parametrize("stack", ["strix-halo", "strix-halo-pair-split", "mi300x"])
 def test_every_field_a_stack_feeds_as_it_is_reaches_its_input_unchanged(stack: str) -> None:
-    """The targets compute only what no field gives: each fed field's value is the input's."""
-    model = read_stack(stack)
+    """The targets compute only what no field gives: each given field's value is the input's;
+    a list of settings gives each item its own (a worker each, a client each), in order."""
+    built = list(built_inputs(stack))
     changed, checked = [], 0
-    for component, args in built_inputs(stack):
-        for feed in FEEDS:
-            settings, inputs = at(model, feed.key), at(args, feed.path)
-            if feed.component != component or not isinstance(inputs, dict):
+    for (component, path), given in fed(read_stack(stack)).items():
+        places = [at(args, path) for name, args in built if name == component]
+        inputs = places[0] if len(places) == 1 else places
+        rows = given if isinstance(given, list) else [given]
+        # The clients' input has the CIDRs after them: strict=False.
+        for row, place in zip(rows, inputs if isinstance(inputs, list) else [inputs], strict=False):
+            if not isinstance(place, dict):
                 continue
-            # A list of settings (the workers, the clients) feeds each item: left to the renders.
-            if not isinstance(settings, feed.settings):
-                continue
-            for name, value in fed(settings, feed.into).items():
+            for name, value in row.items():
                 checked += 1
-                if inputs.get(name) != value:
-                    changed.append(f"{component}.{feed.path}.{name}: {inputs.get(name)!r}")
+                if place.get(name) != value:
+                    changed.append(f"{component}.{path}.{name}: {place.get(name)!r}")
     assert checked > 20
     assert changed == []
