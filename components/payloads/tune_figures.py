@@ -168,6 +168,12 @@ def self_check_summary(
     counted = [r.agreement for r in results if r.agreement is not None]
     deltas = [r.max_logprob_delta for r in results if r.max_logprob_delta is not None]
     problem = verify_rejection(results, expectations)
+    if problem is None and not counted:
+        problem = (
+            f"{FAILED_VERIFY}: no case of the expectations holds token probabilities (the "
+            "recording server returned none, as for an answer of broken UTF-8 pieces): nothing "
+            "to judge candidates by"
+        )
     return {
         "passed": problem is None,
         "compared": sum(a for a, _ in counted),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from components.payloads import verify
 from components.payloads.tune_figures import (
     KEPT,
     REJECTED,
@@ -14,6 +15,7 @@ from components.payloads.tune_figures import (
     decide,
     format_table,
     name_problem,
+    self_check_summary,
     tune_record,
 )
 from components.payloads.tune_measure import DepthFigures, Series, depths_for
@@ -165,6 +167,17 @@ def test_a_current_runtime_that_passes_its_own_check_is_judged_as_before() -> No
     current.self_check = self_check(True)
     faster = result("rocm", {0: [16.0, 16.0, 16.0]})
     assert decide([current, faster], [0]) is faster
+
+
+def test_a_self_check_without_token_probabilities_fails_for_want_of_evidence() -> None:
+    """Expectations whose server gave no probabilities (a random model answering broken UTF-8
+    pieces) compare texts only: every wrong runtime that answers the same garbage would pass."""
+    doc = {"tolerance": dict(verify.DEFAULT_TOLERANCE)}
+    blind = [verify.CaseResult("c", "\ufffd", text_ok=True)]
+    summary = self_check_summary(blind, doc)
+    assert not summary["passed"] and "no case" in summary["problem"]
+    seen = [verify.CaseResult("c", "ab", text_ok=True, agreement=(2, 2))]
+    assert self_check_summary(seen, doc)["passed"]
 
 
 def test_the_record_keeps_the_self_check_and_the_rule() -> None:

@@ -64,6 +64,32 @@ def test_a_flip_at_a_near_tie_to_the_runner_up_is_noise_and_ends_the_comparison(
     assert result.text_ok  # the text agrees up to the tie
 
 
+def test_a_near_tie_after_tokens_that_split_a_character_passes_on_the_text_before_them() -> None:
+    """llama-server merges or empties the text of tokens that split a UTF-8 character, so the
+    joined token texts are not a prefix of the answer; the text is compared up to them."""
+    piece = verify.TokenStep(
+        "\ufffd", -0.1, [("\ufffd", -0.1), ("t9", -0.1 - 3 * MARGIN)], 8, [8, 9]
+    )  # two pieces of one character: each shown as U+FFFD, the answer shows the character
+    ref = [decisive(1), piece, piece, near_tie(3, 7), decisive(4)]
+    got = [decisive(1), piece, piece, near_tie(7, 3), decisive(5)]
+    want, answer = "t1\u00e9t3t4", "t1\u00e9t7t5"
+    result = verify.check_case(case_of(ref, want), verify.Completion(answer, got), TOLERANCE)
+    assert result.ok, result.problems
+    assert result.tie is not None and result.tie.position == 3
+    other = verify.check_case(case_of(ref, want), verify.Completion("X" + answer, got), TOLERANCE)
+    assert not other.ok
+
+
+def test_without_ids_the_text_up_to_a_near_tie_must_still_agree() -> None:
+    ref = [verify.TokenStep("a", -0.1, [("a", -0.1), ("z", -0.1 - 3 * MARGIN)])]
+    ref += [verify.TokenStep("b", -0.1, [("b", -0.1), ("c", -0.1 - MARGIN / 10)])]
+    got = [ref[0], verify.TokenStep("c", -0.1, [("c", -0.1), ("b", -0.1 - MARGIN / 10)])]
+    agreeing = verify.check_case(case_of(ref, "ab"), verify.Completion("ac", got), TOLERANCE)
+    assert agreeing.ok, agreeing.problems
+    other = verify.check_case(case_of(ref, "ab"), verify.Completion("xc", got), TOLERANCE)
+    assert not other.ok and "text" in other.problems[0]
+
+
 def test_a_divergence_where_the_reference_was_decisive_fails_naming_the_margin() -> None:
     ref = [decisive(1), decisive(2), decisive(3)]
     got = [decisive(1), step(900, (2, -0.2)), decisive(3)]
