@@ -1,0 +1,118 @@
+"""The bake-off on a real GPU with random models of other seeds than the fixtures'
+(`python3 -m bench.tune --gpu --seed N` on one NVIDIA H100 through NVIDIA's Vulkan driver;
+provenance in tests/fixtures/tune/README.md), from what each run recorded.
+
+Where a run was complete, deciding again from its figures gives its winner and verdicts, the
+current runtime passed its own check on compared tokens, every planted wrong runtime and the
+hidden driver were rejected, and speculation was measured. The run whose recording held no
+token probabilities is the case tune now refuses to judge."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from typing import Any
+
+import pytest
+
+from components.payloads import verify
+from components.payloads.tune_figures import REJECTED, CandidateResult, decide, self_check_summary
+from components.payloads.tune_local import gate_rejection
+from tests.conftest import ROOT
+
+SEEDS = ROOT / "tests" / "fixtures" / "tune" / "h100-seeds"
+COMPLETE = ["seed-202-a", "seed-205-b"]
+"""The runs that judged every candidate (the others were cut short or failed their own check)."""
+PLANTED = {"driver-hidden", "wrong-weights", "wrong-quant-q4-0", "wrong-template"}
+
+
+def record(run: str) -> dict[str, Any]:
+    return json.loads((SEEDS / run / "tune.json").read_text())  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("run", COMPLETE)
+def test_deciding_again_gives_the_recorded_winner_and_verdicts(run: str) -> None:
+    doc = record(run)
+    results = [CandidateResult.from_json(c) for c in doc["candidates"]]
+    winner = decide(results, doc["depths"])
+    assert winner is not None and winner.name.startswith("vulkan-ngl-99")
+    assert [(r.name, r.verdict) for r in results] == [
+        (c["name"], c["verdict"]) for c in doc["candidates"]
+    ]
+
+
+@pytest.mark.parametrize("run", COMPLETE)
+def test_the_current_runtime_passed_its_own_check_on_compared_tokens(run: str) -> None:
+    current = next(c for c in record(run)["candidates"] if c["current"])
+    check = current["selfCheck"]
+    assert check["passed"] and check["compared"] >= check["total"] / 2 > 0
+
+
+@pytest.mark.parametrize("run", COMPLETE)
+def test_every_planted_wrong_runtime_was_rejected(run: str) -> None:
+    verdicts = {c["name"]: (c["verdict"], c["reason"]) for c in record(run)["candidates"]}
+    assert set(verdicts) >= PLANTED
+    for name in PLANTED:
+        verdict, reason = verdicts[name]
+        assert verdict == REJECTED, (name, reason)
+        assert reason.startswith("failed the gate" if name == "driver-hidden" else "failed verify")
+
+
+@pytest.mark.parametrize("run", COMPLETE)
+def test_speculation_was_measured_with_its_drafted_and_accepted_tokens(run: str) -> None:
+    spec = [c for c in record(run)["candidates"] if "spec" in c["name"]]
+    assert {c["name"] for c in spec} == {"ngl-99-spec-draft-4", "ngl-99-spec-self"}
+    for candidate in spec:
+        assert candidate["verdict"] != REJECTED
+        for depth in candidate["figures"]:  # per run
+            drafted, accepted = depth["draftedTokens"], depth["acceptedTokens"]
+            assert drafted and all(n > 0 for n in drafted)
+            assert all(0 <= a <= d for a, d in zip(accepted, drafted, strict=True))
+
+
+def captured(name: str) -> str:
+    return gzip.decompress((SEEDS / "seed-205-b" / f"{name}.log.gz").read_bytes()).decode()
+
+
+@pytest.mark.parametrize(
+    ("name", "layers"),
+    [("vulkan-ngl-40", "40"), ("vulkan-ngl-99", "99"), ("ngl-99-spec-draft-4", "99"),
+     ("ngl-99-spec-self", "99")],
+)  # fmt: skip
+def test_the_gate_passes_the_real_loads_the_draft_included(name: str, layers: str) -> None:
+    text = captured(name)
+    if "spec" in name:
+        assert "loading draft model" in text
+    assert gate_rejection(text, "vulkan", layers) is None
+
+
+def test_the_gate_rejects_the_hidden_driver_of_a_seeded_run() -> None:
+    out = (SEEDS / "seed-205-b" / "driver-hidden.out").read_text()
+    reason = gate_rejection(out + "\n" + captured("driver-hidden"), "vulkan", "40")
+    assert reason is not None and "no usable GPU found" in reason
+
+
+def test_a_recording_without_token_probabilities_is_no_evidence_to_judge_by() -> None:
+    """Seed 204's recording server answered broken UTF-8 pieces and gave no probabilities: the
+    expectations held texts alone, and the wrong chat template, answering the same pieces,
+    passed. Even a runtime that answers every recorded text exactly now fails the self-check."""
+    doc = verify.load_expectations(SEEDS / "seed-204-b" / "expect.json")
+    assert all("reference" not in case for case in doc["cases"])
+    template = next(c for c in record("seed-204-b")["candidates"] if c["name"] == "wrong-template")
+    assert template["verdict"] != REJECTED
+    tolerance = verify.tolerance_of(doc)
+    same = [
+        verify.check_case(case, verify.Completion(case["expect"]["exact"], []), tolerance)
+        for case in doc["cases"]
+    ]
+    assert all(result.ok for result in same)
+    summary = self_check_summary(same, doc)
+    assert not summary["passed"] and "no case" in summary["problem"]
+
+
+def test_each_run_records_the_rule_it_judged_by() -> None:
+    runs = sorted(p.name for p in SEEDS.iterdir() if p.is_dir())
+    rules = {run: record(run)["correctness"] for run in runs}
+    assert all(">= 0.01 nats" in rules[r] for r in runs if r.endswith("-a")), rules
+    assert all(">= 0.05 nats" in rules[r] and "0.08 nats" in rules[r]
+               for r in runs if r.endswith("-b")), rules  # fmt: skip
