@@ -21,6 +21,7 @@ from bench.speed_estimate import (
     estimated,
     fit_cpu,
     fit_vulkan,
+    gpu_points,
     plan_inputs,
     table,
     vulkan_points,
@@ -198,3 +199,21 @@ def test_tune_takes_the_ceiling_of_the_stacks_device(tmp_path: pathlib.Path) -> 
     bare = [("memory", "device", DELETE), *counted]
     path = write_stack(tmp_path / "Pulumi.strix-halo.yaml", edited("strix-halo", bare))
     assert device_ceiling(read_stack_file(path), None) is None
+
+
+def test_the_docs_table_of_the_gpu_shapes_is_what_the_runs_and_the_estimate_give() -> None:
+    """docs/memory-plan.md's table of the Vulkan runs of generated shapes (measured / estimated,
+    error) is what `bench.speed_estimate` computes from tests/fixtures/speed/vulkan.json."""
+    calibration = CALIBRATIONS["vulkan"]
+    assert calibration is not None
+    rows: dict[str, list[str]] = {}
+    for p in gpu_points():
+        est = estimated(p, calibration)
+        rows.setdefault(p.label, []).append(
+            f"{p.measured:,.0f} / {est:,.0f} ({est / p.measured - 1:+.0%})"
+        )
+    text = (pathlib.Path(__file__).parents[2] / "docs" / "memory-plan.md").read_text()
+    for label, cells in rows.items():
+        # decode @0, decode @16384, prefill @0, prefill @16384: the record's order per depth.
+        ordered = [cells[0], cells[2], cells[1], cells[3]]
+        assert f"| {label} | " + " | ".join(ordered) + " |" in text, label
