@@ -146,14 +146,7 @@ def gpu_points(record: dict[str, Any] | None = None) -> list[Point]:
             device=record["device"], threads=record["threads"],
         )  # fmt: skip
         label = f"{model['shape']} -ngl {model['ngl']}"
-        for fig in model["figures"]:
-            for kind, key in FIGURES:
-                if fig[key]["median"] is None:
-                    continue
-                points.append(
-                    Point(label, inputs, kind, fig["depth"], fig[key]["median"],
-                          calibration=False, runs=tuple(fig[key]["runs"]))
-                )  # fmt: skip
+        points += record_points(label, inputs, model["figures"], calibration=False)
     return points
 
 
@@ -167,15 +160,23 @@ def cpu_points(record: dict[str, Any] | None = None) -> list[Point]:
             model["summary"], 0, model["context"], "f16", gpu=False, device=record["device"],
             threads=record["threads"],
         )  # fmt: skip
-        for fig in model["figures"]:
-            for kind, key in FIGURES:
-                if fig[key]["median"] is None:
-                    continue
-                points.append(
-                    Point(model["shape"], inputs, kind, fig["depth"], fig[key]["median"],
-                          calibration=model["shape"] in CALIBRATION, runs=tuple(fig[key]["runs"]))
-                )  # fmt: skip
+        calibration = model["shape"] in CALIBRATION
+        points += record_points(model["shape"], inputs, model["figures"], calibration=calibration)
     return points
+
+
+def record_points(
+    label: str, inputs: SpeedInputs, figures: list[dict[str, Any]], *, calibration: bool
+) -> list[Point]:
+    """A `bench.speed_measure` model's figures (each depth's decode and prefill, where
+    measured) as points."""
+    return [
+        Point(label, inputs, kind, fig["depth"], fig[key]["median"], calibration=calibration,
+              runs=tuple(fig[key]["runs"]))
+        for fig in figures
+        for kind, key in FIGURES
+        if fig[key]["median"] is not None
+    ]  # fmt: skip
 
 
 def seconds(point: Point, device: Efficiency, host: Efficiency) -> float:

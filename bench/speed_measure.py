@@ -34,7 +34,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench.speed_shapes import GPU_SHAPES, SHAPES, write_shape
+from bench.speed_shapes import SHAPES, shape_of, write_shape
 from components.gguf_header import read_gguf_header, summarize
 from components.payloads.tune_measure import measure_depth
 
@@ -83,7 +83,7 @@ def measure_shape(
             server, "-m", str(path), "--port", str(port), "-c", str(context), "-np", "1",
             "--threads", str(threads), "--threads-batch", str(threads), "--load-mode", "none",
         ]  # fmt: skip
-        layers = None if ngl is None else gpu_layers(ngl, {**SHAPES, **GPU_SHAPES}[name].n_layer)
+        layers = None if ngl is None else gpu_layers(ngl, shape_of(name).n_layer)
         argv += [] if layers is None else ["-ngl", str(layers)]
         log = Path(tmp) / "server.log"
         env = {**os.environ, **({"GGML_BACKEND_PATH": cpu_lib} if cpu_lib else {})}

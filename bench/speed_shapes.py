@@ -112,9 +112,14 @@ def _tensors(s: Shape, n_vocab: int) -> list[Tensor]:
     return out
 
 
+def shape_of(name: str) -> Shape:
+    """A shape of `SHAPES` or `GPU_SHAPES` by name."""
+    return SHAPES[name] if name in SHAPES else GPU_SHAPES[name]
+
+
 def write_shape(directory: Path, name: str, context_length: int = 131072) -> Path:
     """`{name}.gguf` of one shape (of `SHAPES` or `GPU_SHAPES`) under `directory`."""
-    s = {**SHAPES, **GPU_SHAPES}[name]
+    s = shape_of(name)
     tokens, scores, types = _vocab()
     a = "qwen3moe" if s.n_expert else "llama"
     meta: list[tuple[str, Value]] = [
