@@ -333,9 +333,17 @@ class Divergence:
     ranked: bool
     """The current token (or the end of the answer) is one the reference also ranked."""
 
+    unreported: bool = False
+    """The reference's token here was a piece of a UTF-8 character that llama-server held
+    back and reported no probabilities for (its text reached the next step's): nothing shows
+    the reference was decisive, so the comparison ends here as at a tie."""
+
     def is_tie(self, decisive_margin: float) -> bool:
         """A near-tie the rule tolerates: the reference was not decisive there and the
-        current token was one of its candidates."""
+        current token was one of its candidates (or the reference reported no probabilities
+        there)."""
+        if self.unreported:
+            return True
         return self.ranked and self.margin is not None and self.margin < decisive_margin
 
 
@@ -360,11 +368,23 @@ def margin(step: TokenStep) -> float | None:
     return values[0] - values[1] if len(values) >= 2 else None
 
 
+def _piece(text: str) -> bool:
+    """A step's text carries pieces of a UTF-8 character: llama-server holds back a token
+    that ends inside a character and reports no step for it; its text (U+FFFD where the
+    bytes are not a character) reaches the next reported step's, or nothing shows."""
+    return not text or "\ufffd" in text
+
+
 def _ranked(reference: TokenStep, current: TokenStep | None) -> bool:
     """The current step's token is among the reference's listed candidates (an answer that
-    ended here: the reference's candidates are the only evidence, so it counts as ranked)."""
+    ended here: the reference's candidates are the only evidence, so it counts as ranked).
+
+    A current step that carries held-back pieces where the reference's did not chose a piece
+    at this position: ranked when the reference listed a piece among its candidates."""
     if current is None:
         return True
+    if _piece(current.token) and not _piece(reference.token):
+        return any(_piece(text) for text, _ in reference.top)
     if current.token_id is not None and reference.top_ids is not None:
         return current.token_id in reference.top_ids
     return current.token in [text for text, _ in reference.top]
@@ -377,17 +397,20 @@ def compare_steps(reference: list[TokenStep], current: list[TokenStep]) -> Compa
 
     Positions after the first divergence see different contexts, so they are not compared.
     A position the current server gave no probabilities for (a drafted token under speculative
-    decoding) is compared by its token only.
+    decoding) is compared by its token only. A step's text is compared beside its id: the same
+    id with another text means tokens the server held back before it (pieces of a UTF-8
+    character) differ.
     """
     agree, delta, unscored = 0, 0.0, 0
     for i, ref in enumerate(reference):
         got = current[i] if i < len(current) else None
-        if got is None or got.top1 != ref.top1 or got.key != ref.key:
+        if got is None or got.top1 != ref.top1 or got.key != ref.key or got.token != ref.token:
+            unreported = got is not None and _piece(ref.token) and ref.token != got.token
             return Comparison(
                 agree,
                 len(reference),
                 delta,
-                Divergence(i, margin(ref), _ranked(ref, got)),
+                Divergence(i, margin(ref), _ranked(ref, got), unreported),
                 unscored,
             )
         agree += 1

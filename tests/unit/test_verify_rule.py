@@ -6,6 +6,7 @@ are in tests/contract/test_verify.py; here each clause of the rule on its own.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from components.payloads import verify
@@ -13,6 +14,8 @@ from components.payloads.tune_figures import verify_rejection
 
 TOLERANCE = dict(verify.DEFAULT_TOLERANCE)
 MARGIN = TOLERANCE["decisive_margin"]
+TOLERANCE_GPU = {**TOLERANCE, "decisive_margin": 0.05, "logprob_abs": 0.08}
+"""`bench.tune --gpu`'s thresholds for a random model (docs/verify-and-bench.md "On a GPU")."""
 
 
 def step(
@@ -208,3 +211,86 @@ def test_an_old_file_without_the_rule_gets_the_default_thresholds() -> None:
     tolerance = verify.tolerance_of(old)
     assert tolerance["decisive_margin"] == MARGIN
     assert f">= {MARGIN:g} nats" in verify.rule_line(tolerance)
+
+
+SEED_201 = Path(__file__).parent.parent / "fixtures" / "tune" / "h100-seeds" / "seed-201-c"
+
+
+def code_case() -> tuple[dict[str, Any], list[verify.TokenStep]]:
+    """Seed 201's `code` case as the H100 recorded it: 32 tokens reported as 28 steps, the
+    15th carrying four held-back tokens (two pieces of a character and two `d`s) before its
+    own `d`."""
+    doc = verify.load_expectations(SEED_201 / "expect.json")
+    case = next(c for c in doc["cases"] if c["id"] == "code")
+    return case, [verify.TokenStep.from_json(s) for s in case["reference"]["steps"]]
+
+
+def held_back_at(
+    reference: list[verify.TokenStep], position: int, run: str
+) -> list[verify.TokenStep]:
+    """The current server's steps when it chose a piece of a character at `position`: the
+    reference's steps before it, then a step of the same id whose text carries the pieces."""
+    chosen = reference[position]
+    merged = verify.TokenStep(run + chosen.token, chosen.logprob, chosen.top, chosen.token_id,
+                              chosen.top_ids)  # fmt: skip
+    return reference[:position] + [merged] + reference[position + 1 :]
+
+
+def test_a_held_back_piece_chosen_at_a_reference_near_tie_is_noise() -> None:
+    """The H100's second start of seed 201's model answered `code` with pieces of a character
+    from token 10 on; the steps' ids all agreed (the pieces have no step), so only the text
+    showed it. The reference's margin there was 0.006 nats with two pieces among its
+    candidates: a near-tie, and the comparison ends there."""
+    case, ref = code_case()
+    answer = "dddddddddd\ufffdd\ufffdd\ufffdd\ufffdd\ufffdd\ufffdd\ufffdddddddddd"
+    got = held_back_at(ref, 10, "\ufffdd" * 7)
+    result = verify.check_case(case, verify.Completion(answer, got), TOLERANCE_GPU)
+    assert result.ok, result.problems
+    assert result.tie is not None and result.tie.position == 10
+    assert result.tie.margin is not None and result.tie.margin < 0.01
+    assert result.agreement == (10, 28)
+
+
+def test_a_held_back_piece_where_the_reference_was_decisive_fails() -> None:
+    case, ref = code_case()
+    sure = ref[10]
+    ref[10] = verify.TokenStep(sure.token, sure.logprob,
+                               [(t, lp - (0.0 if i == 0 else 1.0)) for i, (t, lp) in enumerate(sure.top)],
+                               sure.token_id, sure.top_ids)  # fmt: skip
+    case = {**case, "reference": {"steps": [s.to_json() for s in ref]}}
+    answer = "dddddddddd\ufffdd" + "d" * 16
+    got = held_back_at(ref, 10, "\ufffd")
+    result = verify.check_case(case, verify.Completion(answer, got), TOLERANCE_GPU)
+    assert not result.ok
+    assert "diverges at token 10 of 28: the reference was decisive" in result.problems[0]
+
+
+def test_a_held_back_piece_the_reference_never_ranked_fails() -> None:
+    case, ref = code_case()
+    plain = ref[10]
+    ref[10] = verify.TokenStep(plain.token, plain.logprob,
+                               [(t if t else "x", lp) for t, lp in plain.top],
+                               plain.token_id, plain.top_ids)  # fmt: skip
+    case = {**case, "reference": {"steps": [s.to_json() for s in ref]}}
+    got = held_back_at(ref, 10, "\ufffd")
+    result = verify.check_case(case, verify.Completion("d" * 10 + "\ufffdd", got), TOLERANCE_GPU)
+    assert not result.ok
+    assert "to a token the reference did not rank" in result.problems[0]
+
+
+def test_where_the_reference_held_back_a_piece_the_comparison_ends_unjudged() -> None:
+    """The reference's 15th step carries held-back tokens; a server that answered a plain `d`
+    there diverged where the reference reported no probabilities: nothing shows it was
+    decisive, so the comparison ends there and counts only the 14 steps before."""
+    case, ref = code_case()
+    assert ref[14].token == "\ufffdd\ufffddd"
+    got = ref[:14] + [ref[13]] * 14
+    result = verify.check_case(case, verify.Completion("d" * 32, got), TOLERANCE_GPU)
+    assert result.ok, result.problems
+    assert result.tie is not None and result.tie.unreported and result.agreement == (14, 28)
+
+
+def test_the_same_held_back_pieces_agree_step_by_step() -> None:
+    case, ref = code_case()
+    result = verify.check_case(case, verify.Completion(case["expect"]["exact"], ref), TOLERANCE_GPU)
+    assert result.ok and result.tie is None and result.agreement == (28, 28)
