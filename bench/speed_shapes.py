@@ -59,6 +59,10 @@ SHAPES = {
 GPU_SHAPES = {
     "dense-32x2048": Shape(32, 2048, 16, 8, 5632),
     "moe-16x1024": Shape(16, 1024, 16, 4, 1024, n_expert=64, n_expert_used=8),
+    "dense-28x1536": Shape(28, 1536, 12, 4, 4096),
+    "dense-20x2560-q8": Shape(20, 2560, 20, 4, 6912, "Q8_0"),
+    "moe-24x1024": Shape(24, 1024, 16, 4, 768, n_expert=32, n_expert_used=4),
+    "moe-12x2048": Shape(12, 2048, 32, 4, 1024, n_expert=16, n_expert_used=2),
 }
 """Larger shapes for a GPU run (GiBs of weights: a GPU's decode is launch-bound below that)."""
 
