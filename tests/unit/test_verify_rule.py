@@ -233,7 +233,7 @@ def held_back_at(
     chosen = reference[position]
     merged = verify.TokenStep(run + chosen.token, chosen.logprob, chosen.top, chosen.token_id,
                               chosen.top_ids)  # fmt: skip
-    return reference[:position] + [merged] + reference[position + 1 :]
+    return [*reference[:position], merged, *reference[position + 1 :]]
 
 
 def test_a_held_back_piece_chosen_at_a_reference_near_tie_is_noise() -> None:
@@ -254,9 +254,8 @@ def test_a_held_back_piece_chosen_at_a_reference_near_tie_is_noise() -> None:
 def test_a_held_back_piece_where_the_reference_was_decisive_fails() -> None:
     case, ref = code_case()
     sure = ref[10]
-    ref[10] = verify.TokenStep(sure.token, sure.logprob,
-                               [(t, lp - (0.0 if i == 0 else 1.0)) for i, (t, lp) in enumerate(sure.top)],
-                               sure.token_id, sure.top_ids)  # fmt: skip
+    apart = [(t, lp - (0.0 if i == 0 else 1.0)) for i, (t, lp) in enumerate(sure.top)]
+    ref[10] = verify.TokenStep(sure.token, sure.logprob, apart, sure.token_id, sure.top_ids)
     case = {**case, "reference": {"steps": [s.to_json() for s in ref]}}
     answer = "dddddddddd\ufffdd" + "d" * 16
     got = held_back_at(ref, 10, "\ufffd")
