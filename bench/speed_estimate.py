@@ -27,20 +27,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from bench.speed_shapes import CALIBRATION
+from bench.speed_shapes import CALIBRATION, GPU_CALIBRATION
 from infra.devices import DEVICES
 from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs, ModelWeights
 from infra.plan.llamacpp_speed import llamacpp_speed_inputs
 from infra.plan.report import GIB
-from infra.plan.speed import (
-    UBATCH,
-    Calibration,
-    Efficiency,
-    SpeedInputs,
-    decode_seconds,
-    prefill_seconds,
-)
+from infra.plan.speed import UBATCH, SpeedInputs, decode_seconds, prefill_seconds
+from infra.plan.speed_calibrations import Calibration, Efficiency
 
 FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
 TOLERANCE = 0.25
@@ -105,7 +99,9 @@ def plan_inputs(
 
 
 def vulkan_points() -> list[Point]:
-    """The H100 runs (`-ngl 99` and `-ngl 20` calibrate) and the H200's figures (check)."""
+    """The 43-layer llama's H100 runs (`-ngl 99` calibrates the GPU's terms; `-ngl 20` and 40,
+    whose CPU layers read a q8_0 KV cache, check), the H200's figures (check), and the generated
+    shapes' runs (`gpu_points`)."""
     summary = json.loads((FIXTURES / "speed" / "llama43-summary.json").read_text())
     record = json.loads((FIXTURES / "tune" / "h100" / "tune.json").read_text())
     points = []
@@ -119,7 +115,7 @@ def vulkan_points() -> list[Point]:
             for kind, key in FIGURES:
                 points.append(
                     Point(f"H100 -ngl {ngl}", inputs, kind, fig["depth"], fig[key]["median"],
-                          calibration=ngl in (99, 20), runs=tuple(fig[key]["runs"]))
+                          calibration=ngl == 99, runs=tuple(fig[key]["runs"]))
                 )  # fmt: skip
     # tests/fixtures/gpu_gate/h200-run.txt, "bench on llama43 (rendered argv)": the rendered
     # strix-halo argv (-ngl 40 -c 65536, q8_0) on an H200, llama-server's own figures.
@@ -128,15 +124,17 @@ def vulkan_points() -> list[Point]:
         Point("H200 -ngl 40", h200, "decode", 0, 229.5, calibration=False),
         Point("H200 -ngl 40", h200, "prompt", 23956, 9546.8, calibration=False),
     ]
-    return points
+    return points + gpu_points()
 
 
 GPU_RECORD = FIXTURES / "speed" / "vulkan.json"
-"""`bench.speed_measure --backend vulkan`: generated shapes the Vulkan calibration never saw."""
+"""`bench.speed_measure --backend vulkan`: generated shapes on an H100 (`GPU_CALIBRATION`'s
+calibrate, the others check)."""
 
 
 def gpu_points(record: dict[str, Any] | None = None) -> list[Point]:
-    """The GPU runs of `bench.speed_measure` (each shape at each `-ngl`): checks only."""
+    """The GPU runs of `bench.speed_measure` (each shape at each `-ngl`; `GPU_CALIBRATION`'s
+    shapes calibrate)."""
     if record is None:
         record = json.loads(GPU_RECORD.read_text())
     points = []
@@ -146,7 +144,8 @@ def gpu_points(record: dict[str, Any] | None = None) -> list[Point]:
             device=record["device"], threads=record["threads"],
         )  # fmt: skip
         label = f"{model['shape']} -ngl {model['ngl']}"
-        points += record_points(label, inputs, model["figures"], calibration=False)
+        calibration = model["shape"] in GPU_CALIBRATION
+        points += record_points(label, inputs, model["figures"], calibration=calibration)
     return points
 
 
@@ -220,25 +219,33 @@ def fit(
 ) -> dict[Term, float]:
     """Least-squares efficiencies of `terms` ((side, field), side `device` or `host`) over
     `points` in relative error, `base` being the seconds the known terms already account for.
-    A term that comes out negative (noise) is dropped and the rest fitted again."""
-    active = list(terms)
+    A term that comes out negative (noise) is dropped and the rest fitted again; a share of a
+    peak that comes out above 1 (no runtime beats the published peak) is held at 1."""
+    active, at_peak = list(terms), list[Term]()
+
+    def unit(p: Point, term: Term) -> float:
+        side, name = term
+        dev = _term(name) if side == "device" else ALL_OFF
+        hst = _term(name) if side == "host" else ALL_OFF
+        return seconds(p, dev, hst)
+
     while True:
         rows, target = [], []
         for p in points:
             measured = 1 / p.measured
-            row = []
-            for side, name in active:
-                dev = _term(name) if side == "device" else ALL_OFF
-                hst = _term(name) if side == "host" else ALL_OFF
-                row.append(seconds(p, dev, hst) / measured)
-            rows.append(row)
-            target.append(1 - base(p) / measured)
+            rows.append([unit(p, t) / measured for t in active])
+            known = base(p) + sum(unit(p, t) for t in at_peak)
+            target.append(1 - known / measured)
         solution, *_ = np.linalg.lstsq(np.array(rows), np.array(target), rcond=None)
         negative = [t for t, v in zip(active, solution, strict=True) if v <= 0]
-        if not negative:
+        beyond = [t for t, v in zip(active, solution, strict=True)
+                  if 0 < v < 1 and set(t[1]) <= INVERSE]  # fmt: skip
+        if not negative and not beyond:
             found = dict(zip(active, (float(v) for v in solution), strict=True))
+            found.update(dict.fromkeys(at_peak, 1.0))
             return {t: found.get(t, 0.0) for t in terms}
-        active = [t for t in active if t not in negative]
+        active = [t for t in active if t not in negative and t not in beyond]
+        at_peak += beyond
 
 
 def efficiency_of(values: dict[Term, float], side: str, start: Efficiency) -> Efficiency:
@@ -257,16 +264,13 @@ def _seconds_with(device: Efficiency, host: Efficiency) -> Callable[[Point], flo
     return lambda p: seconds(p, device, host)
 
 
-DECODE = (("bandwidth", "kv"), ("layer_us",))
-"""Decode: one share of the bandwidth (weights and KV cache), a fixed cost per layer."""
-PREFILL = (("compute", "attention"), ("ubatch_layer_ms",))
-"""Prefill: one share of the compute (products and attention), a fixed cost per layer."""
-HOST_DECODE = (("bandwidth",), ("decode_attention",), ("layer_us",))
-"""Layers on the host of a GPU process: its CPU reads their weights at a share of its bandwidth,
-and attends over their KV cache at a share of its compute (llama.cpp's CPU attention works query
-head by query head, bound by compute)."""
+CPU_DECODE = (("bandwidth",), ("decode_attention",), ("layer_us",))
+"""A CPU process at decode: its CPU reads the weights at a share of its bandwidth and attends over
+the KV cache at a share of its compute (llama.cpp's CPU attention works query head by query head,
+bound by compute), a fixed cost per layer."""
 HOST_PREFILL = (("copy_weights",), ("copy_kv",))
-CPU_DECODE = HOST_DECODE
+"""A GPU process's CPU layers at prefill: their weights and KV cache copied to the GPU each step,
+at a share of the host's bandwidth."""
 CPU_PREFILL = (("compute",), ("attention",), ("ubatch_layer_ms",))
 """A CPU process: llama.cpp's CPU attention runs at a rate of its own, far below its products
 (flash attention over the cache, one query row at a time)."""
@@ -286,23 +290,55 @@ def fit_cpu(points: Sequence[Point]) -> Calibration:
     return Calibration("cpu", _finite(eff), None, f"llama-server's CPU build, {shapes}")
 
 
+VULKAN_DECODE = (
+    ("bandwidth",), ("layer_us",), ("moe_layer_us",), ("kv_element_ps",), ("cell_layer_ns",),
+)  # fmt: skip
+"""Vulkan's decode: the weights at a share of the bandwidth, fixed costs per layer and per
+mixture-of-experts layer, the attention per KV element and per context token and layer."""
+VULKAN_PREFILL = (
+    ("compute",), ("attention",), ("ubatch_layer_ms",), ("ubatch_moe_layer_ms",),
+    ("prefill_cell_layer_ns",), ("ubatch_ms",),
+)  # fmt: skip
+"""Vulkan's prefill: the products and the attention at shares of the compute, fixed costs per
+layer and per mixture-of-experts layer in each step, per context token and layer, per step."""
+
+
+VULKAN_HOST_DECODE = (
+    ("bandwidth",), ("kv_element_ps",), ("decode_attention",), ("layer_us",), ("param_ps",),
+)  # fmt: skip
+"""A GPU process's CPU layers at decode: their weights at a share of the host's bandwidth and a
+cost per weight (the CPU dequantizes and multiplies each), their KV cache per element whatever its
+type (llama.cpp's CPU attention turns a q8_0 cache into floats as it reads it: the 43-layer
+llama's q8_0 runs showed that a byte of it costs about twice an F16 byte), their attention at a
+share of the host's compute (query head by query head), a fixed cost per layer."""
+
+
+def split(point: Point) -> bool:
+    """Some of the model's weights are on the host (a GPU process's CPU layers)."""
+    return point.inputs.on_host.weight_bytes > 0
+
+
 def fit_vulkan(points: Sequence[Point]) -> Calibration:
-    """Vulkan: the GPU's terms from `-ngl 99`, then the host's from `-ngl 20`."""
-    gpu = [p for p in points if p.calibration and p.label.endswith("-ngl 99")]
-    split = [p for p in points if p.calibration and p.label.endswith("-ngl 20")]
+    """Vulkan: the GPU's terms from the calibration runs with every layer on the GPU, then the
+    host's from those with layers on the host."""
+    gpu = [p for p in points if p.calibration and not split(p)]
+    on_host = [p for p in points if p.calibration and split(p)]
     zero = _seconds_with(ALL_OFF, ALL_OFF)
-    d = fit([p for p in gpu if p.kind == "decode"], [("device", n) for n in DECODE], zero)
+    d = fit([p for p in gpu if p.kind == "decode"], [("device", n) for n in VULKAN_DECODE], zero)
     device = efficiency_of(d, "device", ALL_OFF)
-    pf = fit([p for p in gpu if p.kind == "prefill"], [("device", n) for n in PREFILL], zero)
+    pf = fit([p for p in gpu if p.kind == "prefill"], [("device", n) for n in VULKAN_PREFILL],
+             zero)  # fmt: skip
     device = efficiency_of(pf, "device", device)
     known = _seconds_with(device, ALL_OFF)
-    hd = fit([p for p in split if p.kind == "decode"], [("host", n) for n in HOST_DECODE], known)
+    hd = fit([p for p in on_host if p.kind == "decode"],
+             [("host", n) for n in VULKAN_HOST_DECODE], known)  # fmt: skip
     host = efficiency_of(hd, "host", ALL_OFF)
-    hp = fit([p for p in split if p.kind == "prefill"], [("host", n) for n in HOST_PREFILL],
+    hp = fit([p for p in on_host if p.kind == "prefill"], [("host", n) for n in HOST_PREFILL],
              known)  # fmt: skip
     host = efficiency_of(hp, "host", host)
-    return Calibration("vulkan", _finite(device), _finite(host),
-                       "H100 -ngl 99 and -ngl 20 (tests/fixtures/tune/h100)")  # fmt: skip
+    shapes = ", ".join(GPU_CALIBRATION)
+    measured = f"H100: llama43 -ngl 99; {shapes}, every layer and half on the GPU"
+    return Calibration("vulkan", _finite(device), _finite(host), measured)
 
 
 def _finite(eff: Efficiency) -> Efficiency:
@@ -336,10 +372,26 @@ def table(points: Sequence[Point], calibration: Calibration) -> tuple[str, list[
     return "\n".join(lines), missed
 
 
+def shape_of_point(point: Point) -> str:
+    """The generated shape a GPU run's point is of (its label is `SHAPE -ngl N`)."""
+    return point.label.rpartition(" -ngl ")[0]
+
+
+def each_shape_left_out(points: Sequence[Point]) -> list[tuple[Point, Calibration]]:
+    """Each calibration shape of the GPU run against a calibration fitted without it: its points
+    (as checks) and that calibration. Six shapes, each estimated by the other five."""
+    out = []
+    for shape in GPU_CALIBRATION:
+        without = [replace(p, calibration=False) if shape_of_point(p) == shape else p
+                   for p in points]  # fmt: skip
+        calibration = fit_vulkan(without)
+        out += [(p, calibration) for p in without if shape_of_point(p) == shape]
+    return out
+
+
 def main() -> int:
-    gpu = gpu_points() if GPU_RECORD.exists() else []
     for name, points, fitter in (
-        ("vulkan", vulkan_points() + gpu, fit_vulkan),
+        ("vulkan", vulkan_points(), fit_vulkan),
         ("cpu", cpu_points(), fit_cpu),
     ):
         calibration = fitter(points)
@@ -347,6 +399,15 @@ def main() -> int:
         print(f"== {name}: {calibration}")
         print(text)
         print(f"checks missed (beyond {TOLERANCE:.0%}): {len(missed)}\n")
+    left_out = each_shape_left_out(vulkan_points())
+    print("== vulkan, each calibration shape estimated by a calibration fitted without it")
+    lines, misses = [], 0
+    for point, fitted in left_out:
+        text, miss = table([point], fitted)
+        lines.append(text.splitlines()[1])
+        misses += len(miss)
+    print("\n".join([table([], Calibration("vulkan", ALL_OFF, None, ""))[0], *lines]))
+    print(f"missed (beyond {TOLERANCE:.0%}): {misses} of {len(left_out)}")
     return 0
 
 

@@ -63,8 +63,25 @@ GPU_SHAPES = {
     "dense-20x2560-q8": Shape(20, 2560, 20, 4, 6912, "Q8_0"),
     "moe-24x1024": Shape(24, 1024, 16, 4, 768, n_expert=32, n_expert_used=4),
     "moe-12x2048": Shape(12, 2048, 32, 4, 1024, n_expert=16, n_expert_used=2),
+    "dense-36x1792": Shape(36, 1792, 14, 2, 4864),
+    "dense-16x3072-q8": Shape(16, 3072, 24, 8, 8192, "Q8_0"),
+    "moe-20x1536": Shape(20, 1536, 12, 4, 640, n_expert=48, n_expert_used=6),
+    "moe-28x768": Shape(28, 768, 12, 4, 512, n_expert=64, n_expert_used=8),
+    "dense-8x8192": Shape(8, 8192, 64, 8, 28672),
+    "moe-8x4096": Shape(8, 4096, 32, 8, 1024, n_expert=64, n_expert_used=8),
 }
 """Larger shapes for a GPU run (GiBs of weights: a GPU's decode is launch-bound below that)."""
+GPU_CALIBRATION = (
+    "dense-32x2048", "moe-16x1024", "dense-28x1536", "dense-20x2560-q8", "moe-24x1024",
+    "moe-12x2048",
+)  # fmt: skip
+"""The shapes of a GPU run the Vulkan factors are derived from (with the 43-layer llama's
+`-ngl 99`): six of GiBs, dense and mixtures of experts, F16 and Q8_0. The smaller ones only
+check (launch-bound on a GPU, their halves on the host held in the CPU's cache)."""
+GPU_NEXT = ("dense-36x1792", "dense-16x3072-q8", "moe-20x1536", "moe-28x768", "dense-8x8192",
+            "moe-8x4096")  # fmt: skip
+"""Shapes not yet run: four to check the calibration on, and two whose layers of 1.6 GiB pin
+the share of the bandwidth a layer of a large model is read at (docs/memory-plan.md)."""
 
 CALIBRATION = ("dense-8x1024", "dense-24x512")
 """The shapes the CPU factor is derived from; the others only check it."""

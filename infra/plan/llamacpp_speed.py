@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from infra.devices import DeviceFigures
@@ -12,6 +13,16 @@ from infra.plan.deepseek4 import kv_layout
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs
 from infra.plan.llamacpp_placement import kv_layers, placement
 from infra.plan.speed import SpeedEstimate, SpeedInputs, Work, active_share, estimate
+
+
+def expert_layers(inputs: LlamaCppPlanInputs, share: float | None) -> list[bool]:
+    """Per repeating layer: whether it holds experts (3-D tensors in the header's table;
+    without the table, every layer of a mixture of experts)."""
+    matmul = inputs.weights.matmul_weights
+    n_layer = len(inputs.weights.layer_bytes)
+    if matmul is None:
+        return [share is not None] * n_layer
+    return [any(len(t.dims) == 3 for t in matmul.get(str(il), ())) for il in range(n_layer)]
 
 
 def layer_work(
@@ -76,6 +87,11 @@ def llamacpp_speed_inputs(
     place = placement(n_layer, inputs.gpu_layers, gpu)
     layout = kv_layout(inputs.ctx_size, inputs.parallel, inputs.kv_unified)
     per_layer_kv = kv_layers(inputs).total
+    # Elements rather than bytes: the cache at 4 bytes an element, whatever its type.
+    per_layer_elements = [
+        b / 4 for b in kv_layers(replace(inputs, cache_type_k="f32", cache_type_v="f32")).total
+    ]
+    experts = expert_layers(inputs, share)
     cells = layout.cells * layout.streams
     shape = inputs.attention
     per_entry = 2.0 * shape.n_head * (shape.head_k + shape.head_v)
@@ -97,6 +113,11 @@ def llamacpp_speed_inputs(
             / max(cells, 1),
             layers=len(indices),
             attention_flops_per_cell=sum(attention(il) for il in indices),
+            kv_elements_per_cell=sum(
+                per_layer_elements[il] for il in indices if il < len(per_layer_elements)
+            )
+            / max(cells, 1),
+            moe_layers=sum(experts[il] for il in indices),
         )
 
     if gpu:

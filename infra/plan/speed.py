@@ -5,8 +5,9 @@ Decode reads, per token, every active weight byte (a mixture of experts: the sha
 on the device that holds it, at that device's bandwidth (`infra.devices`). Prefill is
 compute: 2 FLOPs per active parameter and per token, and the attention over the context. A
 backend never reaches the published peaks; what it reaches is measured once per backend
-(`CALIBRATIONS`): the share of the bandwidth and of the compute, a fixed cost per layer (kernel
-launches, synchronisation: what makes a small model slower than its bytes), and, for layers left
+(`infra.plan.speed_calibrations`): the shares of the peaks, fixed costs per layer, per layer of
+experts, per weight, per KV element and per context token (kernel launches, synchronisation,
+the CPU's dequantization: what makes a small model slower than its bytes), and, for layers left
 on the CPU by a GPU process, what copying their weights and KV cache to the GPU costs at prefill.
 Left out: speculative decoding, sampling, the HTTP path, batching of several slots.
 """
@@ -19,111 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from infra.devices import GBPS, TFLOPS, DeviceFigures
+from infra.plan.speed_calibrations import UNCALIBRATED, Efficiency, calibration_of, terms_of
 
 GIB = 1 << 30
 UBATCH = 512
 """Prompt tokens processed per step (llama-server's default `-ub`; the measurements' suffix)."""
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    """What one backend reaches of a device's peaks, as measured."""
-
-    bandwidth: float
-    """Share of the peak bandwidth reading weights at decode."""
-    kv: float
-    """Share of the peak bandwidth reading the KV cache at decode (attention)."""
-    layer_us: float
-    """Fixed microseconds per layer per decoded token."""
-    compute: float = 1.0
-    """Share of the peak FLOPS in the prompt's matrix products."""
-    attention: float = 1.0
-    """Share of the peak FLOPS in the prompt's attention over the context."""
-    ubatch_layer_ms: float = 0.0
-    """Fixed milliseconds per layer per prompt step of `UBATCH` tokens."""
-    copy_weights: float = 1.0
-    """CPU layers of a GPU process at prefill: share of the host's bandwidth at which their
-    weights reach the GPU each step."""
-    copy_kv: float = 1.0
-    """The same for their KV cache."""
-    decode_attention: float = math.inf
-    """Share of the peak FLOPS of the attention over the context at decode, where it is bound
-    by compute rather than by reading the KV cache (llama.cpp's CPU attention works query head
-    by query head: a grouped-query model reads fewer KV bytes for as much work); inf: no such
-    term."""
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """One backend's measured efficiency on its device and, in a GPU process, on the host."""
-
-    backend: str
-    device: Efficiency
-    host: Efficiency | None
-    """CPU-resident layers of a GPU process (None: a CPU process has only `device`)."""
-    measured: str
-    """Which runs it was derived from (the plan prints it)."""
-
-
-# Derived by `python -m bench.speed_estimate` from the recorded runs named in `measured`, to 3
-# significant digits (tests/unit/test_speed_estimate.py derives them again from the same runs
-# and checks the estimate on the runs they were not derived from). `inf`: a term the backend
-# does not have there.
-CALIBRATIONS: dict[str, Calibration | None] = {
-    # llama-server's CPU build (the haswell variant, one thread) on an AMD EPYC 7003 (a 2-core
-    # share of one): generated F16 llamas dense-8x1024 and dense-24x512 at depths 0 and 4096
-    # (tests/fixtures/speed/cpu.json); a Q8_0 grouped-query llama and two MoEs check them.
-    "cpu": Calibration(
-        "cpu",
-        device=Efficiency(
-            bandwidth=0.0814,
-            kv=math.inf,
-            layer_us=807.0,
-            compute=0.985,
-            attention=0.247,
-            ubatch_layer_ms=5.02,
-            copy_weights=math.inf,
-            copy_kv=math.inf,
-            decode_attention=0.0467,
-        ),
-        host=None,
-        measured="llama-server's CPU build, dense-8x1024, dense-24x512",
-    ),
-    # One NVIDIA H100 through NVIDIA's Vulkan driver, the 43-layer F16 llama, q8_0 KV: the GPU's
-    # terms from -ngl 99, the host's (its Xeon, 8 threads) from -ngl 20; -ngl 40 and the
-    # H200's figures check them.
-    "vulkan": Calibration(
-        "vulkan",
-        device=Efficiency(
-            bandwidth=0.281,
-            kv=0.281,
-            layer_us=55.5,
-            compute=0.0847,
-            attention=0.0847,
-            ubatch_layer_ms=0.406,
-            copy_weights=math.inf,
-            copy_kv=math.inf,
-            decode_attention=math.inf,
-        ),
-        host=Efficiency(
-            bandwidth=0.0792,
-            kv=math.inf,
-            layer_us=0.264,
-            compute=math.inf,
-            attention=math.inf,
-            ubatch_layer_ms=0.0,
-            copy_weights=0.0109,
-            copy_kv=0.021,
-            decode_attention=0.0161,
-        ),
-        measured="H100 -ngl 99 and -ngl 20 (tests/fixtures/tune/h100)",
-    ),
-    "rocm": None,
-    "vllm-rocm": None,
-}
-"""Per backend; None: never measured, the estimate is the uncalibrated physical ceiling."""
-
-UNCALIBRATED = Efficiency(bandwidth=1.0, kv=1.0, layer_us=0.0)
 
 
 @dataclass(frozen=True)
@@ -136,6 +37,9 @@ class Work:
     kv_bytes_per_cell: float = 0.0
     layers: int = 0
     attention_flops_per_cell: float = 0.0
+    kv_elements_per_cell: float = 0.0
+    moe_layers: int = 0
+    """Of `layers`, those with expert tensors."""
 
 
 @dataclass(frozen=True)
@@ -225,14 +129,6 @@ class SpeedEstimate:
         }
 
 
-def calibration_of(backend: str) -> tuple[Efficiency, Efficiency, str]:
-    """The device's and the host's efficiency of a backend, and what it rests on."""
-    found = CALIBRATIONS.get(backend)
-    if found is None:
-        return UNCALIBRATED, UNCALIBRATED, "not calibrated: the physical ceiling, factor 1"
-    return found.device, found.host or found.device, f"calibrated on {found.measured}"
-
-
 def _cpu_tflops(figures: DeviceFigures, threads: int | None) -> float:
     if figures.kind == "cpu" and figures.cores and threads:
         return figures.tflops * min(threads, figures.cores) / figures.cores
@@ -251,7 +147,10 @@ def decode_seconds(inputs: SpeedInputs, depth: int, eff: Efficiency, host_eff: E
         seconds += work.kv_bytes_per_cell * depth / (bandwidth * e.kv)
         flops = _cpu_tflops(figures, inputs.threads) * TFLOPS
         seconds += work.attention_flops_per_cell * depth / (flops * e.decode_attention)
-        seconds += work.layers * e.layer_us * 1e-6
+        seconds += work.layers * e.layer_us * 1e-6 + work.moe_layers * e.moe_layer_us * 1e-6
+        seconds += depth * (work.kv_elements_per_cell * e.kv_element_ps * 1e-12)
+        seconds += depth * work.layers * e.cell_layer_ns * 1e-9
+        seconds += work.params * e.param_ps * 1e-12
     return seconds
 
 
@@ -269,6 +168,9 @@ def prefill_seconds(
     seconds = 2 * params / (flops * eff.compute)
     seconds += attention * depth / (flops * eff.attention)
     seconds += layers * eff.ubatch_layer_ms * 1e-3 / UBATCH
+    seconds += (device.moe_layers + host.moe_layers) * eff.ubatch_moe_layer_ms * 1e-3 / UBATCH
+    seconds += depth * layers * eff.prefill_cell_layer_ns * 1e-9
+    seconds += eff.ubatch_ms * 1e-3 / UBATCH
     if inputs.host is not None and host.layers:
         bandwidth = inputs.host.bandwidth_gbps * GBPS
         seconds += host.weight_bytes / (UBATCH * bandwidth * host_eff.copy_weights)
@@ -318,11 +220,9 @@ def estimate(inputs: SpeedInputs, extra: tuple[str, ...] = ()) -> SpeedEstimate:
         " KiB per token of context"
     )
     described.append(
-        f"efficiency: bandwidth x{eff.bandwidth:.3g}, KV x{eff.kv:.3g}, "
-        f"{eff.layer_us:.3g} us per layer per token, compute x{eff.compute:.3g}"
+        f"efficiency: {terms_of(eff)}"
         + (
-            f"; host CPU layers: bandwidth x{host_eff.bandwidth:.3g}, attention x"
-            f"{host_eff.decode_attention:.3g} of its compute"
+            f"; host CPU layers: {terms_of(host_eff)}"
             if host is not None and inputs.on_host.layers
             else ""
         )
