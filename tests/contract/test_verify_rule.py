@@ -24,7 +24,11 @@ from tests.support.llama_server import run_llama_server, tiny_server_argv
 from tests.support.tiny_gguf import write_tiny_model_seeded
 from tests.support.verify_models import SMALL_F16, with_random_model_tolerance
 
-SEEDS = (101, 102, 103)
+HELD_BACK = (112, 116)
+"""Seeds whose answers hold tokens that end inside a UTF-8 character: llama-server reports no
+step for such a token and adds its text (U+FFFD) to the next step's, so the rule compares a
+step's text beside its id."""
+SEEDS = (101, 102, 103, *HELD_BACK)
 FLIPS_AT_A_NEAR_TIE = 103
 """The seed whose SSE4.2 run leaves the x64 reference at a near-tie (bench/verify_rule.py)."""
 EQUIVALENT_VARIANT = "sse42"
@@ -87,6 +91,18 @@ def test_the_near_tie_it_flips_is_noise_the_strict_rule_failed(
     assert ties[0].agreement is not None and ties[0].agreement[0] < ties[0].agreement[1]
     assert all(r.ok for r in results) and evidence is None
     assert "(tie " in verify.format_table(results)
+
+
+@pytest.mark.parametrize("seed", HELD_BACK)
+def test_the_server_reports_no_step_for_a_token_ending_inside_a_character(
+    runs: dict[int, dict[str, Any]], seed: int
+) -> None:
+    """What the rule's step-text comparison rests on, on the real server: a step whose text is
+    a held-back piece (U+FFFD) and the next token's text, under the next token's id."""
+    cases = [c for c in runs[seed]["doc"]["cases"] if "reference" in c]
+    merged = [s for c in cases for s in c["reference"]["steps"]
+              if "\ufffd" in s["token"] and len(s["token"]) > 1]  # fmt: skip
+    assert merged, [c["expect"]["exact"] for c in cases]
 
 
 WRONG = {
