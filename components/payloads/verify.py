@@ -368,10 +368,17 @@ def margin(step: TokenStep) -> float | None:
     return values[0] - values[1] if len(values) >= 2 else None
 
 
+def _merged(text: str) -> bool:
+    """A step's text carries tokens the server held back before its own: llama-server reports
+    no step for a token that ends inside a UTF-8 character and adds its text (U+FFFD) to the
+    next reported step's, so the text is U+FFFD followed by more (a piece reported on its own,
+    an invalid byte, is U+FFFD alone and has a step of its own)."""
+    first = text.find("\ufffd")
+    return first >= 0 and any(c != "\ufffd" for c in text[first:])
+
+
 def _piece(text: str) -> bool:
-    """A step's text carries pieces of a UTF-8 character: llama-server holds back a token
-    that ends inside a character and reports no step for it; its text (U+FFFD where the
-    bytes are not a character) reaches the next reported step's, or nothing shows."""
+    """A candidate's text is a piece of a character (U+FFFD, or nothing)."""
     return not text or "\ufffd" in text
 
 
@@ -380,10 +387,11 @@ def _ranked(reference: TokenStep, current: TokenStep | None) -> bool:
     ended here: the reference's candidates are the only evidence, so it counts as ranked).
 
     A current step that carries held-back pieces where the reference's did not chose a piece
-    at this position: ranked when the reference listed a piece among its candidates."""
+    at this position (its id is not reported): ranked when the reference listed a piece among
+    its candidates."""
     if current is None:
         return True
-    if _piece(current.token) and not _piece(reference.token):
+    if _merged(current.token) and not _merged(reference.token):
         return any(_piece(text) for text, _ in reference.top)
     if current.token_id is not None and reference.top_ids is not None:
         return current.token_id in reference.top_ids
@@ -405,7 +413,7 @@ def compare_steps(reference: list[TokenStep], current: list[TokenStep]) -> Compa
     for i, ref in enumerate(reference):
         got = current[i] if i < len(current) else None
         if got is None or got.top1 != ref.top1 or got.key != ref.key or got.token != ref.token:
-            unreported = got is not None and _piece(ref.token) and ref.token != got.token
+            unreported = got is not None and _merged(ref.token) and ref.token != got.token
             return Comparison(
                 agree,
                 len(reference),

@@ -293,3 +293,19 @@ def test_the_same_held_back_pieces_agree_step_by_step() -> None:
     case, ref = code_case()
     result = verify.check_case(case, verify.Completion(case["expect"]["exact"], ref), TOLERANCE_GPU)
     assert result.ok and result.tie is None and result.agreement == (28, 28)
+
+
+def test_a_piece_reported_on_its_own_is_judged_like_any_token() -> None:
+    """An invalid byte is reported at once, U+FFFD alone with its own step and probabilities
+    (the CPU build's seed-1 model answers so): another token there is an ordinary divergence,
+    not a held-back one, so where the reference was decisive it fails."""
+    lone = verify.TokenStep(
+        "\ufffd", -0.1, [("\ufffd", -0.1), ("t9", -0.1 - 3 * MARGIN)], 8, [8, 9]
+    )
+    ref = [decisive(1), lone, decisive(2)]
+    got = [decisive(1), decisive(5), decisive(2)]
+    result = verify.check_case(
+        case_of(ref, "t1\ufffdt2"), verify.Completion("t1t5t2", got), TOLERANCE
+    )
+    assert not result.ok and result.tie is None
+    assert "diverges at token 1 of 3" in result.problems[0]
