@@ -37,7 +37,7 @@ class Efficiency:
     term."""
     kv_element_ps: float = 0.0
     """Picoseconds per KV cache element (of a context token, over every layer) at decode, where
-    the attention costs by element whatever the cache type (Vulkan's dequantizes a q8_0 cache
+    the attention costs by element whatever the cache type (it turns a q8_0 cache into floats
     as it reads it, so a byte of it costs about twice an F16 byte)."""
     cell_layer_ns: float = 0.0
     """Fixed nanoseconds per context token and layer at decode (the attention's work per
@@ -50,11 +50,11 @@ class Efficiency:
     prefill_cell_layer_ns: float = 0.0
     """Fixed nanoseconds per context token and layer per prompt token."""
     ubatch_ms: float = 0.0
+    """Fixed milliseconds per prompt step of `UBATCH` tokens, whatever the layers (the graph's
+    launch and the step's synchronisation)."""
     param_ps: float = 0.0
     """Picoseconds per active weight (parameter) per decoded token, beside its bytes (a CPU
     dequantizes and multiplies each weight: a Q8_0 weight costs more than its bytes say)."""
-    """Fixed milliseconds per prompt step of `UBATCH` tokens, whatever the layers (the graph's
-    launch and the step's synchronisation)."""
 
 
 @dataclass(frozen=True)
