@@ -5,11 +5,12 @@
 Two sets of recorded runs, each split into the runs a backend's calibration is derived from and
 the runs that only check it:
 
-- Vulkan: the 43-layer random llama (`tests/fixtures/speed/llama43-summary.json`, its GGUF
-  header) on one NVIDIA H100 through NVIDIA's Vulkan driver (`tests/fixtures/tune/h100/
-  tune.json`, `-ngl 99/40/20 -c 65536` q8_0 KV at depths 0/32768/64512): `-ngl 99` gives the
-  GPU's efficiency, `-ngl 20` that of the layers left on the host; `-ngl 40` and the H200's
-  figures (`tests/fixtures/gpu_gate/h200-run.txt`) check them.
+- Vulkan: `tests/fixtures/speed/vulkan.json` (`bench.speed_measure --backend vulkan`), generated
+  shapes on one NVIDIA H100 through NVIDIA's Vulkan driver, one machine in one call:
+  `bench.speed_shapes.GPU_CALIBRATION`'s shapes calibrate, the shapes declared as checks before
+  any run of them (`GPU_CHECKS`) and the two of 1.6 GiB layers check. The same kind of machine
+  on other days (`OTHER_GPU_RECORDS`, the 43-layer random llama's bake-off, the H200's figures)
+  checks it again: those runs show how far one machine of a kind is from another.
 - CPU: `tests/fixtures/speed/cpu.json` (`bench.speed_measure`): generated dense and MoE models
   at depths 0 and 4096; `bench.speed_shapes.CALIBRATION` calibrates, the other shapes check.
 
@@ -98,43 +99,27 @@ def plan_inputs(
     return found[0]
 
 
-def vulkan_points() -> list[Point]:
-    """The 43-layer llama's H100 runs (`-ngl 99` calibrates the GPU's terms; `-ngl 20` and 40,
-    whose CPU layers read a q8_0 KV cache, check), the H200's figures (check), and the generated
-    shapes' runs (`gpu_points`)."""
-    summary = json.loads((FIXTURES / "speed" / "llama43-summary.json").read_text())
-    record = json.loads((FIXTURES / "tune" / "h100" / "tune.json").read_text())
-    points = []
-    for candidate in record["candidates"]:
-        name = candidate["name"]
-        if not name.startswith("vulkan-ngl-"):
-            continue
-        ngl = int(name.rpartition("-")[2])
-        inputs = plan_inputs(summary, ngl, 65536, "q8_0", gpu=True, device="h100-sxm", threads=8)
-        for fig in candidate["figures"]:
-            for kind, key in FIGURES:
-                points.append(
-                    Point(f"H100 -ngl {ngl}", inputs, kind, fig["depth"], fig[key]["median"],
-                          calibration=ngl == 99, runs=tuple(fig[key]["runs"]))
-                )  # fmt: skip
-    # tests/fixtures/gpu_gate/h200-run.txt, "bench on llama43 (rendered argv)": the rendered
-    # strix-halo argv (-ngl 40 -c 65536, q8_0) on an H200, llama-server's own figures.
-    h200 = plan_inputs(summary, 40, 65536, "q8_0", gpu=True, device="h200", threads=8)
-    points += [
-        Point("H200 -ngl 40", h200, "decode", 0, 229.5, calibration=False),
-        Point("H200 -ngl 40", h200, "prompt", 23956, 9546.8, calibration=False),
-    ]
-    return points + gpu_points()
-
-
 GPU_RECORD = FIXTURES / "speed" / "vulkan.json"
-"""`bench.speed_measure --backend vulkan`: generated shapes on an H100 (`GPU_CALIBRATION`'s
-calibrate, the others check)."""
+"""`bench.speed_measure --backend vulkan` on one H100 machine in one call: `GPU_CALIBRATION`'s
+shapes (calibrate), `GPU_CHECKS`' and the two of 1.6 GiB layers (check)."""
+OTHER_GPU_RECORDS = {
+    "earlier": FIXTURES / "speed" / "vulkan-earlier.json",
+    "other-a": FIXTURES / "speed" / "vulkan-other-a.json",
+    "other-b": FIXTURES / "speed" / "vulkan-other-b.json",
+}
+"""The same command on other machines of the same kind (H100, a 16-core Xeon VM), other days:
+the previous calibration's runs and the small shapes (`earlier`), and two calls before
+`GPU_RECORD`'s (`other-a`, `other-b`, the second with a calibration shape again)."""
 
 
-def gpu_points(record: dict[str, Any] | None = None) -> list[Point]:
-    """The GPU runs of `bench.speed_measure` (each shape at each `-ngl`; `GPU_CALIBRATION`'s
-    shapes calibrate)."""
+def vulkan_points() -> list[Point]:
+    """The Vulkan calibration machine's runs (`gpu_points`)."""
+    return gpu_points()
+
+
+def gpu_points(record: dict[str, Any] | None = None, *, calibrating: bool = True) -> list[Point]:
+    """The GPU runs of `bench.speed_measure` (each shape at each `-ngl`); `GPU_CALIBRATION`'s
+    shapes calibrate where `calibrating`."""
     if record is None:
         record = json.loads(GPU_RECORD.read_text())
     points = []
@@ -144,9 +129,52 @@ def gpu_points(record: dict[str, Any] | None = None) -> list[Point]:
             device=record["device"], threads=record["threads"],
         )  # fmt: skip
         label = f"{model['shape']} -ngl {model['ngl']}"
-        calibration = model["shape"] in GPU_CALIBRATION
+        calibration = calibrating and model["shape"] in GPU_CALIBRATION
         points += record_points(label, inputs, model["figures"], calibration=calibration)
     return points
+
+
+def other_machine_points() -> dict[str, list[Point]]:
+    """Runs on other machines of the calibration's kind, all checks: each record of
+    `OTHER_GPU_RECORDS`, and `llama43`: the 43-layer llama's H100 bake-off (`-ngl 99/40/20`,
+    q8_0 KV, depths 0/32768/64512) with the H200's figures of the rendered argv."""
+    summary = json.loads((FIXTURES / "speed" / "llama43-summary.json").read_text())
+    record = json.loads((FIXTURES / "tune" / "h100" / "tune.json").read_text())
+    llama = []
+    for candidate in record["candidates"]:
+        name = candidate["name"]
+        if not name.startswith("vulkan-ngl-"):
+            continue
+        ngl = int(name.rpartition("-")[2])
+        inputs = plan_inputs(summary, ngl, 65536, "q8_0", gpu=True, device="h100-sxm", threads=8)
+        for fig in candidate["figures"]:
+            for kind, key in FIGURES:
+                llama.append(
+                    Point(f"H100 -ngl {ngl}", inputs, kind, fig["depth"], fig[key]["median"],
+                          calibration=False, runs=tuple(fig[key]["runs"]))
+                )  # fmt: skip
+    # tests/fixtures/gpu_gate/h200-run.txt, "bench on llama43 (rendered argv)": the rendered
+    # strix-halo argv (-ngl 40 -c 65536, q8_0) on an H200, llama-server's own figures.
+    h200 = plan_inputs(summary, 40, 65536, "q8_0", gpu=True, device="h200", threads=8)
+    llama += [
+        Point("H200 -ngl 40", h200, "decode", 0, 229.5, calibration=False),
+        Point("H200 -ngl 40", h200, "prompt", 23956, 9546.8, calibration=False),
+    ]
+    out = {
+        name: gpu_points(json.loads(path.read_text()), calibrating=False)
+        for name, path in OTHER_GPU_RECORDS.items()
+    }
+    return {**out, "llama43": llama}
+
+
+def machine_ratios(
+    here: Sequence[Point], other: Sequence[Point]
+) -> list[tuple[Point, Point, float]]:
+    """Each figure measured on both machines (the same shape, `-ngl`, figure and depth): the
+    other machine's over this one's."""
+    index = {(p.label, p.kind, p.depth): p for p in here}
+    pairs = [(index.get((p.label, p.kind, p.depth)), p) for p in other]
+    return [(mine, p, p.measured / mine.measured) for mine, p in pairs if mine is not None]
 
 
 def cpu_points(record: dict[str, Any] | None = None) -> list[Point]:
@@ -337,7 +365,7 @@ def fit_vulkan(points: Sequence[Point]) -> Calibration:
              known)  # fmt: skip
     host = efficiency_of(hp, "host", host)
     shapes = ", ".join(GPU_CALIBRATION)
-    measured = f"H100: llama43 -ngl 99; {shapes}, every layer and half on the GPU"
+    measured = f"H100 (one machine, one call): {shapes}, every layer and half on the GPU"
     return Calibration("vulkan", _finite(device), _finite(host), measured)
 
 
@@ -411,7 +439,19 @@ def main() -> int:
         lines.append(text.splitlines()[1])
         misses += len(miss)
     print("\n".join([HEADER, *lines]))
-    print(f"missed (beyond {TOLERANCE:.0%}): {misses} of {len(left_out)}")
+    print(f"missed (beyond {TOLERANCE:.0%}): {misses} of {len(left_out)}\n")
+    calibration = fit_vulkan(vulkan_points())
+    for name, points in other_machine_points().items():
+        text, missed = table(points, calibration)
+        print(f"== vulkan on another machine of the kind: {name}")
+        print(text)
+        print(f"missed (beyond {TOLERANCE:.0%}): {len(missed)} of {len(points)}")
+        shared = machine_ratios(vulkan_points(), points)
+        if shared:
+            print("the same figures on the calibration's machine: this one's over that one's")
+            for here, _, ratio in shared:
+                print(f"  {here.label:<24} {here.kind:<8} {here.depth:>6} {ratio:6.2f}")
+        print()
     return 0
 
 

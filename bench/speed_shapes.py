@@ -79,13 +79,13 @@ GPU_CALIBRATION = (
     "dense-32x2048", "moe-16x1024", "dense-28x1536", "dense-20x2560-q8", "moe-24x1024",
     "moe-12x2048",
 )  # fmt: skip
-"""The shapes of a GPU run the Vulkan factors are derived from (with the 43-layer llama's
-`-ngl 99`): six of GiBs, dense and mixtures of experts, F16 and Q8_0. The smaller ones only
-check (launch-bound on a GPU, their halves on the host held in the CPU's cache)."""
-GPU_NEXT = ("dense-24x2304", "dense-12x4096-q8", "moe-16x2048", "moe-32x1024")
-"""Shapes not yet run, declared as checks before any run of them: measured in one session with
-`GPU_CALIBRATION`'s shapes, estimated by a calibration fitted on that session's runs of those
-(docs/memory-plan.md)."""
+"""The shapes of a GPU run the Vulkan factors are derived from: six of GiBs, dense and mixtures
+of experts, F16 and Q8_0. The smaller ones only check (launch-bound on a GPU, their halves on the
+host held in the CPU's cache)."""
+GPU_CHECKS = ("dense-24x2304", "dense-12x4096-q8", "moe-16x2048", "moe-32x1024")
+"""Shapes declared as checks before any run of them: measured in one call with
+`GPU_CALIBRATION`'s shapes, on one machine, and estimated by the calibration fitted on that call's
+runs of those (docs/memory-plan.md)."""
 
 CALIBRATION = ("dense-8x1024", "dense-24x512")
 """The shapes the CPU factor is derived from; the others only check it."""

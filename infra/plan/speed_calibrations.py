@@ -94,43 +94,44 @@ CALIBRATIONS: dict[str, Calibration | None] = {
         measured="llama-server's CPU build, dense-8x1024, dense-24x512",
     ),
     # One NVIDIA H100 through NVIDIA's Vulkan driver (bench.speed_estimate derives these): the
-    # GPU's terms from the 43-layer llama's -ngl 99 and six generated shapes of GiBs with every
-    # layer on the GPU, the host's (its Xeon, 8 threads) from the same shapes with half their
-    # layers on it (tests/fixtures/speed/vulkan.json); the rest of the runs check them.
+    # GPU's terms from six generated shapes of GiBs with every layer on the GPU, the host's (its
+    # Xeon, 8 threads) from the same shapes with half their layers on it, all on one machine in
+    # one call (tests/fixtures/speed/vulkan.json); four shapes declared before that run, two of
+    # 1.6 GiB layers and the runs on other machines of the kind check them.
     "vulkan": Calibration(
         "vulkan",
         device=Efficiency(
-            bandwidth=1.0,
+            bandwidth=0.59,
             kv=math.inf,
-            layer_us=59.8,
-            compute=0.402,
-            attention=0.131,
-            ubatch_layer_ms=0.286,
+            layer_us=43.7,
+            compute=0.195,
+            attention=0.198,
+            ubatch_layer_ms=0.0922,
             copy_weights=math.inf,
             copy_kv=math.inf,
             decode_attention=math.inf,
-            kv_element_ps=0.619,
-            cell_layer_ns=1.16,
-            moe_layer_us=15.7,
-            ubatch_moe_layer_ms=0.155,
-            prefill_cell_layer_ns=0.0187,
-            ubatch_ms=6.55,
+            kv_element_ps=0.561,
+            cell_layer_ns=1.23,
+            moe_layer_us=21.2,
+            ubatch_moe_layer_ms=0.176,
+            prefill_cell_layer_ns=0.0394,
+            ubatch_ms=8.3,
         ),
         host=Efficiency(
-            bandwidth=1.0,
+            bandwidth=0.249,
             kv=math.inf,
-            layer_us=311.0,
+            layer_us=289.0,
             compute=math.inf,
             attention=math.inf,
             ubatch_layer_ms=0.0,
-            copy_weights=0.0617,
-            copy_kv=0.0194,
-            decode_attention=0.0659,
-            kv_element_ps=78.4,
-            param_ps=16.6,
+            copy_weights=0.0563,
+            copy_kv=0.0203,
+            decode_attention=0.052,
+            kv_element_ps=72.7,
+            param_ps=4.03,
         ),
         measured=(
-            "H100: llama43 -ngl 99; dense-32x2048, moe-16x1024, dense-28x1536, "
+            "H100 (one machine, one call): dense-32x2048, moe-16x1024, dense-28x1536, "
             "dense-20x2560-q8, moe-24x1024, moe-12x2048, every layer and half on the GPU"
         ),
     ),

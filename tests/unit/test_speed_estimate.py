@@ -1,9 +1,11 @@
 """The plan's speed estimate against llama-server's own recorded decode and prefill.
 
-The recorded runs: the H100's Vulkan bake-off (tests/fixtures/tune/h100/), the H200's figures
-(tests/fixtures/gpu_gate/h200-run.txt) and the CPU build's runs of generated dense and MoE
-models (tests/fixtures/speed/cpu.json, `bench.speed_measure`). Each backend's declared
-efficiency must be what its calibration runs give, and the estimate must hold on the others.
+The recorded runs: `bench.speed_measure`'s generated dense and MoE models through the Vulkan
+build on H100 machines (tests/fixtures/speed/vulkan*.json) and through the CPU build
+(tests/fixtures/speed/cpu.json), the H100's Vulkan bake-off (tests/fixtures/tune/h100/) and the
+H200's figures (tests/fixtures/gpu_gate/h200-run.txt). Each backend's declared efficiency must be
+what its calibration runs give, and the estimate must hold on the others, missing only the
+figures named here (docs/memory-plan.md says why).
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from subprocess import CompletedProcess
 import pytest
 
 from bench.speed_estimate import (
-    TOLERANCE,
+    GPU_RECORD,
+    OTHER_GPU_RECORDS,
+    Point,
     cpu_points,
     each_shape_left_out,
     estimated,
     fit_cpu,
     fit_vulkan,
     gpu_points,
+    machine_ratios,
+    other_machine_points,
     plan_inputs,
     shape_of_point,
     table,
@@ -31,7 +37,7 @@ from bench.speed_estimate import (
 from bench.speed_shapes import (
     CALIBRATION,
     GPU_CALIBRATION,
-    GPU_NEXT,
+    GPU_CHECKS,
     GPU_SHAPES,
     SHAPES,
     write_shape,
@@ -45,7 +51,7 @@ from components.payloads.tune_figures import (
 )
 from components.payloads.tune_measure import DepthFigures, Series
 from infra.devices import DEVICES, decode_ceiling, device_figures
-from infra.plan.speed_calibrations import CALIBRATIONS
+from infra.plan.speed_calibrations import CALIBRATIONS, Calibration
 from tests.conftest import stack_document, write_stack
 from tests.support.cli import llm_infra
 from tests.support.stack_edits import DELETE, Edit, edited
@@ -55,52 +61,111 @@ def test_vulkan_efficiency_is_what_the_h100_calibration_runs_give() -> None:
     assert fit_vulkan(vulkan_points()) == CALIBRATIONS["vulkan"]
 
 
+Figure = tuple[str, str, int]
+"""A run's label (`SHAPE -ngl N`), the figure (`decode`, `prefill`) and the depth."""
+
+
+def missed_figures(points: list[Point], calibration: Calibration | None = None) -> set[Figure]:
+    calibration = calibration or CALIBRATIONS["vulkan"]
+    assert calibration is not None
+    _, missed = table(points, calibration)
+    return {(p.label, p.kind, p.depth) for p in missed}
+
+
 def test_each_gpu_calibration_shape_is_estimated_by_a_calibration_that_never_saw_it() -> None:
     """Six shapes of GiBs (dense and MoE, F16 and Q8_0, every layer and half on the GPU, depths
-    0 and 16384), each estimated by the calibration the other five and the 43-layer llama give:
-    every figure within 25 % (or, where its own runs spread wider, within their range)."""
+    0 and 16384), each estimated by the calibration the other five give: 47 of the 48 figures
+    within 25 % (or, where its own runs spread wider, within their range), the other 25.0 %
+    below."""
     left_out = each_shape_left_out(vulkan_points())
     assert {shape_of_point(p) for p, _ in left_out} == set(GPU_CALIBRATION)
     assert len(left_out) == len(GPU_CALIBRATION) * 2 * 2 * 2
     assert any(GPU_SHAPES[s].n_expert for s in GPU_CALIBRATION)
     assert any(GPU_SHAPES[s].weight_type == "Q8_0" for s in GPU_CALIBRATION)
-    missed = []
+    missed: set[Figure] = set()
     for point, calibration in left_out:
         assert calibration != CALIBRATIONS["vulkan"]  # fitted without the point's shape
-        text, miss = table([point], calibration)
-        missed += [text] if miss else []
-    assert not missed, "\n".join(missed)
+        missed |= missed_figures([point], calibration)
+    assert missed == {("dense-32x2048 -ngl 16", "prefill", 16384)}
 
 
-def test_vulkan_estimate_holds_on_the_43_layer_llamas_decode_and_the_h200s_figures() -> None:
-    """The bake-off's llama (q8_0 KV cache; 3 and 23 of its layers on the host at -ngl 40 and
-    20) and the H200's rendered-argv run, none of them calibrating: decode at every depth and
-    the H200's figures within 25 %. Their prefill with layers on the host is not (its 14 MiB
-    layers: docs/memory-plan.md)."""
+def test_the_shapes_declared_before_their_run_hold_but_one_host_half() -> None:
+    """`GPU_CHECKS` (declared before any run of them) and the two shapes of 1.6 GiB layers, run
+    on the calibration's machine in the same call: of their 40 figures only moe-32x1024's with
+    half its layers on the host miss (decode 25-32 % slower than estimated: 16 thin layers of
+    64 experts, whose fixed costs on the host the six shapes do not pin)."""
+    checks = [p for p in vulkan_points() if not p.calibration]
+    assert {shape_of_point(p) for p in checks} == {*GPU_CHECKS, "dense-8x8192", "moe-8x4096"}
+    assert len(checks) == 4 * 8 + 2 * 4
+    assert missed_figures(checks) == {
+        ("moe-32x1024 -ngl 16", "decode", 0),
+        ("moe-32x1024 -ngl 16", "decode", 16384),
+        ("moe-32x1024 -ngl 16", "prefill", 0),
+    }
+
+
+def test_the_previous_calibration_runs_from_another_machine_hold_with_one_miss() -> None:
+    """The six calibration shapes as run on machines of the same kind on other days (the
+    previous calibration's runs): 47 of 48 figures within 25 %."""
+    earlier = [p for p in other_machine_points()["earlier"]
+               if shape_of_point(p) in GPU_CALIBRATION]  # fmt: skip
+    assert len(earlier) == 48 and not any(p.calibration for p in earlier)
+    assert missed_figures(earlier) == {("moe-16x1024 -ngl 8", "decode", 16384)}
+
+
+def test_slower_machines_of_the_kind_are_slower_than_the_estimate_not_faster() -> None:
+    """Two other calls' machines (`other-a`, `other-b`) ran the shapes slower: the calibration
+    shape that `other-b` ran again decoded at 0.86-0.90 of the calibration machine's speed with
+    every layer on the GPU and 0.74 with half on the host. Every figure the estimate misses there
+    it puts too high."""
+    others = other_machine_points()
+    ratios = {(here.label, here.kind, here.depth): ratio
+              for here, _, ratio in machine_ratios(vulkan_points(), others["other-b"])}  # fmt: skip
+    assert 0.85 <= ratios[("dense-28x1536 -ngl 29", "decode", 0)] <= 0.90
+    assert 0.85 <= ratios[("dense-28x1536 -ngl 29", "decode", 16384)] <= 0.91
+    assert 0.72 <= ratios[("dense-28x1536 -ngl 14", "decode", 0)] <= 0.76
     calibration = CALIBRATIONS["vulkan"]
     assert calibration is not None
-    points = vulkan_points()
-    checks = [p for p in points if p.label.startswith("H") and not p.calibration]
-    assert {p.label for p in checks} == {"H100 -ngl 40", "H100 -ngl 20", "H200 -ngl 40"}
-    held = [p for p in checks if p.kind == "decode" or p.label.startswith("H200")]
-    assert len(held) == 8
-    for p in held:
-        assert abs(estimated(p, calibration) / p.measured - 1) <= TOLERANCE, table([p], calibration)
+    for name in ("other-a", "other-b"):
+        _, missed = table(others[name], calibration)
+        assert missed and all(estimated(p, calibration) > p.measured for p in missed), name
 
 
-def test_every_layer_on_the_gpu_holds_on_the_small_shapes_their_host_halves_do_not() -> None:
-    """The CPU runs' five small shapes on the GPU: with every layer there, each figure within
-    25 % (or its runs' range); with half on the host, the host's layers (tens of MiB, held in
-    the Xeon's cache) run faster than a reading of memory, which the estimate is not for."""
+def test_vulkan_estimate_on_the_43_layer_llama_and_the_h200() -> None:
+    """The bake-off's llama (14 MiB layers, q8_0 KV cache; 3 and 23 of its layers on the host at
+    -ngl 40 and 20) and the H200's rendered-argv run: decode within 25 % everywhere but `-ngl 99`
+    at depth 0 (39 % too fast: 43 layers this thin cost more each than the shapes of GiBs
+    show), and the H200's figures within 25 %. Prefill at depth 0 misses (its 512-token prompts
+    are one step each)."""
+    points = other_machine_points()["llama43"]
+    assert {p.label for p in points} == {
+        "H100 -ngl 40", "H100 -ngl 20", "H100 -ngl 99", "H200 -ngl 40"
+    }  # fmt: skip
+    missed = missed_figures(points)
+    assert {f for f in missed if f[1] == "decode"} == {("H100 -ngl 99", "decode", 0)}
+    assert not {f for f in missed if f[0].startswith("H200")}
+    assert {f for f in missed if f[1] == "prefill"} == {
+        ("H100 -ngl 40", "prefill", 0), ("H100 -ngl 99", "prefill", 0),
+        ("H100 -ngl 20", "prefill", 0),
+    }  # fmt: skip
+
+
+def test_every_layer_on_the_gpu_mostly_holds_on_the_small_shapes_their_host_halves_do_not() -> None:
+    """The CPU runs' five small shapes on the GPU (another machine of the kind): with every
+    layer there, each figure within 25 % (or its runs' range) but two decodes at depth 0 (28 %
+    and 30 % too fast); with half on the host, the host's layers (tens of MiB, held in the Xeon's
+    cache) decode faster than a reading of memory, which the estimate is not for."""
     calibration = CALIBRATIONS["vulkan"]
     assert calibration is not None
-    small = [p for p in gpu_points() if shape_of_point(p) in SHAPES]
+    small = [p for p in other_machine_points()["earlier"] if shape_of_point(p) in SHAPES]
     assert {shape_of_point(p) for p in small} == set(SHAPES)
     on_gpu = [p for p in small if not p.inputs.on_host.layers]
     assert len(on_gpu) == len(SHAPES) * 2 * 2
-    text, missed = table(on_gpu, calibration)
-    assert not missed, text
+    assert missed_figures(on_gpu) == {
+        ("dense-8x1024 -ngl 9", "decode", 0), ("dense-16x768-q8 -ngl 17", "decode", 0)
+    }  # fmt: skip
     _, host_missed = table([p for p in small if p.inputs.on_host.layers], calibration)
+    assert host_missed
     assert all(estimated(p, calibration) < p.measured for p in host_missed if p.kind == "decode")
 
 
@@ -198,7 +263,7 @@ def test_plan_prints_the_estimate_with_its_inputs_for_a_stack_naming_its_device(
     assert shown.returncode == 0, shown.stderr
     text = shown.stdout
     assert "speed (estimate, AMD Radeon 8060S" in text
-    assert "vulkan: calibrated on H100: llama43 -ngl 99; dense-32x2048" in text
+    assert "vulkan: calibrated on H100 (one machine, one call): dense-32x2048" in text
     assert "tok/s at depth 0" in text and "tok/s at 65,536 tokens" in text
     assert (
         "input: device AMD Radeon 8060S (Ryzen AI Max+ 395, LPDDR5X-8000 unified): 256 GB/s" in text
@@ -263,10 +328,11 @@ def test_the_docs_table_of_the_gpu_shapes_is_what_the_runs_and_the_estimate_give
         assert f"| {label} | " + " | ".join(ordered) + " |" in text, label
 
 
-def test_the_shapes_not_yet_run_are_generated_shapes_absent_from_the_record() -> None:
-    record = json.loads(
-        (pathlib.Path(__file__).parents[1] / "fixtures" / "speed" / "vulkan.json").read_text()
-    )
-    run = {model["shape"] for model in record["models"]}
-    assert set(GPU_NEXT) <= set(GPU_SHAPES) and not set(GPU_NEXT) & run
-    assert set(GPU_CALIBRATION) <= run
+def test_the_declared_check_shapes_were_run_only_in_the_calibrations_call() -> None:
+    runs = {
+        name: {model["shape"] for model in json.loads(path.read_text())["models"]}
+        for name, path in {"here": GPU_RECORD, **OTHER_GPU_RECORDS}.items()
+    }
+    assert set(GPU_CHECKS) <= set(GPU_SHAPES) and set(GPU_CHECKS) <= runs["here"]
+    assert set(GPU_CALIBRATION) <= runs["here"] and not set(GPU_CHECKS) & set(GPU_CALIBRATION)
+    assert not any(set(GPU_CHECKS) & runs[name] for name in OTHER_GPU_RECORDS)

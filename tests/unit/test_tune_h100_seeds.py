@@ -111,7 +111,9 @@ def captured(run: str, name: str) -> str:
      ("ngl-99-spec-self", "99")],
 )  # fmt: skip
 @pytest.mark.parametrize("run", LOGGED)
-def test_the_gate_passes_the_real_loads_the_draft_included(run: str, name: str, layers: str) -> None:
+def test_the_gate_passes_the_real_loads_the_draft_included(
+    run: str, name: str, layers: str
+) -> None:
     text = captured(run, name)
     if "spec" in name:
         assert "loading draft model" in text
