@@ -73,6 +73,8 @@ GPU_SHAPES = {
     "dense-12x4096-q8": Shape(12, 4096, 32, 8, 11008, "Q8_0"),
     "moe-16x2048": Shape(16, 2048, 16, 4, 768, n_expert=32, n_expert_used=4),
     "moe-32x1024": Shape(32, 1024, 8, 2, 512, n_expert=64, n_expert_used=6),
+    "dense-20x3072": Shape(20, 3072, 24, 8, 8192),
+    "moe-24x1536": Shape(24, 1536, 12, 4, 768, n_expert=32, n_expert_used=4),
 }
 """Larger shapes for a GPU run (GiBs of weights: a GPU's decode is launch-bound below that)."""
 GPU_CALIBRATION = (
@@ -86,6 +88,11 @@ GPU_CHECKS = ("dense-24x2304", "dense-12x4096-q8", "moe-16x2048", "moe-32x1024")
 """Shapes declared as checks before any run of them: measured in one call with
 `GPU_CALIBRATION`'s shapes, on one machine, and estimated by the calibration fitted on that call's
 runs of those (docs/memory-plan.md)."""
+
+GPU_NEXT = ("dense-20x3072", "moe-24x1536")
+"""Shapes not yet run, declared as checks before any run of them, for a second machine: run in
+one call with `GPU_CALIBRATION`'s shapes and estimated by the calibration that call's runs of
+those give."""
 
 CALIBRATION = ("dense-8x1024", "dense-24x512")
 """The shapes the CPU factor is derived from; the others only check it."""
