@@ -38,6 +38,7 @@ from bench.speed_shapes import (
     CALIBRATION,
     GPU_CALIBRATION,
     GPU_CHECKS,
+    GPU_NEXT,
     GPU_SHAPES,
     SHAPES,
     write_shape,
@@ -328,7 +329,7 @@ def test_the_docs_table_of_the_gpu_shapes_is_what_the_runs_and_the_estimate_give
         assert f"| {label} | " + " | ".join(ordered) + " |" in text, label
 
 
-def test_the_declared_check_shapes_were_run_only_in_the_calibrations_call() -> None:
+def test_declared_check_shapes_run_only_in_the_calibrations_call_and_the_next_not_yet() -> None:
     runs = {
         name: {model["shape"] for model in json.loads(path.read_text())["models"]}
         for name, path in {"here": GPU_RECORD, **OTHER_GPU_RECORDS}.items()
@@ -336,3 +337,5 @@ def test_the_declared_check_shapes_were_run_only_in_the_calibrations_call() -> N
     assert set(GPU_CHECKS) <= set(GPU_SHAPES) and set(GPU_CHECKS) <= runs["here"]
     assert set(GPU_CALIBRATION) <= runs["here"] and not set(GPU_CHECKS) & set(GPU_CALIBRATION)
     assert not any(set(GPU_CHECKS) & runs[name] for name in OTHER_GPU_RECORDS)
+    assert set(GPU_NEXT) <= set(GPU_SHAPES)
+    assert not any(set(GPU_NEXT) & shapes for shapes in runs.values())
