@@ -440,7 +440,13 @@ def check_case(case: dict[str, Any], got: Completion, tolerance: dict[str, float
     result = CaseResult(case_id=str(case["id"]), text=got.text)
     ref_steps = [TokenStep.from_json(s) for s in case.get("reference", {}).get("steps", [])]
     if ref_steps:
-        if not got.steps:
+        if not got.steps and got.text and set(got.text) == {"\ufffd"}:
+            result.problems.append(
+                f"the reference has logprobs but the server returned none for an answer of "
+                f"{len(got.text)} U+FFFD alone: each token it chose ends inside a UTF-8 "
+                "character, which llama-server reports no step for"
+            )
+        elif not got.steps:
             result.problems.append(
                 "the reference has logprobs but the server returned none "
                 "(request logprobs/top_logprobs unsupported or dropped?)"

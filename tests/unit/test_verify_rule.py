@@ -140,6 +140,20 @@ def test_a_text_that_differs_before_the_tie_fails() -> None:
     assert result.text_ok is False and not result.ok
 
 
+def test_an_answer_of_pieces_alone_without_steps_fails_saying_why_it_has_none() -> None:
+    """Seed 201's wrong chat template on the H100: 31 U+FFFD and no step (every token ended
+    inside a UTF-8 character). It fails, and the reason is the answer, not the request."""
+    ref = [decisive(1), decisive(2)]
+    result = verify.check_case(
+        case_of(ref, text(ref)), verify.Completion("\ufffd" * 31, []), TOLERANCE
+    )
+    assert not result.ok
+    assert "returned none for an answer of 31 U+FFFD alone" in result.problems[0]
+    assert "unsupported" not in result.problems[0]
+    dropped = verify.check_case(case_of(ref, text(ref)), verify.Completion("t1t2", []), TOLERANCE)
+    assert not dropped.ok and "request logprobs/top_logprobs unsupported" in dropped.problems[0]
+
+
 def test_without_a_tie_the_whole_text_must_match() -> None:
     ref = [decisive(1), decisive(2)]
     result = verify.check_case(
