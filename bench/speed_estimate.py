@@ -21,6 +21,7 @@ efficiency of 1, is one column), so the estimate's own formula is what is fitted
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -196,14 +197,25 @@ def record_points(
     label: str, inputs: SpeedInputs, figures: list[dict[str, Any]], *, calibration: bool
 ) -> list[Point]:
     """A `bench.speed_measure` model's figures (each depth's decode and prefill, where
-    measured) as points."""
-    return [
-        Point(label, inputs, kind, fig["depth"], fig[key]["median"], calibration=calibration,
-              runs=tuple(fig[key]["runs"]))
-        for fig in figures
-        for kind, key in FIGURES
-        if fig[key]["median"] is not None
-    ]  # fmt: skip
+    measured) as points; a prefill run that found its prompt already cached is left out."""
+    points = []
+    for fig in figures:
+        for kind, key in FIGURES:
+            runs = processed_runs(fig, kind, fig[key]["runs"])
+            if runs:
+                points.append(Point(label, inputs, kind, fig["depth"], statistics.median(runs),
+                                    calibration=calibration, runs=tuple(runs)))  # fmt: skip
+    return points
+
+
+def processed_runs(fig: dict[str, Any], kind: Kind, runs: list[float]) -> list[float]:
+    """The runs of a figure that measured what it names: a prefill run whose prompt the slot
+    already held beyond the depth (`cachedTokens` above it: the GPU runs' warm-up request left
+    the first run's prompt in the slot, so that run processed one token) measured no prefill."""
+    cached = fig.get("cachedTokens", [])
+    if kind != "prefill" or len(cached) != len(runs):
+        return list(runs)
+    return [r for r, c in zip(runs, cached, strict=True) if c <= fig["depth"]]
 
 
 def seconds(point: Point, device: Efficiency, host: Efficiency) -> float:

@@ -102,7 +102,9 @@ def measure_shape(
                     raise RuntimeError(log.read_text(errors="replace")[-3000:])
                 time.sleep(0.5)
             if layers is not None:
-                measure_depth(url, 0, runs=1)  # the warm-up: the GPU's pipelines compile
+                # The warm-up (the GPU's pipelines compile), on a prompt no measured run
+                # starts with: the slot keeps it, and a run on it would prefill one token.
+                measure_depth(url, 0, runs=1, skip_windows=runs)
             figures = [measure_depth(url, depth, runs=runs).to_json() for depth in depths]
         finally:
             process.terminate()

