@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from bench.speed_shapes import CALIBRATION, GPU_CALIBRATION
+from components.payloads.tune_measure import prefilled
 from infra.devices import DEVICES
 from infra.plan.deepseek4 import attention_shape
 from infra.plan.llamacpp_inputs import LlamaCppPlanInputs, ModelWeights
@@ -111,11 +112,6 @@ OTHER_GPU_RECORDS = {
 """The same command on other machines of the same kind (H100, a 16-core Xeon VM), other days:
 the previous calibration's runs and the small shapes (`earlier`), and two calls before
 `GPU_RECORD`'s (`other-a`, `other-b`, the second with a calibration shape again)."""
-
-
-def vulkan_points() -> list[Point]:
-    """The Vulkan calibration machine's runs (`gpu_points`)."""
-    return gpu_points()
 
 
 def gpu_points(record: dict[str, Any] | None = None, *, calibrating: bool = True) -> list[Point]:
@@ -215,7 +211,7 @@ def processed_runs(fig: dict[str, Any], kind: Kind, runs: list[float]) -> list[f
     cached = fig.get("cachedTokens", [])
     if kind != "prefill" or len(cached) != len(runs):
         return list(runs)
-    return [r for r, c in zip(runs, cached, strict=True) if c <= fig["depth"]]
+    return [r for r, c in zip(runs, cached, strict=True) if prefilled(c, fig["depth"])]
 
 
 def seconds(point: Point, device: Efficiency, host: Efficiency) -> float:
@@ -434,16 +430,18 @@ def each_shape_left_out(points: Sequence[Point]) -> list[tuple[Point, Calibratio
 
 
 def main() -> int:
+    vulkan = gpu_points()
+    calibrations = {}
     for name, points, fitter in (
-        ("vulkan", vulkan_points(), fit_vulkan),
+        ("vulkan", vulkan, fit_vulkan),
         ("cpu", cpu_points(), fit_cpu),
     ):
-        calibration = fitter(points)
+        calibrations[name] = calibration = fitter(points)
         text, missed = table(points, calibration)
         print(f"== {name}: {calibration}")
         print(text)
         print(f"checks missed (beyond {TOLERANCE:.0%}): {len(missed)}\n")
-    left_out = each_shape_left_out(vulkan_points())
+    left_out = each_shape_left_out(vulkan)
     print("== vulkan, each calibration shape estimated by a calibration fitted without it")
     lines, misses = [], 0
     for point, fitted in left_out:
@@ -452,13 +450,12 @@ def main() -> int:
         misses += len(miss)
     print("\n".join([HEADER, *lines]))
     print(f"missed (beyond {TOLERANCE:.0%}): {misses} of {len(left_out)}\n")
-    calibration = fit_vulkan(vulkan_points())
     for name, points in other_machine_points().items():
-        text, missed = table(points, calibration)
+        text, missed = table(points, calibrations["vulkan"])
         print(f"== vulkan on another machine of the kind: {name}")
         print(text)
         print(f"missed (beyond {TOLERANCE:.0%}): {len(missed)} of {len(points)}")
-        shared = machine_ratios(vulkan_points(), points)
+        shared = machine_ratios(vulkan, points)
         if shared:
             print("the same figures on the calibration's machine: this one's over that one's")
             for here, _, ratio in shared:

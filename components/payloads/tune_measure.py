@@ -122,6 +122,12 @@ def token_ids(base_url: str, count: int, *, api_key: str | None = None) -> list[
     return [ids[i % len(ids)] for i in range(count)]
 
 
+def prefilled(cached: int, depth: int) -> bool:
+    """A run processed its prompt: the slot held no more of it than the ``depth`` tokens before
+    it (a run whose prompt was cached beyond them prefilled only the rest, often one token)."""
+    return cached <= depth
+
+
 def measure_depth(
     base_url: str,
     depth: int,
@@ -174,14 +180,14 @@ def measure_depth(
         processed = int(timings.get("prompt_n", len(suffix)))
         cached = int(timings.get("cache_n", 0))
         figures.cached_tokens.append(cached)
-        prefilled = cached <= depth
-        if prefilled:
+        counted = prefilled(cached, depth)
+        if counted:
             figures.prefill.values.append(processed / res.ttft)
         if res.decode_tok_s is not None:
             figures.decode.values.append(res.decode_tok_s)
         if timings.get("predicted_per_second"):
             figures.decode_server.values.append(float(timings["predicted_per_second"]))
-        if timings.get("prompt_per_second") and prefilled:
+        if timings.get("prompt_per_second") and counted:
             figures.prefill_server.values.append(float(timings["prompt_per_second"]))
         if "draft_n" in timings:
             figures.drafted.append(int(timings["draft_n"]))

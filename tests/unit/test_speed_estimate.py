@@ -32,7 +32,6 @@ from bench.speed_estimate import (
     plan_inputs,
     shape_of_point,
     table,
-    vulkan_points,
 )
 from bench.speed_shapes import (
     CALIBRATION,
@@ -59,7 +58,7 @@ from tests.support.stack_edits import DELETE, Edit, edited
 
 
 def test_vulkan_efficiency_is_what_the_h100_calibration_runs_give() -> None:
-    assert fit_vulkan(vulkan_points()) == CALIBRATIONS["vulkan"]
+    assert fit_vulkan(gpu_points()) == CALIBRATIONS["vulkan"]
 
 
 Figure = tuple[str, str, int]
@@ -78,7 +77,7 @@ def test_each_gpu_calibration_shape_is_estimated_by_a_calibration_that_never_saw
     0 and 16384), each estimated by the calibration the other five give: 46 of the 48 figures
     within 25 % (or, where its own runs spread wider, within their range), the other two
     prefill with half the layers on the host, 26 % and 29 % below."""
-    left_out = each_shape_left_out(vulkan_points())
+    left_out = each_shape_left_out(gpu_points())
     assert {shape_of_point(p) for p, _ in left_out} == set(GPU_CALIBRATION)
     assert len(left_out) == len(GPU_CALIBRATION) * 2 * 2 * 2
     assert any(GPU_SHAPES[s].n_expert for s in GPU_CALIBRATION)
@@ -98,7 +97,7 @@ def test_the_shapes_declared_before_their_run_hold_but_one_host_half() -> None:
     with half its layers on the host miss (decode 25-32 % faster than estimated: 16 thin layers
     of 64 experts, whose fixed costs on the host the six shapes do not pin), and dense-8x8192's
     prefill at depth 0, 26 % faster (a layer of 1.6 GiB runs its products nearer the peak)."""
-    checks = [p for p in vulkan_points() if not p.calibration]
+    checks = [p for p in gpu_points() if not p.calibration]
     assert {shape_of_point(p) for p in checks} == {*GPU_CHECKS, "dense-8x8192", "moe-8x4096"}
     assert len(checks) == 4 * 8 + 2 * 4
     assert missed_figures(checks) == {
@@ -125,7 +124,7 @@ def test_slower_machines_of_the_kind_are_slower_than_the_estimate_not_faster() -
     it puts too high."""
     others = other_machine_points()
     ratios = {(here.label, here.kind, here.depth): ratio
-              for here, _, ratio in machine_ratios(vulkan_points(), others["other-b"])}  # fmt: skip
+              for here, _, ratio in machine_ratios(gpu_points(), others["other-b"])}  # fmt: skip
     assert 0.85 <= ratios[("dense-28x1536 -ngl 29", "decode", 0)] <= 0.90
     assert 0.85 <= ratios[("dense-28x1536 -ngl 29", "decode", 16384)] <= 0.91
     assert 0.72 <= ratios[("dense-28x1536 -ngl 14", "decode", 0)] <= 0.76
