@@ -3,13 +3,15 @@
 The tier marker of a test follows its directory: every test under ``tests/unit`` is marked
 ``unit``, ``tests/component`` ``component``, ``tests/contract`` ``contract`` (it runs real
 third-party software: llama-server, Caddy, kubernetes-validate, ...) and ``tests/e2e`` ``e2e``.
-Nobody sets these markers by hand; a test that needs real software lives in ``tests/contract``,
-and outside it starting one of those programs (``THIRD_PARTY``) is an error.
+Nobody sets these markers by hand (``alone``, set on a whole file, is of another kind:
+``_machine_share``); a test that needs real software lives in ``tests/contract``, and outside it
+starting one of those programs (``THIRD_PARTY``) is an error.
 """
 
 from __future__ import annotations
 
 import copy
+import fcntl
 import functools
 import os
 import subprocess
@@ -68,6 +70,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = item.path.relative_to(ROOT).parts
         if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[1]))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _machine_share(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, worker_id: str
+) -> Iterator[None]:
+    """A module marked ``alone`` runs while no other test file runs on any xdist worker.
+
+    Its tests compare a client's clock with a server's (``llm-infra bench``): a server streaming
+    a tiny model's 2,500 tokens a second to a client that other workers' servers keep off the
+    CPU reaches it in bursts (a first token 0.4-0.6 s late, then the rest at once), and the
+    client's figure then says nothing of the code under test. Every other module holds a shared
+    lock for as long as it runs; an ``alone`` module takes it exclusively, having first closed
+    a turnstile that keeps new modules from starting while it waits.
+    """
+    alone = request.node.get_closest_marker("alone") is not None
+    where = tmp_path_factory.getbasetemp()  # the run's own (a worker's is one under it)
+    where = where if worker_id == "master" else where.parent
+    with open(where / "turnstile", "a") as turnstile, open(where / "machine", "a") as machine:
+        fcntl.flock(turnstile, fcntl.LOCK_EX)
+        if not alone:
+            fcntl.flock(turnstile, fcntl.LOCK_UN)
+        fcntl.flock(machine, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(machine, fcntl.LOCK_UN)
+            if alone:
+                fcntl.flock(turnstile, fcntl.LOCK_UN)
 
 
 _running_tier: list[str] = []
