@@ -3,9 +3,12 @@ figures `bench/log_growth.py` prints (the contract tests run it small)."""
 
 from __future__ import annotations
 
+import re
 import tempfile
+import time
 from pathlib import Path
 
+from components.llamacpp.gate import LOADED_MARKER
 from tests.support.gate_server import cached_prompts, complete, run_gated_llama_server
 from tests.support.llama_server import free_port
 
@@ -40,7 +43,7 @@ def measure(
             "--threads", "2", "-ngl", ngl, "-lv", "4", "--log-file", str(log),
         ]  # fmt: skip
         with run_gated_llama_server(argv, console, binary=binary) as url:
-            load_log = log.stat().st_size
+            load_log = _complete_load_log(log)
             before_c, before_f = console.stat().st_size, log.stat().st_size
             for i in range(1, requests + 1):
                 complete(url, f"request {i:06d}: " + " ".join(f"w{i}x{k}" for k in range(words)))
@@ -56,6 +59,22 @@ def measure(
                     })  # fmt: skip
                     before_c, before_f = after_c, after_f
     return rows
+
+
+def _complete_load_log(log: Path, timeout: float = 30.0) -> int:
+    """The load log's size once the wrapper has copied it up to the `listening on` line.
+
+    llama-server answers /health once it has loaded; its log thread writes the last lines to the
+    FIFO, and the wrapper's `sed | head` copies them, a moment later: on a busy machine after
+    the first requests, whose window then read as growth of a log that traffic never touches
+    (a CI run's first window of 20 requests, once).
+    """
+    deadline = time.monotonic() + timeout
+    while not re.search(f"{re.escape(LOADED_MARKER)}[^\n]*\n", log.read_text(errors="replace")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{log}: no {LOADED_MARKER!r} line {timeout:.0f} s after /health")
+        time.sleep(0.05)
+    return log.stat().st_size
 
 
 def format_rows(rows: list[dict[str, float | int | None]]) -> str:
