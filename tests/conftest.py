@@ -65,11 +65,14 @@ profiles.load()  # hypothesis: `dev` by default, `ci` in .ci/test (tests/support
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test with its tier, the directory under tests/ it lives in."""
+    """Mark each test with its tier, the directory under tests/ it lives in; the files marked
+    ``alone`` go first, so that the other workers wait for one only as their first file starts,
+    not for whatever long file they are in when it comes up (`_machine_share`)."""
     for item in items:
         parts = item.path.relative_to(ROOT).parts
         if len(parts) > 2 and parts[0] == "tests" and parts[1] in TIERS:
             item.add_marker(getattr(pytest.mark, parts[1]))
+    items.sort(key=lambda item: item.get_closest_marker("alone") is None)
 
 
 @pytest.fixture(scope="module", autouse=True)
